@@ -1,0 +1,27 @@
+//! Capstan's pure core: request classes, the classifier, the cluster view and every dispatching
+//! policy.
+//!
+//! Nothing here reads a clock, does I/O or spawns: time arrives through [`ClusterView::now_nanos`].
+//! That is what lets the live switch and the discrete-event simulator run the very same policy code.
+
+pub mod class;
+pub mod policy;
+pub mod view;
+
+pub use class::{
+    ClassDef, ClassId, ClassSpec, Classifier, ClassifierError, HeaderLookup, NoHeaders, RequestFacts,
+    ResourceProfile, RuleSpec,
+};
+pub use policy::{
+    build_policy, Outcome, Policy, PolicyContext, PolicyError, PolicySpec, RequestInfo,
+};
+pub use view::{ClusterView, NodeId, NodeState, StaticView};
+
+/// A stable 64-bit hash (FNV-1a) of a request key, the same on every platform and every run, so
+/// hash-based placement is reproducible in the simulator and across switch restarts.
+pub fn hash_key(key: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    key.bytes()
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}

@@ -1,0 +1,74 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::{next_available, Policy, RequestInfo};
+use crate::view::{ClusterView, NodeId};
+
+/// Circular pointer over the nodes, skipping unavailable ones.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    next: AtomicUsize,
+}
+
+impl RoundRobin {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Policy for RoundRobin {
+    fn name(&self) -> &'static str {
+        "round-robin"
+    }
+
+    fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+        let n = view.node_count();
+        if n == 0 {
+            return None;
+        }
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let id = next_available(view, start)?;
+        // Skipping an unavailable node must not give its successor two turns in a row.
+        if id != start {
+            let _ = self
+                .next
+                .compare_exchange(start + 1, id + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::StaticView;
+
+    fn req() -> RequestInfo<'static> {
+        RequestInfo {
+            class: 0,
+            key: "/",
+            key_hash: 0,
+        }
+    }
+
+    #[test]
+    fn cycles_through_nodes_in_order() {
+        let rr = RoundRobin::new();
+        let view = StaticView::uniform(3);
+        let picks: Vec<_> = (0..7).map(|_| rr.pick(&req(), &view).unwrap()).collect();
+        assert_eq!(picks, vec![0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[test]
+    fn skips_unavailable_nodes_and_returns_none_when_all_are_down() {
+        let rr = RoundRobin::new();
+        let mut view = StaticView::uniform(3);
+        view.nodes[1].available = false;
+        let picks: Vec<_> = (0..4).map(|_| rr.pick(&req(), &view).unwrap()).collect();
+        assert!(!picks.contains(&1));
+        for n in &mut view.nodes {
+            n.available = false;
+        }
+        assert_eq!(rr.pick(&req(), &view), None);
+        assert_eq!(rr.pick(&req(), &StaticView::uniform(0)), None);
+    }
+}

@@ -1,0 +1,90 @@
+//! `capstan`: the web switch, and the lab to measure it.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod serve;
+
+#[derive(Parser)]
+#[command(
+    name = "capstan",
+    version,
+    about = "A content-aware web switch for clusters, and the lab to measure it",
+    long_about = "Capstan classifies every HTTP request by the load it puts on a back-end node, \
+                  dispatches it with a chosen policy (CAP, LARD, consistent hashing, two choices, …) \
+                  and forwards it over pooled keep-alive connections.\n\n\
+                  Logging goes to standard error; set RUST_LOG (e.g. RUST_LOG=debug) for more."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the web switch in front of a cluster of back-end nodes.
+    Serve(serve::ServeArgs),
+    /// Validate a switch configuration file and print the resolved cluster.
+    Check(serve::CheckArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return report_usage_error(e),
+    };
+    init_logging();
+    let result = match cli.command {
+        Command::Serve(args) => serve::serve(args),
+        Command::Check(args) => serve::check(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("capstan: {}", one_line(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Help and version go to stdout as clap renders them; a usage error becomes one line.
+fn report_usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            eprintln!("capstan: {first} (see --help)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,247 @@
+//! `capstan serve` and `capstan check`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use capstan_core::{PolicySpec, RuleSpec};
+use capstan_switch::config::resolve_address;
+use capstan_switch::{Config, NodeConfig};
+use clap::Args;
+
+const SERVE_EXAMPLES: &str = "Examples:
+  capstan serve --config examples/cap.toml
+  capstan serve --listen 127.0.0.1:8080 --node 127.0.0.1:9001 --node 127.0.0.1:9002 \\
+                --policy cap --class cpu=/cgi-bin/*
+  capstan serve --listen 127.0.0.1:8080 --node a=127.0.0.1:9001@2 --node b=127.0.0.1:9002 \\
+                --policy lard --policy-param t_low=10 --policy-param t_high=30 --admin 127.0.0.1:9900
+
+Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
+SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
+and the running configuration keeps serving.";
+
+#[derive(Args, Debug)]
+#[command(after_help = SERVE_EXAMPLES)]
+pub struct ServeArgs {
+    /// Configuration file (TOML; see examples/). Flags below override what it says.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to accept clients on (repeatable). Required without --config.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Vec<String>,
+
+    /// A back-end node, `[NAME=]HOST:PORT[@WEIGHT]` (repeatable; replaces the file's nodes).
+    /// The name defaults to the address, the weight to 1.
+    #[arg(long, value_name = "NODE")]
+    pub node: Vec<String>,
+
+    /// Dispatching policy.
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::NAMES))]
+    pub policy: Option<String>,
+
+    /// A policy parameter, `KEY=VALUE` with a TOML value (repeatable; needs --policy),
+    /// e.g. `t_high=65` or `epsilon=0.25`.
+    #[arg(long, value_name = "KEY=VALUE", requires = "policy")]
+    pub policy_param: Vec<String>,
+
+    /// Put requests whose path matches PATTERN in class NAME (repeatable; checked before the
+    /// built-in rules). PATTERN is a glob if it has `*`, `?` or `[`, else a path prefix. A new
+    /// NAME defines a class with no resource profile.
+    #[arg(long, value_name = "NAME=PATTERN")]
+    pub class: Vec<String>,
+
+    /// Admin listener for /status, /metrics, the status page and POST /reload.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub admin: Option<String>,
+
+    /// Add X-Capstan-Node and X-Capstan-Class headers to responses.
+    #[arg(long)]
+    pub debug_headers: bool,
+
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Print the resolved configuration and exit instead of serving.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Exit status: 0 when the file is valid (the resolved cluster is printed), \
+                        1 with one line `FILE:LINE:COLUMN: what is wrong` when it is not.")]
+pub struct CheckArgs {
+    /// The configuration file to check.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+pub fn check(args: CheckArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.file)?;
+    print!("{}", config.describe());
+    println!("ok: {}", args.file.display());
+    Ok(())
+}
+
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = resolve_config(&args)?;
+    if args.dry_run {
+        print!("{}", config.describe());
+        return Ok(());
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            bail!("--threads must be at least 1");
+        }
+        runtime.worker_threads(threads);
+    }
+    runtime
+        .build()
+        .context("cannot start the runtime")?
+        .block_on(capstan_switch::run(config))
+}
+
+fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => {
+            if args.listen.is_empty() {
+                bail!("give --config FILE, or --listen and at least one --node");
+            }
+            Config::from_parts(Vec::new(), Vec::new())
+        }
+    };
+    if !args.listen.is_empty() {
+        config.listen = args
+            .listen
+            .iter()
+            .map(|a| resolve_address(a).map_err(|e| anyhow::anyhow!("--listen: {e}")))
+            .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
+    }
+    if let Some(admin) = &args.admin {
+        config.admin = Some(resolve_address(admin).map_err(|e| anyhow::anyhow!("--admin: {e}"))?);
+    }
+    if !args.node.is_empty() {
+        config.nodes = args
+            .node
+            .iter()
+            .map(|n| parse_node(n))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(policy) = &args.policy {
+        config.policy = policy_from_flags(policy, &args.policy_param)?;
+    }
+    add_class_flags(&mut config, &args.class)?;
+    if args.debug_headers {
+        config.debug_headers = true;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// `[NAME=]HOST:PORT[@WEIGHT]`.
+fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
+    let (name, rest) = match text.split_once('=') {
+        Some((name, rest)) => (Some(name.trim()), rest),
+        None => (None, text),
+    };
+    let (addr, weight) = match rest.rsplit_once('@') {
+        Some((addr, w)) => {
+            let weight: u32 = w
+                .parse()
+                .ok()
+                .filter(|&w| w >= 1)
+                .with_context(|| format!("--node {text}: weight `{w}` is not a whole number ≥ 1"))?;
+            (addr, weight)
+        }
+        None => (rest, 1),
+    };
+    let address = resolve_address(addr.trim()).map_err(|e| anyhow::anyhow!("--node {text}: {e}"))?;
+    let name = match name {
+        Some("") => bail!("--node {text}: empty name before `=`"),
+        Some(n) => n.to_string(),
+        None => addr.trim().to_string(),
+    };
+    Ok(NodeConfig {
+        name,
+        address,
+        weight,
+    })
+}
+
+fn policy_from_flags(name: &str, params: &[String]) -> anyhow::Result<PolicySpec> {
+    let mut table = toml::Table::new();
+    table.insert("name".into(), toml::Value::String(name.into()));
+    for param in params {
+        let (key, value) = param
+            .split_once('=')
+            .with_context(|| format!("--policy-param {param}: want KEY=VALUE"))?;
+        let value = parse_toml_value(value.trim());
+        table.insert(key.trim().to_string(), value);
+    }
+    let spec: PolicySpec = table
+        .try_into()
+        .map_err(|e: toml::de::Error| anyhow::anyhow!("--policy {name}: {}", e.message()))?;
+    Ok(spec)
+}
+
+/// A TOML value (`65`, `0.25`, `true`, `["a","b"]`), or else the text as a string.
+fn parse_toml_value(text: &str) -> toml::Value {
+    format!("v = {text}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_string()))
+}
+
+fn add_class_flags(config: &mut Config, flags: &[String]) -> anyhow::Result<()> {
+    let mut rules = Vec::new();
+    for flag in flags {
+        let (name, pattern) = flag
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .with_context(|| format!("--class {flag}: want NAME=PATTERN, e.g. cpu=/cgi-bin/*"))?;
+        if !config.classes.iter().any(|c| c.name == name) {
+            config.classes.push(capstan_core::ClassSpec {
+                name: name.to_string(),
+                profile: Default::default(),
+            });
+        }
+        let is_glob = pattern.contains(['*', '?', '[']);
+        rules.push(RuleSpec {
+            class: name.to_string(),
+            glob: is_glob.then(|| pattern.to_string()),
+            path_prefix: (!is_glob).then(|| pattern.to_string()),
+            ..RuleSpec::default()
+        });
+    }
+    rules.append(&mut config.rules);
+    config.rules = rules;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_flags() {
+        let n = parse_node("a=127.0.0.1:9001@3").unwrap();
+        assert_eq!((n.name.as_str(), n.weight), ("a", 3));
+        let n = parse_node("127.0.0.1:9002").unwrap();
+        assert_eq!((n.name.as_str(), n.weight), ("127.0.0.1:9002", 1));
+        assert!(parse_node("a=127.0.0.1:9001@0").is_err());
+        assert!(parse_node("127.0.0.1").is_err());
+        assert!(parse_node("=127.0.0.1:1").is_err());
+    }
+
+    #[test]
+    fn toml_values_fall_back_to_strings() {
+        assert_eq!(parse_toml_value("65"), toml::Value::Integer(65));
+        assert_eq!(parse_toml_value("0.5"), toml::Value::Float(0.5));
+        assert_eq!(parse_toml_value("abc"), toml::Value::String("abc".into()));
+    }
+}

@@ -1,0 +1,397 @@
+//! The admin listener: `/status` (JSON), `/metrics` (Prometheus text), `POST /reload`, and a
+//! small status page at `/`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::body::ResponseBody;
+use crate::cluster::Cluster;
+use crate::proxy::error_response;
+use crate::server::Switch;
+
+pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let switch = Arc::clone(&switch);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let switch = Arc::clone(&switch);
+                async move { Ok::<_, std::convert::Infallible>(route(&switch, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<ResponseBody> {
+    let path = req.uri().path().to_string();
+    match (req.method(), path.as_str()) {
+        (&Method::GET, "/status") => json(&status(switch)),
+        (&Method::GET, "/metrics") => text(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics(switch),
+        ),
+        (&Method::GET, "/") => text("text/html; charset=utf-8", dashboard(&status(switch))),
+        (&Method::POST, "/reload") => match switch.reload().await {
+            Ok(summary) => text("text/plain; charset=utf-8", format!("{summary}\n")),
+            Err(e) => error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("reload refused, the old configuration keeps serving: {e}"),
+            ),
+        },
+        (_, "/status" | "/metrics" | "/" | "/reload") => {
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
+        }
+        _ => error_response(
+            StatusCode::NOT_FOUND,
+            "no such admin page (try /, /status, /metrics, POST /reload)",
+        ),
+    }
+}
+
+fn text(content_type: &'static str, body: String) -> Response<ResponseBody> {
+    let mut resp = Response::new(ResponseBody::full(body));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn json<T: Serialize>(value: &T) -> Response<ResponseBody> {
+    let body = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    text("application/json", body + "\n")
+}
+
+/// `GET /status`: the switch and every node as the switch sees them.
+#[derive(Serialize)]
+pub struct Status {
+    pub policy: String,
+    pub generation: u64,
+    pub uptime_s: f64,
+    pub open_connections: usize,
+    pub accepted_connections: u64,
+    pub reloads: u64,
+    pub classes: Vec<String>,
+    pub nodes: Vec<NodeStatus>,
+}
+
+#[derive(Serialize)]
+pub struct NodeStatus {
+    pub name: String,
+    pub address: String,
+    pub weight: u32,
+    pub available: bool,
+    pub active: u32,
+    pub served: u64,
+    pub errors: NodeErrors,
+    pub latency_ms: LatencySummary,
+    /// Requests placed on this node per class.
+    pub classes: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+pub struct NodeErrors {
+    pub connect: u64,
+    pub timeout: u64,
+    pub other: u64,
+}
+
+#[derive(Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+fn status(switch: &Switch) -> Status {
+    let cluster = switch.cluster.load_full();
+    let now = switch.epoch.now_nanos();
+    let classes: Vec<String> = cluster
+        .classifier
+        .classes()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let latency = node.latency_us.lock().map(|h| {
+                let ms = |us: u64| us as f64 / 1000.0;
+                LatencySummary {
+                    count: h.len(),
+                    mean: h.mean() / 1000.0,
+                    p50: ms(h.value_at_quantile(0.5)),
+                    p90: ms(h.value_at_quantile(0.9)),
+                    p99: ms(h.value_at_quantile(0.99)),
+                    max: ms(h.max()),
+                }
+            });
+            NodeStatus {
+                name: node.config.name.clone(),
+                address: node.config.address.to_string(),
+                weight: node.config.weight,
+                available: node.is_up(now),
+                active: node.active.load(Ordering::Relaxed),
+                served: node.served.load(Ordering::Relaxed),
+                errors: NodeErrors {
+                    connect: node.connect_errors.load(Ordering::Relaxed),
+                    timeout: node.timeout_errors.load(Ordering::Relaxed),
+                    other: node.other_errors.load(Ordering::Relaxed),
+                },
+                latency_ms: latency.unwrap_or(LatencySummary {
+                    count: 0,
+                    mean: 0.0,
+                    p50: 0.0,
+                    p90: 0.0,
+                    p99: 0.0,
+                    max: 0.0,
+                }),
+                classes: classes
+                    .iter()
+                    .zip(&node.class_placed)
+                    .map(|(c, n)| (c.clone(), n.load(Ordering::Relaxed)))
+                    .collect(),
+            }
+        })
+        .collect();
+    Status {
+        policy: cluster.config.policy.name().to_string(),
+        generation: cluster.generation,
+        uptime_s: switch.epoch.now_nanos() as f64 / 1e9,
+        open_connections: switch.open_connections.load(Ordering::Relaxed),
+        accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
+        reloads: switch.reloads.load(Ordering::Relaxed),
+        classes,
+        nodes,
+    }
+}
+
+/// Encodes the current counters at scrape time, so the request path only bumps atomics.
+#[derive(Debug)]
+struct SwitchCollector {
+    cluster: Arc<ClusterSnapshot>,
+}
+
+/// What the collector reads; `Cluster` itself is not `Debug`.
+struct ClusterSnapshot {
+    cluster: Arc<Cluster>,
+    open_connections: i64,
+    accepted_connections: u64,
+    now_nanos: u64,
+}
+
+impl std::fmt::Debug for ClusterSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSnapshot")
+    }
+}
+
+/// Latency buckets in seconds for the node response-time histogram.
+const BUCKETS_S: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+impl Collector for SwitchCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = &self.cluster;
+        let cluster = &snap.cluster;
+        let node_label = |name: &str| vec![("node".to_string(), name.to_string())];
+
+        let gauge = ConstGauge::new(snap.open_connections);
+        gauge.encode(encoder.encode_descriptor(
+            "capstan_client_connections_open",
+            "Client connections open now",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let counter = ConstCounter::new(snap.accepted_connections);
+        counter.encode(encoder.encode_descriptor(
+            "capstan_client_connections_accepted",
+            "Client connections accepted since start",
+            None,
+            MetricType::Counter,
+        )?)?;
+
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_active_requests",
+            "Requests in flight on the node",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstGauge::new(i64::from(node.active.load(Ordering::Relaxed)))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_up",
+            "1 while the node takes requests, 0 while passive health keeps it out",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstGauge::new(i64::from(node.is_up(snap.now_nanos)))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_responses",
+            "Responses received from the node (any status)",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstCounter::new(node.served.load(Ordering::Relaxed))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_errors",
+            "Failed requests to the node, by kind",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &cluster.nodes {
+            for (kind, n) in [
+                ("connect", &node.connect_errors),
+                ("timeout", &node.timeout_errors),
+                ("other", &node.other_errors),
+            ] {
+                let mut labels = node_label(&node.config.name);
+                labels.push(("kind".into(), kind.into()));
+                ConstCounter::new(n.load(Ordering::Relaxed))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_requests_placed",
+            "Requests placed on each node, by class",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &cluster.nodes {
+            for (class, n) in cluster.classifier.classes().iter().zip(&node.class_placed) {
+                let mut labels = node_label(&node.config.name);
+                labels.push(("class".into(), class.name.clone()));
+                ConstCounter::new(n.load(Ordering::Relaxed))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_response_seconds",
+            "Time from dispatch to the end of the node's response",
+            None,
+            MetricType::Histogram,
+        )?;
+        for node in &cluster.nodes {
+            let Ok(h) = node.latency_us.lock() else {
+                continue;
+            };
+            let sum_s = h.mean() * h.len() as f64 / 1e6;
+            let buckets: Vec<(f64, u64)> = BUCKETS_S
+                .iter()
+                .map(|&b| (b, h.count_between(0, (b * 1e6) as u64)))
+                .chain(std::iter::once((f64::INFINITY, h.len())))
+                .collect();
+            let labels = node_label(&node.config.name);
+            family.encode_family(&labels)?.encode_histogram::<Vec<(String, String)>>(
+                sum_s,
+                h.len(),
+                &buckets,
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn metrics(switch: &Switch) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SwitchCollector {
+        cluster: Arc::new(ClusterSnapshot {
+            cluster: switch.cluster.load_full(),
+            open_connections: switch.open_connections.load(Ordering::Relaxed) as i64,
+            accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
+            now_nanos: switch.epoch.now_nanos(),
+        }),
+    }));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        let _ = writeln!(out, "# encoding failed: {e}");
+    }
+    out
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn dashboard(status: &Status) -> String {
+    let mut rows = String::new();
+    for n in &status.nodes {
+        let classes: Vec<String> = n
+            .classes
+            .iter()
+            .map(|(c, k)| format!("{}: {k}", escape(c)))
+            .collect();
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}/{}/{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
+            escape(&n.name),
+            escape(&n.address),
+            if n.available { "up" } else { "<b>out</b>" },
+            n.weight,
+            n.active,
+            n.served,
+            n.errors.connect,
+            n.errors.timeout,
+            n.errors.other,
+            n.latency_ms.p50,
+            n.latency_ms.p99,
+            classes.join(", ")
+        );
+    }
+    format!(
+        "<!doctype html><html><head><meta charset=utf-8><meta http-equiv=refresh content=2>\
+         <title>Capstan switch</title><style>body{{font-family:sans-serif;margin:2em}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
+         </style></head><body><h1>Capstan switch</h1>\
+         <p>policy <b>{}</b> · generation {} · up {:.0} s · {} connections open, {} accepted · {} reloads</p>\
+         <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
+         <th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
+         {rows}</table><p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
+        escape(&status.policy),
+        status.generation,
+        status.uptime_s,
+        status.open_connections,
+        status.accepted_connections,
+        status.reloads,
+    )
+}

@@ -1,0 +1,189 @@
+//! Body types: request bodies going up to a node (streamed, with the size limit enforced on the
+//! fly) and response bodies coming back (streamed, with accounting when they end).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body larger than `limits.max_body_bytes`.
+#[derive(Debug)]
+pub struct BodyTooLarge;
+
+impl std::fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("request body exceeds the size limit")
+    }
+}
+
+impl std::error::Error for BodyTooLarge {}
+
+/// The body of a request sent to a node.
+pub enum UpstreamBody {
+    Empty,
+    /// The client's body, streamed; `remaining` is how many more bytes the limit allows
+    /// (`u64::MAX` for no limit).
+    Stream {
+        inner: Incoming,
+        remaining: u64,
+        exceeded: Arc<AtomicBool>,
+    },
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpstreamBody::Empty => Poll::Ready(None),
+            UpstreamBody::Stream {
+                inner,
+                remaining,
+                exceeded,
+            } => match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        let len = data.len() as u64;
+                        if len > *remaining {
+                            exceeded.store(true, Ordering::Relaxed);
+                            return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
+                        }
+                        *remaining -= len;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Empty => true,
+            UpstreamBody::Stream { inner, .. } => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Empty => SizeHint::with_exact(0),
+            UpstreamBody::Stream { inner, .. } => inner.size_hint(),
+        }
+    }
+}
+
+/// Something to run once when a proxied response has ended (fully sent, failed or dropped).
+pub trait OnEnd: Send + Sync {
+    fn on_end(&mut self, completed: bool);
+}
+
+/// The body of a response sent to a client.
+pub enum ResponseBody {
+    /// A body the switch made itself (errors, admin pages).
+    Full(Option<Bytes>),
+    /// A node's response body, streamed through.
+    Upstream {
+        inner: Incoming,
+        on_end: Option<Box<dyn OnEnd>>,
+    },
+}
+
+impl ResponseBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        ResponseBody::Full(Some(bytes.into()))
+    }
+
+    pub fn empty() -> Self {
+        ResponseBody::Full(None)
+    }
+
+    fn finish(&mut self, completed: bool) {
+        if let ResponseBody::Upstream { on_end, .. } = self {
+            if let Some(mut end) = on_end.take() {
+                end.on_end(completed);
+            }
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        // A body that was empty from the start is never polled, yet it completed.
+        let completed = self.is_end_stream();
+        self.finish(completed);
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match this {
+            ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Upstream { inner, .. } => {
+                let polled = Pin::new(inner).poll_frame(cx);
+                match polled {
+                    Poll::Ready(None) => {
+                        this.finish(true);
+                        Poll::Ready(None)
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        this.finish(false);
+                        Poll::Ready(Some(Err(Box::new(e))))
+                    }
+                    Poll::Ready(Some(Ok(frame))) => {
+                        // hyper does not poll again after the last frame of a body whose length
+                        // it knows, so the end is noticed here as well.
+                        let ended = match this {
+                            ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
+                            ResponseBody::Full(_) => false,
+                        };
+                        if ended {
+                            this.finish(true);
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(bytes) => bytes.is_none(),
+            ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            ResponseBody::Full(None) => SizeHint::with_exact(0),
+            ResponseBody::Upstream { inner, .. } => inner.size_hint(),
+        }
+    }
+}
+
+/// Reads a whole small body (admin requests), refusing more than `limit` bytes.
+pub async fn read_small(body: Incoming, limit: usize) -> Result<Bytes, BoxError> {
+    let limited = http_body_util::Limited::new(body, limit);
+    Ok(limited.collect().await?.to_bytes())
+}

@@ -1,0 +1,706 @@
+//! The switch's configuration: TOML in, a validated [`Config`] out, or one error naming the file,
+//! line and column.
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use capstan_core::class::cap_default_specs;
+use capstan_core::{
+    build_policy, ClassSpec, Classifier, ClassifierError, PolicyContext, PolicySpec, RuleSpec,
+};
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// A validated configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct Config {
+    /// Where it was read from; `None` when built from command-line flags.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+    /// Client-facing listeners.
+    pub listen: Vec<SocketAddr>,
+    /// Admin listener (`/status`, `/metrics`, `POST /reload`), if any.
+    pub admin: Option<SocketAddr>,
+    /// Add `X-Capstan-Node` and `X-Capstan-Class` to every proxied response.
+    pub debug_headers: bool,
+    pub policy: PolicySpec,
+    pub nodes: Vec<NodeConfig>,
+    pub classes: Vec<ClassSpec>,
+    pub rules: Vec<RuleSpec>,
+    pub default_class: String,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub health: Health,
+    pub upstream: Upstream,
+}
+
+/// A back-end node.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeConfig {
+    pub name: String,
+    pub address: SocketAddr,
+    pub weight: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// Connecting to a node.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// From sending a request to a node until its response head arrives (then 504).
+    #[serde(with = "humantime_serde")]
+    pub upstream: Duration,
+    /// A client connection with no bytes moving either way is closed after this.
+    #[serde(with = "humantime_serde")]
+    pub client_idle: Duration,
+    /// A client must send a whole request head within this, once it has started one.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// On SIGTERM, in-flight requests get this long to finish.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(2),
+            upstream: Duration::from_secs(30),
+            client_idle: Duration::from_secs(60),
+            header_read: Duration::from_secs(10),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Longest request target (path and query) in bytes; longer → 414.
+    pub max_request_line: usize,
+    /// Most bytes of request header fields; more → 431.
+    pub max_header_bytes: usize,
+    /// Most request header fields; more → 431.
+    pub max_headers: usize,
+    /// Largest request body in bytes; larger → 413. 0 means no limit.
+    pub max_body_bytes: u64,
+    /// Most client connections open at once; more wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_line: 8 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            max_body_bytes: 100 * 1024 * 1024,
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// Passive health checking: a node whose connects keep failing is taken out for a while.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Health {
+    /// Consecutive connect failures that take a node out.
+    pub fail_threshold: u32,
+    /// How long a node stays out before it is tried again.
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            fail_threshold: 3,
+            backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a request's locality key is (used by `lard`, `lard-r`, `consistent-hash`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyKind {
+    /// The path without the query.
+    #[default]
+    Path,
+    /// The path with the query.
+    Uri,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Upstream {
+    /// Idle keep-alive connections kept per node.
+    pub pool_max_idle_per_node: usize,
+    /// An idle pooled connection is closed after this.
+    #[serde(with = "humantime_serde")]
+    pub pool_idle_timeout: Duration,
+    /// Retry an idempotent request without a body once on another node when connecting fails.
+    pub retry: bool,
+    /// The locality key of a request.
+    pub key: KeyKind,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            pool_max_idle_per_node: 256,
+            pool_idle_timeout: Duration::from_secs(60),
+            retry: true,
+            key: KeyKind::Path,
+        }
+    }
+}
+
+/// A configuration error, located in its file when it came from one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: Option<String>,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(file) => write!(f, "{file}:{}:{}: {}", self.line, self.column, self.message),
+            None => write!(f, "{}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    listen: Vec<Spanned<String>>,
+    admin: Option<Spanned<String>>,
+    #[serde(default)]
+    debug_headers: bool,
+    policy: Option<Spanned<PolicySpec>>,
+    #[serde(default, rename = "node")]
+    nodes: Vec<Spanned<RawNode>>,
+    #[serde(rename = "class")]
+    classes: Option<Vec<Spanned<ClassSpec>>>,
+    #[serde(rename = "rule")]
+    rules: Option<Vec<Spanned<RuleSpec>>>,
+    default_class: Option<Spanned<String>>,
+    #[serde(default)]
+    timeouts: Timeouts,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    health: Health,
+    #[serde(default)]
+    upstream: Upstream,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Option<String>,
+    address: Spanned<String>,
+    #[serde(default = "default_weight")]
+    weight: u32,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// Locates byte offsets in the configuration text.
+struct Locator<'a> {
+    file: Option<String>,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    fn error(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        let (line, column) = match span {
+            Some(span) => line_column(self.text, span.start),
+            None => (1, 1),
+        };
+        ConfigError {
+            file: self.file.clone(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: Some(path.display().to_string()),
+            line: 1,
+            column: 1,
+            message: format!("cannot read: {e}"),
+        })?;
+        let mut config = Config::parse(&text, Some(&path.display().to_string()))?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// Parses and validates configuration text; `file` names it in errors.
+    pub fn parse(text: &str, file: Option<&str>) -> Result<Config, ConfigError> {
+        let loc = Locator {
+            file: Some(file.unwrap_or("<config>").to_string()),
+            text,
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim().replace('\n', " ");
+            loc.error(e.span(), message)
+        })?;
+        resolve(raw, &loc)
+    }
+
+    /// A configuration with every default, for building from command-line flags.
+    pub fn from_parts(listen: Vec<SocketAddr>, nodes: Vec<NodeConfig>) -> Config {
+        let (classes, rules) = cap_default_specs();
+        Config {
+            source: None,
+            listen,
+            admin: None,
+            debug_headers: false,
+            policy: PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+            nodes,
+            classes,
+            rules,
+            default_class: "static".to_string(),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+            health: Health::default(),
+            upstream: Upstream::default(),
+        }
+    }
+
+    /// Checks what the parser cannot: the classifier and policy build, nodes are unique.
+    /// Used for configurations built from flags.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let plain = |message: String| ConfigError {
+            file: None,
+            line: 0,
+            column: 0,
+            message,
+        };
+        if self.listen.is_empty() {
+            return Err(plain("no listener: give at least one listen address".into()));
+        }
+        if self.nodes.is_empty() {
+            return Err(plain("no node: give at least one back-end node".into()));
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if self.nodes[..i].iter().any(|n| n.name == node.name) {
+                return Err(plain(format!("node name `{}` is used twice", node.name)));
+            }
+        }
+        let classifier = self.classifier().map_err(|e| plain(e.to_string()))?;
+        self.build_policy_for(&classifier)
+            .map_err(|e| plain(format!("policy {}: {e}", self.policy.name())))?;
+        check_limits(&self.limits).map_err(plain)?;
+        Ok(())
+    }
+
+    pub fn classifier(&self) -> Result<Classifier, ClassifierError> {
+        Classifier::new(&self.classes, &self.rules, &self.default_class)
+    }
+
+    /// Builds this configuration's policy for a classifier built from it.
+    pub fn build_policy_for(
+        &self,
+        classifier: &Classifier,
+    ) -> Result<Box<dyn capstan_core::Policy>, capstan_core::PolicyError> {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
+        let classes: Vec<String> = classifier
+            .classes()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
+        build_policy(
+            &self.policy,
+            &PolicyContext {
+                nodes: &nodes,
+                classes: &classes,
+            },
+        )
+    }
+
+    /// A human-readable summary of the resolved cluster, as `capstan check` prints it.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let listen: Vec<String> = self.listen.iter().map(|a| a.to_string()).collect();
+        let _ = writeln!(out, "listen    {}", listen.join(", "));
+        match self.admin {
+            Some(admin) => {
+                let _ = writeln!(out, "admin     {admin}");
+            }
+            None => {
+                let _ = writeln!(out, "admin     (none)");
+            }
+        }
+        let policy = toml::to_string(&self.policy).unwrap_or_default();
+        let params: Vec<&str> = policy
+            .lines()
+            .filter(|l| !l.starts_with("name ") && !l.trim().is_empty())
+            .collect();
+        let _ = writeln!(
+            out,
+            "policy    {}{}",
+            self.policy.name(),
+            if params.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", params.join(", "))
+            }
+        );
+        let _ = writeln!(out, "nodes     {}", self.nodes.len());
+        for node in &self.nodes {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:<22} weight {}",
+                node.name, node.address, node.weight
+            );
+        }
+        let _ = writeln!(out, "classes   {} (default: {})", self.classes.len(), self.default_class);
+        for class in &self.classes {
+            let p = class.profile;
+            let _ = writeln!(
+                out,
+                "  {:<16} cpu {} ms, disk {} ms, net {} KB",
+                class.name, p.cpu_ms, p.disk_ms, p.net_kb
+            );
+        }
+        let _ = writeln!(out, "rules     {}", self.rules.len());
+        for (i, rule) in self.rules.iter().enumerate() {
+            let _ = writeln!(out, "  {:>2}. {} -> {}", i + 1, describe_rule(rule), rule.class);
+        }
+        let t = &self.timeouts;
+        let _ = writeln!(
+            out,
+            "timeouts  connect {}, upstream {}, client idle {}, header read {}, grace {}",
+            humantime::format_duration(t.connect),
+            humantime::format_duration(t.upstream),
+            humantime::format_duration(t.client_idle),
+            humantime::format_duration(t.header_read),
+            humantime::format_duration(t.grace)
+        );
+        let l = &self.limits;
+        let _ = writeln!(
+            out,
+            "limits    request line {} B, headers {} B / {} fields, body {}, connections {}",
+            l.max_request_line,
+            l.max_header_bytes,
+            l.max_headers,
+            if l.max_body_bytes == 0 {
+                "unlimited".to_string()
+            } else {
+                format!("{} B", l.max_body_bytes)
+            },
+            l.max_connections
+        );
+        let _ = writeln!(
+            out,
+            "health    out after {} failed connects, for {}",
+            self.health.fail_threshold,
+            humantime::format_duration(self.health.backoff)
+        );
+        out
+    }
+}
+
+fn describe_rule(rule: &RuleSpec) -> String {
+    let mut parts = Vec::new();
+    if let Some(v) = &rule.path_prefix {
+        parts.push(format!("path_prefix {v:?}"));
+    }
+    if let Some(v) = &rule.glob {
+        parts.push(format!("glob {v:?}"));
+    }
+    if let Some(v) = &rule.regex {
+        parts.push(format!("regex {v:?}"));
+    }
+    if let Some(v) = &rule.extension {
+        parts.push(format!("extension {v:?}"));
+    }
+    if let Some(v) = &rule.method {
+        parts.push(format!("method {v:?}"));
+    }
+    if let Some(v) = rule.query {
+        parts.push(format!("query {v}"));
+    }
+    if let Some(v) = &rule.header {
+        match &rule.header_value {
+            Some(value) => parts.push(format!("header {v}: {value:?}")),
+            None => parts.push(format!("header {v}")),
+        }
+    }
+    parts.join(" and ")
+}
+
+fn check_limits(l: &Limits) -> Result<(), String> {
+    if l.max_request_line < 16 {
+        return Err("limits.max_request_line must be at least 16".into());
+    }
+    if l.max_header_bytes < 256 {
+        return Err("limits.max_header_bytes must be at least 256".into());
+    }
+    if l.max_headers == 0 {
+        return Err("limits.max_headers must be at least 1".into());
+    }
+    if l.max_connections == 0 {
+        return Err("limits.max_connections must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Resolves `host:port` (an IP literal, or a name looked up once, now).
+pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if !text.contains(':') {
+        return Err(format!("address `{text}` has no port (want host:port)"));
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("address `{text}` resolves to nothing")),
+        Err(e) => Err(format!("bad address `{text}`: {e}")),
+    }
+}
+
+fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
+    let mut listen = Vec::new();
+    for addr in &raw.listen {
+        listen.push(resolve_address(addr.get_ref()).map_err(|e| loc.error(Some(addr.span()), e))?);
+    }
+    if listen.is_empty() {
+        return Err(loc.error(None, "no listener: add `listen = [\"127.0.0.1:8080\"]`"));
+    }
+    let admin = match &raw.admin {
+        Some(a) => Some(resolve_address(a.get_ref()).map_err(|e| loc.error(Some(a.span()), e))?),
+        None => None,
+    };
+    if raw.nodes.is_empty() {
+        return Err(loc.error(
+            None,
+            "no node: add at least one [[node]] with an address",
+        ));
+    }
+    let mut nodes: Vec<NodeConfig> = Vec::new();
+    for node in &raw.nodes {
+        let span = node.span();
+        let node = node.get_ref();
+        let address = resolve_address(node.address.get_ref())
+            .map_err(|e| loc.error(Some(node.address.span()), e))?;
+        let name = node
+            .name
+            .clone()
+            .unwrap_or_else(|| node.address.get_ref().clone());
+        if name.is_empty() {
+            return Err(loc.error(Some(span), "node name must not be empty"));
+        }
+        if nodes.iter().any(|n| n.name == name) {
+            return Err(loc.error(Some(span), format!("node name `{name}` is used twice")));
+        }
+        if node.weight == 0 {
+            return Err(loc.error(Some(span), format!("node `{name}`: weight must be at least 1")));
+        }
+        nodes.push(NodeConfig {
+            name,
+            address,
+            weight: node.weight,
+        });
+    }
+
+    let (default_classes, default_rules) = cap_default_specs();
+    let user_classes = raw.classes.is_some();
+    let class_spans: Vec<Range<usize>> = raw
+        .classes
+        .iter()
+        .flatten()
+        .map(|c| c.span())
+        .collect();
+    let classes: Vec<ClassSpec> = match raw.classes {
+        Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
+        None => default_classes,
+    };
+    let rule_spans: Vec<Range<usize>> = raw.rules.iter().flatten().map(|r| r.span()).collect();
+    let rules: Vec<RuleSpec> = match raw.rules {
+        Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
+        None if user_classes => Vec::new(),
+        None => default_rules,
+    };
+    let default_span = raw.default_class.as_ref().map(|d| d.span());
+    let default_class = match raw.default_class {
+        Some(d) => d.into_inner(),
+        None => classes
+            .first()
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
+    };
+    let policy_span = raw.policy.as_ref().map(|p| p.span());
+    let policy = match raw.policy {
+        Some(p) => p.into_inner(),
+        None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+    };
+    let config = Config {
+        source: None,
+        listen,
+        admin,
+        debug_headers: raw.debug_headers,
+        policy,
+        nodes,
+        classes,
+        rules,
+        default_class,
+        timeouts: raw.timeouts,
+        limits: raw.limits,
+        health: raw.health,
+        upstream: raw.upstream,
+    };
+
+    let classifier = config.classifier().map_err(|e| {
+        let span = match &e {
+            ClassifierError::UnknownClass { rule, .. }
+            | ClassifierError::NoCondition { rule }
+            | ClassifierError::BadGlob { rule, .. }
+            | ClassifierError::BadRegex { rule, .. }
+            | ClassifierError::ValueWithoutHeader { rule } => rule_spans.get(rule - 1).cloned(),
+            ClassifierError::DuplicateClass(name) | ClassifierError::BadProfile { class: name, .. } => {
+                let last = config.classes.iter().rposition(|c| &c.name == name);
+                last.and_then(|i| class_spans.get(i).cloned())
+            }
+            ClassifierError::EmptyClassName => {
+                let i = config.classes.iter().position(|c| c.name.is_empty());
+                i.and_then(|i| class_spans.get(i).cloned())
+            }
+            ClassifierError::UnknownDefault { .. } => default_span.clone(),
+        };
+        loc.error(span, e.to_string())
+    })?;
+    config
+        .build_policy_for(&classifier)
+        .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
+    check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
+    Ok(config)
+}
+
+/// The span of a table header such as `[limits]`, for errors about values inside it.
+fn find_key(text: &str, table: &str) -> Option<Range<usize>> {
+    let header = format!("[{table}]");
+    text.find(&header).map(|i| i..i + header.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+listen = ["127.0.0.1:8080"]
+[[node]]
+address = "127.0.0.1:9001"
+"#;
+
+    #[test]
+    fn minimal_config_gets_cap_defaults() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.nodes[0].name, "127.0.0.1:9001");
+        assert_eq!(c.policy.name(), "round-robin");
+        let names: Vec<_> = c.classes.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["static", "disk", "cpu", "cpu-disk"]);
+        assert_eq!(c.default_class, "static");
+        assert_eq!(c.timeouts, Timeouts::default());
+    }
+
+    #[test]
+    fn syntax_error_is_located() {
+        let text = "listen = [\"127.0.0.1:8080\"]\n[[node]\naddress = 1\n";
+        let e = Config::parse(text, Some("a.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (2, 7), "{e}");
+        assert!(e.to_string().starts_with("a.toml:2:7: "), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+
+    #[test]
+    fn unknown_field_is_located() {
+        let text = format!("{MINIMAL}[timeouts]\nconect = \"1s\"\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.message.contains("conect"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_is_located() {
+        let text = format!("{MINIMAL}[timeouts]\nconnect = \"soon\"\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+    }
+
+    #[test]
+    fn rule_naming_an_unknown_class_points_at_the_rule() {
+        let text = format!(
+            "{MINIMAL}[[class]]\nname = \"a\"\n\n[[rule]]\nclass = \"b\"\npath_prefix = \"/\"\n"
+        );
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 8, "{e}");
+        assert!(e.message.contains("`b`"), "{e}");
+    }
+
+    #[test]
+    fn bad_node_address_and_duplicate_names() {
+        let text = "listen = [\"127.0.0.1:8080\"]\n[[node]]\naddress = \"127.0.0.1\"\n";
+        let e = Config::parse(text, Some("x.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (3, 11), "{e}");
+        assert!(e.message.contains("no port"), "{e}");
+
+        let text = "listen = [\"127.0.0.1:8080\"]\n[[node]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n[[node]]\nname = \"a\"\naddress = \"127.0.0.1:2\"\n";
+        let e = Config::parse(text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.message.contains("used twice"), "{e}");
+    }
+
+    #[test]
+    fn unknown_policy_is_located() {
+        let text = format!("{MINIMAL}[policy]\nname = \"fastest\"\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.message.contains("fastest"), "{e}");
+    }
+
+    #[test]
+    fn missing_nodes_and_listeners_are_named() {
+        let e = Config::parse("listen = [\"127.0.0.1:1\"]\n", None).unwrap_err();
+        assert!(e.message.contains("no node"), "{e}");
+        let e = Config::parse("[[node]]\naddress = \"127.0.0.1:1\"\n", None).unwrap_err();
+        assert!(e.message.contains("no listener"), "{e}");
+    }
+
+    #[test]
+    fn line_column_counts_characters() {
+        assert_eq!(line_column("ab\ncé\nx", 7), (3, 1));
+        assert_eq!(line_column("ab\ncéd", 6), (2, 3));
+    }
+}

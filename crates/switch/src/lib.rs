@@ -1,0 +1,13 @@
+//! The Capstan web switch: a layer-7 front end that classifies every request, dispatches it
+//! with a pluggable policy from `capstan-core`, and forwards it over pooled keep-alive
+//! connections.
+
+pub mod admin;
+pub mod body;
+pub mod cluster;
+pub mod config;
+pub mod proxy;
+pub mod server;
+
+pub use config::{Config, ConfigError, NodeConfig};
+pub use server::{run, start, Running, Switch};

@@ -1,0 +1,493 @@
+//! Proxying one request: limits, classification, dispatch, forwarding, retry and accounting.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use capstan_core::{hash_key, ClassId, HeaderLookup, NodeId, Outcome, RequestFacts, RequestInfo};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body, Incoming};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::{OnEnd, ResponseBody, UpstreamBody};
+use crate::cluster::{Cluster, FailureKind, LiveView, NodeRuntime};
+use crate::config::{Config, KeyKind};
+use crate::server::{ConnState, Switch};
+
+pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+
+/// The pooled keep-alive client to the nodes.
+pub fn make_client(config: &Config) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(config.timeouts.connect));
+    connector.set_nodelay(true);
+    connector.enforce_http(true);
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
+        .pool_idle_timeout(config.upstream.pool_idle_timeout)
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_CAPSTAN_NODE: HeaderName = HeaderName::from_static("x-capstan-node");
+static X_CAPSTAN_CLASS: HeaderName = HeaderName::from_static("x-capstan-class");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        &header::CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+        &header::UPGRADE,
+        &header::PROXY_AUTHENTICATE,
+        &header::PROXY_AUTHORIZATION,
+    ] {
+        headers.remove(name);
+    }
+}
+
+fn via_value(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_10 => "1.0 capstan",
+        Version::HTTP_2 => "2 capstan",
+        _ => "1.1 capstan",
+    })
+}
+
+/// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
+    let joined = match headers.get(name).and_then(|v| v.to_str().ok()) {
+        Some(existing) if !existing.is_empty() => format!("{existing}, {value}"),
+        _ => value.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&joined) {
+        headers.insert(name.clone(), v);
+    }
+}
+
+struct HeaderMapLookup<'a>(&'a HeaderMap);
+
+impl HeaderLookup for HeaderMapLookup<'_> {
+    fn header(&self, lower_case_name: &str) -> Option<&str> {
+        self.0.get(lower_case_name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A short plain-text response naming the cause.
+pub fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody> {
+    let text = format!(
+        "{} {}: {cause}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    let mut resp = Response::new(ResponseBody::full(text));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// Why a request is refused before it reaches any node.
+fn check_limits(req: &Request<Incoming>, config: &Config) -> Option<Response<ResponseBody>> {
+    let limits = &config.limits;
+    let target_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
+    if target_len > limits.max_request_line {
+        return Some(error_response(
+            StatusCode::URI_TOO_LONG,
+            &format!(
+                "request target is {target_len} bytes, the limit is {}",
+                limits.max_request_line
+            ),
+        ));
+    }
+    let headers = req.headers();
+    if headers.len() > limits.max_headers {
+        return Some(error_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!(
+                "{} header fields, the limit is {}",
+                headers.len(),
+                limits.max_headers
+            ),
+        ));
+    }
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > limits.max_header_bytes {
+        return Some(error_response(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            &format!(
+                "{header_bytes} bytes of header fields, the limit is {}",
+                limits.max_header_bytes
+            ),
+        ));
+    }
+    if limits.max_body_bytes > 0 {
+        if let Some(len) = declared_length(headers) {
+            if len > limits.max_body_bytes {
+                return Some(error_response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!(
+                        "request body is {len} bytes, the limit is {}",
+                        limits.max_body_bytes
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// Bookkeeping for one request placed on a node, settled when its response ends.
+struct Placement {
+    switch: Arc<Switch>,
+    cluster: Arc<Cluster>,
+    node_id: NodeId,
+    class: ClassId,
+    key: PathAndQuery,
+    started: Instant,
+    conn: Arc<ConnState>,
+}
+
+impl Placement {
+    fn node(&self) -> &Arc<NodeRuntime> {
+        &self.cluster.nodes[self.node_id]
+    }
+
+    fn settle(&self, ok: bool) {
+        let node = self.node();
+        node.active.fetch_sub(1, Ordering::Relaxed);
+        let elapsed = self.started.elapsed();
+        node.record_latency(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        let key = key_of(&self.key, self.cluster.config.upstream.key);
+        let info = RequestInfo {
+            class: self.class,
+            key,
+            key_hash: hash_key(key),
+        };
+        let outcome = Outcome {
+            ok,
+            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            finished_at_nanos: self.switch.epoch.now_nanos(),
+        };
+        self.cluster.policy.on_done(self.node_id, &info, &outcome);
+    }
+}
+
+/// Settles a placement when the response body ends, and releases the connection's request.
+struct SettleOnEnd(Option<Placement>);
+
+impl OnEnd for SettleOnEnd {
+    fn on_end(&mut self, completed: bool) {
+        if let Some(p) = self.0.take() {
+            p.settle(completed);
+            p.conn.request_done();
+        }
+    }
+}
+
+fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
+    match kind {
+        KeyKind::Path => pq.path(),
+        KeyKind::Uri => pq.as_str(),
+    }
+}
+
+/// Handles one client request.
+pub async fn handle(
+    switch: Arc<Switch>,
+    conn: Arc<ConnState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    conn.request_started();
+    let cluster = switch.cluster.load_full();
+    let resp = proxy(&switch, &cluster, &conn, peer, req).await;
+    let resp = match resp {
+        Ok(resp) => resp,
+        Err(resp) => {
+            conn.request_done();
+            resp
+        }
+    };
+    Ok(resp)
+}
+
+/// `Ok` for a node's response (its body settles the request when it ends), `Err` for a
+/// response the switch made itself.
+async fn proxy(
+    switch: &Arc<Switch>,
+    cluster: &Arc<Cluster>,
+    conn: &Arc<ConnState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+    let config = &cluster.config;
+    if let Some(refusal) = check_limits(&req, config) {
+        return Err(refusal);
+    }
+    let (mut parts, body) = req.into_parts();
+    let pq = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let class = cluster.classifier.classify(&RequestFacts {
+        method: parts.method.as_str(),
+        path: pq.path(),
+        query: pq.query(),
+        headers: &HeaderMapLookup(&parts.headers),
+    });
+    let debug = config.debug_headers;
+    let with_class = |mut resp: Response<ResponseBody>| {
+        if debug {
+            resp.headers_mut()
+                .insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
+        }
+        resp
+    };
+
+    let client_version = parts.version;
+    strip_hop_by_hop(&mut parts.headers);
+    append_list(
+        &mut parts.headers,
+        &X_FORWARDED_FOR,
+        &peer.ip().to_string(),
+    );
+    parts
+        .headers
+        .insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    append_list(
+        &mut parts.headers,
+        &header::VIA,
+        via_value(client_version).to_str().unwrap_or("1.1 capstan"),
+    );
+
+    let empty_body = body.is_end_stream() || declared_length(&parts.headers) == Some(0);
+    let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
+    let exceeded = Arc::new(AtomicBool::new(false));
+    let mut body = Some(if empty_body {
+        UpstreamBody::Empty
+    } else {
+        UpstreamBody::Stream {
+            inner: body,
+            remaining: match config.limits.max_body_bytes {
+                0 => u64::MAX,
+                n => n,
+            },
+            exceeded: Arc::clone(&exceeded),
+        }
+    });
+
+    let key = key_of(&pq, config.upstream.key);
+    let info = RequestInfo {
+        class,
+        key,
+        key_hash: hash_key(key),
+    };
+    let mut exclude = None;
+    let mut last_failure = String::new();
+    for attempt in 0..2 {
+        let now = switch.epoch.now_nanos();
+        let view = LiveView {
+            now_nanos: now,
+            nodes: &cluster.nodes,
+            exclude,
+        };
+        let Some(node_id) = cluster.policy.pick(&info, &view).filter(|&id| id < cluster.nodes.len())
+        else {
+            return Err(with_class(if attempt == 0 {
+                error_response(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no node available (all are down or backed off)",
+                )
+            } else {
+                error_response(StatusCode::BAD_GATEWAY, &last_failure)
+            }));
+        };
+        let node = &cluster.nodes[node_id];
+        node.active.fetch_add(1, Ordering::Relaxed);
+        node.class_placed[class].fetch_add(1, Ordering::Relaxed);
+        let placement = Placement {
+            switch: Arc::clone(switch),
+            cluster: Arc::clone(cluster),
+            node_id,
+            class,
+            key: pq.clone(),
+            started: Instant::now(),
+            conn: Arc::clone(conn),
+        };
+
+        let mut builder = Request::builder()
+            .method(parts.method.clone())
+            .version(Version::HTTP_11)
+            .uri(
+                Uri::builder()
+                    .scheme(Scheme::HTTP)
+                    .authority(node.authority.clone())
+                    .path_and_query(pq.clone())
+                    .build()
+                    .expect("scheme, authority and path are valid"),
+            );
+        if let Some(h) = builder.headers_mut() {
+            *h = if retryable && attempt == 0 {
+                parts.headers.clone()
+            } else {
+                std::mem::take(&mut parts.headers)
+            };
+        }
+        let up_body = if retryable {
+            UpstreamBody::Empty
+        } else {
+            body.take().unwrap_or(UpstreamBody::Empty)
+        };
+        let up_req = builder.body(up_body).expect("request parts are valid");
+
+        let sent = tokio::time::timeout(
+            config.timeouts.upstream,
+            cluster.client.request(up_req),
+        )
+        .await;
+        let failure = match sent {
+            Ok(Ok(resp)) => {
+                node.record_response();
+                return Ok(forward_response(resp, placement, cluster, class, client_version));
+            }
+            Ok(Err(e)) if exceeded.load(Ordering::Relaxed) => {
+                let _ = e;
+                placement.settle(false);
+                return Err(with_class(error_response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!(
+                        "request body exceeds the limit of {} bytes",
+                        config.limits.max_body_bytes
+                    ),
+                )));
+            }
+            Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, e.to_string(), source_text(&e)),
+            Ok(Err(e)) => (FailureKind::Other, e.to_string(), source_text(&e)),
+            Err(_elapsed) => (
+                FailureKind::Timeout,
+                String::new(),
+                String::new(),
+            ),
+        };
+        placement.settle(false);
+        let (kind, _, detail) = failure;
+        node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
+        let name = &node.config.name;
+        let addr = node.config.address;
+        match kind {
+            FailureKind::Timeout => {
+                return Err(with_class(error_response(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!(
+                        "node {name} ({addr}) sent no response within {}",
+                        humantime::format_duration(config.timeouts.upstream)
+                    ),
+                )));
+            }
+            FailureKind::Connect => {
+                last_failure = format!("could not connect to node {name} ({addr}): {detail}");
+                tracing::debug!("{last_failure}");
+                if retryable && attempt == 0 {
+                    exclude = Some(node_id);
+                    continue;
+                }
+                return Err(with_class(error_response(StatusCode::BAD_GATEWAY, &last_failure)));
+            }
+            FailureKind::Other => {
+                return Err(with_class(error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("node {name} ({addr}) failed: {detail}"),
+                )));
+            }
+        }
+    }
+    Err(with_class(error_response(StatusCode::BAD_GATEWAY, &last_failure)))
+}
+
+/// The innermost cause of an error, which is the part worth showing.
+fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+fn forward_response(
+    resp: Response<Incoming>,
+    placement: Placement,
+    cluster: &Cluster,
+    class: ClassId,
+    client_version: Version,
+) -> Response<ResponseBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    append_list(
+        &mut parts.headers,
+        &header::VIA,
+        via_value(parts.version).to_str().unwrap_or("1.1 capstan"),
+    );
+    if cluster.config.debug_headers {
+        parts
+            .headers
+            .insert(&X_CAPSTAN_NODE, placement.node().name_header.clone());
+        parts
+            .headers
+            .insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
+    }
+    parts.version = client_version;
+    Response::from_parts(
+        parts,
+        ResponseBody::Upstream {
+            inner: body,
+            on_end: Some(Box::new(SettleOnEnd(Some(placement)))),
+        },
+    )
+}

@@ -1,0 +1,438 @@
+//! Listeners, client connections (with idle and header-read deadlines), graceful shutdown and
+//! reload.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify, Semaphore};
+
+use crate::cluster::{Cluster, Epoch};
+use crate::config::Config;
+
+/// The running switch: the current cluster and the switch-wide counters.
+pub struct Switch {
+    pub epoch: Epoch,
+    pub cluster: ArcSwap<Cluster>,
+    pub started_at: SystemTime,
+    pub open_connections: AtomicUsize,
+    pub accepted_connections: AtomicU64,
+    pub reloads: AtomicU64,
+    reload_lock: tokio::sync::Mutex<()>,
+    shutdown: watch::Sender<bool>,
+    all_closed: Notify,
+}
+
+impl Switch {
+    /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
+    pub async fn reload(&self) -> Result<String, String> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let current = self.cluster.load_full();
+        let Some(path) = current.config.source.clone() else {
+            return Err("started without a configuration file; nothing to reload".into());
+        };
+        let loaded = tokio::task::spawn_blocking(move || Config::load(&path))
+            .await
+            .map_err(|e| format!("reload failed: {e}"))?;
+        let config = loaded.map_err(|e| e.to_string())?;
+        let mut note = String::new();
+        if config.listen != current.config.listen || config.admin != current.config.admin {
+            note = " (listener changes take effect on restart)".into();
+        }
+        let cluster = Cluster::build(config, current.generation + 1, Some(&current))
+            .map_err(|e| e.to_string())?;
+        let summary = format!(
+            "reloaded: generation {}, policy {}, {} nodes{note}",
+            cluster.generation,
+            cluster.config.policy.name(),
+            cluster.nodes.len()
+        );
+        self.cluster.store(Arc::new(cluster));
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("{summary}");
+        Ok(summary)
+    }
+
+    /// Stops accepting and lets in-flight requests finish (see [`Running::wait`]).
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn connection_closed(&self) {
+        if self.open_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all_closed.notify_waiters();
+        }
+    }
+}
+
+/// What one client connection is doing, for its idle and header-read deadlines.
+pub struct ConnState {
+    epoch: Epoch,
+    last_activity: AtomicU64,
+    /// When the first byte of the next request head arrived; 0 while none is being read.
+    head_started: AtomicU64,
+    in_flight: AtomicU32,
+}
+
+impl ConnState {
+    fn new(epoch: Epoch) -> Self {
+        ConnState {
+            epoch,
+            last_activity: AtomicU64::new(epoch.now_nanos()),
+            head_started: AtomicU64::new(0),
+            in_flight: AtomicU32::new(0),
+        }
+    }
+
+    pub fn request_started(&self) {
+        self.head_started.store(0, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn request_done(&self) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.last_activity
+            .store(self.epoch.now_nanos(), Ordering::Relaxed);
+    }
+
+    fn on_read(&self) {
+        let now = self.epoch.now_nanos();
+        self.last_activity.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_started.load(Ordering::Relaxed) == 0
+        {
+            self.head_started.store(now.max(1), Ordering::Relaxed);
+        }
+    }
+
+    fn on_write(&self) {
+        self.last_activity
+            .store(self.epoch.now_nanos(), Ordering::Relaxed);
+    }
+
+    /// Why the connection should be closed now, if it should.
+    fn expired(&self, idle: Duration, header_read: Duration) -> Option<&'static str> {
+        let now = self.epoch.now_nanos();
+        let head = self.head_started.load(Ordering::Relaxed);
+        if head != 0 && now.saturating_sub(head) > nanos(header_read) {
+            return Some("request head not received within the header-read timeout");
+        }
+        let last = self.last_activity.load(Ordering::Relaxed);
+        if now.saturating_sub(last) > nanos(idle) {
+            return Some("connection idle past the client idle timeout");
+        }
+        None
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A client socket that tells its [`ConnState`] when bytes move.
+struct TrackedStream {
+    inner: TcpStream,
+    state: Arc<ConnState>,
+}
+
+impl AsyncRead for TrackedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.on_read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for TrackedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.on_write();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.on_write();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A started switch.
+pub struct Running {
+    pub switch: Arc<Switch>,
+    /// The bound client listeners (useful when the configuration asked for port 0).
+    pub listen_addrs: Vec<SocketAddr>,
+    pub admin_addr: Option<SocketAddr>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits until shutdown has been asked for, then for open connections to finish, at most
+    /// the grace period.
+    pub async fn wait(self) {
+        let mut rx = self.switch.shutdown.subscribe();
+        let _ = rx.wait_for(|stop| *stop).await;
+        let grace = self.switch.cluster.load().config.timeouts.grace;
+        let drained = async {
+            loop {
+                let notified = self.switch.all_closed.notified();
+                if self.switch.open_connections.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!(
+                open = self.switch.open_connections.load(Ordering::Relaxed),
+                "grace period over; closing the remaining connections"
+            );
+        }
+        for task in self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Binds the listeners and starts serving. Returns once everything is listening.
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let listen = config.listen.clone();
+    let admin = config.admin;
+    let max_connections = config.limits.max_connections;
+    let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (shutdown, _) = watch::channel(false);
+    let switch = Arc::new(Switch {
+        epoch: Epoch::new(),
+        cluster: ArcSwap::from_pointee(cluster),
+        started_at: SystemTime::now(),
+        open_connections: AtomicUsize::new(0),
+        accepted_connections: AtomicU64::new(0),
+        reloads: AtomicU64::new(0),
+        reload_lock: tokio::sync::Mutex::new(()),
+        shutdown,
+        all_closed: Notify::new(),
+    });
+    let limit = Arc::new(Semaphore::new(max_connections));
+    let mut tasks = Vec::new();
+    let mut listen_addrs = Vec::new();
+    for addr in listen {
+        let listener = bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        listen_addrs.push(listener.local_addr()?);
+        tasks.push(tokio::spawn(accept_loop(
+            Arc::clone(&switch),
+            listener,
+            Arc::clone(&limit),
+        )));
+    }
+    let admin_addr = match admin {
+        Some(addr) => {
+            let listener =
+                bind(addr).with_context(|| format!("cannot listen on admin address {addr}"))?;
+            let bound = listener.local_addr()?;
+            tasks.push(tokio::spawn(crate::admin::serve(
+                Arc::clone(&switch),
+                listener,
+            )));
+            Some(bound)
+        }
+        None => None,
+    };
+    Ok(Running {
+        switch,
+        listen_addrs,
+        admin_addr,
+        tasks,
+    })
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
+}
+
+async fn accept_loop(switch: Arc<Switch>, listener: TcpListener, limit: Arc<Semaphore>) {
+    let mut stop = switch.shutdown.subscribe();
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&limit).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        switch.open_connections.fetch_add(1, Ordering::AcqRel);
+        switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
+        let switch = Arc::clone(&switch);
+        tokio::spawn(async move {
+            serve_connection(&switch, stream, peer).await;
+            drop(permit);
+            switch.connection_closed();
+        });
+    }
+}
+
+async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketAddr) {
+    let cluster = switch.cluster.load_full();
+    let config = &cluster.config;
+    let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
+    let state = Arc::new(ConnState::new(switch.epoch));
+    let io = TokioIo::new(TrackedStream {
+        inner: stream,
+        state: Arc::clone(&state),
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .keep_alive(true)
+        .header_read_timeout(None)
+        .max_header_size(config.limits.max_request_line + config.limits.max_header_bytes + 64);
+    if config.limits.max_headers != 100 {
+        builder.max_headers(config.limits.max_headers);
+    }
+    drop(cluster);
+    let service = {
+        let switch = Arc::clone(switch);
+        let state = Arc::clone(&state);
+        service_fn(move |req| crate::proxy::handle(Arc::clone(&switch), Arc::clone(&state), peer, req))
+    };
+    let conn = builder.serve_connection(io, service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stop = switch.shutdown.subscribe();
+    let mut stopping = *stop.borrow();
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+    }
+    let tick = (idle.min(header_read) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, "client connection ended: {e}");
+                }
+                return;
+            }
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = ticker.tick() => {
+                if let Some(why) = state.expired(idle, header_read) {
+                    tracing::debug!(%peer, "closing client connection: {why}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Starts the switch and serves until SIGTERM or SIGINT; SIGHUP reloads the configuration.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let running = start(config).await?;
+    for addr in &running.listen_addrs {
+        tracing::info!("listening on http://{addr}");
+    }
+    if let Some(addr) = running.admin_addr {
+        tracing::info!("admin on http://{addr}/ (status, /status, /metrics, POST /reload)");
+    }
+    spawn_signal_handlers(Arc::clone(&running.switch))?;
+    running.wait().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = hup.recv() => {
+                    if let Err(e) = switch.reload().await {
+                        tracing::error!("reload refused, the old configuration keeps serving: {e}");
+                    }
+                    continue;
+                }
+            }
+        }
+        tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        switch.shutdown();
+    });
+    Ok(())
+}
+

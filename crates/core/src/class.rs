@@ -294,7 +294,11 @@ impl Classifier {
 }
 
 fn check_profile(class: &str, p: &ResourceProfile) -> Result<(), ClassifierError> {
-    for (field, v) in [("cpu_ms", p.cpu_ms), ("disk_ms", p.disk_ms), ("net_kb", p.net_kb)] {
+    for (field, v) in [
+        ("cpu_ms", p.cpu_ms),
+        ("disk_ms", p.disk_ms),
+        ("net_kb", p.net_kb),
+    ] {
         if !v.is_finite() || v < 0.0 {
             return Err(ClassifierError::BadProfile {
                 class: class.to_string(),
@@ -322,7 +326,13 @@ fn conditions_of(rule: usize, spec: &RuleSpec) -> Result<Vec<Condition>, Classif
         let re = Regex::new(pattern).map_err(|e| ClassifierError::BadRegex {
             rule,
             pattern: pattern.clone(),
-            reason: e.to_string().lines().last().unwrap_or_default().trim().to_string(),
+            reason: e
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
         })?;
         out.push(Condition::Regex(re));
     }
@@ -450,7 +460,10 @@ mod tests {
             "disk"
         );
         assert_eq!(class_of(&c, "GET", "/secure/file5k.html", None), "cpu");
-        assert_eq!(class_of(&c, "GET", "/secure/cgi-bin/x.cgi", None), "cpu-disk");
+        assert_eq!(
+            class_of(&c, "GET", "/secure/cgi-bin/x.cgi", None),
+            "cpu-disk"
+        );
     }
 
     #[test]
@@ -525,7 +538,10 @@ mod tests {
         let mut r = rule("a");
         r.regex = Some("(".into());
         let err = Classifier::new(&classes(&["a"]), &[r], "a").unwrap_err();
-        assert!(matches!(err, ClassifierError::BadRegex { rule: 1, .. }), "{err}");
+        assert!(
+            matches!(err, ClassifierError::BadRegex { rule: 1, .. }),
+            "{err}"
+        );
 
         let err = Classifier::new(&classes(&["a", "a"]), &[], "a").unwrap_err();
         assert_eq!(err, ClassifierError::DuplicateClass("a".into()));

@@ -9,8 +9,8 @@ pub mod policy;
 pub mod view;
 
 pub use class::{
-    ClassDef, ClassId, ClassSpec, Classifier, ClassifierError, HeaderLookup, NoHeaders, RequestFacts,
-    ResourceProfile, RuleSpec,
+    ClassDef, ClassId, ClassSpec, Classifier, ClassifierError, HeaderLookup, NoHeaders,
+    RequestFacts, ResourceProfile, RuleSpec,
 };
 pub use policy::{
     build_policy, Outcome, Policy, PolicyContext, PolicyError, PolicySpec, RequestInfo,

@@ -1,12 +1,11 @@
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use super::{next_available, Policy, RequestInfo};
+use super::support::Rotor;
+use super::{Policy, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
 /// Circular pointer over the nodes, skipping unavailable ones.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
-    next: AtomicUsize,
+    next: Rotor,
 }
 
 impl RoundRobin {
@@ -21,19 +20,10 @@ impl Policy for RoundRobin {
     }
 
     fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
-        let n = view.node_count();
-        if n == 0 {
-            return None;
-        }
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        let id = next_available(view, start)?;
-        // Skipping an unavailable node must not give its successor two turns in a row.
-        if id != start {
-            let _ = self
-                .next
-                .compare_exchange(start + 1, id + 1, Ordering::Relaxed, Ordering::Relaxed);
-        }
-        Some(id)
+        // Skipping an unavailable node must not give its successor two turns in a row: the
+        // rotor moves past the node it chose.
+        self.next
+            .next(view.node_count(), |id| view.node(id).available)
     }
 }
 
@@ -63,8 +53,8 @@ mod tests {
         let rr = RoundRobin::new();
         let mut view = StaticView::uniform(3);
         view.nodes[1].available = false;
-        let picks: Vec<_> = (0..4).map(|_| rr.pick(&req(), &view).unwrap()).collect();
-        assert!(!picks.contains(&1));
+        let picks: Vec<_> = (0..6).map(|_| rr.pick(&req(), &view).unwrap()).collect();
+        assert_eq!(picks, vec![0, 2, 0, 2, 0, 2]);
         for n in &mut view.nodes {
             n.available = false;
         }

@@ -1,0 +1,164 @@
+//! The configuration surface: every policy by name, parsed from a `[policy]` table, printed back,
+//! and built.
+
+use serde::{Deserialize, Serialize};
+
+use super::support::testing::check_common_behaviour;
+use super::{build_policy, PolicyContext, PolicyError, PolicySpec};
+
+#[derive(Debug, Deserialize, Serialize, PartialEq)]
+struct Config {
+    policy: PolicySpec,
+}
+
+fn parse(toml_text: &str) -> Result<PolicySpec, String> {
+    toml::from_str::<Config>(toml_text)
+        .map(|c| c.policy)
+        .map_err(|e| e.to_string())
+}
+
+fn names(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn every_name_has_defaults_that_build_and_behave() {
+    let nodes = names(&["a", "b", "c", "d"]);
+    let classes = names(&["static", "disk", "cpu", "cpu-disk"]);
+    let ctx = PolicyContext {
+        nodes: &nodes,
+        classes: &classes,
+    };
+    for &name in PolicySpec::NAMES {
+        let spec = PolicySpec::with_defaults(name).unwrap();
+        assert_eq!(spec.name(), name);
+        let policy = build_policy(&spec, &ctx).unwrap();
+        assert_eq!(policy.name(), name);
+        check_common_behaviour(policy.as_ref(), nodes.len());
+    }
+    assert_eq!(
+        PolicySpec::with_defaults("fastest"),
+        Err(PolicyError::UnknownPolicy("fastest".into()))
+    );
+}
+
+#[test]
+fn a_bare_name_gets_the_papers_defaults() {
+    for &name in PolicySpec::NAMES {
+        let parsed = parse(&format!("[policy]\nname = \"{name}\"\n")).unwrap();
+        assert_eq!(parsed, PolicySpec::with_defaults(name).unwrap(), "{name}");
+    }
+    assert_eq!(
+        parse("[policy]\nname = \"lard-r\"").unwrap(),
+        PolicySpec::LardR {
+            t_low: 25,
+            t_high: 65,
+            shrink_after_secs: 20.0,
+            max_targets: 1_000_000
+        }
+    );
+    assert_eq!(
+        parse("[policy]\nname = \"consistent-hash\"").unwrap(),
+        PolicySpec::ConsistentHash {
+            epsilon: 0.25,
+            virtual_nodes: 160
+        }
+    );
+}
+
+#[test]
+fn parameters_parse_and_print_back() {
+    let text = r#"
+        [policy]
+        name = "static-partitioning"
+        default = ["a"]
+        [policy.partitions]
+        cpu = ["c", "d"]
+        disk = ["b"]
+    "#;
+    let spec = parse(text).unwrap();
+    let PolicySpec::StaticPartitioning {
+        partitions,
+        default,
+    } = &spec
+    else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(partitions["cpu"], names(&["c", "d"]));
+    assert_eq!(default.as_deref(), Some(&names(&["a"])[..]));
+
+    for spec in [
+        spec.clone(),
+        parse("[policy]\nname = \"lard\"\nt_low = 10\nt_high = 20\nmax_targets = 5000").unwrap(),
+        parse("[policy]\nname = \"cap-load\"\nmax_load = 0.75").unwrap(),
+        parse("[policy]\nname = \"consistent-hash\"\nepsilon = inf").unwrap(),
+        parse("[policy]\nname = \"random\"\nseed = 99").unwrap(),
+        parse("[policy]\nname = \"peak-ewma\"\ndecay_time_secs = 2.5").unwrap(),
+        PolicySpec::Cap {},
+    ] {
+        let printed = toml::to_string(&Config {
+            policy: spec.clone(),
+        })
+        .unwrap();
+        assert_eq!(parse(&printed).unwrap(), spec, "{printed}");
+    }
+}
+
+#[test]
+fn unknown_names_and_parameters_are_refused() {
+    let e = parse("[policy]\nname = \"fastest\"").unwrap_err();
+    assert!(e.contains("fastest"), "{e}");
+    let e = parse("[policy]\nname = \"lard\"\nt_hihg = 3").unwrap_err();
+    assert!(e.contains("t_hihg"), "{e}");
+    let e = parse("[policy]\nname = \"cap\"\nmax_load = 0.5").unwrap_err();
+    assert!(e.contains("max_load"), "{e}");
+}
+
+#[test]
+fn invalid_parameters_fail_to_build_with_the_policy_named() {
+    let nodes = names(&["a", "b"]);
+    let classes = names(&["static"]);
+    let ctx = PolicyContext {
+        nodes: &nodes,
+        classes: &classes,
+    };
+    let cases = [
+        ("[policy]\nname = \"lard\"\nt_low = 70", "lard: t_low"),
+        (
+            "[policy]\nname = \"lard-r\"\nmax_targets = 1",
+            "lard-r: max_targets",
+        ),
+        (
+            "[policy]\nname = \"lard-r\"\nshrink_after_secs = -1.0",
+            "lard-r: shrink_after_secs",
+        ),
+        (
+            "[policy]\nname = \"consistent-hash\"\nepsilon = -1.0",
+            "consistent-hash: epsilon",
+        ),
+        (
+            "[policy]\nname = \"consistent-hash\"\nvirtual_nodes = 0",
+            "consistent-hash: virtual_nodes",
+        ),
+        (
+            "[policy]\nname = \"peak-ewma\"\ndecay_time_secs = 0.0",
+            "peak-ewma: decay_time_secs",
+        ),
+        (
+            "[policy]\nname = \"cap-load\"\nmax_load = 0.0",
+            "cap-load: max_load",
+        ),
+        (
+            "[policy]\nname = \"static-partitioning\"\npartitions = { static = [\"z\"] }",
+            "static-partitioning: the partition of class `static` names node `z`",
+        ),
+    ];
+    for (text, message) in cases {
+        let spec = parse(text).unwrap();
+        match build_policy(&spec, &ctx) {
+            Err(PolicyError::Invalid(m)) => assert!(m.starts_with(message), "{m}"),
+            Err(other) => panic!("{text}: {other:?}"),
+            Ok(_) => panic!("{text}: built"),
+        }
+    }
+}

@@ -1,0 +1,99 @@
+use std::sync::Mutex;
+
+use super::support::known_nodes;
+use super::{Policy, RequestInfo};
+use crate::view::{ClusterView, NodeId};
+
+/// Smooth weighted round robin, as nginx does it: every pick adds each available node's weight to
+/// its running credit, the node with the most credit wins and pays back the total. Over a cycle
+/// of `Σ weights` picks each node gets exactly its weight, and heavy nodes' turns are spread out
+/// (`a b a c a` for 3:1:1) instead of bunched.
+///
+/// Weights are read from the view at each pick (`NodeState::weight`, below 1 counts as 1), so
+/// weights derived from gathered load can later be fed through the view without a new policy.
+#[derive(Debug)]
+pub struct WeightedRoundRobin {
+    /// Running credit per node, sized to the cluster the policy was built for. A lock, not
+    /// atomics: the credits of all nodes must change together for the cycle to stay exact, and
+    /// the critical section is a few additions.
+    credit: Mutex<Vec<i64>>,
+}
+
+impl WeightedRoundRobin {
+    pub fn new(node_count: usize) -> Self {
+        WeightedRoundRobin {
+            credit: Mutex::new(vec![0; node_count]),
+        }
+    }
+}
+
+impl Policy for WeightedRoundRobin {
+    fn name(&self) -> &'static str {
+        "weighted-round-robin"
+    }
+
+    fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+        // A panic elsewhere while holding the lock leaves credits that are still valid numbers.
+        let mut credit = self.credit.lock().unwrap_or_else(|e| e.into_inner());
+        let n = known_nodes(view, credit.len());
+        let mut total = 0i64;
+        let mut best: Option<NodeId> = None;
+        for id in 0..n {
+            let state = view.node(id);
+            if !state.available {
+                continue;
+            }
+            let weight = i64::from(state.weight.max(1));
+            credit[id] += weight;
+            total += weight;
+            if best.is_none_or(|b| credit[id] > credit[b]) {
+                best = Some(id);
+            }
+        }
+        let chosen = best?;
+        credit[chosen] -= total;
+        Some(chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::support::testing::{check_common_behaviour, picks};
+    use crate::view::StaticView;
+
+    #[test]
+    fn weights_interleave_smoothly() {
+        let mut view = StaticView::uniform(3);
+        view.nodes[0].weight = 5;
+        view.nodes[1].weight = 1;
+        view.nodes[2].weight = 1;
+        // nginx's documented sequence for weights 5, 1, 1.
+        let chosen = picks(&WeightedRoundRobin::new(3), &view, 7);
+        assert_eq!(chosen, vec![0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn each_cycle_gives_every_node_its_weight() {
+        let mut view = StaticView::uniform(4);
+        for (node, weight) in view.nodes.iter_mut().zip([3, 1, 2, 4]) {
+            node.weight = weight;
+        }
+        let chosen = picks(&WeightedRoundRobin::new(4), &view, 100);
+        for (node, weight) in [3, 1, 2, 4].into_iter().enumerate() {
+            let count = chosen.iter().filter(|&&id| id == node).count();
+            assert_eq!(count, weight * 10, "node {node}");
+        }
+    }
+
+    #[test]
+    fn equal_weights_are_plain_round_robin() {
+        let chosen = picks(&WeightedRoundRobin::new(3), &StaticView::uniform(3), 6);
+        assert_eq!(chosen, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn shared_behaviour() {
+        check_common_behaviour(&WeightedRoundRobin::new(4), 4);
+    }
+}

@@ -109,6 +109,12 @@ pub fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody>
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        // The rest of the body is still on the wire; reading it only to discard it would let a
+        // client make the switch read without end.
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     resp
 }
 

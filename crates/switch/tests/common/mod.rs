@@ -1,0 +1,273 @@
+//! Real back-ends and a real switch on loopback, for the switch's tests.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use capstan_switch::{Config, Running};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// A small HTTP back-end that names itself in every answer.
+///
+/// Paths: `/slow?ms=N` answers after N ms; `/big?bytes=N` streams N bytes; `/upload` counts
+/// the request body's bytes; `/headers` returns the request head as `name: value` lines;
+/// `/chunked` answers with a chunked body; anything else answers with the back-end's name.
+pub struct Backend {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Backend {
+    pub async fn start(name: &str) -> Backend {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), name).await
+    }
+
+    pub async fn start_on(addr: SocketAddr, name: &str) -> Backend {
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let task = {
+            let name = name.to_string();
+            let hits = Arc::clone(&hits);
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let name = name.clone();
+                    let hits = Arc::clone(&hits);
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| {
+                            hits.fetch_add(1, Ordering::Relaxed);
+                            backend_answer(name.clone(), req)
+                        });
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            })
+        };
+        Backend {
+            name: name.to_string(),
+            addr,
+            hits,
+            task,
+        }
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+}
+
+fn query_number(req: &Request<Incoming>, key: &str) -> u64 {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn backend_answer(
+    name: String,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, Infallible> {
+    let full = |s: String| Full::new(Bytes::from(s)).boxed();
+    let resp = match req.uri().path() {
+        "/slow" => {
+            tokio::time::sleep(Duration::from_millis(query_number(&req, "ms"))).await;
+            Response::new(full(name))
+        }
+        "/big" => {
+            let total = query_number(&req, "bytes");
+            let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+            let stream = futures_stream(total, chunk);
+            let mut resp = Response::new(StreamBody::new(stream).boxed());
+            resp.headers_mut()
+                .insert("content-length", total.to_string().parse().unwrap());
+            resp
+        }
+        "/chunked" => {
+            let stream = futures_stream(3 * 1000, Bytes::from(vec![b'c'; 1000]));
+            Response::new(StreamBody::new(stream).boxed())
+        }
+        "/upload" => {
+            let mut body = req.into_body();
+            let mut n = 0u64;
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => n += f.data_ref().map_or(0, |d| d.len() as u64),
+                    Err(_) => break,
+                }
+            }
+            Response::new(full(n.to_string()))
+        }
+        "/headers" => {
+            let mut text = format!("{} {} {:?}\n", req.method(), req.uri(), req.version());
+            for (k, v) in req.headers() {
+                text.push_str(&format!("{}: {}\n", k, v.to_str().unwrap_or("?")));
+            }
+            let mut resp = Response::new(full(text));
+            resp.headers_mut()
+                .insert("connection", "keep-alive, x-drop-me".parse().unwrap());
+            resp.headers_mut()
+                .insert("x-drop-me", "hop".parse().unwrap());
+            resp.headers_mut()
+                .insert("keep-alive", "timeout=5".parse().unwrap());
+            resp
+        }
+        _ => Response::new(full(name)),
+    };
+    Ok(resp)
+}
+
+/// A stream of `total` bytes in chunks, without holding them all.
+fn futures_stream(
+    total: u64,
+    chunk: Bytes,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send {
+    let mut left = total;
+    futures_util::stream::poll_fn(move |_| {
+        if left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        left -= n as u64;
+        std::task::Poll::Ready(Some(Ok(Frame::data(chunk.slice(..n)))))
+    })
+}
+
+/// A switch started in this process from TOML text whose `listen` is port 0.
+pub async fn start_switch(toml: &str) -> Running {
+    let config = Config::parse(toml, Some("test.toml")).expect("test config is valid");
+    capstan_switch::start(config).await.expect("switch starts")
+}
+
+/// TOML for `nodes`, with `extra` appended (policy, classes, timeouts, …).
+pub fn config_for(nodes: &[&Backend], extra: &str) -> String {
+    let mut text = String::from(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\ndebug_headers = true\n",
+    );
+    text.push_str(extra);
+    text.push('\n');
+    for node in nodes {
+        text.push_str(&format!(
+            "[[node]]\nname = \"{}\"\naddress = \"{}\"\n",
+            node.name, node.addr
+        ));
+    }
+    text
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn node(&self) -> String {
+        self.header("x-capstan-node")
+    }
+    pub fn class(&self) -> String {
+        self.header("x-capstan-class")
+    }
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Answer {
+    send(addr, Request::get(path), Bytes::new()).await
+}
+
+pub async fn send(addr: SocketAddr, builder: hyper::http::request::Builder, body: Bytes) -> Answer {
+    let builder = {
+        let uri = builder.uri_ref().unwrap().to_string();
+        builder.uri(format!("http://{addr}{uri}"))
+    };
+    let req = builder.body(Full::new(body)).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(30), client().request(req))
+        .await
+        .expect("answer within 30 s")
+        .expect("request succeeds");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Answer {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Counts of answers per node for the given paths, requested one after another.
+pub async fn placements(addr: SocketAddr, paths: &[&str]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for path in paths {
+        let a = get(addr, path).await;
+        assert_eq!(a.status, StatusCode::OK, "{path}: {}", a.text());
+        out.push((path.to_string(), a.node()));
+    }
+    out
+}
+
+pub fn tally(placed: &[(String, String)]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for (_, node) in placed {
+        *m.entry(node.clone()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Sends raw bytes on a fresh connection and returns everything the switch answered until it
+/// closed the connection (or 10 s passed).
+pub async fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub async fn status_json(admin: SocketAddr) -> serde_json::Value {
+    let a = get(admin, "/status").await;
+    assert_eq!(a.status, StatusCode::OK);
+    serde_json::from_slice(&a.body).expect("status is JSON")
+}

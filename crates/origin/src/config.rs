@@ -1,0 +1,232 @@
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use capstan_model::NodeParams;
+use capstan_workload::TreeKind;
+use serde::{Deserialize, Serialize};
+
+use crate::OriginError;
+
+/// Whether the node spends modelled time or real resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Resources {
+    /// Requests wait in modelled CPU/disk/NIC queues (the `capstan-model` crate) in real time:
+    /// many nodes on one small machine behave like separate machines.
+    Emulated,
+    /// A calibrated CPU loop, real synchronous disk I/O and real files read from `data_dir`.
+    Real,
+}
+
+impl Resources {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Resources::Emulated => "emulated",
+            Resources::Real => "real",
+        }
+    }
+}
+
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Resources {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "emulated" => Ok(Resources::Emulated),
+            "real" => Ok(Resources::Real),
+            _ => Err(format!(
+                "unknown resources {s:?} (expected emulated or real)"
+            )),
+        }
+    }
+}
+
+/// Demands of the dynamic services, in milliseconds at speed 1. Defaults are the Jones thesis's
+/// light-load response times (Table 2): CPU light 40 ms, CPU heavy 100 ms, disk 100 ms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Services {
+    /// `/cgi-bin/cpu_light.cgi`: CPU time.
+    pub cpu_light_ms: f64,
+    /// `/cgi-bin/cpu_med.cgi` (the thesis's "CPU heavy"): CPU time.
+    pub cpu_med_ms: f64,
+    /// `/cgi-bin/disk_load.cgi`: disk time in emulated mode (read, synchronous write and delete
+    /// of the file, as one FCFS disk job).
+    pub disk_load_ms: f64,
+    /// `/secure/…`: pay a full SSL handshake (RSA) on every request. The origin cannot see TLS
+    /// sessions, so `false` means "sessions are always resumed" (bulk costs only).
+    pub secure_handshake_every_request: bool,
+}
+
+impl Default for Services {
+    fn default() -> Self {
+        Services {
+            cpu_light_ms: 40.0,
+            cpu_med_ms: 100.0,
+            disk_load_ms: 100.0,
+            secure_handshake_every_request: true,
+        }
+    }
+}
+
+/// Everything `capstan origin` can be told, from flags or a TOML file (same names).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OriginConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Name reported in `/_capstan/load` (defaults to the listen address).
+    pub name: Option<String>,
+    pub tree: TreeKind,
+    pub seed: u64,
+    /// File count for the `polygraph` and `cap` trees (default 2000).
+    pub files: Option<usize>,
+    pub resources: Resources,
+    /// Where `real` mode writes and reads the tree (default: a directory under the system temp
+    /// directory named after tree and seed).
+    pub data_dir: Option<PathBuf>,
+    /// Length of the "last interval" window of `/_capstan/load`, in milliseconds.
+    pub load_interval_ms: u64,
+    pub services: Services,
+    /// Node capacity: cores, speed, disk, NIC, memory cache, SSL costs.
+    pub node: NodeParams,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            name: None,
+            tree: TreeKind::Webstone,
+            seed: 1,
+            files: None,
+            resources: Resources::Emulated,
+            data_dir: None,
+            load_interval_ms: 1000,
+            services: Services::default(),
+            node: NodeParams::default(),
+        }
+    }
+}
+
+impl OriginConfig {
+    /// Parse TOML; errors name the line.
+    pub fn from_toml_str(text: &str) -> Result<Self, OriginError> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().replace('\n', " ");
+            OriginError::Config(match line {
+                Some(l) => format!("line {l}: {msg}"),
+                None => msg,
+            })
+        })
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, OriginError> {
+        let text = std::fs::read_to_string(path).map_err(|e| OriginError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        Self::from_toml_str(&text).map_err(|e| match e {
+            OriginError::Config(m) => OriginError::Config(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), OriginError> {
+        self.node.validate().map_err(OriginError::Config)?;
+        let s = &self.services;
+        for (name, v) in [
+            ("cpu_light_ms", s.cpu_light_ms),
+            ("cpu_med_ms", s.cpu_med_ms),
+            ("disk_load_ms", s.disk_load_ms),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(OriginError::Config(format!(
+                    "services.{name} must be a non-negative number, got {v}"
+                )));
+            }
+        }
+        if self.load_interval_ms == 0 {
+            return Err(OriginError::Config(
+                "load_interval_ms must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| {
+            let files = self.files.map(|n| format!("-{n}")).unwrap_or_default();
+            std::env::temp_dir().join(format!(
+                "capstan-origin-{}-seed{}{files}",
+                self.tree, self.seed
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_with_every_section() {
+        let c = OriginConfig::from_toml_str(
+            r#"
+listen = "127.0.0.1:9001"
+tree = "webstone-2000"
+seed = 7
+resources = "real"
+data_dir = "/tmp/x"
+
+[services]
+cpu_med_ms = 120
+
+[node]
+cores = 2
+speed = 0.5
+
+[node.disk]
+seek_ms = 8.5
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.tree, TreeKind::Webstone2000);
+        assert_eq!(c.resources, Resources::Real);
+        assert_eq!(c.services.cpu_med_ms, 120.0);
+        assert_eq!(c.services.cpu_light_ms, 40.0);
+        assert_eq!((c.node.cores, c.node.speed), (2, 0.5));
+        assert_eq!(c.node.disk.seek_ms, 8.5);
+        assert_eq!(c.node.disk.rpm, 7200.0);
+    }
+
+    #[test]
+    fn errors_are_one_line_with_a_line_number() {
+        let e = OriginConfig::from_toml_str("seed = 1\n\nbogus = 3\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("line 3") && s.contains("bogus"), "{s}");
+        assert!(!s.contains('\n'));
+        let e = OriginConfig::from_toml_str("tree = \"nope\"\n").unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn validation() {
+        let mut c = OriginConfig::default();
+        c.node.speed = -1.0;
+        assert!(c.validate().unwrap_err().to_string().contains("speed"));
+        let mut c = OriginConfig::default();
+        c.services.cpu_med_ms = f64::NAN;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,157 @@
+//! `capstan origin`: the test back-end node of a Capstan web cluster.
+//!
+//! It serves a generated document tree (WebStone, Web Polygraph, or the CAP paper's size law),
+//! the Jones thesis's CGI services (`/cgi-bin/cpu_light.cgi`, `/cgi-bin/cpu_med.cgi`,
+//! `/cgi-bin/disk_load.cgi?file=…`), secure variants of everything under `/secure/…` with the
+//! CAP paper's SSL costs, and a load report at `GET /_capstan/load`.
+//!
+//! With `resources = emulated` every request spends *modelled* time in the node's CPU (processor
+//! sharing over `cores`), disk (FCFS), NIC and memory cache, so many nodes on one small machine
+//! behave like separate machines. With `resources = real` it burns real CPU with a calibrated loop,
+//! does real synchronous disk I/O and serves real files.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), capstan_origin::OriginError> {
+//! let mut config = capstan_origin::OriginConfig::default();
+//! config.listen = "127.0.0.1:0".parse().unwrap();
+//! let node = capstan_origin::start(config).await?;
+//! println!("serving on {}", node.addr());
+//! node.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod emulated;
+mod load;
+mod real;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan_workload::DocTree;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::{OriginConfig, Resources, Services};
+pub use load::{CacheReport, LoadReport, Window};
+pub use real::materialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Tree(#[from] capstan_workload::TreeError),
+}
+
+/// A node that is up and serving.
+pub struct RunningOrigin {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl RunningOrigin {
+    /// The address actually bound (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop accepting connections and wait for the accept loop to end. Connections already open
+    /// finish their current requests on their own.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Wait until the accept loop ends (it only ends on shutdown).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Build the node (generate the tree; in real mode write it to disk and calibrate the CPU loop),
+/// bind the listener and start serving in the background.
+pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
+    config.validate()?;
+    let tree = DocTree::generate(config.tree, config.seed, config.files)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| OriginError::Bind {
+            addr: config.listen,
+            source: e,
+        })?;
+    let addr = listener.local_addr().map_err(|e| OriginError::Bind {
+        addr: config.listen,
+        source: e,
+    })?;
+    let node = service::Node::build(config, tree, addr).await?;
+    let (stop, mut stopped) = watch::channel(false);
+    tokio::spawn(ticker(Arc::downgrade(&node)));
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        let node = node.clone();
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req| service::handle(node.clone(), req));
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                _ = stopped.changed() => break,
+            }
+        }
+    });
+    Ok(RunningOrigin { addr, stop, task })
+}
+
+/// Run a node until Ctrl-C.
+pub async fn run(config: OriginConfig) -> Result<(), OriginError> {
+    let node = start(config).await?;
+    tracing::info!("capstan origin listening on {}", node.addr());
+    let _ = tokio::signal::ctrl_c().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Feed the load history a snapshot every quarter interval.
+async fn ticker(node: std::sync::Weak<service::Node>) {
+    let period = match node.upgrade() {
+        Some(n) => Duration::from_secs_f64(n.stats.interval_s() / 4.0),
+        None => return,
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(n) = node.upgrade() else { return };
+        n.stats.tick(n.busy());
+    }
+}

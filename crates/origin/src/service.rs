@@ -1,0 +1,434 @@
+//! Request routing and the node's services.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use capstan_model::Demand;
+use capstan_workload::{DocFile, DocTree, LifeCycle};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::emulated::Emulated;
+use crate::load::{Busy, CacheReport, LoadReport, LoadStats};
+use crate::real::{materialize, Real};
+use crate::{OriginConfig, OriginError, Resources};
+
+pub enum Res {
+    Emulated(Arc<Emulated>),
+    Real(Arc<Real>),
+}
+
+pub struct Node {
+    pub config: OriginConfig,
+    pub tree: DocTree,
+    pub res: Res,
+    pub stats: LoadStats,
+    pub name: String,
+}
+
+type Resp = Response<Full<Bytes>>;
+
+/// Freshness given to objects that never change (WebStone, CAP trees): one day.
+const FIXED_MAX_AGE: u64 = 86_400;
+
+impl Node {
+    pub async fn build(
+        config: OriginConfig,
+        tree: DocTree,
+        addr: SocketAddr,
+    ) -> Result<Arc<Node>, OriginError> {
+        let res = match config.resources {
+            Resources::Emulated => Res::Emulated(Emulated::new(&config.node, tree.total_bytes())),
+            Resources::Real => {
+                let dir = config.data_dir();
+                let (tree, dir2) = (tree.clone(), dir.clone());
+                tokio::task::spawn_blocking(move || materialize(&tree, &dir2))
+                    .await
+                    .map_err(|e| OriginError::Config(format!("tree writer failed: {e}")))??;
+                let n = &config.node;
+                let (cores, speed, nic) = (n.cores, n.speed, n.nic.mbit_per_s);
+                let real = tokio::task::spawn_blocking(move || Real::new(cores, speed, nic, dir))
+                    .await
+                    .map_err(|e| OriginError::Config(format!("cpu calibration failed: {e}")))??;
+                Res::Real(real)
+            }
+        };
+        Ok(Arc::new(Node {
+            name: config.name.clone().unwrap_or_else(|| addr.to_string()),
+            stats: LoadStats::new(config.load_interval_ms as f64 / 1e3),
+            config,
+            tree,
+            res,
+        }))
+    }
+
+    pub fn busy(&self) -> Busy {
+        match &self.res {
+            Res::Emulated(e) => e.busy(),
+            Res::Real(r) => r.busy(),
+        }
+    }
+
+    pub fn report(&self) -> LoadReport {
+        let busy = self.busy();
+        let (interval, since_start) = self.stats.windows(busy);
+        let cache = match &self.res {
+            Res::Emulated(e) => {
+                let (capacity_bytes, used_bytes, hits, misses) = e.cache_stats();
+                Some(CacheReport {
+                    capacity_bytes,
+                    used_bytes,
+                    hits,
+                    misses,
+                })
+            }
+            Res::Real(_) => None,
+        };
+        LoadReport {
+            node: self.name.clone(),
+            resources: self.config.resources.name(),
+            tree: self.config.tree.to_string(),
+            cores: self.config.node.cores,
+            speed: self.config.node.speed,
+            uptime_s: busy.at,
+            active_requests: self.stats.active.load(Ordering::Relaxed),
+            served: since_start.served,
+            mean_service_ms: since_start.mean_service_ms,
+            interval,
+            since_start,
+            cache,
+        }
+    }
+
+    async fn cpu(&self, seconds: f64) {
+        match &self.res {
+            Res::Emulated(e) => e.cpu(seconds).await,
+            Res::Real(r) => r.cpu(seconds).await,
+        }
+    }
+
+    /// Send `bytes` of response: modelled link time when emulated, a byte count when real (the
+    /// real NIC does the real work after we return).
+    async fn nic(&self, bytes: u64) {
+        match &self.res {
+            Res::Emulated(e) => e.nic(bytes).await,
+            Res::Real(r) => r.sent(bytes),
+        }
+    }
+
+    /// The SSL costs on top of a response of `bytes`.
+    fn ssl(&self, bytes: u64) -> Demand {
+        let p = &self.config.node;
+        p.secure(
+            Demand::default(),
+            bytes,
+            self.config.services.secure_handshake_every_request,
+        )
+    }
+}
+
+/// Decrements the active-request count however the request ends (including the client going
+/// away mid-request, which drops the handler future).
+struct Active<'a>(&'a LoadStats);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infallible> {
+    let path = req.uri().path().to_string();
+    let head = req.method() == Method::HEAD;
+    if req.method() != Method::GET && !head {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Ok(r);
+    }
+    if path == "/_capstan/load" {
+        let body = serde_json::to_vec_pretty(&node.report()).unwrap_or_default();
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return Ok(r);
+    }
+    node.stats.active.fetch_add(1, Ordering::Relaxed);
+    let _active = Active(&node.stats);
+    let t = Instant::now();
+    let (secure, inner) = match path.strip_prefix("/secure") {
+        Some(rest) if rest.starts_with('/') => (true, rest),
+        _ => (false, path.as_str()),
+    };
+    let mut resp = serve(&node, &req, inner, secure).await;
+    node.stats.finished(t.elapsed().as_nanos() as u64);
+    if let Ok(v) = HeaderValue::from_str(&node.name) {
+        resp.headers_mut().insert("x-capstan-node", v);
+    }
+    resp.headers_mut()
+        .insert(header::SERVER, HeaderValue::from_static("capstan-origin"));
+    if head {
+        let (parts, body) = resp.into_parts();
+        let len = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|b| b.to_bytes().len())
+            .unwrap_or(0);
+        let mut r = Response::from_parts(parts, Full::new(Bytes::new()));
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        return Ok(r);
+    }
+    Ok(resp)
+}
+
+fn text(status: StatusCode, body: &str) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn serve<B>(node: &Node, req: &Request<B>, path: &str, secure: bool) -> Resp {
+    let services = &node.config.services;
+    match path {
+        "/cgi-bin/cpu_light.cgi" => cgi(node, "cpu_light", services.cpu_light_ms, secure).await,
+        "/cgi-bin/cpu_med.cgi" => cgi(node, "cpu_med", services.cpu_med_ms, secure).await,
+        "/cgi-bin/disk_load.cgi" => disk_load(node, req.uri().query(), secure).await,
+        _ => match node.tree.get(path) {
+            Some(f) => static_file(node, req, f, secure).await,
+            None => text(StatusCode::NOT_FOUND, &format!("no such object: {path}\n")),
+        },
+    }
+}
+
+/// A CPU-bound CGI: `ms` of CPU, then a short text answer.
+async fn cgi(node: &Node, name: &str, ms: f64, secure: bool) -> Resp {
+    let body = format!("{name} done: {ms} ms of cpu on {}\n", node.name);
+    let len = body.len() as u64;
+    let ssl = if secure {
+        node.ssl(len)
+    } else {
+        Demand::default()
+    };
+    node.cpu(ms / 1e3 + ssl.cpu_s).await;
+    node.nic(len + ssl.nic_bytes).await;
+    text(StatusCode::OK, &body)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Map the `file=` parameter to an object of the tree. The thesis passes an absolute path on the
+/// Apache host (`/home/webston/apache/htdocs/file50k.html`), so after an exact match we try the
+/// part after `/htdocs`, then the bare file name.
+fn resolve<'a>(tree: &'a DocTree, file: &str) -> Option<&'a DocFile> {
+    if let Some(f) = tree.get(file) {
+        return Some(f);
+    }
+    if let Some(i) = file.find("/htdocs/") {
+        if let Some(f) = tree.get(&file[i + "/htdocs".len()..]) {
+            return Some(f);
+        }
+    }
+    let base = file.rsplit('/').next()?;
+    tree.get(&format!("/{base}"))
+}
+
+async fn disk_load(node: &Node, query: Option<&str>, secure: bool) -> Resp {
+    let file = query.and_then(|q| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == "file")
+            .map(|(_, v)| percent_decode(v))
+    });
+    let Some(file) = file else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "disk_load.cgi needs ?file=PATH (an object of the tree)\n",
+        );
+    };
+    let Some(f) = resolve(&node.tree, &file) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            &format!("disk_load.cgi: no such object: {file}\n"),
+        );
+    };
+    match &node.res {
+        Res::Emulated(e) => e.disk(node.config.services.disk_load_ms / 1e3).await,
+        Res::Real(r) => {
+            if let Err(err) = r.disk_load(&f.path).await {
+                return text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("disk_load.cgi: {err}\n"),
+                );
+            }
+        }
+    }
+    let body = format!(
+        "disk_load done: read, synced and deleted a copy of {} ({} bytes) on {}\n",
+        f.path, f.size, node.name
+    );
+    let len = body.len() as u64;
+    if secure {
+        let ssl = node.ssl(len);
+        node.cpu(ssl.cpu_s).await;
+        node.nic(len + ssl.nic_bytes).await;
+    } else {
+        node.nic(len).await;
+    }
+    text(StatusCode::OK, &body)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn http_date(secs: u64) -> HeaderValue {
+    let s = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
+    HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+async fn static_file<B>(node: &Node, req: &Request<B>, f: &DocFile, secure: bool) -> Resp {
+    let now = unix_now();
+    let v = f.validators(now);
+    let not_modified = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|h| h.split(',').any(|t| t.trim() == v.etag || t.trim() == "*"));
+
+    let mut cache_header = None;
+    let body: Bytes = if not_modified {
+        // A revalidation costs the request overhead but no file transfer.
+        node.cpu(node.config.node.static_cpu_ms / 1e3).await;
+        Bytes::new()
+    } else {
+        match &node.res {
+            Res::Emulated(e) => {
+                let hit = e.cache_access(&f.path, f.size);
+                cache_header = Some(if hit { "hit" } else { "miss" });
+                let p = &node.config.node;
+                let mut d = p.static_file(f.size, hit);
+                if secure {
+                    d = p.secure(
+                        d,
+                        f.size,
+                        node.config.services.secure_handshake_every_request,
+                    );
+                }
+                e.disk(d.disk_s).await;
+                e.cpu(d.cpu_s).await;
+                e.nic(d.nic_bytes).await;
+                Bytes::from(node.tree.content(f))
+            }
+            Res::Real(r) => match r.read_file(&f.path).await {
+                Ok(b) => {
+                    if secure {
+                        let ssl = node.ssl(f.size);
+                        r.cpu(ssl.cpu_s).await;
+                        r.sent(ssl.nic_bytes);
+                    }
+                    r.sent(b.len() as u64);
+                    Bytes::from(b)
+                }
+                Err(err) => {
+                    return text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("cannot read {}: {err}\n", f.path),
+                    )
+                }
+            },
+        }
+    };
+
+    let mut r = Response::new(Full::new(body));
+    if not_modified {
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+    }
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(f.content_type),
+    );
+    h.insert(header::LAST_MODIFIED, http_date(v.last_modified));
+    if let Ok(etag) = HeaderValue::from_str(&v.etag) {
+        h.insert(header::ETAG, etag);
+    }
+    let cc = match (f.cachable, f.life, v.expires) {
+        (false, _, _) => "no-store".to_string(),
+        (true, LifeCycle::Cyclic { .. }, Some(exp)) => {
+            h.insert(header::EXPIRES, http_date(exp));
+            format!("public, max-age={}", exp.saturating_sub(now))
+        }
+        _ => format!("public, max-age={FIXED_MAX_AGE}"),
+    };
+    if let Ok(cc) = HeaderValue::from_str(&cc) {
+        h.insert(header::CACHE_CONTROL, cc);
+    }
+    if let Some(c) = cache_header {
+        h.insert("x-capstan-cache", HeaderValue::from_static(c));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_workload::TreeKind;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("%2Ffile50k.html"), "/file50k.html");
+        assert_eq!(percent_decode("a+b%zz%4"), "a b%zz%4");
+    }
+
+    #[test]
+    fn disk_load_file_parameter_forms() {
+        let t = DocTree::generate(TreeKind::Webstone, 1, None).unwrap();
+        for p in [
+            "/file50k.html",
+            "/home/webston/apache/htdocs/file50k.html",
+            "file50k.html",
+        ] {
+            assert_eq!(resolve(&t, p).unwrap().path, "/file50k.html", "{p}");
+        }
+        assert!(resolve(&t, "/nope.html").is_none());
+    }
+}

@@ -182,10 +182,8 @@ fn policy_from_flags(name: &str, params: &[String]) -> anyhow::Result<PolicySpec
         let value = parse_toml_value(value.trim());
         table.insert(key.trim().to_string(), value);
     }
-    let spec: PolicySpec = table
-        .try_into()
-        .map_err(|e: toml::de::Error| anyhow::anyhow!("--policy {name}: {}", e.message()))?;
-    Ok(spec)
+    capstan_switch::config::policy_from_table(&table)
+        .map_err(|e| anyhow::anyhow!("--policy {name}: {}", e.message))
 }
 
 /// A TOML value (`65`, `0.25`, `true`, `["a","b"]`), or else the text as a string.

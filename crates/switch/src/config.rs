@@ -188,7 +188,7 @@ struct RawConfig {
     admin: Option<Spanned<String>>,
     #[serde(default)]
     debug_headers: bool,
-    policy: Option<Spanned<PolicySpec>>,
+    policy: Option<Spanned<toml::Table>>,
     #[serde(default, rename = "node")]
     nodes: Vec<Spanned<RawNode>>,
     #[serde(rename = "class")]
@@ -360,11 +360,14 @@ impl Config {
                 let _ = writeln!(out, "admin     (none)");
             }
         }
-        let policy = toml::to_string(&self.policy).unwrap_or_default();
-        let params: Vec<&str> = policy
-            .lines()
-            .filter(|l| !l.starts_with("name ") && !l.trim().is_empty())
-            .collect();
+        let params = match serde_json::to_value(&self.policy) {
+            Ok(serde_json::Value::Object(map)) => map
+                .iter()
+                .filter(|(k, _)| k.as_str() != "name")
+                .map(|(k, v)| format!("{k} = {v}"))
+                .collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
         let _ = writeln!(
             out,
             "policy    {}{}",
@@ -563,7 +566,14 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     };
     let policy_span = raw.policy.as_ref().map(|p| p.span());
     let policy = match raw.policy {
-        Some(p) => p.into_inner(),
+        Some(p) => policy_from_table(p.get_ref()).map_err(|e| {
+            let span = e
+                .key
+                .as_deref()
+                .and_then(|key| value_span(loc.text, &["policy", key]))
+                .or(policy_span.clone());
+            loc.error(span, format!("policy: {}", e.message))
+        })?,
         None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
     };
     let config = Config {
@@ -606,6 +616,77 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
     Ok(config)
+}
+
+/// Why a `[policy]` table does not describe a policy; `key` names the parameter at fault when
+/// one can be singled out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyTableError {
+    pub key: Option<String>,
+    pub message: String,
+}
+
+/// Reads a policy from its table (`name` plus parameters). Serde's internally tagged enums lose
+/// track of which field failed, so on failure each parameter is tried alone to name the culprit.
+pub fn policy_from_table(table: &toml::Table) -> Result<PolicySpec, PolicyTableError> {
+    let parse = |t: toml::Table| -> Result<PolicySpec, String> {
+        t.try_into().map_err(|e: toml::de::Error| e.message().trim().to_string())
+    };
+    let name = match table.get("name") {
+        Some(toml::Value::String(name)) => name.clone(),
+        Some(_) => {
+            return Err(PolicyTableError {
+                key: Some("name".into()),
+                message: "`name` must be a string".into(),
+            })
+        }
+        None => {
+            return Err(PolicyTableError {
+                key: None,
+                message: format!(
+                    "missing `name` (one of: {})",
+                    PolicySpec::NAMES.join(", ")
+                ),
+            })
+        }
+    };
+    if !PolicySpec::NAMES.contains(&name.as_str()) {
+        return Err(PolicyTableError {
+            key: Some("name".into()),
+            message: format!(
+                "unknown policy `{name}` (one of: {})",
+                PolicySpec::NAMES.join(", ")
+            ),
+        });
+    }
+    parse(table.clone()).map_err(|message| {
+        let culprit = table.keys().filter(|k| k.as_str() != "name").find(|key| {
+            let mut alone = toml::Table::new();
+            alone.insert("name".into(), toml::Value::String(name.clone()));
+            alone.insert((*key).clone(), table[key.as_str()].clone());
+            parse(alone).is_err()
+        });
+        match culprit {
+            Some(key) => PolicyTableError {
+                message: format!("{name}: `{key}`: {message}"),
+                key: Some(key.clone()),
+            },
+            None => PolicyTableError {
+                key: None,
+                message: format!("{name}: {message}"),
+            },
+        }
+    })
+}
+
+/// The span of the value at `path` (table keys) in TOML text.
+fn value_span(text: &str, path: &[&str]) -> Option<Range<usize>> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    let mut item = doc.as_item();
+    for key in path {
+        item = item.as_table_like()?.get(key)?;
+    }
+    item.span()
 }
 
 /// The span of a table header such as `[limits]`, for errors about values inside it.
@@ -678,7 +759,7 @@ address = "127.0.0.1:9001"
 
         let text = "listen = [\"127.0.0.1:8080\"]\n[[node]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n[[node]]\nname = \"a\"\naddress = \"127.0.0.1:2\"\n";
         let e = Config::parse(text, Some("x.toml")).unwrap_err();
-        assert_eq!(e.line, 6, "{e}");
+        assert_eq!(e.line, 5, "the second [[node]]: {e}");
         assert!(e.message.contains("used twice"), "{e}");
     }
 
@@ -686,8 +767,20 @@ address = "127.0.0.1:9001"
     fn unknown_policy_is_located() {
         let text = format!("{MINIMAL}[policy]\nname = \"fastest\"\n");
         let e = Config::parse(&text, Some("x.toml")).unwrap_err();
-        assert_eq!(e.line, 5, "{e}");
+        assert_eq!((e.line, e.column), (6, 8), "{e}");
         assert!(e.message.contains("fastest"), "{e}");
+    }
+
+    #[test]
+    fn bad_policy_parameter_is_named_and_located() {
+        let text = format!("{MINIMAL}[policy]\nname = \"lard\"\nt_low = 5\nt_high = \"x\"\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (8, 10), "{e}");
+        assert!(e.message.contains("`t_high`"), "{e}");
+        let text = format!("{MINIMAL}[policy]\nname = \"cap\"\nspeed = 3\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 7, "{e}");
+        assert!(e.message.contains("speed"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,263 @@
+//! `capstan serve` and `capstan check` as a user runs them.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use support::*;
+
+#[test]
+fn serve_and_check_help_describe_every_option() {
+    let out = run(&["serve", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--config", "--listen", "--node", "--policy", "--policy-param", "--class", "--admin",
+        "--debug-headers", "--threads", "--dry-run", "SIGHUP", "SIGTERM",
+    ] {
+        assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
+    }
+    for policy in capstan_core::PolicySpec::NAMES {
+        assert!(help.contains(policy), "serve --help lacks policy {policy}");
+    }
+    let out = run(&["check", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("<FILE>") && help.contains("LINE:COLUMN"), "{help}");
+}
+
+#[test]
+fn check_accepts_every_example() {
+    let dir = repo_root().join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = run(&["check", path.to_str().unwrap()]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(stdout.contains("policy ") && stdout.contains("nodes "), "{stdout}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "examples checked: {checked}");
+}
+
+fn check_error(text: &str) -> (String, i32) {
+    let dir = std::env::temp_dir().join(format!("capstan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("bad-{}.toml", text.len()));
+    std::fs::write(&path, text).unwrap();
+    let out = run(&["check", path.to_str().unwrap()]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let prefix = format!("capstan: {}:", path.display());
+    assert!(stderr.starts_with(&prefix), "{stderr}");
+    (
+        stderr.trim_end()[prefix.len()..].to_string(),
+        out.status.code().unwrap(),
+    )
+}
+
+#[test]
+fn check_names_file_line_and_column_of_each_mistake() {
+    let node = "[[node]]\naddress = \"127.0.0.1:9001\"\n";
+    let cases = [
+        (format!("listen = [\"127.0.0.1:8080\"\n{node}"), "2:1:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}weight = 0\n"), "2:1:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\npolicy = 3\n{node}"), "2:10:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n[policy]\nname = \"lard\"\nt_high = \"x\"\n{node}"), "4:10:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n[policy]\nname = \"lard\"\nt_low = 70\nt_high = 65\n{node}"), "2:1:"),
+        (format!("listen = [\"localhost\"]\n{node}"), "1:11:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[[rule]]\nclass = \"gold\"\nglob = \"/a/*\"\n"), "4:1:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[[rule]]\nclass = \"cpu\"\nregex = \"(\"\n"), "4:1:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[limits]\nmax_headers = -1\n"), "5:15:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[timeouts]\nupstream = \"fast\"\n"), "5:12:"),
+    ];
+    for (text, location) in cases {
+        let (rest, code) = check_error(&text);
+        assert_eq!(code, 1);
+        assert!(rest.starts_with(location), "want {location} in `{rest}` for\n{text}");
+        assert!(rest.len() > location.len() + 5, "says what is wrong: {rest}");
+    }
+    let out = run(&["check", "/no/such/file.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.starts_with("capstan: /no/such/file.toml:1:1: cannot read"), "{stderr}");
+}
+
+#[test]
+fn bad_flags_are_one_line_errors() {
+    for (args, want) in [
+        (&["serve", "--policy", "fastest", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2"][..], "fastest"),
+        (&["serve", "--listen", "127.0.0.1:1", "--node", "nowhere"][..], "no port"),
+        (&["serve", "--listen", "127.0.0.1:1"][..], "no node"),
+        (&["serve"][..], "--config"),
+        (&["serve", "--listen", "127.0.0.1:1", "--node", "a=127.0.0.1:2@x"][..], "weight"),
+        (&["serve", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2", "--policy", "lard", "--policy-param", "t_low=oops"][..], "t_low"),
+        (&["serve", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2", "--class", "nopattern"][..], "NAME=PATTERN"),
+        (&["serve", "--bogus"][..], "--bogus"),
+    ] {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: want {want} in {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+/// Four `capstan origin` nodes and the switch in front, once per policy, as the README shows.
+#[test]
+fn example_cluster_answers_through_every_policy() {
+    let nodes: Vec<_> = (0..4).map(|_| origin(&[])).collect();
+    let node_flags: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, (_, addr))| format!("node{}={addr}", i + 1))
+        .collect();
+    let mut runs: Vec<Vec<String>> = capstan_core::PolicySpec::NAMES
+        .iter()
+        .map(|p| vec!["--policy".to_string(), p.to_string()])
+        .collect();
+    for example in ["cap", "balance", "weighted", "locality", "partitioning"] {
+        let path = repo_root().join(format!("examples/{example}.toml"));
+        runs.push(vec!["--config".into(), path.display().to_string()]);
+    }
+    for run_args in runs {
+        let listen = free_addr();
+        let admin = free_addr();
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--listen".into(),
+            listen.to_string(),
+            "--admin".into(),
+            admin.to_string(),
+            "--debug-headers".into(),
+        ];
+        args.extend(run_args.iter().cloned());
+        for flag in &node_flags {
+            args.push("--node".into());
+            args.push(flag.clone());
+        }
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let _switch = spawn(&arg_refs, listen);
+        for path in ["/file5k.html", "/cgi-bin/cpu_light.cgi", "/cgi-bin/disk_load.cgi?file=file500.html"] {
+            let reply = get(listen, path);
+            assert_eq!(reply.status, 200, "{run_args:?} {path}: {}", reply.text());
+            let node = reply.header("x-capstan-node").unwrap_or_default();
+            assert!(node.starts_with("node"), "{run_args:?}: {}", reply.head);
+        }
+        assert_eq!(get(listen, "/file5k.html").body.len(), 5125);
+        let status = get(admin, "/status");
+        assert_eq!(status.status, 200);
+        assert!(status.text().contains("\"served\""));
+    }
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
+    let (_node, node_addr) = origin(&["--cpu-med-ms", "700"]);
+    let listen = free_addr();
+    let (l, n) = (listen.to_string(), node_addr.to_string());
+    let mut switch = spawn(&["serve", "--listen", &l, "--node", &n], listen);
+    let in_flight = std::thread::spawn(move || get(listen, "/cgi-bin/cpu_med.cgi"));
+    std::thread::sleep(Duration::from_millis(200));
+    switch.signal("TERM");
+    let reply = in_flight.join().unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let status = switch.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn sighup_reloads_and_a_bad_file_keeps_the_old_configuration() {
+    let (_node, node_addr) = origin(&[]);
+    let listen = free_addr();
+    let admin = free_addr();
+    let dir = std::env::temp_dir().join(format!("capstan-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("switch.toml");
+    let config = |policy: &str| {
+        format!(
+            "listen = [\"{listen}\"]\nadmin = \"{admin}\"\n[policy]\nname = \"{policy}\"\n[[node]]\naddress = \"{node_addr}\"\n"
+        )
+    };
+    std::fs::write(&path, config("round-robin")).unwrap();
+    let mut switch = spawn(&["serve", "--config", path.to_str().unwrap()], listen);
+    let policy = || {
+        let text = get(admin, "/status").text();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["policy"].as_str().unwrap().to_string()
+    };
+    assert_eq!(policy(), "round-robin");
+    std::fs::write(&path, config("two-choices")).unwrap();
+    switch.signal("HUP");
+    eventually("the new policy", || policy() == "two-choices");
+    std::fs::write(&path, "listen = [").unwrap();
+    switch.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(policy(), "two-choices");
+    assert_eq!(get(listen, "/file500.html").status, 200);
+    switch.signal("TERM");
+    assert!(switch.wait_exit(Duration::from_secs(10)).unwrap().success());
+    let stderr = switch.stderr_text();
+    assert!(stderr.contains("reload refused"), "{stderr}");
+}
+
+/// A 1 GiB download passes through while the switch's peak memory stays small.
+#[test]
+fn a_gigabyte_streams_through_in_bounded_memory() {
+    const TOTAL: u64 = 1 << 30;
+    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in backend.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {TOTAL}\r\n\r\n");
+                let chunk = vec![b'z'; 256 * 1024];
+                let mut left = TOTAL;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+            });
+        }
+    });
+    let listen = free_addr();
+    let (l, b) = (listen.to_string(), backend_addr.to_string());
+    let switch = spawn(&["serve", "--listen", &l, "--node", &b], listen);
+    let mut s = std::net::TcpStream::connect(listen).unwrap();
+    write!(s, "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut received = 0u64;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        received += n as u64;
+    }
+    assert!(received > TOTAL, "head and all {TOTAL} body bytes: {received}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", switch.pid())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(peak_kb < 64 * 1024, "peak resident memory {peak_kb} KiB for a 1 GiB body");
+}

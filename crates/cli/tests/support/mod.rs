@@ -1,0 +1,171 @@
+//! Running `capstan` as a process, and plain blocking HTTP to talk to it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn capstan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+}
+
+pub fn run(args: &[&str]) -> Output {
+    capstan().args(args).output().expect("capstan runs")
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A free loopback port (bound then released; fine for tests on one machine).
+pub fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// A child process killed when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn stderr_text(&mut self) -> String {
+        let mut s = String::new();
+        if let Some(mut err) = self.0.stderr.take() {
+            let _ = err.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+/// Starts `capstan ARGS` and waits until `ready` accepts connections.
+pub fn spawn(args: &[&str], ready: SocketAddr) -> Proc {
+    let child = capstan()
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("capstan starts");
+    let mut proc = Proc(child);
+    let started = Instant::now();
+    while TcpStream::connect(ready).is_err() {
+        if let Some(status) = proc.0.try_wait().unwrap() {
+            panic!("capstan {args:?} exited early ({status}): {}", proc.stderr_text());
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "capstan {args:?} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    proc
+}
+
+/// Starts a `capstan origin` node.
+pub fn origin(extra: &[&str]) -> (Proc, SocketAddr) {
+    let addr = free_addr();
+    let listen = addr.to_string();
+    let mut args = vec!["origin", "--listen", &listen];
+    args.extend_from_slice(extra);
+    (spawn(&args, addr), addr)
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+        })
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`), read to the end.
+pub fn http(addr: SocketAddr, method: &str, path: &str) -> Reply {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read reply");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a reply head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Reply { status, head, body }
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Reply {
+    http(addr, "GET", path)
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..eol]).trim(), 16)
+            .unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[eol + 2..eol + 2 + size]);
+        data = &data[eol + 2 + size + 2..];
+    }
+}
+
+/// Waits until `check` holds, polling, at most 10 s.
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -77,6 +77,29 @@ mod tests {
     }
 
     #[test]
+    fn shares_stay_exact_when_picks_come_from_several_threads() {
+        let cap = Cap::new(2);
+        let view = StaticView::uniform(4);
+        let counts: Vec<[usize; 4]> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut counts = [0usize; 4];
+                        for _ in 0..1000 {
+                            counts[cap.pick(&request(1, "/"), &view).unwrap()] += 1;
+                        }
+                        counts
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        for node in 0..4 {
+            assert_eq!(counts.iter().map(|c| c[node]).sum::<usize>(), 1000);
+        }
+    }
+
+    #[test]
     fn classes_have_independent_pointers() {
         let cap = Cap::new(2);
         let view = StaticView::uniform(3);

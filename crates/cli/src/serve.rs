@@ -59,7 +59,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub debug_headers: bool,
 
-    /// Worker threads (default: one per core).
+    /// Worker threads, each with its own event loop and listening socket (default: one per
+    /// core).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 
@@ -90,18 +91,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         print!("{}", config.describe());
         return Ok(());
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if let Some(threads) = args.threads {
-        if threads == 0 {
-            bail!("--threads must be at least 1");
-        }
-        runtime.worker_threads(threads);
-    }
-    runtime
-        .build()
-        .context("cannot start the runtime")?
-        .block_on(capstan_switch::run(config))
+    let threads = match args.threads {
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    capstan_switch::run(config, threads)
 }
 
 fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {

@@ -11,7 +11,6 @@ use http::uri::Authority;
 use http::HeaderValue;
 
 use crate::config::{Config, ConfigError, Health, NodeConfig};
-use crate::proxy::{make_client, UpstreamClient};
 
 /// Monotonic time since the switch started, the clock the policies see.
 #[derive(Clone, Copy, Debug)]
@@ -143,9 +142,6 @@ pub struct Cluster {
     pub policy: Box<dyn Policy>,
     pub nodes: Vec<Arc<NodeRuntime>>,
     pub class_headers: Vec<HeaderValue>,
-    /// Pooled keep-alive connections to the nodes; kept across reloads that leave its settings
-    /// alone.
-    pub client: UpstreamClient,
 }
 
 impl Cluster {
@@ -186,17 +182,7 @@ impl Cluster {
             .map(|c| HeaderValue::from_str(&c.name))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| plain("a class name is not valid in a header".into()))?;
-        let client = match previous {
-            Some(p)
-                if p.config.timeouts.connect == config.timeouts.connect
-                    && p.config.upstream == config.upstream =>
-            {
-                p.client.clone()
-            }
-            _ => make_client(&config),
-        };
         Ok(Cluster {
-            client,
             generation,
             config: Arc::new(config),
             classifier,

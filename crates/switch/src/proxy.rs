@@ -22,8 +22,41 @@ use crate::server::{ConnState, Switch};
 
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
-/// The pooled keep-alive client to the nodes.
-pub fn make_client(config: &Config) -> UpstreamClient {
+/// What an upstream client is built from; a reload that changes none of it keeps the pools.
+#[derive(Clone, Copy, PartialEq)]
+struct ClientSettings {
+    connect_timeout: std::time::Duration,
+    upstream: crate::config::Upstream,
+}
+
+thread_local! {
+    /// One pool per thread: each worker runs its own single-threaded runtime, and a connection
+    /// driven by one runtime is best used from that runtime.
+    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClient)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// This thread's pooled keep-alive client for a configuration.
+fn client_for(config: &Config) -> UpstreamClient {
+    let settings = ClientSettings {
+        connect_timeout: config.timeouts.connect,
+        upstream: config.upstream,
+    };
+    CLIENT.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        match &*cached {
+            Some((s, client)) if *s == settings => client.clone(),
+            _ => {
+                let client = make_client(config);
+                *cached = Some((settings, client.clone()));
+                client
+            }
+        }
+    })
+}
+
+/// A pooled keep-alive client to the nodes.
+fn make_client(config: &Config) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
@@ -335,6 +368,7 @@ async fn proxy(
         key,
         key_hash: hash_key(key),
     };
+    let client = client_for(config);
     let mut exclude = None;
     let mut last_failure = String::new();
     for attempt in 0..2 {
@@ -395,7 +429,7 @@ async fn proxy(
 
         let sent = tokio::time::timeout(
             config.timeouts.upstream,
-            cluster.client.request(up_req),
+            client.request(up_req),
         )
         .await;
         let failure = match sent {

@@ -29,6 +29,8 @@ pub struct Switch {
     pub open_connections: AtomicUsize,
     pub accepted_connections: AtomicU64,
     pub reloads: AtomicU64,
+    /// One permit per open client connection, up to `limits.max_connections`.
+    connection_slots: Arc<Semaphore>,
     reload_lock: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
     all_closed: Notify,
@@ -205,7 +207,7 @@ impl AsyncWrite for TrackedStream {
     }
 }
 
-/// A started switch.
+/// A switch serving on the current runtime (one worker; see [`run`] for one per core).
 pub struct Running {
     pub switch: Arc<Switch>,
     /// The bound client listeners (useful when the configuration asked for port 0).
@@ -215,8 +217,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Waits until shutdown has been asked for, then for open connections to finish, at most
-    /// the grace period.
+    /// Waits until shutdown has been asked for, then for open connections (of every worker) to
+    /// finish, at most the grace period.
     pub async fn wait(self) {
         let mut rx = self.switch.shutdown.subscribe();
         let _ = rx.wait_for(|stop| *stop).await;
@@ -242,46 +244,60 @@ impl Running {
     }
 }
 
-/// Binds the listeners and starts serving. Returns once everything is listening.
+impl Switch {
+    /// A switch for a validated configuration, not yet serving.
+    pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
+        config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let max_connections = config.limits.max_connections;
+        let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (shutdown, _) = watch::channel(false);
+        Ok(Arc::new(Switch {
+            epoch: Epoch::new(),
+            cluster: ArcSwap::from_pointee(cluster),
+            started_at: SystemTime::now(),
+            open_connections: AtomicUsize::new(0),
+            accepted_connections: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
+            connection_slots: Arc::new(Semaphore::new(max_connections)),
+            reload_lock: tokio::sync::Mutex::new(()),
+            shutdown,
+            all_closed: Notify::new(),
+        }))
+    }
+}
+
+/// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
+/// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let listen = config.listen.clone();
     let admin = config.admin;
-    let max_connections = config.limits.max_connections;
-    let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (shutdown, _) = watch::channel(false);
-    let switch = Arc::new(Switch {
-        epoch: Epoch::new(),
-        cluster: ArcSwap::from_pointee(cluster),
-        started_at: SystemTime::now(),
-        open_connections: AtomicUsize::new(0),
-        accepted_connections: AtomicU64::new(0),
-        reloads: AtomicU64::new(0),
-        reload_lock: tokio::sync::Mutex::new(()),
-        shutdown,
-        all_closed: Notify::new(),
-    });
-    let limit = Arc::new(Semaphore::new(max_connections));
+    let switch = Switch::new(config)?;
+    let listeners = listen
+        .iter()
+        .map(|&addr| bind(addr, false))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let admin = admin.map(|addr| bind_admin(addr)).transpose()?;
+    serve_on(switch, listeners, admin)
+}
+
+/// Serves already-bound listeners on the current runtime.
+fn serve_on(
+    switch: Arc<Switch>,
+    listeners: Vec<std::net::TcpListener>,
+    admin: Option<std::net::TcpListener>,
+) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
-    for addr in listen {
-        let listener = bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    for listener in listeners {
+        let listener = TcpListener::from_std(listener)?;
         listen_addrs.push(listener.local_addr()?);
-        tasks.push(tokio::spawn(accept_loop(
-            Arc::clone(&switch),
-            listener,
-            Arc::clone(&limit),
-        )));
+        tasks.push(tokio::spawn(accept_loop(Arc::clone(&switch), listener)));
     }
     let admin_addr = match admin {
-        Some(addr) => {
-            let listener =
-                bind(addr).with_context(|| format!("cannot listen on admin address {addr}"))?;
+        Some(listener) => {
+            let listener = TcpListener::from_std(listener)?;
             let bound = listener.local_addr()?;
-            tasks.push(tokio::spawn(crate::admin::serve(
-                Arc::clone(&switch),
-                listener,
-            )));
+            tasks.push(tokio::spawn(crate::admin::serve(Arc::clone(&switch), listener)));
             Some(bound)
         }
         None => None,
@@ -294,24 +310,36 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     })
 }
 
-fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
+/// A listening socket; with `reuse_port` several workers can each accept on the same address
+/// and the kernel spreads connections among them.
+fn bind(addr: SocketAddr, reuse_port: bool) -> anyhow::Result<std::net::TcpListener> {
+    let bind = || -> io::Result<std::net::TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        if reuse_port {
+            socket.set_reuse_port(true)?;
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(4096)?;
+        Ok(socket.into())
+    };
+    bind().with_context(|| format!("cannot listen on {addr}"))
 }
 
-async fn accept_loop(switch: Arc<Switch>, listener: TcpListener, limit: Arc<Semaphore>) {
+fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    bind(addr, false).with_context(|| "admin listener".to_string())
+}
+
+async fn accept_loop(switch: Arc<Switch>, listener: TcpListener) {
     let mut stop = switch.shutdown.subscribe();
     loop {
         let permit = tokio::select! {
-            permit = Arc::clone(&limit).acquire_owned() => match permit {
+            permit = Arc::clone(&switch.connection_slots).acquire_owned() => match permit {
                 Ok(p) => p,
                 Err(_) => return,
             },
@@ -397,19 +425,81 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
     }
 }
 
-/// Starts the switch and serves until SIGTERM or SIGINT; SIGHUP reloads the configuration.
-pub async fn run(config: Config) -> anyhow::Result<()> {
-    let running = start(config).await?;
-    for addr in &running.listen_addrs {
-        tracing::info!("listening on http://{addr}");
+/// Runs the switch until SIGTERM or SIGINT (SIGHUP reloads the configuration), with `threads`
+/// workers, each a single-threaded runtime on its own thread accepting on its own `SO_REUSEPORT`
+/// socket — the thread-per-core shape of nginx and HAProxy, which avoids cross-thread wake-ups
+/// on the request path. Blocks until the switch has stopped.
+pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
+    let threads = threads.max(1);
+    let listen = config.listen.clone();
+    let admin = config.admin;
+    let switch = Switch::new(config)?;
+    let first = listen
+        .iter()
+        .map(|&addr| bind(addr, threads > 1))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let bound: Vec<SocketAddr> = first
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<io::Result<_>>()?;
+    let mut workers = Vec::new();
+    for _ in 1..threads {
+        workers.push(
+            bound
+                .iter()
+                .map(|&addr| bind(addr, true))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        );
     }
-    if let Some(addr) = running.admin_addr {
-        tracing::info!("admin on http://{addr}/ (status, /status, /metrics, POST /reload)");
+    let admin = admin.map(bind_admin).transpose()?;
+    for addr in &bound {
+        tracing::info!("listening on http://{addr} ({threads} worker threads)");
     }
-    spawn_signal_handlers(Arc::clone(&running.switch))?;
-    running.wait().await;
+    if let Some(admin) = &admin {
+        tracing::info!(
+            "admin on http://{}/ (status page, /status, /metrics, POST /reload)",
+            admin.local_addr()?
+        );
+    }
+    let mut handles = Vec::new();
+    for (i, listeners) in workers.into_iter().enumerate() {
+        let switch = Arc::clone(&switch);
+        let handle = std::thread::Builder::new()
+            .name(format!("capstan-worker-{}", i + 1))
+            .spawn(move || -> anyhow::Result<()> {
+                single_thread_runtime()?.block_on(async move {
+                    serve_on(switch, listeners, None)?.wait().await;
+                    Ok(())
+                })
+            })
+            .context("cannot start a worker thread")?;
+        handles.push(handle);
+    }
+    let served = single_thread_runtime()?.block_on(async {
+        let running = serve_on(Arc::clone(&switch), first, admin)?;
+        spawn_signal_handlers(Arc::clone(&switch))?;
+        running.wait().await;
+        anyhow::Ok(())
+    });
+    if served.is_err() {
+        switch.shutdown();
+    }
+    for handle in handles {
+        match handle.join() {
+            Ok(result) => result?,
+            Err(_) => anyhow::bail!("a worker thread panicked"),
+        }
+    }
+    served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+fn single_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
 }
 
 fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod origin;
 mod serve;
 
 #[derive(Parser)]
@@ -27,6 +28,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Validate a switch configuration file and print the resolved cluster.
     Check(serve::CheckArgs),
+    /// Run a test back-end node (document trees, CGI services, emulated or real resources).
+    Origin(origin::OriginArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::serve(args),
         Command::Check(args) => serve::check(args),
+        Command::Origin(args) => origin::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

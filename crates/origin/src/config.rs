@@ -134,7 +134,7 @@ impl OriginConfig {
     pub fn from_file(path: &Path) -> Result<Self, OriginError> {
         let text = std::fs::read_to_string(path).map_err(|e| OriginError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         })?;
         Self::from_toml_str(&text).map_err(|e| match e {
             OriginError::Config(m) => OriginError::Config(format!("{}: {m}", path.display())),

@@ -47,15 +47,17 @@ pub use real::materialize;
 pub enum OriginError {
     #[error("{0}")]
     Config(String),
-    #[error("{}: {source}", path.display())]
+    // The io::Error is part of the message rather than a `source`, so that error chains printed
+    // with `{:#}` do not repeat it.
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{0}")]
     Tree(#[from] capstan_workload::TreeError),
@@ -96,11 +98,11 @@ pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
         .await
         .map_err(|e| OriginError::Bind {
             addr: config.listen,
-            source: e,
+            error: e,
         })?;
     let addr = listener.local_addr().map_err(|e| OriginError::Bind {
         addr: config.listen,
-        source: e,
+        error: e,
     })?;
     let node = service::Node::build(config, tree, addr).await?;
     let (stop, mut stopped) = watch::channel(false);

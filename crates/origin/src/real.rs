@@ -78,7 +78,7 @@ const MARKER: &str = ".capstan-tree";
 pub fn materialize(tree: &DocTree, dir: &Path) -> Result<(), OriginError> {
     let io = |path: &Path, e: std::io::Error| OriginError::Io {
         path: path.to_path_buf(),
-        source: e,
+        error: e,
     };
     let stamp = format!(
         "{} seed={} files={} bytes={}\n",
@@ -118,7 +118,7 @@ impl Real {
         let tmp = data_dir.join(".capstan-tmp");
         std::fs::create_dir_all(&tmp).map_err(|e| OriginError::Io {
             path: tmp.clone(),
-            source: e,
+            error: e,
         })?;
         Ok(Arc::new(Real {
             start: Instant::now(),

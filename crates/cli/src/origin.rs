@@ -1,0 +1,192 @@
+//! `capstan origin`: run a test back-end node.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use capstan_origin::{OriginConfig, Resources};
+use capstan_workload::{DocTree, TreeKind};
+
+/// Flags override the config file, which overrides the built-in defaults shown here.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "The node serves a generated document tree, the Jones \
+                  thesis's CGI services (/cgi-bin/cpu_light.cgi, /cgi-bin/cpu_med.cgi, \
+                  /cgi-bin/disk_load.cgi?file=PATH), /secure/… variants with the CAP paper's SSL \
+                  costs, and a JSON load report at GET /_capstan/load.\n\n\
+                  With --resources emulated (the default) each request waits in modelled CPU \
+                  (processor sharing), disk (FCFS), NIC and memory-cache queues, so many nodes on \
+                  one machine behave like separate machines. With --resources real it burns a \
+                  calibrated CPU loop, does real synchronous disk I/O and serves real files \
+                  written under --data-dir.\n\n\
+                  Prints `listening on ADDR` on standard output once it is serving.")]
+pub struct OriginArgs {
+    /// TOML file with any of the settings below (same names; node capacity under [node],
+    /// [node.disk], [node.nic], [node.ssl]; service demands under [services]).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Address to listen on; port 0 picks a free one [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+
+    /// Node name reported in /_capstan/load and the X-Capstan-Node header [default: the listen
+    /// address]
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+
+    /// Document tree to serve [default: webstone]
+    #[arg(long, value_name = "TREE", value_parser = ["webstone", "webstone-2000", "polygraph", "cap"])]
+    tree: Option<String>,
+
+    /// Seed of the tree (same seed, byte-identical tree) [default: 1]
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+
+    /// Number of objects for the polygraph and cap trees [default: 2000]
+    #[arg(long, value_name = "N")]
+    files: Option<usize>,
+
+    /// Spend modelled time (emulated) or real CPU and disk (real) [default: emulated]
+    #[arg(long, value_name = "MODE", value_parser = ["emulated", "real"])]
+    resources: Option<String>,
+
+    /// CPU cores of the node (processor shared among requests) [default: 1]
+    #[arg(long, value_name = "N")]
+    cores: Option<u32>,
+
+    /// Speed factor of CPU, memory and disk; 0.5 doubles their times [default: 1.0]
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    speed: Option<f64>,
+
+    /// Directory for the real-mode tree [default: <temp dir>/capstan-origin-TREE-seedN]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Memory file cache size as a fraction of the tree (emulated mode) [default: 0.15]
+    #[arg(long, value_name = "F")]
+    cache_fraction: Option<f64>,
+
+    /// CPU demand of /cgi-bin/cpu_light.cgi in ms [default: 40]
+    #[arg(long, value_name = "MS")]
+    cpu_light_ms: Option<f64>,
+
+    /// CPU demand of /cgi-bin/cpu_med.cgi ("cpu heavy") in ms [default: 100]
+    #[arg(long, value_name = "MS")]
+    cpu_med_ms: Option<f64>,
+
+    /// Disk demand of /cgi-bin/disk_load.cgi in emulated mode, in ms [default: 100]
+    #[arg(long, value_name = "MS")]
+    disk_load_ms: Option<f64>,
+
+    /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
+    #[arg(long, value_name = "MS")]
+    load_interval_ms: Option<u64>,
+
+    /// Runtime worker threads [default: one per CPU of this machine]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+
+    /// Print the tree as a WebStone file list (`/path weight #size`) and exit.
+    #[arg(long)]
+    print_filelist: bool,
+}
+
+fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
+    let mut c = match &args.config {
+        Some(path) => OriginConfig::from_file(path)?,
+        None => OriginConfig::default(),
+    };
+    if let Some(v) = args.listen {
+        c.listen = v;
+    }
+    if let Some(v) = &args.name {
+        c.name = Some(v.clone());
+    }
+    if let Some(v) = &args.tree {
+        c.tree = v.parse::<TreeKind>()?;
+    }
+    if let Some(v) = args.seed {
+        c.seed = v;
+    }
+    if let Some(v) = args.files {
+        c.files = Some(v);
+    }
+    if let Some(v) = &args.resources {
+        c.resources = v.parse::<Resources>().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(v) = args.cores {
+        c.node.cores = v;
+    }
+    if let Some(v) = args.speed {
+        c.node.speed = v;
+    }
+    if let Some(v) = &args.data_dir {
+        c.data_dir = Some(v.clone());
+    }
+    if let Some(v) = args.cache_fraction {
+        c.node.cache_fraction = v;
+    }
+    if let Some(v) = args.cpu_light_ms {
+        c.services.cpu_light_ms = v;
+    }
+    if let Some(v) = args.cpu_med_ms {
+        c.services.cpu_med_ms = v;
+    }
+    if let Some(v) = args.disk_load_ms {
+        c.services.disk_load_ms = v;
+    }
+    if let Some(v) = args.load_interval_ms {
+        c.load_interval_ms = v;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn run(args: OriginArgs) -> anyhow::Result<()> {
+    let config = resolve(&args)?;
+    if args.print_filelist {
+        let tree = DocTree::generate(config.tree, config.seed, config.files)?;
+        let mut out = std::io::stdout().lock();
+        write!(out, "{}", tree.filelist())?;
+        return Ok(());
+    }
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    rt.enable_all();
+    if let Some(n) = args.threads {
+        anyhow::ensure!(n > 0, "--threads must be at least 1");
+        rt.worker_threads(n);
+    }
+    let rt = rt.build().context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let summary = format!(
+            "{} tree (seed {}), {} resources, {} core(s) at speed {}",
+            config.tree, config.seed, config.resources, config.node.cores, config.node.speed
+        );
+        let node = capstan_origin::start(config).await?;
+        tracing::info!("origin serving the {summary} on {}", node.addr());
+        println!("listening on {}", node.addr());
+        let _ = std::io::stdout().flush();
+        wait_for_stop().await?;
+        node.shutdown().await;
+        Ok(())
+    })
+}
+
+/// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager).
+async fn wait_for_stop() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("cannot watch Ctrl-C")?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot watch Ctrl-C")?;
+    Ok(())
+}

@@ -70,8 +70,10 @@ pub struct ServeArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Exit status: 0 when the file is valid (the resolved cluster is printed), \
-                        1 with one line `FILE:LINE:COLUMN: what is wrong` when it is not.")]
+#[command(
+    after_help = "Exit status: 0 when the file is valid (the resolved cluster is printed), \
+                        1 with one line `FILE:LINE:COLUMN: what is wrong` when it is not."
+)]
 pub struct CheckArgs {
     /// The configuration file to check.
     #[arg(value_name = "FILE")]
@@ -145,16 +147,15 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
     };
     let (addr, weight) = match rest.rsplit_once('@') {
         Some((addr, w)) => {
-            let weight: u32 = w
-                .parse()
-                .ok()
-                .filter(|&w| w >= 1)
-                .with_context(|| format!("--node {text}: weight `{w}` is not a whole number ≥ 1"))?;
+            let weight: u32 = w.parse().ok().filter(|&w| w >= 1).with_context(|| {
+                format!("--node {text}: weight `{w}` is not a whole number ≥ 1")
+            })?;
             (addr, weight)
         }
         None => (rest, 1),
     };
-    let address = resolve_address(addr.trim()).map_err(|e| anyhow::anyhow!("--node {text}: {e}"))?;
+    let address =
+        resolve_address(addr.trim()).map_err(|e| anyhow::anyhow!("--node {text}: {e}"))?;
     let name = match name {
         Some("") => bail!("--node {text}: empty name before `=`"),
         Some(n) => n.to_string(),

@@ -14,8 +14,18 @@ fn serve_and_check_help_describe_every_option() {
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
     for flag in [
-        "--config", "--listen", "--node", "--policy", "--policy-param", "--class", "--admin",
-        "--debug-headers", "--threads", "--dry-run", "SIGHUP", "SIGTERM",
+        "--config",
+        "--listen",
+        "--node",
+        "--policy",
+        "--policy-param",
+        "--class",
+        "--admin",
+        "--debug-headers",
+        "--threads",
+        "--dry-run",
+        "SIGHUP",
+        "SIGTERM",
     ] {
         assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
     }
@@ -25,7 +35,10 @@ fn serve_and_check_help_describe_every_option() {
     let out = run(&["check", "--help"]);
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    assert!(help.contains("<FILE>") && help.contains("LINE:COLUMN"), "{help}");
+    assert!(
+        help.contains("<FILE>") && help.contains("LINE:COLUMN"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -43,7 +56,10 @@ fn check_accepts_every_example() {
                 path.display(),
                 String::from_utf8_lossy(&out.stderr)
             );
-            assert!(stdout.contains("policy ") && stdout.contains("nodes "), "{stdout}");
+            assert!(
+                stdout.contains("policy ") && stdout.contains("nodes "),
+                "{stdout}"
+            );
             checked += 1;
         }
     }
@@ -84,25 +100,81 @@ fn check_names_file_line_and_column_of_each_mistake() {
     for (text, location) in cases {
         let (rest, code) = check_error(&text);
         assert_eq!(code, 1);
-        assert!(rest.starts_with(location), "want {location} in `{rest}` for\n{text}");
-        assert!(rest.len() > location.len() + 5, "says what is wrong: {rest}");
+        assert!(
+            rest.starts_with(location),
+            "want {location} in `{rest}` for\n{text}"
+        );
+        assert!(
+            rest.len() > location.len() + 5,
+            "says what is wrong: {rest}"
+        );
     }
     let out = run(&["check", "/no/such/file.toml"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.starts_with("capstan: /no/such/file.toml:1:1: cannot read"), "{stderr}");
+    assert!(
+        stderr.starts_with("capstan: /no/such/file.toml:1:1: cannot read"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn bad_flags_are_one_line_errors() {
     for (args, want) in [
-        (&["serve", "--policy", "fastest", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2"][..], "fastest"),
-        (&["serve", "--listen", "127.0.0.1:1", "--node", "nowhere"][..], "no port"),
+        (
+            &[
+                "serve",
+                "--policy",
+                "fastest",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+            ][..],
+            "fastest",
+        ),
+        (
+            &["serve", "--listen", "127.0.0.1:1", "--node", "nowhere"][..],
+            "no port",
+        ),
         (&["serve", "--listen", "127.0.0.1:1"][..], "no node"),
         (&["serve"][..], "--config"),
-        (&["serve", "--listen", "127.0.0.1:1", "--node", "a=127.0.0.1:2@x"][..], "weight"),
-        (&["serve", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2", "--policy", "lard", "--policy-param", "t_low=oops"][..], "t_low"),
-        (&["serve", "--listen", "127.0.0.1:1", "--node", "127.0.0.1:2", "--class", "nopattern"][..], "NAME=PATTERN"),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "a=127.0.0.1:2@x",
+            ][..],
+            "weight",
+        ),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+                "--policy",
+                "lard",
+                "--policy-param",
+                "t_low=oops",
+            ][..],
+            "t_low",
+        ),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+                "--class",
+                "nopattern",
+            ][..],
+            "NAME=PATTERN",
+        ),
         (&["serve", "--bogus"][..], "--bogus"),
     ] {
         let out = run(args);
@@ -149,7 +221,11 @@ fn example_cluster_answers_through_every_policy() {
         }
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let _switch = spawn(&arg_refs, listen);
-        for path in ["/file5k.html", "/cgi-bin/cpu_light.cgi", "/cgi-bin/disk_load.cgi?file=file500.html"] {
+        for path in [
+            "/file5k.html",
+            "/cgi-bin/cpu_light.cgi",
+            "/cgi-bin/disk_load.cgi?file=file500.html",
+        ] {
             let reply = get(listen, path);
             assert_eq!(reply.status, 200, "{run_args:?} {path}: {}", reply.text());
             let node = reply.header("x-capstan-node").unwrap_or_default();
@@ -241,7 +317,11 @@ fn a_gigabyte_streams_through_in_bounded_memory() {
     let (l, b) = (listen.to_string(), backend_addr.to_string());
     let switch = spawn(&["serve", "--listen", &l, "--node", &b], listen);
     let mut s = std::net::TcpStream::connect(listen).unwrap();
-    write!(s, "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut buf = vec![0u8; 1 << 20];
     let mut received = 0u64;
     loop {
@@ -251,7 +331,10 @@ fn a_gigabyte_streams_through_in_bounded_memory() {
         }
         received += n as u64;
     }
-    assert!(received > TOTAL, "head and all {TOTAL} body bytes: {received}");
+    assert!(
+        received > TOTAL,
+        "head and all {TOTAL} body bytes: {received}"
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", switch.pid())).unwrap();
     let peak_kb: u64 = status
         .lines()
@@ -259,5 +342,8 @@ fn a_gigabyte_streams_through_in_bounded_memory() {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap();
-    assert!(peak_kb < 64 * 1024, "peak resident memory {peak_kb} KiB for a 1 GiB body");
+    assert!(
+        peak_kb < 64 * 1024,
+        "peak resident memory {peak_kb} KiB for a 1 GiB body"
+    );
 }

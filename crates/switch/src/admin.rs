@@ -77,7 +77,8 @@ fn text(content_type: &'static str, body: String) -> Response<ResponseBody> {
 }
 
 fn json<T: Serialize>(value: &T) -> Response<ResponseBody> {
-    let body = serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let body =
+        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     text("application/json", body + "\n")
 }
 
@@ -317,12 +318,9 @@ impl Collector for SwitchCollector {
                 .chain(std::iter::once((f64::INFINITY, h.len())))
                 .collect();
             let labels = node_label(&node.config.name);
-            family.encode_family(&labels)?.encode_histogram::<Vec<(String, String)>>(
-                sum_s,
-                h.len(),
-                &buckets,
-                None,
-            )?;
+            family
+                .encode_family(&labels)?
+                .encode_histogram::<Vec<(String, String)>>(sum_s, h.len(), &buckets, None)?;
         }
         Ok(())
     }

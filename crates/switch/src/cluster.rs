@@ -123,7 +123,8 @@ impl NodeRuntime {
     pub fn record_response(&self) {
         self.served.fetch_add(1, Ordering::Relaxed);
         if self.consecutive_connect_failures.load(Ordering::Relaxed) != 0 {
-            self.consecutive_connect_failures.store(0, Ordering::Relaxed);
+            self.consecutive_connect_failures
+                .store(0, Ordering::Relaxed);
         }
     }
 

@@ -305,7 +305,9 @@ impl Config {
             message,
         };
         if self.listen.is_empty() {
-            return Err(plain("no listener: give at least one listen address".into()));
+            return Err(plain(
+                "no listener: give at least one listen address".into(),
+            ));
         }
         if self.nodes.is_empty() {
             return Err(plain("no node: give at least one back-end node".into()));
@@ -386,7 +388,12 @@ impl Config {
                 node.name, node.address, node.weight
             );
         }
-        let _ = writeln!(out, "classes   {} (default: {})", self.classes.len(), self.default_class);
+        let _ = writeln!(
+            out,
+            "classes   {} (default: {})",
+            self.classes.len(),
+            self.default_class
+        );
         for class in &self.classes {
             let p = class.profile;
             let _ = writeln!(
@@ -397,7 +404,13 @@ impl Config {
         }
         let _ = writeln!(out, "rules     {}", self.rules.len());
         for (i, rule) in self.rules.iter().enumerate() {
-            let _ = writeln!(out, "  {:>2}. {} -> {}", i + 1, describe_rule(rule), rule.class);
+            let _ = writeln!(
+                out,
+                "  {:>2}. {} -> {}",
+                i + 1,
+                describe_rule(rule),
+                rule.class
+            );
         }
         let t = &self.timeouts;
         let _ = writeln!(
@@ -507,10 +520,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         None => None,
     };
     if raw.nodes.is_empty() {
-        return Err(loc.error(
-            None,
-            "no node: add at least one [[node]] with an address",
-        ));
+        return Err(loc.error(None, "no node: add at least one [[node]] with an address"));
     }
     let mut nodes: Vec<NodeConfig> = Vec::new();
     for node in &raw.nodes {
@@ -529,7 +539,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             return Err(loc.error(Some(span), format!("node name `{name}` is used twice")));
         }
         if node.weight == 0 {
-            return Err(loc.error(Some(span), format!("node `{name}`: weight must be at least 1")));
+            return Err(loc.error(
+                Some(span),
+                format!("node `{name}`: weight must be at least 1"),
+            ));
         }
         nodes.push(NodeConfig {
             name,
@@ -540,12 +553,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
 
     let (default_classes, default_rules) = cap_default_specs();
     let user_classes = raw.classes.is_some();
-    let class_spans: Vec<Range<usize>> = raw
-        .classes
-        .iter()
-        .flatten()
-        .map(|c| c.span())
-        .collect();
+    let class_spans: Vec<Range<usize>> = raw.classes.iter().flatten().map(|c| c.span()).collect();
     let classes: Vec<ClassSpec> = match raw.classes {
         Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
         None => default_classes,
@@ -559,10 +567,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     let default_span = raw.default_class.as_ref().map(|d| d.span());
     let default_class = match raw.default_class {
         Some(d) => d.into_inner(),
-        None => classes
-            .first()
-            .map(|c| c.name.clone())
-            .unwrap_or_default(),
+        None => classes.first().map(|c| c.name.clone()).unwrap_or_default(),
     };
     let policy_span = raw.policy.as_ref().map(|p| p.span());
     let policy = match raw.policy {
@@ -599,7 +604,8 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             | ClassifierError::BadGlob { rule, .. }
             | ClassifierError::BadRegex { rule, .. }
             | ClassifierError::ValueWithoutHeader { rule } => rule_spans.get(rule - 1).cloned(),
-            ClassifierError::DuplicateClass(name) | ClassifierError::BadProfile { class: name, .. } => {
+            ClassifierError::DuplicateClass(name)
+            | ClassifierError::BadProfile { class: name, .. } => {
                 let last = config.classes.iter().rposition(|c| &c.name == name);
                 last.and_then(|i| class_spans.get(i).cloned())
             }
@@ -630,7 +636,8 @@ pub struct PolicyTableError {
 /// track of which field failed, so on failure each parameter is tried alone to name the culprit.
 pub fn policy_from_table(table: &toml::Table) -> Result<PolicySpec, PolicyTableError> {
     let parse = |t: toml::Table| -> Result<PolicySpec, String> {
-        t.try_into().map_err(|e: toml::de::Error| e.message().trim().to_string())
+        t.try_into()
+            .map_err(|e: toml::de::Error| e.message().trim().to_string())
     };
     let name = match table.get("name") {
         Some(toml::Value::String(name)) => name.clone(),
@@ -643,10 +650,7 @@ pub fn policy_from_table(table: &toml::Table) -> Result<PolicySpec, PolicyTableE
         None => {
             return Err(PolicyTableError {
                 key: None,
-                message: format!(
-                    "missing `name` (one of: {})",
-                    PolicySpec::NAMES.join(", ")
-                ),
+                message: format!("missing `name` (one of: {})", PolicySpec::NAMES.join(", ")),
             })
         }
     };

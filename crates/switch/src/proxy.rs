@@ -111,14 +111,26 @@ fn via_value(version: Version) -> HeaderValue {
 }
 
 /// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
-fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
-    let joined = match headers.get(name).and_then(|v| v.to_str().ok()) {
-        Some(existing) if !existing.is_empty() => format!("{existing}, {value}"),
-        _ => value.to_string(),
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
+    let joined = match headers.get(name).map(HeaderValue::as_bytes) {
+        Some(existing) if !existing.is_empty() => {
+            let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
+            joined.extend_from_slice(existing);
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(value.as_bytes());
+            HeaderValue::from_bytes(&joined).ok()
+        }
+        // The common case: nothing to join, no allocation.
+        _ => Some(value.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
+    if let Some(v) = joined {
         headers.insert(name.clone(), v);
     }
+}
+
+/// The client's address as a header value, made once per connection.
+pub fn peer_header(peer: SocketAddr) -> HeaderValue {
+    HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value")
 }
 
 struct HeaderMapLookup<'a>(&'a HeaderMap);
@@ -280,12 +292,12 @@ fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
 pub async fn handle(
     switch: Arc<Switch>,
     conn: Arc<ConnState>,
-    peer: SocketAddr,
+    peer: HeaderValue,
     req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     conn.request_started();
     let cluster = switch.cluster.load_full();
-    let resp = proxy(&switch, &cluster, &conn, peer, req).await;
+    let resp = proxy(&switch, &cluster, &conn, &peer, req).await;
     let resp = match resp {
         Ok(resp) => resp,
         Err(resp) => {
@@ -302,7 +314,7 @@ async fn proxy(
     switch: &Arc<Switch>,
     cluster: &Arc<Cluster>,
     conn: &Arc<ConnState>,
-    peer: SocketAddr,
+    peer: &HeaderValue,
     req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let config = &cluster.config;
@@ -332,19 +344,11 @@ async fn proxy(
 
     let client_version = parts.version;
     strip_hop_by_hop(&mut parts.headers);
-    append_list(
-        &mut parts.headers,
-        &X_FORWARDED_FOR,
-        &peer.ip().to_string(),
-    );
+    append_list(&mut parts.headers, &X_FORWARDED_FOR, peer);
     parts
         .headers
         .insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    append_list(
-        &mut parts.headers,
-        &header::VIA,
-        via_value(client_version).to_str().unwrap_or("1.1 capstan"),
-    );
+    append_list(&mut parts.headers, &header::VIA, &via_value(client_version));
 
     let empty_body = body.is_end_stream() || declared_length(&parts.headers) == Some(0);
     let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
@@ -378,7 +382,10 @@ async fn proxy(
             nodes: &cluster.nodes,
             exclude,
         };
-        let Some(node_id) = cluster.policy.pick(&info, &view).filter(|&id| id < cluster.nodes.len())
+        let Some(node_id) = cluster
+            .policy
+            .pick(&info, &view)
+            .filter(|&id| id < cluster.nodes.len())
         else {
             return Err(with_class(if attempt == 0 {
                 error_response(
@@ -427,15 +434,17 @@ async fn proxy(
         };
         let up_req = builder.body(up_body).expect("request parts are valid");
 
-        let sent = tokio::time::timeout(
-            config.timeouts.upstream,
-            client.request(up_req),
-        )
-        .await;
+        let sent = tokio::time::timeout(config.timeouts.upstream, client.request(up_req)).await;
         let failure = match sent {
             Ok(Ok(resp)) => {
                 node.record_response();
-                return Ok(forward_response(resp, placement, cluster, class, client_version));
+                return Ok(forward_response(
+                    resp,
+                    placement,
+                    cluster,
+                    class,
+                    client_version,
+                ));
             }
             Ok(Err(e)) if exceeded.load(Ordering::Relaxed) => {
                 let _ = e;
@@ -450,11 +459,7 @@ async fn proxy(
             }
             Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, e.to_string(), source_text(&e)),
             Ok(Err(e)) => (FailureKind::Other, e.to_string(), source_text(&e)),
-            Err(_elapsed) => (
-                FailureKind::Timeout,
-                String::new(),
-                String::new(),
-            ),
+            Err(_elapsed) => (FailureKind::Timeout, String::new(), String::new()),
         };
         placement.settle(false);
         let (kind, _, detail) = failure;
@@ -478,7 +483,10 @@ async fn proxy(
                     exclude = Some(node_id);
                     continue;
                 }
-                return Err(with_class(error_response(StatusCode::BAD_GATEWAY, &last_failure)));
+                return Err(with_class(error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &last_failure,
+                )));
             }
             FailureKind::Other => {
                 return Err(with_class(error_response(
@@ -488,7 +496,10 @@ async fn proxy(
             }
         }
     }
-    Err(with_class(error_response(StatusCode::BAD_GATEWAY, &last_failure)))
+    Err(with_class(error_response(
+        StatusCode::BAD_GATEWAY,
+        &last_failure,
+    )))
 }
 
 /// The innermost cause of an error, which is the part worth showing.
@@ -509,11 +520,8 @@ fn forward_response(
 ) -> Response<ResponseBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    append_list(
-        &mut parts.headers,
-        &header::VIA,
-        via_value(parts.version).to_str().unwrap_or("1.1 capstan"),
-    );
+    let via = via_value(parts.version);
+    append_list(&mut parts.headers, &header::VIA, &via);
     if cluster.config.debug_headers {
         parts
             .headers

@@ -83,24 +83,22 @@ impl Switch {
 }
 
 /// What one client connection is doing, for its idle and header-read deadlines.
+///
+/// The socket only bumps counters (no clock reads on the I/O path); the connection's watchdog
+/// ticks, and measures both deadlines in ticks.
+#[derive(Default)]
 pub struct ConnState {
-    epoch: Epoch,
-    last_activity: AtomicU64,
-    /// When the first byte of the next request head arrived; 0 while none is being read.
+    /// Bumped whenever bytes move either way or a request ends.
+    activity: AtomicU64,
+    /// Watchdog ticks so far.
+    ticks: AtomicU64,
+    /// The tick (plus one) at which the first byte of the next request head arrived; 0 while
+    /// no head is being read.
     head_started: AtomicU64,
     in_flight: AtomicU32,
 }
 
 impl ConnState {
-    fn new(epoch: Epoch) -> Self {
-        ConnState {
-            epoch,
-            last_activity: AtomicU64::new(epoch.now_nanos()),
-            head_started: AtomicU64::new(0),
-            in_flight: AtomicU32::new(0),
-        }
-    }
-
     pub fn request_started(&self) {
         self.head_started.store(0, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -110,42 +108,66 @@ impl ConnState {
         let _ = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        self.last_activity
-            .store(self.epoch.now_nanos(), Ordering::Relaxed);
+        self.activity.fetch_add(1, Ordering::Relaxed);
     }
 
     fn on_read(&self) {
-        let now = self.epoch.now_nanos();
-        self.last_activity.store(now, Ordering::Relaxed);
+        self.activity.fetch_add(1, Ordering::Relaxed);
         if self.in_flight.load(Ordering::Relaxed) == 0
             && self.head_started.load(Ordering::Relaxed) == 0
         {
-            self.head_started.store(now.max(1), Ordering::Relaxed);
+            let now = self.ticks.load(Ordering::Relaxed);
+            self.head_started.store(now + 1, Ordering::Relaxed);
         }
     }
 
     fn on_write(&self) {
-        self.last_activity
-            .store(self.epoch.now_nanos(), Ordering::Relaxed);
+        self.activity.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Watches one connection's deadlines, one tick at a time.
+struct Watchdog {
+    tick: Duration,
+    idle_ticks: u64,
+    header_ticks: u64,
+    last_activity: u64,
+    quiet_ticks: u64,
+}
+
+impl Watchdog {
+    fn new(idle: Duration, header_read: Duration) -> Self {
+        let tick =
+            (idle.min(header_read) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        let in_ticks = |d: Duration| (d.as_nanos() / tick.as_nanos().max(1)).max(1) as u64;
+        Watchdog {
+            tick,
+            idle_ticks: in_ticks(idle),
+            header_ticks: in_ticks(header_read),
+            last_activity: 0,
+            quiet_ticks: 0,
+        }
     }
 
-    /// Why the connection should be closed now, if it should.
-    fn expired(&self, idle: Duration, header_read: Duration) -> Option<&'static str> {
-        let now = self.epoch.now_nanos();
-        let head = self.head_started.load(Ordering::Relaxed);
-        if head != 0 && now.saturating_sub(head) > nanos(header_read) {
+    /// Called once per tick: why the connection should be closed now, if it should.
+    fn check(&mut self, state: &ConnState) -> Option<&'static str> {
+        let now = state.ticks.fetch_add(1, Ordering::Relaxed) + 1;
+        let activity = state.activity.load(Ordering::Relaxed);
+        if activity == self.last_activity {
+            self.quiet_ticks += 1;
+        } else {
+            self.last_activity = activity;
+            self.quiet_ticks = 0;
+        }
+        let head = state.head_started.load(Ordering::Relaxed);
+        if head != 0 && now.saturating_sub(head - 1) > self.header_ticks {
             return Some("request head not received within the header-read timeout");
         }
-        let last = self.last_activity.load(Ordering::Relaxed);
-        if now.saturating_sub(last) > nanos(idle) {
+        if self.quiet_ticks > self.idle_ticks {
             return Some("connection idle past the client idle timeout");
         }
         None
     }
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A client socket that tells its [`ConnState`] when bytes move.
@@ -276,7 +298,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .iter()
         .map(|&addr| bind(addr, false))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let admin = admin.map(|addr| bind_admin(addr)).transpose()?;
+    let admin = admin.map(bind_admin).transpose()?;
     serve_on(switch, listeners, admin)
 }
 
@@ -297,7 +319,10 @@ fn serve_on(
         Some(listener) => {
             let listener = TcpListener::from_std(listener)?;
             let bound = listener.local_addr()?;
-            tasks.push(tokio::spawn(crate::admin::serve(Arc::clone(&switch), listener)));
+            tasks.push(tokio::spawn(crate::admin::serve(
+                Arc::clone(&switch),
+                listener,
+            )));
             Some(bound)
         }
         None => None,
@@ -374,7 +399,7 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
     let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
-    let state = Arc::new(ConnState::new(switch.epoch));
+    let state = Arc::new(ConnState::default());
     let io = TokioIo::new(TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
@@ -391,7 +416,10 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
     let service = {
         let switch = Arc::clone(switch);
         let state = Arc::clone(&state);
-        service_fn(move |req| crate::proxy::handle(Arc::clone(&switch), Arc::clone(&state), peer, req))
+        let peer = crate::proxy::peer_header(peer);
+        service_fn(move |req| {
+            crate::proxy::handle(Arc::clone(&switch), Arc::clone(&state), peer.clone(), req)
+        })
     };
     let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
@@ -400,8 +428,9 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
     if stopping {
         conn.as_mut().graceful_shutdown();
     }
-    let tick = (idle.min(header_read) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let mut ticker = tokio::time::interval(tick);
+    let mut watchdog = Watchdog::new(idle, header_read);
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + watchdog.tick, watchdog.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -416,7 +445,7 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
                 conn.as_mut().graceful_shutdown();
             }
             _ = ticker.tick() => {
-                if let Some(why) = state.expired(idle, header_read) {
+                if let Some(why) = watchdog.check(&state) {
                     tracing::debug!(%peer, "closing client connection: {why}");
                     return;
                 }
@@ -525,4 +554,3 @@ fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
     });
     Ok(())
 }
-

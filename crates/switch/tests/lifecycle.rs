@@ -32,7 +32,9 @@ async fn reload_swaps_policy_and_nodes_and_refuses_bad_files() {
 
     // A keep-alive connection opened before the reload…
     let mut held = tokio::net::TcpStream::connect(addr).await.unwrap();
-    held.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    held.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = vec![0u8; 4096];
     let n = held.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).contains("x-capstan-node: a"));
@@ -40,23 +42,37 @@ async fn reload_swaps_policy_and_nodes_and_refuses_bad_files() {
     std::fs::write(&path, config_for(&[&a, &b], "[policy]\nname = \"cap\"\n")).unwrap();
     let ans = post(admin, "/reload").await;
     assert_eq!(ans.status, StatusCode::OK, "{}", ans.text());
-    assert!(ans.text().contains("generation 2, policy cap, 2 nodes"), "{}", ans.text());
+    assert!(
+        ans.text().contains("generation 2, policy cap, 2 nodes"),
+        "{}",
+        ans.text()
+    );
     let seen = tally(&placements(addr, &["/", "/", "/", "/"]).await);
     assert_eq!(seen.len(), 2, "new node in use: {seen:?}");
 
     // …still works after it.
-    held.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    held.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let n = held.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 
-    std::fs::write(&path, "listen = [\"127.0.0.1:0\"]\n[[node]]\naddress = \"nowhere\"\n").unwrap();
+    std::fs::write(
+        &path,
+        "listen = [\"127.0.0.1:0\"]\n[[node]]\naddress = \"nowhere\"\n",
+    )
+    .unwrap();
     let ans = post(admin, "/reload").await;
     assert_eq!(ans.status, StatusCode::BAD_REQUEST);
     assert!(ans.text().contains("reload.toml:3:11"), "{}", ans.text());
     let status = status_json(admin).await;
     assert_eq!(status["policy"], "cap");
     assert_eq!(status["generation"], 2);
-    assert_eq!(get(addr, "/").await.status, StatusCode::OK, "old configuration keeps serving");
+    assert_eq!(
+        get(addr, "/").await.status,
+        StatusCode::OK,
+        "old configuration keeps serving"
+    );
 }
 
 #[tokio::test]
@@ -88,7 +104,11 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     assert_eq!(ans.status, StatusCode::OK);
     assert_eq!(ans.text(), "a");
     waited.await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -102,7 +122,10 @@ async fn grace_period_bounds_shutdown() {
     sw.switch.shutdown();
     sw.wait().await;
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
 }
 
 #[tokio::test]
@@ -111,7 +134,16 @@ async fn admin_reports_status_and_metrics() {
     let b = Backend::start("b").await;
     let sw = start_switch(&config_for(&[&a, &b], "[policy]\nname = \"cap\"\n")).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
-    placements(addr, &["/x.html", "/y.html", "/cgi-bin/cpu_light.cgi", "/cgi-bin/cpu_light.cgi"]).await;
+    placements(
+        addr,
+        &[
+            "/x.html",
+            "/y.html",
+            "/cgi-bin/cpu_light.cgi",
+            "/cgi-bin/cpu_light.cgi",
+        ],
+    )
+    .await;
 
     let status = status_json(admin).await;
     assert_eq!(status["policy"], "cap");
@@ -142,5 +174,8 @@ async fn admin_reports_status_and_metrics() {
     let page = get(admin, "/").await;
     assert!(page.text().contains("<h1>Capstan switch</h1>"));
     assert_eq!(get(admin, "/nope").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(post(admin, "/status").await.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        post(admin, "/status").await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
 }

@@ -35,12 +35,21 @@ async fn too_many_or_too_large_headers_get_431() {
     }
     let ans = send(addr, req, Bytes::new()).await;
     assert_eq!(ans.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-    let ans = send(addr, Request::get("/").header("x-big", "v".repeat(1500)), Bytes::new()).await;
+    let ans = send(
+        addr,
+        Request::get("/").header("x-big", "v".repeat(1500)),
+        Bytes::new(),
+    )
+    .await;
     assert_eq!(ans.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     // Far past every limit: hyper's own parser refuses it, also with 431.
     let raw = raw_exchange(
         addr,
-        format!("GET / HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n", "v".repeat(64 * 1024)).as_bytes(),
+        format!(
+            "GET / HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n",
+            "v".repeat(64 * 1024)
+        )
+        .as_bytes(),
     )
     .await;
     assert!(raw.starts_with("HTTP/1.1 431"), "{raw}");
@@ -87,8 +96,14 @@ async fn malformed_requests_get_400_and_the_switch_keeps_serving() {
 #[tokio::test]
 async fn slow_header_client_is_cut_off() {
     let a = Backend::start("a").await;
-    let sw = start_switch(&config_for(&[&a], "[timeouts]\nheader_read = \"300ms\"\nclient_idle = \"60s\"\n")).await;
-    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0]).await.unwrap();
+    let sw = start_switch(&config_for(
+        &[&a],
+        "[timeouts]\nheader_read = \"300ms\"\nclient_idle = \"60s\"\n",
+    ))
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0])
+        .await
+        .unwrap();
     let started = Instant::now();
     // A byte every 100 ms: the connection stays busy but the head never completes.
     let mut closed = false;
@@ -107,21 +122,33 @@ async fn slow_header_client_is_cut_off() {
         }
     }
     assert!(closed, "the switch closed the slow client");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn idle_keep_alive_connection_is_closed() {
     let a = Backend::start("a").await;
     let sw = start_switch(&config_for(&[&a], "[timeouts]\nclient_idle = \"300ms\"\n")).await;
-    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0]).await.unwrap();
-    stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0])
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
     let mut buf = vec![0u8; 4096];
     let n = stream.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     let started = Instant::now();
     let rest = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
-    assert!(matches!(rest, Ok(Ok(0)) | Ok(Err(_))), "closed, not timed out: {rest:?}");
+    assert!(
+        matches!(rest, Ok(Ok(0)) | Ok(Err(_))),
+        "closed, not timed out: {rest:?}"
+    );
     assert!(started.elapsed() >= Duration::from_millis(250));
 }
 
@@ -138,9 +165,8 @@ async fn a_back_end_sending_garbage_gets_502_not_a_crash() {
             });
         }
     });
-    let text = format!(
-        "listen = [\"127.0.0.1:0\"]\n[[node]]\nname = \"bad\"\naddress = \"{bad_addr}\"\n"
-    );
+    let text =
+        format!("listen = [\"127.0.0.1:0\"]\n[[node]]\nname = \"bad\"\naddress = \"{bad_addr}\"\n");
     let sw = start_switch(&text).await;
     let ans = get(sw.listen_addrs[0], "/").await;
     assert_eq!(ans.status, StatusCode::BAD_GATEWAY);

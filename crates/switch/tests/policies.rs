@@ -25,12 +25,17 @@ async fn every_policy_answers() {
     let nodes = cluster(3).await;
     for policy in capstan_core::PolicySpec::NAMES {
         let extra = if *policy == "static-partitioning" {
-            "[policy]\nname = \"static-partitioning\"\n[policy.partitions]\ncpu = [\"n0\"]\n".to_string()
+            "[policy]\nname = \"static-partitioning\"\n[policy.partitions]\ncpu = [\"n0\"]\n"
+                .to_string()
         } else {
             format!("[policy]\nname = \"{policy}\"\n")
         };
         let sw = start_switch(&config_for(&refs(&nodes), &extra)).await;
-        for path in ["/a.html", "/cgi-bin/cpu_med.cgi", "/cgi-bin/disk_load.cgi?file=1"] {
+        for path in [
+            "/a.html",
+            "/cgi-bin/cpu_med.cgi",
+            "/cgi-bin/disk_load.cgi?file=1",
+        ] {
             let ans = get(sw.listen_addrs[0], path).await;
             assert_eq!(ans.status, StatusCode::OK, "{policy} {path}");
             assert!(ans.node().starts_with('n'), "{policy}");
@@ -99,7 +104,9 @@ async fn lard_keeps_a_path_on_one_node_until_the_threshold() {
     // Many at once on one slow path: its node passes T_high, and the path moves.
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        tasks.push(tokio::spawn(async move { get(addr, "/slow?ms=300").await.node() }));
+        tasks.push(tokio::spawn(async move {
+            get(addr, "/slow?ms=300").await.node()
+        }));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut seen = HashMap::new();
@@ -147,7 +154,10 @@ async fn consistent_hash_moves_about_one_nth_of_keys_when_a_node_goes() {
         assert_eq!(b.1, "n3", "only keys of the removed node move: {b:?}");
     }
     let share = moved.len() as f64 / keys.len() as f64;
-    assert!((0.12..=0.40).contains(&share), "moved {share:.2} of keys, ≈ 1/4 expected");
+    assert!(
+        (0.12..=0.40).contains(&share),
+        "moved {share:.2} of keys, ≈ 1/4 expected"
+    );
     // And the mapping is stable: the same key, the same node.
     let again = placements(sw4.listen_addrs[0], &key_refs[..20]).await;
     assert_eq!(&before[..20], &again[..]);
@@ -173,7 +183,11 @@ async fn weighted_round_robin_follows_weights() {
 #[tokio::test]
 async fn least_connections_avoids_the_busy_node() {
     let nodes = cluster(2).await;
-    let sw = start_switch(&config_for(&refs(&nodes), "[policy]\nname = \"least-connections\"\n")).await;
+    let sw = start_switch(&config_for(
+        &refs(&nodes),
+        "[policy]\nname = \"least-connections\"\n",
+    ))
+    .await;
     let addr = sw.listen_addrs[0];
     let first = get(addr, "/").await.node();
     let slow: Vec<_> = (0..3)
@@ -187,7 +201,10 @@ async fn least_connections_avoids_the_busy_node() {
     assert_eq!(active.iter().sum::<u64>(), 3, "{active:?}");
     let busy = if active[0] > active[1] { "n0" } else { "n1" };
     let quick = tally(&placements(addr, &["/"; 4]).await);
-    assert!(!quick.contains_key(busy) || active[0] == active[1], "{quick:?} busy {busy}");
+    assert!(
+        !quick.contains_key(busy) || active[0] == active[1],
+        "{quick:?} busy {busy}"
+    );
     let _ = first;
     for t in slow {
         t.await.unwrap();

@@ -23,11 +23,20 @@ async fn forwards_and_rewrites_headers() {
     assert_eq!(ans.status, StatusCode::OK);
     let seen = ans.text();
     assert!(seen.starts_with("GET /headers?x=1 HTTP/1.1"), "{seen}");
-    assert!(seen.contains("host: www.example.org\n"), "Host preserved: {seen}");
-    assert!(seen.contains("x-forwarded-for: 10.1.2.3, 127.0.0.1\n"), "{seen}");
+    assert!(
+        seen.contains("host: www.example.org\n"),
+        "Host preserved: {seen}"
+    );
+    assert!(
+        seen.contains("x-forwarded-for: 10.1.2.3, 127.0.0.1\n"),
+        "{seen}"
+    );
     assert!(seen.contains("x-forwarded-proto: http\n"), "{seen}");
     assert!(seen.contains("via: 1.1 capstan\n"), "{seen}");
-    assert!(!seen.contains("x-secret"), "named hop-by-hop header removed: {seen}");
+    assert!(
+        !seen.contains("x-secret"),
+        "named hop-by-hop header removed: {seen}"
+    );
     assert!(!seen.contains("\nte:"), "{seen}");
     // The back-end's own hop-by-hop headers do not reach the client.
     assert_eq!(ans.header("x-drop-me"), "");
@@ -46,7 +55,11 @@ async fn http10_client_and_chunked_response() {
     let raw = raw_exchange(addr, b"GET /chunked HTTP/1.0\r\nHost: x\r\n\r\n").await;
     assert!(raw.starts_with("HTTP/1.0 200 OK\r\n"), "{raw}");
     let body = raw.split("\r\n\r\n").nth(1).unwrap();
-    assert_eq!(body, "c".repeat(3000), "1.0 client gets the body unchunked until close");
+    assert_eq!(
+        body,
+        "c".repeat(3000),
+        "1.0 client gets the body unchunked until close"
+    );
     // HTTP/1.1 gets the chunked body as chunked.
     let raw = raw_exchange(
         addr,
@@ -69,7 +82,10 @@ async fn keep_alive_on_both_sides() {
     .await;
     assert_eq!(raw.matches("HTTP/1.1 200 OK").count(), 3, "{raw}");
     let status = status_json(sw.admin_addr.unwrap()).await;
-    assert_eq!(status["accepted_connections"], 1, "one client connection for the three requests");
+    assert_eq!(
+        status["accepted_connections"], 1,
+        "one client connection for the three requests"
+    );
 }
 
 #[tokio::test]
@@ -112,13 +128,20 @@ async fn connect_failure_retries_once_on_another_node() {
     for _ in 0..2 {
         let ans = send(addr, Request::post("/upload"), Bytes::from_static(b"abc")).await;
         if ans.status == StatusCode::BAD_GATEWAY {
-            assert!(ans.text().contains("could not connect to node dead"), "{}", ans.text());
+            assert!(
+                ans.text().contains("could not connect to node dead"),
+                "{}",
+                ans.text()
+            );
             saw_502 = true;
         } else {
             assert_eq!(ans.text(), "3");
         }
     }
-    assert!(saw_502, "round robin sends one of two POSTs to the dead node");
+    assert!(
+        saw_502,
+        "round robin sends one of two POSTs to the dead node"
+    );
     let status = status_json(sw.admin_addr.unwrap()).await;
     assert!(status["nodes"][0]["errors"]["connect"].as_u64().unwrap() >= 3);
 }
@@ -139,7 +162,12 @@ async fn single_dead_node_gives_502_then_503_once_backed_off() {
     for _ in 0..2 {
         let ans = get(addr, "/").await;
         assert_eq!(ans.status, StatusCode::BAD_GATEWAY);
-        assert!(ans.text().starts_with("502 Bad Gateway: could not connect to node dead"), "{}", ans.text());
+        assert!(
+            ans.text()
+                .starts_with("502 Bad Gateway: could not connect to node dead"),
+            "{}",
+            ans.text()
+        );
     }
     let ans = get(addr, "/").await;
     assert_eq!(ans.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -167,7 +195,10 @@ async fn backed_off_node_returns_after_the_backoff() {
     for _ in 0..4 {
         assert_eq!(get(addr, "/").await.node(), "a");
     }
-    assert_eq!(status_json(sw.admin_addr.unwrap()).await["nodes"][1]["available"], false);
+    assert_eq!(
+        status_json(sw.admin_addr.unwrap()).await["nodes"][1]["available"],
+        false
+    );
     let _revived = Backend::start_on(dead_addr, "b").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let nodes: Vec<String> = placements(addr, &["/", "/", "/", "/"])
@@ -175,7 +206,10 @@ async fn backed_off_node_returns_after_the_backoff() {
         .into_iter()
         .map(|(_, n)| n)
         .collect();
-    assert!(nodes.contains(&"b".to_string()), "node b is back: {nodes:?}");
+    assert!(
+        nodes.contains(&"b".to_string()),
+        "node b is back: {nodes:?}"
+    );
 }
 
 #[tokio::test]
@@ -185,7 +219,15 @@ async fn upstream_timeout_gives_504() {
     let addr = sw.listen_addrs[0];
     let ans = get(addr, "/slow?ms=2000").await;
     assert_eq!(ans.status, StatusCode::GATEWAY_TIMEOUT);
-    assert!(ans.text().contains("sent no response within 200ms"), "{}", ans.text());
+    assert!(
+        ans.text().contains("sent no response within 200ms"),
+        "{}",
+        ans.text()
+    );
     let ans = get(addr, "/slow?ms=10").await;
-    assert_eq!(ans.status, StatusCode::OK, "a timeout does not take the node out");
+    assert_eq!(
+        ans.status,
+        StatusCode::OK,
+        "a timeout does not take the node out"
+    );
 }

@@ -21,7 +21,10 @@ pub fn repo_root() -> PathBuf {
 
 /// A free loopback port (bound then released; fine for tests on one machine).
 pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 /// A child process killed when dropped.
@@ -82,9 +85,15 @@ pub fn spawn(args: &[&str], ready: SocketAddr) -> Proc {
     let started = Instant::now();
     while TcpStream::connect(ready).is_err() {
         if let Some(status) = proc.0.try_wait().unwrap() {
-            panic!("capstan {args:?} exited early ({status}): {}", proc.stderr_text());
+            panic!(
+                "capstan {args:?} exited early ({status}): {}",
+                proc.stderr_text()
+            );
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "capstan {args:?} did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "capstan {args:?} did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     proc
@@ -121,7 +130,11 @@ impl Reply {
 pub fn http(addr: SocketAddr, method: &str, path: &str) -> Reply {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).expect("read reply");
     let split = raw
@@ -135,7 +148,10 @@ pub fn http(addr: SocketAddr, method: &str, path: &str) -> Reply {
         .and_then(|s| s.parse().ok())
         .expect("a status code");
     let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         body = dechunk(&body);
     }
     Reply { status, head, body }
@@ -151,8 +167,8 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
             return out;
         };
-        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..eol]).trim(), 16)
-            .unwrap_or(0);
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..eol]).trim(), 16).unwrap_or(0);
         if size == 0 {
             return out;
         }
@@ -165,7 +181,10 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let started = Instant::now();
     while !check() {
-        assert!(started.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

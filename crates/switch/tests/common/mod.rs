@@ -171,9 +171,8 @@ pub async fn start_switch(toml: &str) -> Running {
 
 /// TOML for `nodes`, with `extra` appended (policy, classes, timeouts, …).
 pub fn config_for(nodes: &[&Backend], extra: &str) -> String {
-    let mut text = String::from(
-        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\ndebug_headers = true\n",
-    );
+    let mut text =
+        String::from("listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\ndebug_headers = true\n");
     text.push_str(extra);
     text.push('\n');
     for node in nodes {

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Capstan as a reverse proxy, side by side with HAProxy and nginx, on this machine, in one run.
+#
+# Four nginx back-ends serve a 1 KB file and an empty file. In front of them, each on its own
+# port and with the same number of worker threads: Capstan (round-robin and cap), HAProxy
+# (roundrobin) and nginx (proxy_pass, upstream keep-alive). wrk drives each in turn; every round
+# visits every proxy once, so noise from the shared machine spreads evenly; the table shows
+# medians over the rounds and each proxy's ratio to HAProxy.
+#
+#   bash benches/proxy.sh                 # 3 rounds × 10 s per cell, 1 worker thread each
+#   ROUNDS=5 SECONDS_PER_RUN=15 THREADS=2 CONNECTIONS=100 bash benches/proxy.sh
+#
+# Scenarios: keep-alive (1 KB, persistent client connections), close (1 KB, a new client
+# connection per request) and switch capacity (the Jones thesis's test: an empty file, a new
+# connection per request — connections/s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+THREADS=${THREADS:-1}
+CONNECTIONS=${CONNECTIONS:-50}
+OUT=${OUT:-target/bench-proxy}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need haproxy || ! need nginx || ! need wrk; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy nginx wrk >/dev/null
+  else
+    echo "needs haproxy, nginx and wrk (apt-get install haproxy nginx wrk)" >&2
+    exit 1
+  fi
+fi
+
+cargo build --release --locked --quiet -p capstan-cli
+capstan=$PWD/target/release/capstan
+mkdir -p "$OUT"
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+chmod 755 "$work"  # the nginx workers run as another user
+mkdir -p "$work/www"
+python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
+: > "$work/www/empty.html"
+
+cat > "$work/backends.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/backends.pid;
+error_log $work/backends.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:19001; root $work/www; }
+  server { listen 127.0.0.1:19002; root $work/www; }
+  server { listen 127.0.0.1:19003; root $work/www; }
+  server { listen 127.0.0.1:19004; root $work/www; }
+}
+CONF
+
+cat > "$work/haproxy.cfg" <<CONF
+global
+  nbthread $THREADS
+  maxconn 8000
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 60s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:18081
+  default_backend be
+backend be
+  balance roundrobin
+  http-reuse always
+  server s1 127.0.0.1:19001
+  server s2 127.0.0.1:19002
+  server s3 127.0.0.1:19003
+  server s4 127.0.0.1:19004
+CONF
+
+cat > "$work/nginx-proxy.conf" <<CONF
+worker_processes $THREADS;
+daemon off;
+pid $work/proxy.pid;
+error_log $work/proxy.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  upstream be {
+    server 127.0.0.1:19001;
+    server 127.0.0.1:19002;
+    server 127.0.0.1:19003;
+    server 127.0.0.1:19004;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:18082;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+CONF
+
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
+
+nginx -c "$work/backends.conf" & pids+=($!)
+for p in 19001 19002 19003 19004; do wait_port $p; done
+nodes=(--node 127.0.0.1:19001 --node 127.0.0.1:19002 --node 127.0.0.1:19003 --node 127.0.0.1:19004)
+RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18080 --policy round-robin "${nodes[@]}" & pids+=($!)
+RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18083 --policy cap "${nodes[@]}" & pids+=($!)
+haproxy -f "$work/haproxy.cfg" & pids+=($!)
+nginx -c "$work/nginx-proxy.conf" & pids+=($!)
+for p in 18080 18081 18082 18083; do wait_port $p; done
+
+proxies=("capstan-rr:18080" "capstan-cap:18083" "haproxy:18081" "nginx:18082")
+scenarios=("keep-alive:/1k.html:" "close:/1k.html:Connection: close" "switch-capacity:/empty.html:Connection: close")
+
+results="$OUT/runs.tsv"
+printf 'round\tscenario\tproxy\trps\tp50_ms\tp99_ms\terrors\n' > "$results"
+for round in $(seq "$ROUNDS"); do
+  for scenario in "${scenarios[@]}"; do
+    IFS=: read -r sname path header <<<"$scenario"
+    for proxy in "${proxies[@]}"; do
+      pname=${proxy%%:*}; port=${proxy##*:}
+      args=(-t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency)
+      [ -n "$header" ] && args+=(-H "$header")
+      echo "round $round/$ROUNDS  $sname  $pname" >&2
+      wrk "${args[@]}" "http://127.0.0.1:$port$path" > "$work/wrk.out"
+      python3 - "$work/wrk.out" "$round" "$sname" "$pname" >> "$results" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+SCALE = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+def ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
+    if not m:
+        sys.exit(f"cannot read wrk latency {v!r} in:\n{text}")
+    return float(m.group(1)) * SCALE[m.group(2)]
+def find(pattern):
+    m = re.search(pattern, text, re.MULTILINE)
+    if not m:
+        sys.exit(f"wrk output lacks {pattern!r}:\n{text}")
+    return m.group(1)
+rps = float(find(r"Requests/sec:\s+([\d.]+)"))
+p50 = ms(find(r"^\s+50%\s+(\S+)"))
+p99 = ms(find(r"^\s+99%\s+(\S+)"))
+errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errors = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{errors}")
+PY
+    done
+  done
+done
+
+python3 - "$results" "$ROUNDS" "$SECONDS_PER_RUN" "$THREADS" "$CONNECTIONS" <<'PY' | tee "$OUT/summary.md"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+rounds, secs, threads, conns = sys.argv[2:6]
+print(f"{rounds} rounds × {secs} s, {threads} worker thread(s) per proxy, wrk -t1 -c{conns}; medians\n")
+print("| scenario | proxy | req/s | ratio to HAProxy | p50 ms | p99 ms | errors |")
+print("|---|---|---:|---:|---:|---:|---:|")
+for scenario in dict.fromkeys(r["scenario"] for r in rows):
+    med = {}
+    for proxy in dict.fromkeys(r["proxy"] for r in rows):
+        cell = [r for r in rows if r["scenario"] == scenario and r["proxy"] == proxy]
+        med[proxy] = {k: statistics.median(float(r[k]) for r in cell) for k in ("rps", "p50_ms", "p99_ms")}
+        med[proxy]["errors"] = sum(int(r["errors"]) for r in cell)
+    base = med["haproxy"]["rps"]
+    for proxy, m in med.items():
+        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['rps'] / base:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['errors']} |")
+PY
+echo "raw runs: $results" >&2

@@ -74,6 +74,9 @@ fn process_cpu_seconds() -> Option<f64> {
 
 const MARKER: &str = ".capstan-tree";
 
+/// Files up to this size are read without leaving the event loop.
+const INLINE_READ_MAX: u64 = 128 * 1024;
+
 /// Write the tree's files under `dir` unless a marker says this exact tree is already there.
 pub fn materialize(tree: &DocTree, dir: &Path) -> Result<(), OriginError> {
     let io = |path: &Path, e: std::io::Error| OriginError::Io {
@@ -144,9 +147,15 @@ impl Real {
         let _ = tokio::task::spawn_blocking(move || black_box(burn(iters))).await;
     }
 
-    /// Read a file of the tree from disk.
-    pub async fn read_file(&self, tree_path: &str) -> std::io::Result<Vec<u8>> {
+    /// Read a file of the tree from disk. Small files are read right here on the event loop:
+    /// from the page cache that takes microseconds, far less than a round trip through the
+    /// blocking pool (with the prebuilt headers, this took the WebStone mix from about half of
+    /// nginx's throughput to about 0.9 of it in one run on the 2-core development machine).
+    pub async fn read_file(&self, tree_path: &str, size: u64) -> std::io::Result<Vec<u8>> {
         let path = self.data_dir.join(tree_path.trim_start_matches('/'));
+        if size <= INLINE_READ_MAX {
+            return std::fs::read(path);
+        }
         match tokio::task::spawn_blocking(move || std::fs::read(path)).await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),

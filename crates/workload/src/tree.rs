@@ -390,6 +390,11 @@ impl DocTree {
         self.index.get(path).map(|i| &self.files[*i])
     }
 
+    /// Index of the file in [`DocTree::files`], for callers keeping per-file data alongside.
+    pub fn position(&self, path: &str) -> Option<usize> {
+        self.index.get(path).copied()
+    }
+
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }

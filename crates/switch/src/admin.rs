@@ -103,6 +103,10 @@ pub struct NodeStatus {
     pub available: bool,
     pub active: u32,
     pub served: u64,
+    /// Utilisation the node last reported (0–1); 0 when load is not gathered.
+    pub load: f64,
+    pub load_reports: u64,
+    pub load_report_failures: u64,
     pub errors: NodeErrors,
     pub latency_ms: LatencySummary,
     /// Requests placed on this node per class.
@@ -157,6 +161,9 @@ fn status(switch: &Switch) -> Status {
                 available: node.is_up(now),
                 active: node.active.load(Ordering::Relaxed),
                 served: node.served.load(Ordering::Relaxed),
+                load: node.load(),
+                load_reports: node.load_reports.load(Ordering::Relaxed),
+                load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
                 errors: NodeErrors {
                     connect: node.connect_errors.load(Ordering::Relaxed),
                     timeout: node.timeout_errors.load(Ordering::Relaxed),
@@ -257,6 +264,16 @@ impl Collector for SwitchCollector {
             let labels = node_label(&node.config.name);
             ConstGauge::new(i64::from(node.is_up(snap.now_nanos)))
                 .encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_load",
+            "Utilisation the node last reported (busiest resource, 0-1)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstGauge::new(node.load()).encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
             "capstan_node_responses",
@@ -360,13 +377,14 @@ fn dashboard(status: &Status) -> String {
             .collect();
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} %</td><td>{}</td>\
              <td>{}/{}/{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
             escape(&n.name),
             escape(&n.address),
             if n.available { "up" } else { "<b>out</b>" },
             n.weight,
             n.active,
+            n.load * 100.0,
             n.served,
             n.errors.connect,
             n.errors.timeout,
@@ -383,7 +401,7 @@ fn dashboard(status: &Status) -> String {
          </style></head><body><h1>Capstan switch</h1>\
          <p>policy <b>{}</b> · generation {} · up {:.0} s · {} connections open, {} accepted · {} reloads</p>\
          <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
-         <th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
+         <th>load</th><th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
          {rows}</table><p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
         escape(&status.policy),
         status.generation,

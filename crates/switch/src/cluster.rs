@@ -58,6 +58,11 @@ pub struct NodeRuntime {
     pub class_placed: Vec<AtomicU64>,
     /// Response times in microseconds, from dispatch to the end of the body.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Utilisation the node last reported (busiest resource, 0–1), as `f64` bits.
+    reported_load: AtomicU64,
+    /// Load reports gathered, and gathering attempts that failed.
+    pub load_reports: AtomicU64,
+    pub load_report_failures: AtomicU64,
 }
 
 impl NodeRuntime {
@@ -81,6 +86,9 @@ impl NodeRuntime {
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
+            reported_load: AtomicU64::new(0f64.to_bits()),
+            load_reports: AtomicU64::new(0),
+            load_report_failures: AtomicU64::new(0),
         })
     }
 
@@ -126,6 +134,21 @@ impl NodeRuntime {
             self.consecutive_connect_failures
                 .store(0, Ordering::Relaxed);
         }
+    }
+
+    /// The utilisation the node last reported, 0 when it never has.
+    pub fn load(&self) -> f64 {
+        f64::from_bits(self.reported_load.load(Ordering::Relaxed))
+    }
+
+    pub fn set_load(&self, load: f64) {
+        let load = if load.is_finite() {
+            load.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        self.reported_load.store(load.to_bits(), Ordering::Relaxed);
+        self.load_reports.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn record_latency(&self, micros: u64) {
@@ -217,7 +240,7 @@ impl ClusterView for LiveView<'_> {
             available: node.is_up(self.now_nanos) && self.exclude != Some(id),
             weight: node.config.weight,
             active: node.active.load(Ordering::Relaxed),
-            load: 0.0,
+            load: node.load(),
         }
     }
 }

@@ -35,6 +35,7 @@ pub struct Config {
     pub limits: Limits,
     pub health: Health,
     pub upstream: Upstream,
+    pub load: LoadGathering,
 }
 
 /// A back-end node.
@@ -124,6 +125,28 @@ impl Default for Health {
     }
 }
 
+/// Gathering each node's reported load (the papers' "collector"), for the policies that use it
+/// (`cap-load`). Off unless `path` is set; `capstan origin` reports at `/_capstan/load`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoadGathering {
+    /// Path of the node's JSON load report; its busiest `interval` utilisation (`cpu_util`,
+    /// `disk_util`, `nic_util`) becomes the node's load.
+    pub path: Option<String>,
+    /// How often to gather (T_gat in the CAP paper; SWEB's load daemon used 2–3 s).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl Default for LoadGathering {
+    fn default() -> Self {
+        LoadGathering {
+            path: None,
+            interval: Duration::from_secs(2),
+        }
+    }
+}
+
 /// What a request's locality key is (used by `lard`, `lard-r`, `consistent-hash`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -204,6 +227,8 @@ struct RawConfig {
     health: Health,
     #[serde(default)]
     upstream: Upstream,
+    #[serde(default)]
+    load: LoadGathering,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +317,7 @@ impl Config {
             limits: Limits::default(),
             health: Health::default(),
             upstream: Upstream::default(),
+            load: LoadGathering::default(),
         }
     }
 
@@ -321,6 +347,7 @@ impl Config {
         self.build_policy_for(&classifier)
             .map_err(|e| plain(format!("policy {}: {e}", self.policy.name())))?;
         check_limits(&self.limits).map_err(plain)?;
+        check_load(&self.load).map_err(plain)?;
         Ok(())
     }
 
@@ -442,6 +469,24 @@ impl Config {
             self.health.fail_threshold,
             humantime::format_duration(self.health.backoff)
         );
+        match &self.load.path {
+            Some(path) => {
+                let _ = writeln!(
+                    out,
+                    "load      gathered from {path} every {}",
+                    humantime::format_duration(self.load.interval)
+                );
+            }
+            None if self.policy.name() == "cap-load" => {
+                let _ = writeln!(
+                    out,
+                    "load      not gathered: cap-load sees every node at load 0 (set [load] path)"
+                );
+            }
+            None => {
+                let _ = writeln!(out, "load      not gathered");
+            }
+        }
         out
     }
 }
@@ -473,6 +518,18 @@ fn describe_rule(rule: &RuleSpec) -> String {
         }
     }
     parts.join(" and ")
+}
+
+fn check_load(l: &LoadGathering) -> Result<(), String> {
+    if let Some(path) = &l.path {
+        if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
+            return Err(format!("load.path `{path}` must be a path starting with /"));
+        }
+    }
+    if l.interval < Duration::from_millis(10) {
+        return Err("load.interval must be at least 10ms".into());
+    }
+    Ok(())
 }
 
 fn check_limits(l: &Limits) -> Result<(), String> {
@@ -595,6 +652,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         limits: raw.limits,
         health: raw.health,
         upstream: raw.upstream,
+        load: raw.load,
     };
 
     let classifier = config.classifier().map_err(|e| {
@@ -621,6 +679,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         .build_policy_for(&classifier)
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
+    check_load(&config.load).map_err(|e| loc.error(find_key(loc.text, "load"), e))?;
     Ok(config)
 }
 

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod body;
 pub mod cluster;
 pub mod config;
+pub mod gather;
 pub mod proxy;
 pub mod server;
 

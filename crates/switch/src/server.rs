@@ -71,6 +71,10 @@ impl Switch {
         self.shutdown.send_replace(true);
     }
 
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
@@ -299,14 +303,16 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
         .map(|&addr| bind(addr, false))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let admin = admin.map(bind_admin).transpose()?;
-    serve_on(switch, listeners, admin)
+    serve_on(switch, listeners, admin, true)
 }
 
 /// Serves already-bound listeners on the current runtime.
+/// The primary worker also serves the admin listener and gathers node loads.
 fn serve_on(
     switch: Arc<Switch>,
     listeners: Vec<std::net::TcpListener>,
     admin: Option<std::net::TcpListener>,
+    primary: bool,
 ) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
@@ -314,6 +320,11 @@ fn serve_on(
         let listener = TcpListener::from_std(listener)?;
         listen_addrs.push(listener.local_addr()?);
         tasks.push(tokio::spawn(accept_loop(Arc::clone(&switch), listener)));
+    }
+    if primary {
+        tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
+            &switch,
+        ))));
     }
     let admin_addr = match admin {
         Some(listener) => {
@@ -497,7 +508,7 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
             .name(format!("capstan-worker-{}", i + 1))
             .spawn(move || -> anyhow::Result<()> {
                 single_thread_runtime()?.block_on(async move {
-                    serve_on(switch, listeners, None)?.wait().await;
+                    serve_on(switch, listeners, None, false)?.wait().await;
                     Ok(())
                 })
             })
@@ -505,7 +516,7 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
         handles.push(handle);
     }
     let served = single_thread_runtime()?.block_on(async {
-        let running = serve_on(Arc::clone(&switch), first, admin)?;
+        let running = serve_on(Arc::clone(&switch), first, admin, true)?;
         spawn_signal_handlers(Arc::clone(&switch))?;
         running.wait().await;
         anyhow::Ok(())

@@ -210,3 +210,33 @@ async fn least_connections_avoids_the_busy_node() {
         t.await.unwrap();
     }
 }
+
+/// CAP-load skips a node whose gathered load is over the bound, and takes it back when its load
+/// drops.
+#[tokio::test]
+async fn cap_load_skips_nodes_reporting_high_load() {
+    let nodes = cluster(3).await;
+    nodes[1]
+        .load_percent
+        .store(97, std::sync::atomic::Ordering::Relaxed);
+    let extra = "[policy]\nname = \"cap-load\"\nmax_load = 0.9\n\
+                 [load]\npath = \"/_capstan/load\"\ninterval = \"50ms\"\n";
+    let sw = start_switch(&config_for(&refs(&nodes), extra)).await;
+    let admin = sw.admin_addr.unwrap();
+    let addr = sw.listen_addrs[0];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = status_json(admin).await;
+    assert_eq!(status["nodes"][1]["load"], 0.97, "{status}");
+    let seen = tally(&placements(addr, &["/cgi-bin/cpu_light.cgi"; 12]).await);
+    assert!(
+        !seen.contains_key("n1"),
+        "the loaded node is skipped: {seen:?}"
+    );
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    nodes[1]
+        .load_percent
+        .store(10, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = tally(&placements(addr, &["/cgi-bin/cpu_light.cgi"; 12]).await);
+    assert_eq!(seen.get("n1"), Some(&4), "back in rotation: {seen:?}");
+}

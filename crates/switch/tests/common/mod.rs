@@ -25,11 +25,14 @@ type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 ///
 /// Paths: `/slow?ms=N` answers after N ms; `/big?bytes=N` streams N bytes; `/upload` counts
 /// the request body's bytes; `/headers` returns the request head as `name: value` lines;
-/// `/chunked` answers with a chunked body; anything else answers with the back-end's name.
+/// `/chunked` answers with a chunked body; `/_capstan/load` reports `load_percent` as CPU
+/// utilisation; anything else answers with the back-end's name.
 pub struct Backend {
     pub name: String,
     pub addr: SocketAddr,
     pub hits: Arc<AtomicU64>,
+    /// CPU utilisation in percent this back-end reports at `/_capstan/load`.
+    pub load_percent: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -48,9 +51,11 @@ impl Backend {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicU64::new(0));
+        let load_percent = Arc::new(AtomicU64::new(0));
         let task = {
             let name = name.to_string();
             let hits = Arc::clone(&hits);
+            let load = Arc::clone(&load_percent);
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -58,10 +63,14 @@ impl Backend {
                     };
                     let name = name.clone();
                     let hits = Arc::clone(&hits);
+                    let load = Arc::clone(&load);
                     tokio::spawn(async move {
                         let service = service_fn(move |req| {
-                            hits.fetch_add(1, Ordering::Relaxed);
-                            backend_answer(name.clone(), req)
+                            let load = load.load(Ordering::Relaxed);
+                            if req.uri().path() != "/_capstan/load" {
+                                hits.fetch_add(1, Ordering::Relaxed);
+                            }
+                            backend_answer(name.clone(), load, req)
                         });
                         let _ = http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service)
@@ -74,6 +83,7 @@ impl Backend {
             name: name.to_string(),
             addr,
             hits,
+            load_percent,
             task,
         }
     }
@@ -96,10 +106,15 @@ fn query_number(req: &Request<Incoming>, key: &str) -> u64 {
 
 async fn backend_answer(
     name: String,
+    load_percent: u64,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let full = |s: String| Full::new(Bytes::from(s)).boxed();
     let resp = match req.uri().path() {
+        "/_capstan/load" => Response::new(full(format!(
+            "{{\"interval\":{{\"cpu_util\":{},\"disk_util\":0.0,\"nic_util\":0.0}}}}",
+            load_percent as f64 / 100.0
+        ))),
         "/slow" => {
             tokio::time::sleep(Duration::from_millis(query_number(&req, "ms"))).await;
             Response::new(full(name))

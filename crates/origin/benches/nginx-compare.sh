@@ -13,8 +13,8 @@ CONNS=${3:-64}
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 CAPSTAN=${CAPSTAN:-$ROOT/target/release/capstan}
 WORK=$(mktemp -d /tmp/capstan-origin-bench.XXXXXX)
-ORIGIN_PORT=18081
-NGINX_PORT=18082
+ORIGIN_PORT=${ORIGIN_PORT:-28471}
+NGINX_PORT=${NGINX_PORT:-28472}
 THREADS=${THREADS:-2}
 
 cleanup() {

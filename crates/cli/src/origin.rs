@@ -83,7 +83,9 @@ pub struct OriginArgs {
     #[arg(long, value_name = "MS")]
     load_interval_ms: Option<u64>,
 
-    /// Runtime worker threads [default: one per CPU of this machine]
+    /// Worker threads, each with its own event loop and its own listening socket
+    /// (SO_REUSEPORT); all share the node's tree and resource models [default: one per CPU of
+    /// this machine]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 
@@ -151,26 +153,26 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         write!(out, "{}", tree.filelist())?;
         return Ok(());
     }
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    rt.enable_all();
-    if let Some(n) = args.threads {
-        anyhow::ensure!(n > 0, "--threads must be at least 1");
-        rt.worker_threads(n);
-    }
-    let rt = rt.build().context("cannot start the runtime")?;
-    rt.block_on(async move {
-        let summary = format!(
-            "{} tree (seed {}), {} resources, {} core(s) at speed {}",
-            config.tree, config.seed, config.resources, config.node.cores, config.node.speed
-        );
-        let node = capstan_origin::start(config).await?;
-        tracing::info!("origin serving the {summary} on {}", node.addr());
-        println!("listening on {}", node.addr());
-        let _ = std::io::stdout().flush();
-        wait_for_stop().await?;
-        node.shutdown().await;
-        Ok(())
-    })
+    let threads = match args.threads {
+        Some(0) => anyhow::bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let summary = format!(
+        "{} tree (seed {}), {} resources, {} core(s) at speed {}, {threads} worker thread(s)",
+        config.tree, config.seed, config.resources, config.node.cores, config.node.speed
+    );
+    let stopped = capstan_origin::serve_threads(
+        config,
+        threads,
+        |addr| {
+            tracing::info!("origin serving the {summary} on {addr}");
+            println!("listening on {addr}");
+            let _ = std::io::stdout().flush();
+        },
+        wait_for_stop,
+    )?;
+    stopped
 }
 
 /// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager).

@@ -2,9 +2,19 @@
 //! in wall-clock time. A request "uses" a resource by joining the model's queue and sleeping
 //! until the model says it is done, so the response time is the modelled one while the host's
 //! real CPU barely notices.
+//!
+//! Two things keep the modelled times accurate when many nodes share a small machine:
+//!
+//! - A request's stages are chained in *model* time: each stage (disk, CPU, NIC) arrives at the
+//!   model time at which the previous one finished, not at the (later) wall-clock moment its
+//!   task woke up, so wake-up delays do not add up over stages; only the last wake-up is late.
+//! - Waits end on a [`PreciseTimer`] (a thread blocked in a futex with a timeout, which Linux
+//!   serves from high-resolution timers) instead of tokio's timer wheel, which rounds every
+//!   deadline up to the next whole millisecond.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_model::{Completion, CpuPs, Disk, JobId, LruBytes, Nic, NodeParams};
@@ -17,7 +27,8 @@ struct State {
     disk: Disk,
     nic: Nic,
     cache: LruBytes,
-    waiters: HashMap<JobId, oneshot::Sender<()>>,
+    /// CPU jobs in service; told the model time at which they completed.
+    waiters: HashMap<JobId, oneshot::Sender<f64>>,
     next_id: JobId,
 }
 
@@ -25,7 +36,7 @@ impl State {
     fn wake(&mut self, done: Vec<Completion>) {
         for c in done {
             if let Some(tx) = self.waiters.remove(&c.id) {
-                let _ = tx.send(());
+                let _ = tx.send(c.at);
             }
         }
     }
@@ -37,6 +48,7 @@ pub struct Emulated {
     state: Mutex<State>,
     /// Wakes the CPU driver when a job arrives, since that moves the next completion.
     notify: Notify,
+    timer: PreciseTimer,
 }
 
 /// Cancels a CPU job whose request went away before it finished, so abandoned work stops
@@ -75,6 +87,7 @@ impl Emulated {
                 next_id: 0,
             }),
             notify: Notify::new(),
+            timer: PreciseTimer::new(),
         });
         tokio::spawn(cpu_driver(Arc::downgrade(&emu)));
         emu
@@ -91,23 +104,31 @@ impl Emulated {
         self.start.elapsed().as_secs_f64()
     }
 
-    fn at(&self, t: f64) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.start + Duration::from_secs_f64(t.max(0.0)))
+    fn at(&self, t: f64) -> Instant {
+        self.start + Duration::from_secs_f64(t.max(0.0))
     }
 
-    /// Spend `work_s` seconds of CPU (at speed 1) under processor sharing.
-    pub async fn cpu(&self, work_s: f64) {
+    /// Wait until model time `t`.
+    pub async fn sleep_until(&self, t: f64) {
+        self.timer.sleep_until(self.at(t)).await
+    }
+
+    /// Spend `work_s` seconds of CPU (at speed 1) under processor sharing, arriving at model time
+    /// `at` (normally the completion of the request's previous stage, at most a wake-up delay
+    /// ago). Returns the model time at which the job completed.
+    pub async fn cpu(&self, at: f64, work_s: f64) -> f64 {
         if work_s <= 0.0 {
-            return;
+            return at;
         }
         let (tx, rx) = oneshot::channel();
         let id = {
-            let now = self.now();
             let mut st = self.lock();
             let id = st.next_id;
             st.next_id += 1;
             st.waiters.insert(id, tx);
-            let done = st.cpu.arrive(now, id, work_s);
+            // The model cannot go back in time: if it has already moved past `at` (another job's
+            // event), the job joins at the model's present instead.
+            let done = st.cpu.arrive(at, id, work_s);
             st.wake(done);
             id
         };
@@ -117,29 +138,28 @@ impl Emulated {
             id,
             armed: true,
         };
-        let _ = rx.await;
+        let done = rx.await.unwrap_or_else(|_| self.now());
         guard.armed = false;
+        done
     }
 
-    /// Hold the disk for `seconds` (at speed 1), FCFS.
-    pub async fn disk(&self, seconds: f64) {
+    /// Hold the disk for `seconds` (at speed 1), FCFS, arriving at model time `at`. Returns the
+    /// model time at which it finished (after waiting for it).
+    pub async fn disk(&self, at: f64, seconds: f64) -> f64 {
         if seconds <= 0.0 {
-            return;
+            return at;
         }
-        let slot = {
-            let now = self.now();
-            self.lock().disk.busy_for(now, seconds)
-        };
-        tokio::time::sleep_until(self.at(slot.finish)).await;
+        let slot = self.lock().disk.busy_for(at, seconds);
+        self.sleep_until(slot.finish).await;
+        slot.finish
     }
 
-    /// Serialise `bytes` onto the modelled link.
-    pub async fn nic(&self, bytes: u64) {
-        let slot = {
-            let now = self.now();
-            self.lock().nic.send(now, bytes)
-        };
-        tokio::time::sleep_until(self.at(slot.finish)).await;
+    /// Serialise `bytes` onto the modelled link, arriving at model time `at`. Returns the model
+    /// time at which the last byte left (after waiting for it).
+    pub async fn nic(&self, at: f64, bytes: u64) -> f64 {
+        let slot = self.lock().nic.send(at, bytes);
+        self.sleep_until(slot.finish).await;
+        slot.finish
     }
 
     /// Record an access to a static file; true when the memory cache holds it.
@@ -187,9 +207,8 @@ async fn cpu_driver(emu: std::sync::Weak<Emulated>) {
         };
         match next {
             Some(t) => {
-                let deadline = e.at(t);
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = e.sleep_until(t) => {}
                     _ = e.notify.notified() => {}
                 }
             }
@@ -202,5 +221,131 @@ async fn cpu_driver(emu: std::sync::Weak<Emulated>) {
                 }
             }
         }
+    }
+}
+
+/// Sleeps that end within tens of microseconds of their deadline. tokio's timer wheel has a
+/// resolution of one millisecond and rounds deadlines up, which on a 5 ms request is a 10–20 %
+/// error. Here one thread per node keeps the pending deadlines in a heap and waits for the
+/// earliest with a condition variable's timeout (a futex wait, served by the kernel's
+/// high-resolution timers), then completes the sleeping futures through one-shot channels.
+struct PreciseTimer {
+    shared: Arc<TimerShared>,
+}
+
+struct TimerShared {
+    state: Mutex<TimerState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct TimerState {
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    senders: HashMap<u64, oneshot::Sender<()>>,
+    next: u64,
+    stop: bool,
+}
+
+impl PreciseTimer {
+    fn new() -> Self {
+        let shared = Arc::new(TimerShared {
+            state: Mutex::new(TimerState::default()),
+            cv: Condvar::new(),
+        });
+        let s = shared.clone();
+        // If the thread cannot be started, sleeps fall back to tokio's timer (see sleep_until).
+        let _ = std::thread::Builder::new()
+            .name("capstan-origin-timer".into())
+            .spawn(move || timer_thread(&s));
+        PreciseTimer { shared }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TimerState> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn sleep_until(&self, deadline: Instant) {
+        if deadline <= Instant::now() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        let earliest = {
+            let mut st = self.lock();
+            let id = st.next;
+            st.next += 1;
+            st.senders.insert(id, tx);
+            st.heap.push(Reverse((deadline, id)));
+            st.heap.peek().map(|r| r.0 .1) == Some(id)
+        };
+        if earliest {
+            self.shared.cv.notify_one();
+        }
+        if rx.await.is_err() {
+            // The timer thread is gone (it could not start): use the runtime's timer.
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+impl Drop for PreciseTimer {
+    fn drop(&mut self) {
+        self.lock().stop = true;
+        self.shared.cv.notify_one();
+    }
+}
+
+fn timer_thread(shared: &TimerShared) {
+    let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if st.stop {
+            return;
+        }
+        let now = Instant::now();
+        while let Some(&Reverse((deadline, id))) = st.heap.peek() {
+            if deadline > now {
+                break;
+            }
+            st.heap.pop();
+            if let Some(tx) = st.senders.remove(&id) {
+                let _ = tx.send(());
+            }
+        }
+        st = match st.heap.peek() {
+            Some(&Reverse((deadline, _))) => {
+                let wait = deadline.saturating_duration_since(now);
+                shared
+                    .cv
+                    .wait_timeout(st, wait)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0)
+            }
+            None => shared.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn precise_sleeps_end_at_their_deadline_in_order() {
+        let timer = PreciseTimer::new();
+        let t0 = Instant::now();
+        let (a, b) = tokio::join!(
+            async {
+                timer.sleep_until(t0 + Duration::from_millis(30)).await;
+                Instant::now()
+            },
+            async {
+                timer.sleep_until(t0 + Duration::from_millis(10)).await;
+                Instant::now()
+            }
+        );
+        assert!(b >= t0 + Duration::from_millis(10));
+        assert!(a >= t0 + Duration::from_millis(30));
+        assert!(b < a);
+        // A deadline in the past does not wait.
+        timer.sleep_until(t0).await;
     }
 }

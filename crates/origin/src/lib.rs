@@ -90,48 +90,145 @@ impl RunningOrigin {
 }
 
 /// Build the node (generate the tree; in real mode write it to disk and calibrate the CPU loop),
-/// bind the listener and start serving in the background.
+/// bind the listener and start serving in the background on the current runtime. This is the
+/// in-process form (tests, the lab); [`serve_threads`] is the faster one-runtime-per-thread form
+/// the `capstan origin` command uses.
 pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
     config.validate()?;
     let tree = DocTree::generate(config.tree, config.seed, config.files)?;
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| OriginError::Bind {
-            addr: config.listen,
-            error: e,
-        })?;
-    let addr = listener.local_addr().map_err(|e| OriginError::Bind {
-        addr: config.listen,
-        error: e,
-    })?;
+    let listener = bind(config.listen, false)?;
+    let addr = local_addr(&listener, config.listen)?;
+    let listener = from_std(listener, config.listen)?;
     let node = service::Node::build(config, tree, addr).await?;
-    let (stop, mut stopped) = watch::channel(false);
+    let (stop, stopped) = watch::channel(false);
     tokio::spawn(ticker(Arc::downgrade(&node)));
-    let task = tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                r = listener.accept() => match r {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        let node = node.clone();
-                        tokio::spawn(async move {
-                            let svc = service_fn(move |req| service::handle(node.clone(), req));
-                            let _ = http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .await;
-                        });
-                    }
-                    Err(e) => {
-                        // Out of descriptors and the like: back off instead of spinning.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                },
-                _ = stopped.changed() => break,
+    let task = tokio::spawn(accept_loop(node, listener, stopped));
+    Ok(RunningOrigin { addr, stop, task })
+}
+
+/// Serve with `threads` workers, each a single-threaded runtime on its own thread accepting on
+/// its own `SO_REUSEPORT` socket (the thread-per-core shape of nginx, and of `capstan serve`),
+/// sharing one node: its tree, its in-memory file bodies and its resource models. Calls
+/// `on_ready` with the bound address once every worker listens, then serves until the future
+/// made by `until` (run on the first worker) completes, and returns its output.
+pub fn serve_threads<T, F>(
+    config: OriginConfig,
+    threads: usize,
+    on_ready: impl FnOnce(SocketAddr),
+    until: impl FnOnce() -> F,
+) -> Result<T, OriginError>
+where
+    F: std::future::Future<Output = T>,
+{
+    config.validate()?;
+    let threads = threads.max(1);
+    let tree = DocTree::generate(config.tree, config.seed, config.files)?;
+    let first = bind(config.listen, threads > 1)?;
+    let addr = local_addr(&first, config.listen)?;
+    let mut more = Vec::new();
+    for _ in 1..threads {
+        more.push(bind(addr, true)?);
+    }
+    let rt = single_thread_runtime()?;
+    rt.block_on(async move {
+        let node = service::Node::build(config, tree, addr).await?;
+        let (stop, stopped) = watch::channel(false);
+        let mut workers = Vec::new();
+        for (i, listener) in more.into_iter().enumerate() {
+            let (node, stopped) = (node.clone(), stopped.clone());
+            let worker = std::thread::Builder::new()
+                .name(format!("capstan-origin-{}", i + 1))
+                .spawn(move || -> Result<(), OriginError> {
+                    single_thread_runtime()?.block_on(async move {
+                        let listener = from_std(listener, addr)?;
+                        accept_loop(node, listener, stopped).await;
+                        Ok(())
+                    })
+                })
+                .map_err(|e| OriginError::Config(format!("cannot start a worker thread: {e}")))?;
+            workers.push(worker);
+        }
+        tokio::spawn(ticker(Arc::downgrade(&node)));
+        let listener = from_std(first, addr)?;
+        let main = tokio::spawn(accept_loop(node, listener, stopped));
+        on_ready(addr);
+        let out = until().await;
+        let _ = stop.send(true);
+        let _ = main.await;
+        for w in workers {
+            match w.join() {
+                Ok(r) => r?,
+                Err(_) => return Err(OriginError::Config("a worker thread panicked".into())),
             }
         }
-    });
-    Ok(RunningOrigin { addr, stop, task })
+        Ok(out)
+    })
+}
+
+fn single_thread_runtime() -> Result<tokio::runtime::Runtime, OriginError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| OriginError::Config(format!("cannot start the runtime: {e}")))
+}
+
+/// A listening socket; with `reuse_port` several workers can each accept on the same address and
+/// the kernel spreads connections among them.
+fn bind(addr: SocketAddr, reuse_port: bool) -> Result<std::net::TcpListener, OriginError> {
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        if reuse_port {
+            socket.set_reuse_port(true)?;
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(4096)?;
+        Ok(socket.into())
+    };
+    bind().map_err(|error| OriginError::Bind { addr, error })
+}
+
+fn local_addr(l: &std::net::TcpListener, addr: SocketAddr) -> Result<SocketAddr, OriginError> {
+    l.local_addr()
+        .map_err(|error| OriginError::Bind { addr, error })
+}
+
+fn from_std(l: std::net::TcpListener, addr: SocketAddr) -> Result<TcpListener, OriginError> {
+    TcpListener::from_std(l).map_err(|error| OriginError::Bind { addr, error })
+}
+
+async fn accept_loop(
+    node: Arc<service::Node>,
+    listener: TcpListener,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| service::handle(node.clone(), req));
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = async { stopped.wait_for(|s| *s).await.is_ok() } => break,
+        }
+    }
 }
 
 /// Run a node until Ctrl-C.

@@ -2,8 +2,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -33,7 +33,19 @@ pub struct Node {
     /// Headers of files that never change, built once: formatting dates and tags per request
     /// is a measurable share of serving a small file.
     fixed_headers: Vec<Option<FixedHeaders>>,
+    /// File bodies kept in memory once read (real mode) or synthesised (emulated mode), as
+    /// `Bytes`: every response of a file shares one buffer, and a response costs a reference
+    /// count instead of a read and a copy. Bounded by `body_budget` bytes; files beyond it are
+    /// read (or synthesised) per request.
+    bodies: Vec<OnceLock<Bytes>>,
+    body_budget: AtomicU64,
 }
+
+/// Memory for file bodies kept in memory: real mode (the WebStone tree is 6 MB, webstone-2000
+/// 38 MB) and emulated mode (where sixteen nodes may share one machine, and synthesising a body
+/// is cheap anyway).
+const REAL_BODY_MEMORY: u64 = 64 << 20;
+const EMULATED_BODY_MEMORY: u64 = 8 << 20;
 
 struct FixedHeaders {
     last_modified: HeaderValue,
@@ -89,7 +101,13 @@ impl Node {
             })
             .collect();
         let name = config.name.clone().unwrap_or_else(|| addr.to_string());
+        let body_budget = AtomicU64::new(match res {
+            Res::Real(_) => REAL_BODY_MEMORY,
+            Res::Emulated(_) => EMULATED_BODY_MEMORY,
+        });
         Ok(Arc::new(Node {
+            bodies: tree.files.iter().map(|_| OnceLock::new()).collect(),
+            body_budget,
             name_header: HeaderValue::from_str(&name).ok(),
             fixed_headers,
             name,
@@ -138,20 +156,62 @@ impl Node {
         }
     }
 
-    async fn cpu(&self, seconds: f64) {
+    /// Model time now (emulated), where a request's chain of stages starts; 0 in real mode.
+    fn clock(&self) -> f64 {
         match &self.res {
-            Res::Emulated(e) => e.cpu(seconds).await,
-            Res::Real(r) => r.cpu(seconds).await,
+            Res::Emulated(e) => e.now(),
+            Res::Real(_) => 0.0,
+        }
+    }
+
+    /// Spend `seconds` of CPU, starting at model time `at`; returns when (in model time) it
+    /// finished. Real mode burns the calibrated loop and keeps `at`.
+    async fn cpu(&self, at: f64, seconds: f64) -> f64 {
+        match &self.res {
+            Res::Emulated(e) => e.cpu(at, seconds).await,
+            Res::Real(r) => {
+                r.cpu(seconds).await;
+                at
+            }
         }
     }
 
     /// Send `bytes` of response: modelled link time when emulated, a byte count when real (the
     /// real NIC does the real work after we return).
-    async fn nic(&self, bytes: u64) {
+    async fn nic(&self, at: f64, bytes: u64) -> f64 {
         match &self.res {
-            Res::Emulated(e) => e.nic(bytes).await,
-            Res::Real(r) => r.sent(bytes),
+            Res::Emulated(e) => e.nic(at, bytes).await,
+            Res::Real(r) => {
+                r.sent(bytes);
+                at
+            }
         }
+    }
+
+    /// The body of file `index`: from memory when it has been kept, otherwise read (real) or
+    /// synthesised (emulated), and kept while the memory budget lasts.
+    async fn body(&self, index: usize) -> std::io::Result<Bytes> {
+        let cell = &self.bodies[index];
+        if let Some(b) = cell.get() {
+            return Ok(b.clone());
+        }
+        let f = &self.tree.files[index];
+        let b = match &self.res {
+            Res::Emulated(_) => Bytes::from(self.tree.content(f)),
+            Res::Real(r) => Bytes::from(r.read_file(&f.path, f.size).await?),
+        };
+        let len = b.len() as u64;
+        let fits = self
+            .body_budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(len)
+            })
+            .is_ok();
+        if fits && cell.set(b.clone()).is_err() {
+            // Another worker kept it first: give the budget back.
+            self.body_budget.fetch_add(len, Ordering::Relaxed);
+        }
+        Ok(b)
     }
 
     /// The SSL costs on top of a response of `bytes`.
@@ -176,7 +236,7 @@ impl Drop for Active<'_> {
 }
 
 pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infallible> {
-    let path = req.uri().path().to_string();
+    let path = req.uri().path();
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
@@ -200,7 +260,7 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
     let t = Instant::now();
     let (secure, inner) = match path.strip_prefix("/secure") {
         Some(rest) if rest.starts_with('/') => (true, rest),
-        _ => (false, path.as_str()),
+        _ => (false, path),
     };
     let mut resp = serve(&node, &req, inner, secure).await;
     node.stats.finished(t.elapsed().as_nanos() as u64);
@@ -257,8 +317,8 @@ async fn cgi(node: &Node, name: &str, ms: f64, secure: bool) -> Resp {
     } else {
         Demand::default()
     };
-    node.cpu(ms / 1e3 + ssl.cpu_s).await;
-    node.nic(len + ssl.nic_bytes).await;
+    let t = node.cpu(node.clock(), ms / 1e3 + ssl.cpu_s).await;
+    node.nic(t, len + ssl.nic_bytes).await;
     text(StatusCode::OK, &body)
 }
 
@@ -320,8 +380,11 @@ async fn disk_load(node: &Node, query: Option<&str>, secure: bool) -> Resp {
             &format!("disk_load.cgi: no such object: {file}\n"),
         );
     };
-    match &node.res {
-        Res::Emulated(e) => e.disk(node.config.services.disk_load_ms / 1e3).await,
+    let t = match &node.res {
+        Res::Emulated(e) => {
+            e.disk(e.now(), node.config.services.disk_load_ms / 1e3)
+                .await
+        }
         Res::Real(r) => {
             if let Err(err) = r.disk_load(&f.path).await {
                 return text(
@@ -329,8 +392,9 @@ async fn disk_load(node: &Node, query: Option<&str>, secure: bool) -> Resp {
                     &format!("disk_load.cgi: {err}\n"),
                 );
             }
+            0.0
         }
-    }
+    };
     let body = format!(
         "disk_load done: read, synced and deleted a copy of {} ({} bytes) on {}\n",
         f.path, f.size, node.name
@@ -338,10 +402,10 @@ async fn disk_load(node: &Node, query: Option<&str>, secure: bool) -> Resp {
     let len = body.len() as u64;
     if secure {
         let ssl = node.ssl(len);
-        node.cpu(ssl.cpu_s).await;
-        node.nic(len + ssl.nic_bytes).await;
+        let t = node.cpu(t, ssl.cpu_s).await;
+        node.nic(t, len + ssl.nic_bytes).await;
     } else {
-        node.nic(len).await;
+        node.nic(t, len).await;
     }
     text(StatusCode::OK, &body)
 }
@@ -382,7 +446,8 @@ async fn static_file<B>(node: &Node, req: &Request<B>, index: usize, secure: boo
     let mut cache_header = None;
     let body: Bytes = if not_modified {
         // A revalidation costs the request overhead but no file transfer.
-        node.cpu(node.config.node.static_cpu_ms / 1e3).await;
+        node.cpu(node.clock(), node.config.node.static_cpu_ms / 1e3)
+            .await;
         Bytes::new()
     } else {
         match &node.res {
@@ -398,12 +463,21 @@ async fn static_file<B>(node: &Node, req: &Request<B>, index: usize, secure: boo
                         node.config.services.secure_handshake_every_request,
                     );
                 }
-                e.disk(d.disk_s).await;
-                e.cpu(d.cpu_s).await;
-                e.nic(d.nic_bytes).await;
-                Bytes::from(node.tree.content(f))
+                // Each stage starts at the model time the previous one finished.
+                let t = e.disk(e.now(), d.disk_s).await;
+                let t = e.cpu(t, d.cpu_s).await;
+                e.nic(t, d.nic_bytes).await;
+                match node.body(index).await {
+                    Ok(b) => b,
+                    Err(err) => {
+                        return text(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &format!("cannot make {}: {err}\n", f.path),
+                        )
+                    }
+                }
             }
-            Res::Real(r) => match r.read_file(&f.path, f.size).await {
+            Res::Real(r) => match node.body(index).await {
                 Ok(b) => {
                     if secure {
                         let ssl = node.ssl(f.size);
@@ -411,7 +485,7 @@ async fn static_file<B>(node: &Node, req: &Request<B>, index: usize, secure: boo
                         r.sent(ssl.nic_bytes);
                     }
                     r.sent(b.len() as u64);
-                    Bytes::from(b)
+                    b
                 }
                 Err(err) => {
                     return text(

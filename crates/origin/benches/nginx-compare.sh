@@ -5,6 +5,8 @@
 #
 # Needs nginx and wrk (apt-get install nginx wrk) and a release build of capstan
 # (cargo build --release -p capstan-cli). Prints one line per run and the medians.
+# BASELINE=/path/to/older/capstan adds that binary as a third contender (port BASELINE_PORT),
+# interleaved with the other two, to measure a change under the same load.
 set -euo pipefail
 
 RUNS=${1:-3}
@@ -16,9 +18,12 @@ WORK=$(mktemp -d /tmp/capstan-origin-bench.XXXXXX)
 ORIGIN_PORT=${ORIGIN_PORT:-28471}
 NGINX_PORT=${NGINX_PORT:-28472}
 THREADS=${THREADS:-2}
+BASELINE=${BASELINE:-}
+BASELINE_PORT=${BASELINE_PORT:-28473}
 
 cleanup() {
   [[ -n "${ORIGIN_PID:-}" ]] && kill "$ORIGIN_PID" 2>/dev/null || true
+  [[ -n "${BASE_PID:-}" ]] && kill "$BASE_PID" 2>/dev/null || true
   [[ -f "$WORK/nginx.pid" ]] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
   sleep 0.3
   rm -rf "$WORK"
@@ -31,6 +36,13 @@ trap cleanup EXIT
 ORIGIN_PID=$!
 for _ in $(seq 300); do grep -q listening "$WORK/origin.out" 2>/dev/null && break; sleep 0.1; done
 grep -q listening "$WORK/origin.out" || { echo "origin did not start:"; cat "$WORK/origin.err"; exit 1; }
+if [[ -n "$BASELINE" ]]; then
+  "$BASELINE" origin --resources real --tree webstone --seed 1 --data-dir "$WORK/www" \
+    --listen 127.0.0.1:$BASELINE_PORT --threads "$THREADS" >"$WORK/base.out" 2>"$WORK/base.err" &
+  BASE_PID=$!
+  for _ in $(seq 300); do grep -q listening "$WORK/base.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q listening "$WORK/base.out" || { echo "baseline did not start:"; cat "$WORK/base.err"; exit 1; }
+fi
 
 cat >"$WORK/nginx.conf" <<CONF
 worker_processes $THREADS;
@@ -80,13 +92,22 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 for workload in /file5k.html "$WORK/mix.lua"; do
   name=$([[ "$workload" == *.lua ]] && echo "webstone-mix" || echo "$workload")
-  o=(); n=()
+  o=(); n=(); b=()
   for r in $(seq "$RUNS"); do
     o+=("$(bench origin $ORIGIN_PORT "$workload")")
     n+=("$(bench nginx $NGINX_PORT "$workload")")
-    echo "run $r $name: origin ${o[-1]} req/s, nginx ${n[-1]} req/s"
+    if [[ -n "$BASELINE" ]]; then
+      b+=("$(bench baseline $BASELINE_PORT "$workload")")
+      echo "run $r $name: origin ${o[-1]} req/s, nginx ${n[-1]} req/s, baseline ${b[-1]} req/s (load $(cut -d' ' -f1 /proc/loadavg))"
+    else
+      echo "run $r $name: origin ${o[-1]} req/s, nginx ${n[-1]} req/s (load $(cut -d' ' -f1 /proc/loadavg))"
+    fi
   done
   om=$(printf '%s\n' "${o[@]}" | median)
   nm=$(printf '%s\n' "${n[@]}" | median)
   echo "MEDIAN $name: origin $om req/s, nginx $nm req/s, ratio $(awk -v o="$om" -v n="$nm" 'BEGIN {printf "%.2f", o/n}')"
+  if [[ -n "$BASELINE" ]]; then
+    bm=$(printf '%s\n' "${b[@]}" | median)
+    echo "MEDIAN $name: baseline $bm req/s, ratio to nginx $(awk -v o="$bm" -v n="$nm" 'BEGIN {printf "%.2f", o/n}')"
+  fi
 done

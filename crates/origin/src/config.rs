@@ -94,6 +94,12 @@ pub struct OriginConfig {
     pub data_dir: Option<PathBuf>,
     /// Length of the "last interval" window of `/_capstan/load`, in milliseconds.
     pub load_interval_ms: u64,
+    /// Memory for file bodies kept in memory after their first request, shared by every later
+    /// response (so that a hit costs a reference count, not a read and a copy). Default: 64 MiB
+    /// in real mode (the whole WebStone or webstone-2000 tree), 8 MiB in emulated mode (where
+    /// many nodes may share a machine). Files beyond it are read (real) or synthesised
+    /// (emulated) on every request. In real mode a kept file does not see later changes on disk.
+    pub body_memory_mb: Option<u64>,
     pub services: Services,
     /// Node capacity: cores, speed, disk, NIC, memory cache, SSL costs.
     pub node: NodeParams,
@@ -110,6 +116,7 @@ impl Default for OriginConfig {
             resources: Resources::Emulated,
             data_dir: None,
             load_interval_ms: 1000,
+            body_memory_mb: None,
             services: Services::default(),
             node: NodeParams::default(),
         }

@@ -41,7 +41,7 @@ pub struct Node {
     body_budget: AtomicU64,
 }
 
-/// Memory for file bodies kept in memory: real mode (the WebStone tree is 6 MB, webstone-2000
+/// Default memory for file bodies kept in memory (`body_memory_mb`): real mode (the WebStone tree is 6 MB, webstone-2000
 /// 38 MB) and emulated mode (where sixteen nodes may share one machine, and synthesising a body
 /// is cheap anyway).
 const REAL_BODY_MEMORY: u64 = 64 << 20;
@@ -101,9 +101,10 @@ impl Node {
             })
             .collect();
         let name = config.name.clone().unwrap_or_else(|| addr.to_string());
-        let body_budget = AtomicU64::new(match res {
-            Res::Real(_) => REAL_BODY_MEMORY,
-            Res::Emulated(_) => EMULATED_BODY_MEMORY,
+        let body_budget = AtomicU64::new(match (config.body_memory_mb, &res) {
+            (Some(mb), _) => mb.saturating_mul(1 << 20),
+            (None, Res::Real(_)) => REAL_BODY_MEMORY,
+            (None, Res::Emulated(_)) => EMULATED_BODY_MEMORY,
         });
         Ok(Arc::new(Node {
             bodies: tree.files.iter().map(|_| OnceLock::new()).collect(),

@@ -79,6 +79,12 @@ pub struct OriginArgs {
     #[arg(long, value_name = "MS")]
     disk_load_ms: Option<f64>,
 
+    /// Memory for file bodies kept after their first request, shared by later responses, in MiB;
+    /// beyond it files are read (real) or synthesised (emulated) per request [default: 64 in real
+    /// mode, 8 in emulated mode]
+    #[arg(long, value_name = "MB")]
+    body_memory_mb: Option<u64>,
+
     /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
     #[arg(long, value_name = "MS")]
     load_interval_ms: Option<u64>,
@@ -137,6 +143,9 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     }
     if let Some(v) = args.disk_load_ms {
         c.services.disk_load_ms = v;
+    }
+    if let Some(v) = args.body_memory_mb {
+        c.body_memory_mb = Some(v);
     }
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod origin;
 mod serve;
+mod sim;
 
 // The request path allocates small, short-lived objects on many threads; mimalloc's per-thread
 // free lists serve that pattern with less contention than the system allocator.
@@ -35,6 +36,8 @@ enum Command {
     Check(serve::CheckArgs),
     /// Run a test back-end node (document trees, CGI services, emulated or real resources).
     Origin(origin::OriginArgs),
+    /// Simulate the web cluster in virtual time with the same policies (CAP paper §4).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(args),
         Command::Check(args) => serve::check(args),
         Command::Origin(args) => origin::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

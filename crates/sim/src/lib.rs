@@ -1,0 +1,26 @@
+//! `capstan-sim`: a discrete-event simulator of a web cluster (the CAP paper's §4 model) that
+//! runs the very same `core` dispatching policies and `model` node resources as the live switch
+//! and the emulated origin nodes.
+//!
+//! - [`event`]: integer-nanosecond virtual time, a heap with sequence-number tie-break.
+//! - [`scenario`]: the paper's six workloads, also loadable from TOML.
+//! - [`engine`]: one run — sessions, switch (layer 4/7 costs, T_gat-stale state), nodes
+//!   (processor-shared CPU, FCFS disk, LRU cache, NIC, SSL), back-end databases.
+//! - [`run`]: policies × replications in parallel, summaries with confidence intervals.
+//! - [`queueing`]: the same event core on textbook queues, for validation.
+//! - [`report`]: the HTML report with SVG plots.
+
+pub mod engine;
+pub mod event;
+pub mod policy;
+pub mod queueing;
+pub mod report;
+pub mod run;
+pub mod scenario;
+pub mod site;
+pub mod stats;
+
+pub use engine::{dispatch_trace, RunConfig, RunResult};
+pub use policy::{Metric, PolicyChoice};
+pub use run::{Experiment, Report, RunInfo};
+pub use scenario::Scenario;

@@ -119,20 +119,36 @@ wait_port() {
   exit 1
 }
 
+# CPU clock ticks (user + system) used so far by process $1 and its children (nginx workers).
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
+  done
+  echo "$total"
+}
+
 nginx -c "$work/backends.conf" & pids+=($!)
 for p in 19001 19002 19003 19004; do wait_port $p; done
 nodes=(--node 127.0.0.1:19001 --node 127.0.0.1:19002 --node 127.0.0.1:19003 --node 127.0.0.1:19004)
-RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18080 --policy round-robin "${nodes[@]}" & pids+=($!)
-RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18083 --policy cap "${nodes[@]}" & pids+=($!)
-haproxy -f "$work/haproxy.cfg" & pids+=($!)
-nginx -c "$work/nginx-proxy.conf" & pids+=($!)
+declare -A proxy_pid
+RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18080 --policy round-robin "${nodes[@]}" &
+proxy_pid[capstan-rr]=$!
+RUST_LOG=warn "$capstan" serve --threads "$THREADS" --listen 127.0.0.1:18083 --policy cap "${nodes[@]}" &
+proxy_pid[capstan-cap]=$!
+haproxy -f "$work/haproxy.cfg" &
+proxy_pid[haproxy]=$!
+nginx -c "$work/nginx-proxy.conf" &
+proxy_pid[nginx]=$!
+pids+=("${proxy_pid[@]}")
 for p in 18080 18081 18082 18083; do wait_port $p; done
 
 proxies=("capstan-rr:18080" "capstan-cap:18083" "haproxy:18081" "nginx:18082")
+clk_tck=$(getconf CLK_TCK)
 scenarios=("keep-alive:/1k.html:" "close:/1k.html:Connection: close" "switch-capacity:/empty.html:Connection: close")
 
 results="$OUT/runs.tsv"
-printf 'round\tscenario\tproxy\trps\tp50_ms\tp99_ms\terrors\n' > "$results"
+printf 'round\tscenario\tproxy\trps\tp50_ms\tp99_ms\terrors\tcpu_us_per_req\n' > "$results"
 for round in $(seq "$ROUNDS"); do
   for scenario in "${scenarios[@]}"; do
     IFS=: read -r sname path header <<<"$scenario"
@@ -141,8 +157,10 @@ for round in $(seq "$ROUNDS"); do
       args=(-t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency)
       [ -n "$header" ] && args+=(-H "$header")
       echo "round $round/$ROUNDS  $sname  $pname" >&2
+      cpu_before=$(cpu_ticks "${proxy_pid[$pname]}")
       wrk "${args[@]}" "http://127.0.0.1:$port$path" > "$work/wrk.out"
-      python3 - "$work/wrk.out" "$round" "$sname" "$pname" >> "$results" <<'PY'
+      cpu_after=$(cpu_ticks "${proxy_pid[$pname]}")
+      python3 - "$work/wrk.out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
 SCALE = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
@@ -162,7 +180,9 @@ p99 = ms(find(r"^\s+99%\s+(\S+)"))
 errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 errors = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{errors}")
+requests = int(find(r"(\d+) requests in"))
+cpu_us = (float(sys.argv[6]) - float(sys.argv[5])) / float(sys.argv[7]) * 1e6 / max(requests, 1)
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
 PY
     done
   done
@@ -173,16 +193,16 @@ import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 rounds, secs, threads, conns = sys.argv[2:6]
 print(f"{rounds} rounds × {secs} s, {threads} worker thread(s) per proxy, wrk -t1 -c{conns}; medians\n")
-print("| scenario | proxy | req/s | ratio to HAProxy | p50 ms | p99 ms | errors |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("| scenario | proxy | req/s | ratio to HAProxy | p50 ms | p99 ms | proxy CPU µs/req | errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
 for scenario in dict.fromkeys(r["scenario"] for r in rows):
     med = {}
     for proxy in dict.fromkeys(r["proxy"] for r in rows):
         cell = [r for r in rows if r["scenario"] == scenario and r["proxy"] == proxy]
-        med[proxy] = {k: statistics.median(float(r[k]) for r in cell) for k in ("rps", "p50_ms", "p99_ms")}
+        med[proxy] = {k: statistics.median(float(r[k]) for r in cell) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
         med[proxy]["errors"] = sum(int(r["errors"]) for r in cell)
     base = med["haproxy"]["rps"]
     for proxy, m in med.items():
-        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['rps'] / base:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['errors']} |")
+        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['rps'] / base:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.1f} | {m['errors']} |")
 PY
 echo "raw runs: $results" >&2

@@ -4,7 +4,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use capstan_core::{hash_key, ClassId, HeaderLookup, NodeId, Outcome, RequestFacts, RequestInfo};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -12,7 +11,7 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
@@ -36,22 +35,19 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// This thread's pooled keep-alive client for a configuration.
-fn client_for(config: &Config) -> UpstreamClient {
+/// Sends a request through this thread's pooled keep-alive client for `config`.
+fn send_upstream(config: &Config, req: Request<UpstreamBody>) -> ResponseFuture {
     let settings = ClientSettings {
         connect_timeout: config.timeouts.connect,
         upstream: config.upstream,
     };
     CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
-        match &*cached {
-            Some((s, client)) if *s == settings => client.clone(),
-            _ => {
-                let client = make_client(config);
-                *cached = Some((settings, client.clone()));
-                client
-            }
+        if !matches!(&*cached, Some((s, _)) if *s == settings) {
+            *cached = Some((settings, make_client(config)));
         }
+        let (_, client) = cached.as_ref().expect("just filled");
+        client.request(req)
     })
 }
 
@@ -240,7 +236,8 @@ struct Placement {
     node_id: NodeId,
     class: ClassId,
     key: PathAndQuery,
-    started: Instant,
+    /// `Epoch` nanoseconds at dispatch.
+    started_nanos: u64,
     conn: Arc<ConnState>,
 }
 
@@ -252,8 +249,9 @@ impl Placement {
     fn settle(&self, ok: bool) {
         let node = self.node();
         node.active.fetch_sub(1, Ordering::Relaxed);
-        let elapsed = self.started.elapsed();
-        node.record_latency(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        let now = self.switch.epoch.now_nanos();
+        let elapsed_nanos = now.saturating_sub(self.started_nanos);
+        node.record_latency(elapsed_nanos / 1000);
         let key = key_of(&self.key, self.cluster.config.upstream.key);
         let info = RequestInfo {
             class: self.class,
@@ -262,8 +260,8 @@ impl Placement {
         };
         let outcome = Outcome {
             ok,
-            latency_nanos: u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
-            finished_at_nanos: self.switch.epoch.now_nanos(),
+            latency_nanos: elapsed_nanos,
+            finished_at_nanos: now,
         };
         self.cluster.policy.on_done(self.node_id, &info, &outcome);
     }
@@ -333,37 +331,30 @@ async fn proxy(
         query: pq.query(),
         headers: &HeaderMapLookup(&parts.headers),
     });
-    let debug = config.debug_headers;
     let with_class = |mut resp: Response<ResponseBody>| {
-        if debug {
+        if config.debug_headers {
             resp.headers_mut()
                 .insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
         }
         resp
     };
-
     let client_version = parts.version;
-    strip_hop_by_hop(&mut parts.headers);
-    append_list(&mut parts.headers, &X_FORWARDED_FOR, peer);
-    parts
-        .headers
-        .insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    append_list(&mut parts.headers, &header::VIA, &via_value(client_version));
+    rewrite_request_headers(&mut parts.headers, peer, client_version);
 
     let empty_body = body.is_end_stream() || declared_length(&parts.headers) == Some(0);
+    // Only a request that can be sent again unchanged may go to a second node.
     let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
-    let exceeded = Arc::new(AtomicBool::new(false));
-    let mut body = Some(if empty_body {
-        UpstreamBody::Empty
-    } else {
-        UpstreamBody::Stream {
+    let body_limit_hit = (!empty_body).then(|| Arc::new(AtomicBool::new(false)));
+    let mut body = Some(match &body_limit_hit {
+        None => UpstreamBody::Empty,
+        Some(flag) => UpstreamBody::Stream {
             inner: body,
             remaining: match config.limits.max_body_bytes {
                 0 => u64::MAX,
                 n => n,
             },
-            exceeded: Arc::clone(&exceeded),
-        }
+            exceeded: Arc::clone(flag),
+        },
     });
 
     let key = key_of(&pq, config.upstream.key);
@@ -372,9 +363,8 @@ async fn proxy(
         key,
         key_hash: hash_key(key),
     };
-    let client = client_for(config);
     let mut exclude = None;
-    let mut last_failure = String::new();
+    let mut last_failure: Option<String> = None;
     for attempt in 0..2 {
         let now = switch.epoch.now_nanos();
         let view = LiveView {
@@ -387,13 +377,12 @@ async fn proxy(
             .pick(&info, &view)
             .filter(|&id| id < cluster.nodes.len())
         else {
-            return Err(with_class(if attempt == 0 {
-                error_response(
+            return Err(with_class(match &last_failure {
+                Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
+                None => error_response(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "no node available (all are down or backed off)",
-                )
-            } else {
-                error_response(StatusCode::BAD_GATEWAY, &last_failure)
+                ),
             }));
         };
         let node = &cluster.nodes[node_id];
@@ -405,37 +394,21 @@ async fn proxy(
             node_id,
             class,
             key: pq.clone(),
-            started: Instant::now(),
+            started_nanos: now,
             conn: Arc::clone(conn),
         };
-
-        let mut builder = Request::builder()
-            .method(parts.method.clone())
-            .version(Version::HTTP_11)
-            .uri(
-                Uri::builder()
-                    .scheme(Scheme::HTTP)
-                    .authority(node.authority.clone())
-                    .path_and_query(pq.clone())
-                    .build()
-                    .expect("scheme, authority and path are valid"),
-            );
-        if let Some(h) = builder.headers_mut() {
-            *h = if retryable && attempt == 0 {
-                parts.headers.clone()
-            } else {
-                std::mem::take(&mut parts.headers)
-            };
-        }
-        let up_body = if retryable {
-            UpstreamBody::Empty
+        let keep_for_retry = retryable && attempt == 0;
+        let headers = if keep_for_retry {
+            parts.headers.clone()
         } else {
-            body.take().unwrap_or(UpstreamBody::Empty)
+            std::mem::take(&mut parts.headers)
         };
-        let up_req = builder.body(up_body).expect("request parts are valid");
+        let up_body = body.take().unwrap_or(UpstreamBody::Empty);
+        let up_req = upstream_request(&parts.method, headers, node, &pq, up_body);
 
-        let sent = tokio::time::timeout(config.timeouts.upstream, client.request(up_req)).await;
-        let failure = match sent {
+        let sent =
+            tokio::time::timeout(config.timeouts.upstream, send_upstream(config, up_req)).await;
+        let (kind, cause) = match sent {
             Ok(Ok(resp)) => {
                 node.record_response();
                 return Ok(forward_response(
@@ -446,8 +419,11 @@ async fn proxy(
                     client_version,
                 ));
             }
-            Ok(Err(e)) if exceeded.load(Ordering::Relaxed) => {
-                let _ = e;
+            Ok(Err(_))
+                if body_limit_hit
+                    .as_ref()
+                    .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+            {
                 placement.settle(false);
                 return Err(with_class(error_response(
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -457,16 +433,26 @@ async fn proxy(
                     ),
                 )));
             }
-            Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, e.to_string(), source_text(&e)),
-            Ok(Err(e)) => (FailureKind::Other, e.to_string(), source_text(&e)),
-            Err(_elapsed) => (FailureKind::Timeout, String::new(), String::new()),
+            Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e)),
+            Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e)),
+            Err(_elapsed) => (FailureKind::Timeout, String::new()),
         };
         placement.settle(false);
-        let (kind, _, detail) = failure;
         node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
-        let name = &node.config.name;
-        let addr = node.config.address;
+        let (name, addr) = (&node.config.name, node.config.address);
         match kind {
+            FailureKind::Connect if keep_for_retry => {
+                let failure = format!("could not connect to node {name} ({addr}): {cause}");
+                tracing::debug!("{failure}; retrying on another node");
+                last_failure = Some(failure);
+                exclude = Some(node_id);
+            }
+            FailureKind::Connect => {
+                return Err(with_class(error_response(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("could not connect to node {name} ({addr}): {cause}"),
+                )));
+            }
             FailureKind::Timeout => {
                 return Err(with_class(error_response(
                     StatusCode::GATEWAY_TIMEOUT,
@@ -476,34 +462,54 @@ async fn proxy(
                     ),
                 )));
             }
-            FailureKind::Connect => {
-                last_failure = format!("could not connect to node {name} ({addr}): {detail}");
-                tracing::debug!("{last_failure}");
-                if retryable && attempt == 0 {
-                    exclude = Some(node_id);
-                    continue;
-                }
-                return Err(with_class(error_response(
-                    StatusCode::BAD_GATEWAY,
-                    &last_failure,
-                )));
-            }
             FailureKind::Other => {
                 return Err(with_class(error_response(
                     StatusCode::BAD_GATEWAY,
-                    &format!("node {name} ({addr}) failed: {detail}"),
+                    &format!("node {name} ({addr}) failed: {cause}"),
                 )));
             }
         }
     }
     Err(with_class(error_response(
         StatusCode::BAD_GATEWAY,
-        &last_failure,
+        last_failure
+            .as_deref()
+            .unwrap_or("no node could take the request"),
     )))
 }
 
+/// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
+fn rewrite_request_headers(headers: &mut HeaderMap, peer: &HeaderValue, version: Version) {
+    strip_hop_by_hop(headers);
+    append_list(headers, &X_FORWARDED_FOR, peer);
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    append_list(headers, &header::VIA, &via_value(version));
+}
+
+/// The request as sent to `node`: HTTP/1.1, the client's method, target and (rewritten) headers.
+fn upstream_request(
+    method: &Method,
+    headers: HeaderMap,
+    node: &NodeRuntime,
+    pq: &PathAndQuery,
+    body: UpstreamBody,
+) -> Request<UpstreamBody> {
+    let uri = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(node.authority.clone())
+        .path_and_query(pq.clone())
+        .build()
+        .expect("scheme, authority and path are valid");
+    let mut req = Request::new(body);
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri;
+    *req.version_mut() = Version::HTTP_11;
+    *req.headers_mut() = headers;
+    req
+}
+
 /// The innermost cause of an error, which is the part worth showing.
-fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
+fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause: &(dyn std::error::Error + 'static) = e;
     while let Some(next) = cause.source() {
         cause = next;

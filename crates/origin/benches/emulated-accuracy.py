@@ -69,6 +69,19 @@ try:
         rel = (lambda x: f"{100*(x-model)/model:.1f}%") if model > 0 else (lambda x: "-")
         print(f"{name:<11} {model:9.2f} {med:10.2f} {p95:8.2f} {xs[-1]:8.2f} {rel(med):>11} "
               f"{rel(p95):>8} {med-model:11.3f}")
+
+    # The nodes' own view: how late their modelled waits ended past the deadlines.
+    import json
+    waits, late, worst = 0, 0.0, 0.0
+    for addr in addrs:
+        host, port = addr.rsplit(":", 1)
+        c = http.client.HTTPConnection(host, int(port))
+        c.request("GET", "/_capstan/load")
+        t = json.loads(c.getresponse().read()).get("timer")
+        if not t:  # an older node without the figure
+            continue
+        waits += t["waits"]; late += t["mean_late_us"] * t["waits"]; worst = max(worst, t["max_late_us"])
+    print(f"node-side: {waits} modelled waits, mean {late / max(waits, 1):.0f} us late, max {worst:.0f} us")
 finally:
     for p in procs:
         p.terminate()

@@ -14,6 +14,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,10 @@ pub struct Emulated {
     /// Wakes the CPU driver when a job arrives, since that moves the next completion.
     notify: Notify,
     timer: PreciseTimer,
+    /// Waits that slept, and their total and largest lateness past the modelled deadline.
+    waits: AtomicU64,
+    late_ns: AtomicU64,
+    late_max_ns: AtomicU64,
 }
 
 /// Cancels a CPU job whose request went away before it finished, so abandoned work stops
@@ -88,6 +93,9 @@ impl Emulated {
             }),
             notify: Notify::new(),
             timer: PreciseTimer::new(),
+            waits: AtomicU64::new(0),
+            late_ns: AtomicU64::new(0),
+            late_max_ns: AtomicU64::new(0),
         });
         tokio::spawn(cpu_driver(Arc::downgrade(&emu)));
         emu
@@ -110,7 +118,23 @@ impl Emulated {
 
     /// Wait until model time `t`.
     pub async fn sleep_until(&self, t: f64) {
-        self.timer.sleep_until(self.at(t)).await
+        let deadline = self.at(t);
+        if self.timer.sleep_until(deadline).await {
+            let late = Instant::now().saturating_duration_since(deadline);
+            self.late_ns
+                .fetch_add(late.as_nanos() as u64, Ordering::Relaxed);
+            self.late_max_ns
+                .fetch_max(late.as_nanos() as u64, Ordering::Relaxed);
+            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How late waits ended after their modelled deadline: (waits, mean µs, max µs) since start.
+    pub fn lateness(&self) -> (u64, f64, f64) {
+        let n = self.waits.load(Ordering::Relaxed);
+        let sum = self.late_ns.load(Ordering::Relaxed) as f64;
+        let max = self.late_max_ns.load(Ordering::Relaxed) as f64;
+        (n, if n > 0 { sum / n as f64 / 1e3 } else { 0.0 }, max / 1e3)
     }
 
     /// Spend `work_s` seconds of CPU (at speed 1) under processor sharing, arriving at model time
@@ -264,9 +288,10 @@ impl PreciseTimer {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn sleep_until(&self, deadline: Instant) {
+    /// Returns whether it slept (the deadline was still ahead).
+    async fn sleep_until(&self, deadline: Instant) -> bool {
         if deadline <= Instant::now() {
-            return;
+            return false;
         }
         let (tx, rx) = oneshot::channel();
         let earliest = {
@@ -284,6 +309,7 @@ impl PreciseTimer {
             // The timer thread is gone (it could not start): use the runtime's timer.
             tokio::time::sleep_until(deadline.into()).await;
         }
+        true
     }
 }
 

@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::{OriginConfig, Resources, Services};
-pub use load::{CacheReport, LoadReport, Window};
+pub use load::{CacheReport, LoadReport, TimerReport, Window};
 pub use real::materialize;
 
 #[derive(Debug, thiserror::Error)]

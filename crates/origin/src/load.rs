@@ -72,6 +72,17 @@ pub struct LoadReport {
     pub since_start: Window,
     /// Memory file cache; only in emulated mode (real mode has the OS page cache).
     pub cache: Option<CacheReport>,
+    /// How late the node's modelled waits ended past their deadlines; only in emulated mode.
+    pub timer: Option<TimerReport>,
+}
+
+/// Accuracy of an emulated node's waits: every wait for a modelled completion (disk, CPU, NIC)
+/// ends a little after its deadline; this is how much, since start.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimerReport {
+    pub waits: u64,
+    pub mean_late_us: f64,
+    pub max_late_us: f64,
 }
 
 fn window(from: &Snapshot, to: &Snapshot) -> Window {

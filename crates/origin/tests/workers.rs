@@ -131,3 +131,27 @@ async fn emulated_bodies_are_the_tree_s_bytes_on_every_request() {
         node.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn load_report_says_how_late_modelled_waits_ended() {
+    let node = start(config()).await;
+    let before = load(node.addr()).await;
+    assert_eq!(before["timer"]["waits"], 0);
+    assert_eq!(get(node.addr(), "/cgi-bin/cpu_light.cgi").await.status, 200);
+    let after = load(node.addr()).await;
+    // The CPU stage slept until its modelled completion (the NIC stage of so short a body is
+    // usually over by the time the CPU stage's wait has ended, so it does not sleep).
+    assert!(after["timer"]["waits"].as_u64().unwrap() >= 1, "{after}");
+    let mean = after["timer"]["mean_late_us"].as_f64().unwrap();
+    let max = after["timer"]["max_late_us"].as_f64().unwrap();
+    assert!(mean >= 0.0 && max >= mean, "{after}");
+    node.shutdown().await;
+
+    let dir = TempDir::new("timer");
+    let mut c = config();
+    c.resources = Resources::Real;
+    c.data_dir = Some(dir.0.clone());
+    let real = start(c).await;
+    assert!(load(real.addr()).await["timer"].is_null());
+    real.shutdown().await;
+}

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod origin;
 mod serve;
 mod sim;
@@ -36,6 +37,8 @@ enum Command {
     Check(serve::CheckArgs),
     /// Run a test back-end node (document trees, CGI services, emulated or real resources).
     Origin(origin::OriginArgs),
+    /// Drive load at a server: open loop past capacity, closed loop, sessions, log replay.
+    Bench(Box<bench::BenchArgs>),
     /// Simulate the web cluster in virtual time with the same policies (CAP paper §4).
     Sim(sim::SimArgs),
 }
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(args),
         Command::Check(args) => serve::check(args),
         Command::Origin(args) => origin::run(args),
+        Command::Bench(args) => bench::run(*args),
         Command::Sim(args) => sim::run(args),
     };
     match result {

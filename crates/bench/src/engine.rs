@@ -1,0 +1,527 @@
+//! The engines. Each generator thread ("lane") runs a single-threaded event loop with its own
+//! statistics, so the request path takes no locks; lanes of all shards together make up the
+//! configured load (lane `k` of `L` gets `1/L` of the rate or of the clients).
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capstan_workload::{stream, Arrivals, RateProfile};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::config::{BenchConfig, Engine, ReplaySpeed};
+use crate::http::{self, Conn, ErrorKind};
+use crate::source::{Picker, RequestTable};
+use crate::stats::{record, thread_cpu_s, Stats};
+use crate::timer::PreciseTimer;
+use crate::BenchError;
+
+/// Everything the lanes share, read-only.
+pub(crate) struct Ctx {
+    pub cfg: BenchConfig,
+    pub table: RequestTable,
+    pub addr: SocketAddr,
+    pub t0: Instant,
+    pub window_s: f64,
+    pub lanes: u64,
+    /// Replay: each log entry's time from the start, in seconds.
+    pub replay_times: Vec<f64>,
+    pub replay_index: Vec<u32>,
+}
+
+/// A lane's live counters, sent once a second for the progress line.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Snapshot {
+    pub lane: usize,
+    pub offered: u64,
+    pub started: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub dropped: u64,
+    pub inflight: u64,
+    pub last_second_completed: u64,
+    pub last_second_p99_us: u64,
+}
+
+struct Lane {
+    ctx: Arc<Ctx>,
+    stats: RefCell<Stats>,
+    /// Open engine, connection per request: sockets allowed in connect state.
+    connect_slots: Semaphore,
+    /// Open engine, keep-alive: connections in the pool, and the idle ones.
+    pool_slots: Semaphore,
+    idle: RefCell<Vec<Conn>>,
+    /// Requests handed to a task and not finished (waiting for a slot or in flight).
+    pending: Cell<usize>,
+}
+
+impl Lane {
+    fn timeout_deadline(&self, from: Instant) -> Instant {
+        from + self.ctx.cfg.timeout
+    }
+
+    /// Connects, retrying timed-out attempts until `deadline` as an S-Client does.
+    async fn connect(&self, deadline: Instant) -> Result<Conn, ErrorKind> {
+        loop {
+            let began = Instant::now();
+            self.stats.borrow_mut().connect_attempts += 1;
+            let left = deadline.saturating_duration_since(began);
+            let t = self
+                .ctx
+                .cfg
+                .connect_timeout
+                .min(left.max(Duration::from_millis(1)));
+            match http::connect(self.ctx.addr, t).await {
+                Ok(s) => {
+                    self.stats.borrow_mut().connected(began, Instant::now());
+                    return Ok(Conn::new(s));
+                }
+                Err(ErrorKind::ConnectTimeout) => {
+                    self.stats.borrow_mut().connect_timeouts += 1;
+                    if Instant::now() >= deadline {
+                        return Err(ErrorKind::ConnectTimeout);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One request on `conn` (connecting first if it is `None`); leaves a reusable connection
+    /// in `conn`. Returns whether a response arrived.
+    async fn fetch(
+        &self,
+        conn: &mut Option<Conn>,
+        idx: u32,
+        intended: Instant,
+        use_connect_slots: bool,
+    ) -> bool {
+        let req = &self.ctx.table.requests[idx as usize];
+        let permit = if conn.is_none() && use_connect_slots {
+            self.connect_slots.acquire().await.ok()
+        } else {
+            None
+        };
+        let sent = Instant::now();
+        self.stats.borrow_mut().started(intended, sent);
+        let deadline = self.timeout_deadline(sent);
+        if conn.is_none() {
+            match self.connect(deadline).await {
+                Ok(c) => *conn = Some(c),
+                Err(k) => {
+                    self.stats.borrow_mut().error(req.class, k, Instant::now());
+                    return false;
+                }
+            }
+        }
+        drop(permit);
+        let c = conn.as_mut().expect("connected above");
+        let keepalive = self.ctx.cfg.keepalive;
+        let r = tokio::time::timeout_at(
+            deadline.into(),
+            c.roundtrip(&req.bytes, req.head, keepalive),
+        )
+        .await;
+        let now = Instant::now();
+        match r {
+            Ok(Ok(resp)) => {
+                if !(resp.reusable && keepalive) {
+                    *conn = None;
+                }
+                self.stats
+                    .borrow_mut()
+                    .response(req.class, intended, sent, &resp, now);
+                true
+            }
+            Ok(Err(k)) => {
+                *conn = None;
+                self.stats.borrow_mut().error(req.class, k, now);
+                false
+            }
+            Err(_) => {
+                *conn = None;
+                self.stats
+                    .borrow_mut()
+                    .error(req.class, ErrorKind::ReadTimeout, now);
+                false
+            }
+        }
+    }
+
+    /// An open-loop request: waits for a connection slot (keeping its intended start), sends.
+    async fn open_request(self: Rc<Self>, idx: u32, intended: Instant) {
+        if self.ctx.cfg.keepalive {
+            if let Ok(_permit) = self.pool_slots.acquire().await {
+                let mut conn = self.idle.borrow_mut().pop();
+                self.fetch(&mut conn, idx, intended, false).await;
+                if let Some(c) = conn {
+                    self.idle.borrow_mut().push(c);
+                }
+            }
+        } else {
+            let mut conn = None;
+            self.fetch(&mut conn, idx, intended, true).await;
+        }
+        self.pending.set(self.pending.get() - 1);
+    }
+
+    fn at(&self, t: f64) -> Instant {
+        self.ctx.t0 + Duration::from_secs_f64(t.max(0.0))
+    }
+
+    fn window_end(&self) -> Instant {
+        self.at(self.ctx.window_s)
+    }
+}
+
+/// The open-loop schedule of one lane: `(seconds from start, request index)`.
+pub(crate) fn schedule(
+    ctx: &Ctx,
+    lane: u64,
+) -> Result<Box<dyn Iterator<Item = (f64, u32)>>, BenchError> {
+    let cfg = &ctx.cfg;
+    match &cfg.engine {
+        Engine::Replay { .. } => {
+            let lanes = ctx.lanes as usize;
+            let times = ctx.replay_times.clone();
+            let index = ctx.replay_index.clone();
+            Ok(Box::new(
+                (lane as usize..times.len())
+                    .step_by(lanes)
+                    .map(move |i| (times[i], index[i])),
+            ))
+        }
+        Engine::Open { rate } => {
+            let profile = profile(cfg, *rate / ctx.lanes as f64)?;
+            let phases = cfg.phases.clone();
+            let arrivals = Arrivals::new(
+                profile.clone(),
+                cfg.arrival,
+                stream(cfg.seed, &format!("bench-arrivals-{lane}")),
+                lane as f64 / ctx.lanes as f64,
+            );
+            let mut picker = Picker::new(cfg, &ctx.table, lane)?;
+            Ok(Box::new(arrivals.map(move |t| {
+                let rec = profile
+                    .phase_at(t)
+                    .and_then(|i| phases.get(i))
+                    .and_then(|p| p.recurrence);
+                (t, picker.next(rec))
+            })))
+        }
+        _ => Err(BenchError::Config("not a scheduled engine".into())),
+    }
+}
+
+pub(crate) fn profile(cfg: &BenchConfig, rate: f64) -> Result<RateProfile, BenchError> {
+    let duration = if cfg.duration.is_zero() {
+        f64::MAX / 4.0
+    } else {
+        cfg.duration.as_secs_f64()
+    };
+    RateProfile::new(
+        rate,
+        duration,
+        cfg.ramp.as_secs_f64(),
+        &cfg.phases,
+        cfg.burst,
+    )
+    .map_err(BenchError::Config)
+}
+
+/// Runs lane `lane` on the calling thread; returns its statistics.
+pub(crate) fn run_lane(
+    ctx: Arc<Ctx>,
+    lane: u64,
+    local_index: usize,
+    progress: mpsc::UnboundedSender<Snapshot>,
+) -> Result<Stats, BenchError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Io(format!("cannot start a generator thread: {e}")))?;
+    let local = tokio::task::LocalSet::new();
+    let cfg = &ctx.cfg;
+    let lane_state = Rc::new(Lane {
+        stats: RefCell::new(Stats::new(ctx.t0, ctx.window_s, ctx.table.classes.len())),
+        connect_slots: Semaphore::new(cfg.connections),
+        pool_slots: Semaphore::new(cfg.connections),
+        idle: RefCell::new(Vec::new()),
+        pending: Cell::new(0),
+        ctx: ctx.clone(),
+    });
+    let cpu0 = thread_cpu_s();
+    let wall0 = Instant::now();
+    let l = lane_state.clone();
+    let result: Result<(), BenchError> = local.block_on(&rt, async move {
+        let ticker = tokio::task::spawn_local(tick(l.clone(), local_index, progress));
+        let r = match &l.ctx.cfg.engine {
+            Engine::Open { .. } | Engine::Replay { .. } => open_loop(l.clone(), lane).await,
+            Engine::Closed { .. } => closed_loop(l.clone(), lane).await,
+            Engine::Sessions { .. } => sessions(l.clone(), lane).await,
+        };
+        // Drain: in-flight requests may finish until the drain deadline.
+        let drain_end = l.window_end().max(Instant::now()) + l.ctx.cfg.drain;
+        while l.pending.get() > 0 && Instant::now() < drain_end {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        ticker.abort();
+        r
+    });
+    let cpu = thread_cpu_s() - cpu0;
+    let wall = wall0.elapsed().as_secs_f64();
+    let mut stats = lane_state
+        .stats
+        .replace(Stats::new(ctx.t0, ctx.window_s, 0));
+    drop(local);
+    drop(rt);
+    result?;
+    stats.unfinished = stats.inflight;
+    // Due but never started (still waiting for a slot when the run ended).
+    let never = stats.offered.saturating_sub(stats.started + stats.dropped);
+    stats.dropped += never;
+    stats.cpu_s = cpu;
+    stats.busy_wall_s = wall;
+    Ok(stats)
+}
+
+async fn tick(l: Rc<Lane>, lane: usize, tx: mpsc::UnboundedSender<Snapshot>) {
+    let mut next = l.ctx.t0 + Duration::from_secs(1);
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        let s = l.stats.borrow();
+        let sec = (next - l.ctx.t0).as_secs() as usize - 1;
+        let (done, p99) = s
+            .timeline
+            .get(sec)
+            .map(|x| {
+                (
+                    x.completed,
+                    x.latency.as_ref().map_or(0, |h| h.value_at_quantile(0.99)),
+                )
+            })
+            .unwrap_or((0, 0));
+        let snap = Snapshot {
+            lane,
+            offered: s.offered,
+            started: s.started,
+            completed: s.completed,
+            errors: s.errors_total(),
+            dropped: s.dropped,
+            inflight: s.inflight,
+            last_second_completed: done,
+            last_second_p99_us: p99,
+        };
+        drop(s);
+        if tx.send(snap).is_err() {
+            return;
+        }
+        next += Duration::from_secs(1);
+    }
+}
+
+async fn open_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
+    let sched = schedule(&l.ctx, lane)?;
+    let timer = PreciseTimer::new();
+    let max_inflight = l.ctx.cfg.max_inflight;
+    let end = l.ctx.window_s;
+    for (t, idx) in sched {
+        if t >= end {
+            break;
+        }
+        let due = l.at(t);
+        timer.sleep_until(due).await;
+        let now = Instant::now();
+        {
+            let mut s = l.stats.borrow_mut();
+            s.offered(due);
+            s.lag(due, now);
+            if max_inflight.is_some_and(|m| l.pending.get() >= m) {
+                s.dropped(due);
+                continue;
+            }
+        }
+        l.pending.set(l.pending.get() + 1);
+        tokio::task::spawn_local(l.clone().open_request(idx, due));
+    }
+    let end = l.window_end();
+    tokio::time::sleep_until(end.into()).await;
+    Ok(())
+}
+
+async fn closed_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
+    let Engine::Closed { clients, think } = l.ctx.cfg.engine.clone() else {
+        unreachable!("closed_loop runs the closed engine only");
+    };
+    let lanes = l.ctx.lanes;
+    let mine = clients as u64 / lanes + u64::from(lane < clients as u64 % lanes);
+    let picker = Rc::new(RefCell::new(Picker::new(&l.ctx.cfg, &l.ctx.table, lane)?));
+    let end = l.window_end();
+    let mut tasks = Vec::new();
+    for c in 0..mine {
+        let l = l.clone();
+        let picker = picker.clone();
+        let mut think_rng = stream(l.ctx.cfg.seed, &format!("bench-think-{lane}-{c}"));
+        l.pending.set(l.pending.get() + 1);
+        tasks.push(tokio::task::spawn_local(async move {
+            tokio::time::sleep_until(l.ctx.t0.into()).await;
+            let mut conn = None;
+            while Instant::now() < end {
+                let idx = picker.borrow_mut().next(None);
+                let now = Instant::now();
+                l.stats.borrow_mut().offered(now);
+                l.fetch(&mut conn, idx, now, false).await;
+                if let Some(d) = &think {
+                    let s = d.sample(&mut think_rng);
+                    tokio::time::sleep(Duration::from_secs_f64(s.max(0.0))).await;
+                }
+            }
+            l.pending.set(l.pending.get() - 1);
+        }));
+    }
+    tokio::time::sleep_until(end.into()).await;
+    Ok(())
+}
+
+async fn sessions(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
+    let Engine::Sessions {
+        rate,
+        model,
+        parallel,
+        think_scale,
+    } = l.ctx.cfg.engine.clone()
+    else {
+        unreachable!("sessions runs the sessions engine only");
+    };
+    let profile = profile(&l.ctx.cfg, rate / l.ctx.lanes as f64)?;
+    let arrivals = Arrivals::new(
+        profile,
+        l.ctx.cfg.arrival,
+        stream(l.ctx.cfg.seed, &format!("bench-session-arrivals-{lane}")),
+        lane as f64 / l.ctx.lanes as f64,
+    );
+    let mut session_rng = stream(l.ctx.cfg.seed, &format!("bench-sessions-{lane}"));
+    let picker = Rc::new(RefCell::new(Picker::new(&l.ctx.cfg, &l.ctx.table, lane)?));
+    let timer = PreciseTimer::new();
+    for t in arrivals {
+        if t >= l.ctx.window_s {
+            break;
+        }
+        let due = l.at(t);
+        timer.sleep_until(due).await;
+        let now = Instant::now();
+        let plan = model.sample(&mut session_rng);
+        {
+            let mut s = l.stats.borrow_mut();
+            s.lag(due, now);
+            s.sessions += 1;
+        }
+        l.pending.set(l.pending.get() + 1);
+        let l2 = l.clone();
+        let picker = picker.clone();
+        tokio::task::spawn_local(async move {
+            let mut conn = None;
+            let mut intended = due;
+            for page in plan {
+                let page_start = Instant::now();
+                let idx = picker.borrow_mut().next(None);
+                l2.stats.borrow_mut().offered(intended);
+                if !l2.fetch(&mut conn, idx, intended, false).await {
+                    break;
+                }
+                // Embedded objects over `parallel` connections, the page's own first.
+                let per_conn = distribute(page.embedded as usize, parallel);
+                let mut set = tokio::task::JoinSet::new();
+                let mut first = conn.take();
+                for n in per_conn {
+                    if n == 0 {
+                        continue;
+                    }
+                    let l3 = l2.clone();
+                    let picks: Vec<u32> = (0..n).map(|_| picker.borrow_mut().next(None)).collect();
+                    let mut c = first.take();
+                    set.spawn_local(async move {
+                        for idx in picks {
+                            let now = Instant::now();
+                            l3.stats.borrow_mut().offered(now);
+                            if !l3.fetch(&mut c, idx, now, false).await {
+                                break;
+                            }
+                        }
+                        c
+                    });
+                }
+                let mut kept = first;
+                while let Some(r) = set.join_next().await {
+                    if let (None, Ok(Some(c))) = (&kept, r) {
+                        kept = Some(c);
+                    }
+                }
+                conn = kept;
+                record(
+                    &mut l2.stats.borrow_mut().page,
+                    page_start.elapsed().as_micros() as u64,
+                );
+                if page.think_s > 0.0 {
+                    let think = Duration::from_secs_f64(page.think_s * think_scale);
+                    tokio::time::sleep(think).await;
+                }
+                intended = Instant::now();
+                if intended >= l2.window_end() {
+                    break;
+                }
+            }
+            l2.pending.set(l2.pending.get() - 1);
+        });
+    }
+    tokio::time::sleep_until(l.window_end().into()).await;
+    Ok(())
+}
+
+/// `n` objects over `k` connections as evenly as possible.
+fn distribute(n: usize, k: usize) -> Vec<usize> {
+    (0..k).map(|i| n / k + usize::from(i < n % k)).collect()
+}
+
+/// Replay timing: each entry's offset from the first, in seconds. Entries logged in the same
+/// second are spread evenly across it (logs have one-second resolution).
+pub(crate) fn replay_times(cfg: &BenchConfig) -> Vec<f64> {
+    let Engine::Replay { log, speed } = &cfg.engine else {
+        return Vec::new();
+    };
+    match *speed {
+        ReplaySpeed::Rate(r) => (0..log.entries.len()).map(|i| i as f64 / r).collect(),
+        ReplaySpeed::Scale(f) => {
+            let t0 = log.entries.iter().map(|e| e.time).min().unwrap_or(0);
+            let mut out = Vec::with_capacity(log.entries.len());
+            let mut i = 0;
+            while i < log.entries.len() {
+                let sec = log.entries[i].time;
+                let mut j = i;
+                while j < log.entries.len() && log.entries[j].time == sec {
+                    j += 1;
+                }
+                let n = (j - i) as f64;
+                for k in i..j {
+                    let frac = (k - i) as f64 / n;
+                    out.push(((sec - t0) as f64 + frac).max(0.0) / f);
+                }
+                i = j;
+            }
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_spread_over_connections() {
+        assert_eq!(distribute(5, 2), vec![3, 2]);
+        assert_eq!(distribute(0, 3), vec![0, 0, 0]);
+    }
+}

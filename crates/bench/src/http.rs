@@ -1,0 +1,407 @@
+//! A minimal HTTP/1.0 and HTTP/1.1 client: one request at a time per connection, responses read
+//! with `httparse`, bodies counted and discarded. Hand-written rather than hyper's client so that
+//! connect time and time to first byte are observable and a request costs one write and as few
+//! reads as the response needs.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Why a request failed. The names are the keys of `errors` in the JSON result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    ConnectTimeout,
+    ConnectRefused,
+    ConnectError,
+    Reset,
+    ReadTimeout,
+    /// The server closed the connection before a complete response.
+    Closed,
+    BadResponse,
+    Http4xx,
+    Http5xx,
+    /// Any other I/O error after the connection was established.
+    Io,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::ConnectTimeout,
+        ErrorKind::ConnectRefused,
+        ErrorKind::ConnectError,
+        ErrorKind::Reset,
+        ErrorKind::ReadTimeout,
+        ErrorKind::Closed,
+        ErrorKind::BadResponse,
+        ErrorKind::Http4xx,
+        ErrorKind::Http5xx,
+        ErrorKind::Io,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::ConnectTimeout => "connect_timeout",
+            ErrorKind::ConnectRefused => "connect_refused",
+            ErrorKind::ConnectError => "connect_error",
+            ErrorKind::Reset => "reset",
+            ErrorKind::ReadTimeout => "read_timeout",
+            ErrorKind::Closed => "closed",
+            ErrorKind::BadResponse => "bad_response",
+            ErrorKind::Http4xx => "http_4xx",
+            ErrorKind::Http5xx => "http_5xx",
+            ErrorKind::Io => "io",
+        }
+    }
+
+    fn from_io(e: &io::Error) -> ErrorKind {
+        match e.kind() {
+            io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => ErrorKind::Reset,
+            io::ErrorKind::ConnectionAborted => ErrorKind::Reset,
+            io::ErrorKind::UnexpectedEof => ErrorKind::Closed,
+            _ => ErrorKind::Io,
+        }
+    }
+}
+
+/// One non-blocking connect attempt, abandoned after `timeout` (S-Client: closing the socket
+/// aborts the kernel's SYN retransmissions).
+pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ErrorKind> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Err(_) => Err(ErrorKind::ConnectTimeout),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            Err(ErrorKind::ConnectRefused)
+        }
+        Ok(Err(_)) => Err(ErrorKind::ConnectError),
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+    }
+}
+
+/// Whether the response says it came from a cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMark {
+    None,
+    Hit,
+    Miss,
+}
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    /// When the first byte of the response arrived.
+    pub first_byte: Instant,
+    pub body_bytes: u64,
+    pub cache: CacheMark,
+    /// Value of `X-Capstan-Node`.
+    pub node: Option<String>,
+    /// Media type without parameters.
+    pub content_type: Option<String>,
+    /// The connection may carry another request.
+    pub reusable: bool,
+}
+
+/// An established connection and its read buffer.
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Bytes of `buf` holding data not yet consumed.
+    start: usize,
+    end: usize,
+}
+
+const READ_CHUNK: usize = 16 * 1024;
+const MAX_HEAD: usize = 64 * 1024;
+
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            buf: vec![0; READ_CHUNK],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    async fn fill(&mut self) -> Result<usize, ErrorKind> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else if self.buf.len() < MAX_HEAD {
+                self.buf.resize(self.buf.len() * 2, 0);
+            } else {
+                return Err(ErrorKind::BadResponse);
+            }
+        }
+        let n = self
+            .stream
+            .read(&mut self.buf[self.end..])
+            .await
+            .map_err(|e| ErrorKind::from_io(&e))?;
+        self.end += n;
+        Ok(n)
+    }
+
+    /// Sends `request` and reads the whole response. `head` marks a HEAD request (no body
+    /// follows whatever Content-Length says); `keepalive` is what the request asked for.
+    pub async fn roundtrip(
+        &mut self,
+        request: &[u8],
+        head: bool,
+        keepalive: bool,
+    ) -> Result<Response, ErrorKind> {
+        self.stream
+            .write_all(request)
+            .await
+            .map_err(|e| ErrorKind::from_io(&e))?;
+        self.read_response(head, keepalive).await
+    }
+
+    async fn read_response(&mut self, head: bool, keepalive: bool) -> Result<Response, ErrorKind> {
+        let mut first_byte = None;
+        loop {
+            if self.start == self.end && self.fill().await? == 0 {
+                return Err(ErrorKind::Closed);
+            }
+            first_byte.get_or_insert_with(Instant::now);
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut resp = httparse::Response::new(&mut headers);
+            let parsed = resp
+                .parse(&self.buf[self.start..self.end])
+                .map_err(|_| ErrorKind::BadResponse)?;
+            let httparse::Status::Complete(head_len) = parsed else {
+                if self.fill().await? == 0 {
+                    return Err(ErrorKind::Closed);
+                }
+                continue;
+            };
+            let status = resp.code.unwrap_or(0);
+            let version = resp.version.unwrap_or(0);
+            if (100..200).contains(&status) && status != 101 {
+                // Interim response (100 Continue, 103 Early Hints): the real one follows.
+                self.start += head_len;
+                continue;
+            }
+            let mut body = if version == 0 || !keepalive {
+                Body::UntilClose
+            } else {
+                Body::None
+            };
+            let mut reusable = version == 1 && keepalive;
+            let mut has_length = false;
+            let mut cache = CacheMark::None;
+            let mut node = None;
+            let mut content_type = None;
+            for h in resp.headers.iter() {
+                let name = h.name;
+                if name.eq_ignore_ascii_case("content-length") {
+                    let v = std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u64>().ok())
+                        .ok_or(ErrorKind::BadResponse)?;
+                    if !matches!(body, Body::Chunked) {
+                        body = Body::Length(v);
+                    }
+                    has_length = true;
+                } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                    if contains_token(h.value, b"chunked") {
+                        body = Body::Chunked;
+                    }
+                } else if name.eq_ignore_ascii_case("connection") {
+                    if contains_token(h.value, b"close") {
+                        reusable = false;
+                    } else if contains_token(h.value, b"keep-alive") && version == 0 && keepalive {
+                        reusable = true;
+                    }
+                } else if name.eq_ignore_ascii_case("x-cache") {
+                    cache = classify_x_cache(h.value);
+                } else if name.eq_ignore_ascii_case("cache-status") {
+                    cache = classify_cache_status(h.value);
+                } else if name.eq_ignore_ascii_case("x-capstan-node") {
+                    node = Some(String::from_utf8_lossy(h.value).into_owned());
+                } else if name.eq_ignore_ascii_case("content-type") {
+                    let v = String::from_utf8_lossy(h.value);
+                    let t = v
+                        .split(';')
+                        .next()
+                        .unwrap_or("")
+                        .trim()
+                        .to_ascii_lowercase();
+                    content_type = Some(t);
+                }
+            }
+            if head || status == 204 || status == 304 {
+                body = Body::None;
+            } else if !has_length && !matches!(body, Body::Chunked) {
+                body = Body::UntilClose;
+                reusable = false;
+            }
+            self.start += head_len;
+            let body_bytes = match body {
+                Body::None => 0,
+                Body::Length(n) => {
+                    self.skip(n).await?;
+                    n
+                }
+                Body::Chunked => self.skip_chunked().await?,
+                Body::UntilClose => {
+                    reusable = false;
+                    self.skip_to_eof().await?
+                }
+            };
+            return Ok(Response {
+                status,
+                first_byte: first_byte.unwrap_or_else(Instant::now),
+                body_bytes,
+                cache,
+                node,
+                content_type,
+                reusable,
+            });
+        }
+    }
+
+    async fn skip(&mut self, mut n: u64) -> Result<(), ErrorKind> {
+        loop {
+            let have = (self.end - self.start) as u64;
+            if have >= n {
+                self.start += n as usize;
+                return Ok(());
+            }
+            n -= have;
+            self.start = self.end;
+            if self.fill().await? == 0 {
+                return Err(ErrorKind::Closed);
+            }
+        }
+    }
+
+    async fn skip_to_eof(&mut self) -> Result<u64, ErrorKind> {
+        let mut total = (self.end - self.start) as u64;
+        self.start = self.end;
+        loop {
+            match self.fill().await {
+                Ok(0) => return Ok(total),
+                Ok(n) => {
+                    total += n as u64;
+                    self.start = self.end;
+                }
+                // A reset after the body (the server closing with unread data) still ends it.
+                Err(ErrorKind::Reset) => return Ok(total),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A line ending in CRLF (without it), reading more as needed.
+    async fn line(&mut self) -> Result<Vec<u8>, ErrorKind> {
+        loop {
+            if let Some(p) = self.buf[self.start..self.end]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+            {
+                let l = self.buf[self.start..self.start + p].to_vec();
+                self.start += p + 2;
+                return Ok(l);
+            }
+            if self.end - self.start > 4096 {
+                return Err(ErrorKind::BadResponse);
+            }
+            if self.fill().await? == 0 {
+                return Err(ErrorKind::Closed);
+            }
+        }
+    }
+
+    async fn skip_chunked(&mut self) -> Result<u64, ErrorKind> {
+        let mut total = 0u64;
+        loop {
+            let l = self.line().await?;
+            let hex = l.split(|&b| b == b';').next().unwrap_or(&[]);
+            let s = std::str::from_utf8(hex).map_err(|_| ErrorKind::BadResponse)?;
+            let size = u64::from_str_radix(s.trim(), 16).map_err(|_| ErrorKind::BadResponse)?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                while !self.line().await?.is_empty() {}
+                return Ok(total);
+            }
+            self.skip(size).await?;
+            total += size;
+            if !self.line().await?.is_empty() {
+                return Err(ErrorKind::BadResponse);
+            }
+        }
+    }
+}
+
+fn contains_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// `X-Cache: HIT`, `X-Cache: HIT from proxy`, `MISS`, Varnish's `hit`/`miss`.
+fn classify_x_cache(v: &[u8]) -> CacheMark {
+    let s = String::from_utf8_lossy(v).to_ascii_lowercase();
+    if s.contains("hit") {
+        CacheMark::Hit
+    } else if s.contains("miss") || s.contains("pass") {
+        CacheMark::Miss
+    } else {
+        CacheMark::None
+    }
+}
+
+/// RFC 9211 `Cache-Status: ExampleCache; hit` or `...; fwd=miss`; the last (closest to the
+/// client) cache decides.
+fn classify_cache_status(v: &[u8]) -> CacheMark {
+    let s = String::from_utf8_lossy(v).to_ascii_lowercase();
+    let Some(last) = s.split(',').next_back() else {
+        return CacheMark::None;
+    };
+    let params: Vec<&str> = last.split(';').skip(1).map(str::trim).collect();
+    if params.contains(&"hit") {
+        CacheMark::Hit
+    } else if params.iter().any(|p| p.starts_with("fwd")) {
+        CacheMark::Miss
+    } else {
+        CacheMark::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_headers() {
+        assert_eq!(classify_x_cache(b"HIT from squid"), CacheMark::Hit);
+        assert_eq!(classify_x_cache(b"MISS"), CacheMark::Miss);
+        assert_eq!(
+            classify_cache_status(b"Origin; fwd=miss, Capstan; hit"),
+            CacheMark::Hit
+        );
+        assert_eq!(
+            classify_cache_status(b"Capstan; fwd=uri-miss; stored"),
+            CacheMark::Miss
+        );
+        assert!(contains_token(b"keep-alive, Close", b"close"));
+    }
+}

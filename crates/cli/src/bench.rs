@@ -1,0 +1,504 @@
+//! `capstan bench`: drive load at a server and measure it (the engines live in capstan-bench).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use capstan_bench::{
+    parse_burst, parse_duration, parse_phases, BenchConfig, Engine, ReplaySpeed, RunResult, Source,
+    Target,
+};
+use capstan_workload::{
+    parse_clf, parse_filelist, ArrivalKind, Dist, Popularity, SessionModel, TreeKind,
+};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "ENGINES\n  \
+      --rate R       open loop (S-Client): R requests/s started on schedule whatever the server \
+                     does; connects abandoned after --connect-timeout and retried\n  \
+      --clients N    closed loop: N clients, each waits for its response (+ --think)\n  \
+      --sessions R   R sessions/s following the CAP paper's Table 1\n  \
+      --replay LOG   a Common/Combined Log Format file, timing scaled by --replay-speed or at \
+                     --replay-rate\n\n\
+      --rate, --clients and --sessions are totals over all shards (--shard i/n).\n\n\
+      EXAMPLES\n  \
+      capstan bench http://127.0.0.1:8080/file5k.html --rate 2000 --duration 30s\n  \
+      capstan bench http://127.0.0.1:8080/ --clients 50 --keepalive --duration 10s --json out.json\n  \
+      capstan bench http://127.0.0.1:8080/ --rate 500 --burst 6x5%/100s --duration 300s\n  \
+      capstan bench http://127.0.0.1:8080/ --rate 1000 --keepalive --connections 20 --report r.html\n  \
+      capstan bench http://127.0.0.1:8080/ --rate 300 --tree polygraph --zipf 1.0 --recurrence 0.55\n  \
+      capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
+      capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
+      capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
+      capstan bench merge a.json b.json --json all.json\n\n\
+      Results: a summary on standard output; --json FILE writes the schema in \
+      crates/bench/SCHEMA.md. The generator warns (and marks the result limited) when its lag \
+      p99 exceeds 1 ms or a generator thread uses more than 90 % of a core."
+)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+
+    /// Target URL, http://host[:port]/path (the path is requested unless a request source is
+    /// given).
+    #[arg(value_name = "URL", required = true)]
+    url: Option<String>,
+
+    /// Open loop at R requests/s (the mean when bursts or phases shape it). Example: --rate 2000
+    #[arg(long, value_name = "R", group = "engine")]
+    rate: Option<f64>,
+    /// Closed loop with N clients. Example: --clients 64
+    #[arg(long, value_name = "N", group = "engine")]
+    clients: Option<usize>,
+    /// CAP Table 1 sessions arriving at R per second. Example: --sessions 20
+    #[arg(long, value_name = "R", group = "engine")]
+    sessions: Option<f64>,
+    /// Replay an access log (Common or Combined Log Format). Example: --replay access.log
+    #[arg(long, value_name = "LOG", group = "engine")]
+    replay: Option<PathBuf>,
+
+    /// Length of the run [default: 10s; replay: the log's length]. Example: --duration 30s
+    #[arg(long, short = 'd', value_name = "TIME")]
+    duration: Option<String>,
+    /// Open loop: sockets allowed in connect state (connection per request), or connections in
+    /// the pool (--keepalive); requests wait for a slot, keeping their intended start.
+    /// Example: --connections 200
+    #[arg(long, short = 'c', value_name = "D", default_value_t = 1000)]
+    connections: usize,
+    /// Abandon a connect attempt after this long and retry (S-Client). Example: --connect-timeout 500ms
+    #[arg(long, value_name = "TIME", default_value = "500ms")]
+    connect_timeout: String,
+    /// Give up on a request after this long from its start. Example: --timeout 10s
+    #[arg(long, value_name = "TIME", default_value = "10s")]
+    timeout: String,
+    /// After the schedule ends, let in-flight requests finish for this long. Example: --drain 2s
+    #[arg(long, value_name = "TIME", default_value = "2s")]
+    drain: String,
+    /// HTTP/1.1 keep-alive connections (default: HTTP/1.0, a connection per request).
+    #[arg(long, short = 'k')]
+    keepalive: bool,
+    /// Open loop: drop (and count) requests due while this many are in flight. Example: --max-inflight 5000
+    #[arg(long, value_name = "N")]
+    max_inflight: Option<usize>,
+
+    /// Gaps between arrivals: constant, poisson or weibull:SHAPE [default: constant].
+    /// Example: --arrival weibull:0.6
+    #[arg(long, value_name = "PROCESS", default_value = "constant")]
+    arrival: String,
+    /// On/off bursts: PEAKxPERCENT%/PERIOD, e.g. 6x5%/100s is 6x the mean rate for 5 % of every
+    /// 100 s (Banga & Druschel Fig. 8).
+    #[arg(long, value_name = "SPEC")]
+    burst: Option<String>,
+    /// Rise linearly from 0 to the full rate over this time. Example: --ramp 10s
+    #[arg(long, value_name = "TIME")]
+    ramp: Option<String>,
+    /// Phase schedule, TOML: [[phase]] name, duration, load or from/to, recurrence.
+    /// Example: --phases phases.toml
+    #[arg(long, value_name = "FILE")]
+    phases: Option<PathBuf>,
+
+    /// Closed loop think time: TIME (constant), exp:TIME (exponential mean) or pareto:ALPHA:TIME
+    /// (Pareto with scale TIME). Example: --think exp:1s
+    #[arg(long, value_name = "SPEC")]
+    think: Option<String>,
+    /// Sessions: parallel connections for a page's embedded objects. Example: --parallel 4
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    parallel: usize,
+    /// Sessions: multiply the Table 1 think times (0.1 = ten times shorter). Example: --think-scale 0.1
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    think_scale: f64,
+    /// Replay: speed-up of the log's own timing. Example: --replay-speed 10
+    #[arg(long, value_name = "F", conflicts_with = "replay_rate")]
+    replay_speed: Option<f64>,
+    /// Replay: ignore the log's timing and send its requests at R/s. Example: --replay-rate 500
+    #[arg(long, value_name = "R")]
+    replay_rate: Option<f64>,
+
+    /// Request paths (or URLs on the target host) from a file, one a line, equally likely.
+    /// Example: --urls paths.txt
+    #[arg(long, value_name = "FILE", group = "source")]
+    urls: Option<PathBuf>,
+    /// WebStone file list (`/path weight` lines). Example: --filelist filelist.standard
+    #[arg(long, value_name = "FILE", group = "source")]
+    filelist: Option<PathBuf>,
+    /// Request objects of the document tree `capstan origin --tree` serves: webstone,
+    /// webstone-2000, polygraph or cap. Example: --tree polygraph
+    #[arg(long, value_name = "TREE", group = "source")]
+    tree: Option<String>,
+    /// Seed of that tree (match the origin's --seed) [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    tree_seed: u64,
+    /// Objects in a polygraph or cap tree (match the origin's --files).
+    #[arg(long, value_name = "N")]
+    files: Option<usize>,
+    /// Zipf popularity with this exponent over the tree's objects (default: uniform).
+    /// Example: --zipf 1.0
+    #[arg(long, value_name = "ALPHA")]
+    zipf: Option<f64>,
+    /// Polygraph recurrence ratio: share of requests that revisit an object requested before.
+    /// Example: --recurrence 0.55
+    #[arg(long, value_name = "R")]
+    recurrence: Option<f64>,
+
+    /// Request method. Example: -X POST
+    #[arg(long, short = 'X', value_name = "METHOD", default_value = "GET")]
+    method: String,
+    /// Extra request header, repeatable. Example: -H 'Accept: text/html'
+    #[arg(long, short = 'H', value_name = "NAME: VALUE")]
+    header: Vec<String>,
+    /// Request body. Example: --body 'a=1'
+    #[arg(long, value_name = "TEXT", conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Request body from a file. Example: --body-file post.json
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+
+    /// Seed of every random stream: same seed, same requests. Example: --seed 7
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Run shard I of N (0-based) with 1/N of the load; merge the JSON results with
+    /// `capstan bench merge`. Example: --shard 0/2
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Generator threads, each a single-threaded event loop. Example: --threads 2
+    #[arg(long, short = 't', value_name = "N", default_value_t = 1)]
+    threads: usize,
+
+    /// Write the result as JSON (schema: crates/bench/SCHEMA.md). Example: --json out.json
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report with plots. Example: --report run.html
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// No progress line and no summary.
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Print the first N scheduled requests (time, method, path) and exit without sending.
+    /// Example: --print-requests 20
+    #[arg(long, value_name = "N")]
+    print_requests: Option<usize>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum BenchCommand {
+    /// Merge JSON results of shards exactly (histograms added). Example: capstan bench merge a.json b.json --json all.json
+    Merge(MergeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct MergeArgs {
+    /// Result files from `capstan bench --json`.
+    #[arg(value_name = "FILE", required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+    /// Write the merged result here (default: summary only).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write an HTML report of the merged result.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    #[arg(long, short = 'q')]
+    quiet: bool,
+}
+
+fn read(path: &Path, what: &str) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} {}", path.display()))
+}
+
+fn dur(s: &str, flag: &str) -> anyhow::Result<Duration> {
+    parse_duration(s).map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+}
+
+fn parse_think(s: &str) -> anyhow::Result<Dist> {
+    let bad =
+        || anyhow::anyhow!("--think: bad {s:?} (expected TIME, exp:TIME or pareto:ALPHA:TIME)");
+    let parts: Vec<&str> = s.split(':').collect();
+    let secs = |x: &str| {
+        parse_duration(x)
+            .map(|d| d.as_secs_f64())
+            .map_err(|_| bad())
+    };
+    let d = match parts.as_slice() {
+        [t] => Dist::Const { value: secs(t)? },
+        ["exp", t] => Dist::Exp { mean: secs(t)? },
+        ["pareto", a, t] => Dist::Pareto {
+            alpha: a.parse().map_err(|_| bad())?,
+            k: secs(t)?,
+        },
+        _ => return Err(bad()),
+    };
+    d.validate().map_err(|e| anyhow::anyhow!("--think: {e}"))?;
+    Ok(d)
+}
+
+fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
+    let url = a.url.as_deref().context("a target URL is required")?;
+    let target = Target::parse(url)?;
+    let mut c = BenchConfig::open(target, 1.0);
+    c.duration = match &a.duration {
+        Some(d) => dur(d, "duration")?,
+        None if a.replay.is_some() => Duration::ZERO,
+        None => Duration::from_secs(10),
+    };
+    c.engine = if let Some(r) = a.rate {
+        Engine::Open { rate: r }
+    } else if let Some(n) = a.clients {
+        Engine::Closed {
+            clients: n,
+            think: a.think.as_deref().map(parse_think).transpose()?,
+        }
+    } else if let Some(r) = a.sessions {
+        Engine::Sessions {
+            rate: r,
+            model: SessionModel::default(),
+            parallel: a.parallel,
+            think_scale: a.think_scale,
+        }
+    } else if let Some(p) = &a.replay {
+        let log =
+            parse_clf(&read(p, "log")?).map_err(|e| anyhow::anyhow!("log {}: {e}", p.display()))?;
+        let speed = match (a.replay_speed, a.replay_rate) {
+            (_, Some(r)) => ReplaySpeed::Rate(r),
+            (Some(f), None) => ReplaySpeed::Scale(f),
+            (None, None) => ReplaySpeed::Scale(1.0),
+        };
+        Engine::Replay { log, speed }
+    } else {
+        bail!("choose an engine: --rate R, --clients N, --sessions R or --replay LOG");
+    };
+    if a.think.is_some() && a.clients.is_none() {
+        bail!("--think applies to --clients (sessions use --think-scale)");
+    }
+    c.connections = a.connections;
+    c.connect_timeout = dur(&a.connect_timeout, "connect-timeout")?;
+    c.timeout = dur(&a.timeout, "timeout")?;
+    c.drain = dur(&a.drain, "drain")?;
+    c.keepalive = a.keepalive;
+    c.max_inflight = a.max_inflight;
+    c.arrival = match a.arrival.as_str() {
+        "constant" => ArrivalKind::Constant,
+        "poisson" => ArrivalKind::Poisson,
+        s => match s.strip_prefix("weibull:").map(str::parse::<f64>) {
+            Some(Ok(shape)) if shape > 0.0 && shape.is_finite() => ArrivalKind::Weibull { shape },
+            _ => bail!("--arrival: expected constant, poisson or weibull:SHAPE, got {s:?}"),
+        },
+    };
+    if let Some(b) = &a.burst {
+        c.burst = Some(parse_burst(b).map_err(|e| anyhow::anyhow!("--burst: {e}"))?);
+    }
+    if let Some(r) = &a.ramp {
+        c.ramp = dur(r, "ramp")?;
+    }
+    if let Some(p) = &a.phases {
+        c.phases = parse_phases(&read(p, "phase file")?)
+            .map_err(|e| anyhow::anyhow!("phase file {}: {e}", p.display()))?;
+        if a.duration.is_none() {
+            c.duration = Duration::ZERO;
+        }
+    }
+    let popularity = match a.zipf {
+        Some(alpha) => Popularity::Zipf { alpha },
+        None => Popularity::Uniform,
+    };
+    c.source = if let Some(p) = &a.urls {
+        let list: Vec<String> = read(p, "URL list")?
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        if list.is_empty() {
+            bail!("URL list {} has no entries", p.display());
+        }
+        Source::List(list)
+    } else if let Some(p) = &a.filelist {
+        Source::FileList(
+            parse_filelist(&read(p, "file list")?)
+                .map_err(|e| anyhow::anyhow!("file list {}: {e}", p.display()))?,
+        )
+    } else if let Some(t) = &a.tree {
+        Source::Mix {
+            tree: t.parse::<TreeKind>()?,
+            tree_seed: a.tree_seed,
+            files: a.files,
+            popularity,
+            recurrence: a.recurrence,
+        }
+    } else {
+        if a.zipf.is_some() || a.recurrence.is_some() || a.files.is_some() {
+            bail!("--zipf, --recurrence and --files need --tree");
+        }
+        Source::Url
+    };
+    c.method = a.method.to_ascii_uppercase();
+    for h in &a.header {
+        let (k, v) = h
+            .split_once(':')
+            .with_context(|| format!("-H {h:?}: expected 'Name: value'"))?;
+        c.headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    c.body = match (&a.body, &a.body_file) {
+        (Some(b), _) => Some(b.clone().into_bytes()),
+        (None, Some(p)) => Some(
+            std::fs::read(p).with_context(|| format!("cannot read body file {}", p.display()))?,
+        ),
+        _ => None,
+    };
+    c.seed = a.seed;
+    if let Some(s) = &a.shard {
+        let bad = || anyhow::anyhow!("--shard: expected I/N with 0 ≤ I < N, got {s:?}");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        c.shard = (
+            i.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+    }
+    c.threads = a.threads;
+    c.validate()?;
+    Ok(c)
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Merge(m)) = &args.command {
+        return merge(m);
+    }
+    let config = build(&args)?;
+    if let Some(n) = args.print_requests {
+        let mut out = std::io::stdout().lock();
+        for (t, m, p) in capstan_bench::preview(&config, n)? {
+            writeln!(out, "{t:.6} {m} {p}")?;
+        }
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let tty = std::io::stderr().is_terminal();
+    let progress: Option<capstan_bench::ProgressFn> = if args.quiet {
+        None
+    } else {
+        Some(Arc::new(move |p: &capstan_bench::Progress| {
+            let line = format!(
+                "{:>4.0}s/{:.0}s  {:>9.0} req/s  p99 {:>8.2} ms  started {}  done {}  errors {}  dropped {}  in flight {}",
+                p.elapsed_s, p.duration_s, p.rps, p.p99_ms, p.started, p.completed, p.errors, p.dropped, p.inflight
+            );
+            if tty {
+                eprint!("\r\x1b[2K{line}");
+            } else if (p.elapsed_s as u64).is_multiple_of(5) {
+                eprintln!("{line}");
+            }
+        }))
+    };
+    let result = rt.block_on(capstan_bench::run(config, progress))?;
+    if tty && !args.quiet {
+        eprintln!();
+    }
+    write_outputs(
+        &result,
+        args.json.as_deref(),
+        args.report.as_deref(),
+        args.quiet,
+    )
+}
+
+fn merge(m: &MergeArgs) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for f in &m.files {
+        let r: RunResult = serde_json::from_str(&read(f, "result")?)
+            .map_err(|e| anyhow::anyhow!("{} is not a capstan bench result: {e}", f.display()))?;
+        results.push(r);
+    }
+    let merged = capstan_bench::merge(&results)?;
+    write_outputs(&merged, m.json.as_deref(), m.report.as_deref(), m.quiet)
+}
+
+fn write_outputs(
+    r: &RunResult,
+    json: Option<&Path>,
+    report: Option<&Path>,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    for w in &r.generator.warnings {
+        eprintln!("capstan: warning: {w}");
+    }
+    if let Some(p) = json {
+        let s = serde_json::to_string_pretty(r)?;
+        std::fs::write(p, s + "\n").with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if let Some(p) = report {
+        std::fs::write(p, capstan_bench::report::html(r))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if !quiet {
+        print!("{}", summary(r));
+    }
+    Ok(())
+}
+
+fn summary(r: &RunResult) -> String {
+    let l = &r.latency_ms;
+    let mut s = format!(
+        "{} ({} engine, shards {})\n\
+         duration {:.1}s  offered {} ({:.1}/s)  started {}  completed {} ({:.1}/s)  dropped {}  unfinished {}\n\
+         latency ms   p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  (corrected)\n\
+         \x20            p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  (uncorrected)\n\
+         connect ms p50 {:.3} p99 {:.3}   ttfb ms p50 {:.3} p99 {:.3}   lag ms p99 {:.3}\n",
+        r.target,
+        r.engine,
+        r.shards.join(","),
+        r.duration_s,
+        r.offered,
+        r.offered as f64 / r.duration_s.max(1e-9),
+        r.started,
+        r.completed,
+        r.completed_rps,
+        r.dropped,
+        r.unfinished,
+        l.corrected.p50,
+        l.corrected.p90,
+        l.corrected.p99,
+        l.corrected.p999,
+        l.corrected.max,
+        l.uncorrected.p50,
+        l.uncorrected.p90,
+        l.uncorrected.p99,
+        l.uncorrected.p999,
+        l.uncorrected.max,
+        r.connect_ms.p50,
+        r.connect_ms.p99,
+        r.ttfb_ms.p50,
+        r.ttfb_ms.p99,
+        r.lag_ms.p99,
+    );
+    if r.errors_total > 0 || r.connect_timeouts > 0 {
+        let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        s += &format!(
+            "errors {}  ({})  connect timeouts retried {}\n",
+            r.errors_total,
+            e.join(", "),
+            r.connect_timeouts
+        );
+    }
+    if r.sessions > 0 {
+        s += &format!(
+            "sessions {}  page ms p50 {:.3} p90 {:.3} p99 {:.3}\n",
+            r.sessions, r.page_ms.p50, r.page_ms.p90, r.page_ms.p99
+        );
+    }
+    if r.cache.hits + r.cache.misses > 0 {
+        s += &format!(
+            "cache hits {} misses {}  DHR {:.3}  BHR {:.3}\n",
+            r.cache.hits, r.cache.misses, r.cache.doc_hit_ratio, r.cache.byte_hit_ratio
+        );
+    }
+    if !r.nodes.is_empty() {
+        let n: Vec<String> = r.nodes.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        s += &format!("nodes  {}\n", n.join(", "));
+    }
+    s
+}

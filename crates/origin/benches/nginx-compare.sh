@@ -106,6 +106,10 @@ for workload in /file5k.html "$WORK/mix.lua"; do
   om=$(printf '%s\n' "${o[@]}" | median)
   nm=$(printf '%s\n' "${n[@]}" | median)
   echo "MEDIAN $name: origin $om req/s, nginx $nm req/s, ratio $(awk -v o="$om" -v n="$nm" 'BEGIN {printf "%.2f", o/n}')"
+  # Each origin run is paired with the nginx run right after it, so the ratio of each pair sees
+  # nearly the same background load; their median is less sensitive to load drifting.
+  pr=$(for i in "${!o[@]}"; do awk -v o="${o[$i]}" -v n="${n[$i]}" 'BEGIN {printf "%.3f\n", o/n}'; done | median)
+  echo "MEDIAN $name: of per-run origin/nginx ratios $pr"
   if [[ -n "$BASELINE" ]]; then
     bm=$(printf '%s\n' "${b[@]}" | median)
     echo "MEDIAN $name: baseline $bm req/s, ratio to nginx $(awk -v o="$bm" -v n="$nm" 'BEGIN {printf "%.2f", o/n}')"

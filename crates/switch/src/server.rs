@@ -474,6 +474,12 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let listen = config.listen.clone();
     let admin = config.admin;
     let switch = Switch::new(config)?;
+    // SO_REUSEPORT would also let this switch share a port with another process of the same
+    // user, splitting its traffic silently; a plain bind first makes a taken port an error.
+    let listen = listen
+        .iter()
+        .map(|&addr| Ok(bind(addr, false)?.local_addr()?))
+        .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
     let first = listen
         .iter()
         .map(|&addr| bind(addr, threads > 1))

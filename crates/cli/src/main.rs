@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod lab;
 mod origin;
 mod serve;
 mod sim;
@@ -41,6 +42,8 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Simulate the web cluster in virtual time with the same policies (CAP paper §4).
     Sim(sim::SimArgs),
+    /// Run an experiment per policy (nodes, switch, load) and write a report with plots.
+    Lab(lab::LabArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Origin(args) => origin::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::Sim(args) => sim::run(args),
+        Command::Lab(args) => lab::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

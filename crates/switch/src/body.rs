@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -105,10 +104,6 @@ impl ResponseBody {
         ResponseBody::Full(Some(bytes.into()))
     }
 
-    pub fn empty() -> Self {
-        ResponseBody::Full(None)
-    }
-
     fn finish(&mut self, completed: bool) {
         if let ResponseBody::Upstream { on_end, .. } = self {
             if let Some(mut end) = on_end.take() {
@@ -180,10 +175,4 @@ impl Body for ResponseBody {
             ResponseBody::Upstream { inner, .. } => inner.size_hint(),
         }
     }
-}
-
-/// Reads a whole small body (admin requests), refusing more than `limit` bytes.
-pub async fn read_small(body: Incoming, limit: usize) -> Result<Bytes, BoxError> {
-    let limited = http_body_util::Limited::new(body, limit);
-    Ok(limited.collect().await?.to_bytes())
 }

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
@@ -25,7 +25,6 @@ use crate::config::Config;
 pub struct Switch {
     pub epoch: Epoch,
     pub cluster: ArcSwap<Cluster>,
-    pub started_at: SystemTime,
     pub open_connections: AtomicUsize,
     pub accepted_connections: AtomicU64,
     pub reloads: AtomicU64,
@@ -73,10 +72,6 @@ impl Switch {
 
     pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        *self.shutdown.borrow()
     }
 
     fn connection_closed(&self) {
@@ -280,7 +275,6 @@ impl Switch {
         Ok(Arc::new(Switch {
             epoch: Epoch::new(),
             cluster: ArcSwap::from_pointee(cluster),
-            started_at: SystemTime::now(),
             open_connections: AtomicUsize::new(0),
             accepted_connections: AtomicU64::new(0),
             reloads: AtomicU64::new(0),

@@ -1,0 +1,170 @@
+//! `capstan lab`: run an experiment per policy and write a report.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use capstan_lab::{Event, Experiment, Options, Plan};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+const LAB_EXAMPLES: &str = "Examples:
+  capstan lab                                  # the default experiment (mix-6040), < 3 minutes
+  capstan lab --list                           # the built-in experiments and the figures they rebuild
+  capstan lab switch-capacity --quick          # any built-in, short form (< 2 minutes)
+  capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
+  capstan lab my-experiment.toml --nodes 8 --seed 7
+
+Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
+free loopback ports, drives the switch with the in-process load generator, and records conn/s,
+response times per class, per-node utilisation (from /_capstan/load) and the real CPU used by the
+switch and the load generator (warned above 80 % of a core). The report is OUT/index.html
+(self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
+
+Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
+classes, workload, load levels, --quick settings, the paper's numbers).";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = LAB_EXAMPLES)]
+pub struct LabArgs {
+    /// A built-in experiment name or an experiment TOML file [default: mix-6040]
+    #[arg(value_name = "EXPERIMENT")]
+    experiment: Option<String>,
+
+    /// List the built-in experiments and exit.
+    #[arg(long)]
+    list: bool,
+
+    /// The experiment's short form: fewer levels and policies, shorter windows.
+    #[arg(long)]
+    quick: bool,
+
+    /// Policies to run, comma-separated (replaces the experiment's list).
+    #[arg(long, value_name = "P1,P2", value_delimiter = ',')]
+    policies: Vec<String>,
+
+    /// Number of back-end nodes (replaces the experiment's count; variants that set their own
+    /// count keep it).
+    #[arg(long, value_name = "N")]
+    nodes: Option<usize>,
+
+    /// Repetitions of every run, for error bars.
+    #[arg(long, value_name = "N")]
+    repetitions: Option<usize>,
+
+    /// Report directory.
+    #[arg(long, value_name = "DIR", default_value = "lab-report")]
+    out: PathBuf,
+
+    /// Seed of the trees and the request streams.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+}
+
+pub fn run(args: LabArgs) -> anyhow::Result<()> {
+    if args.list {
+        list();
+        return Ok(());
+    }
+    let name = args.experiment.clone().unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    let exp = Experiment::load(&name)?;
+    let exe = std::env::current_exe().context("cannot find the capstan binary")?;
+    let opts = Options {
+        quick: args.quick,
+        policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
+        nodes: args.nodes,
+        repetitions: args.repetitions,
+        seed: args.seed,
+        exe,
+        work_dir: args.out.join("logs"),
+        command: std::env::args()
+            .enumerate()
+            .map(|(i, a)| if i == 0 { "capstan".to_string() } else { a })
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let plan = Plan::new(&exp, &opts)?;
+    eprintln!(
+        "capstan lab: {} — {} ({} runs, about {:.0} s)",
+        exp.name,
+        exp.figure,
+        plan.runs(),
+        plan.estimate_s()
+    );
+    let bar = progress_bar(plan.runs());
+    let observer = observer(bar.clone(), plan.x_label());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    // Ctrl-C drops the run, and with it the cluster, so no node or switch outlives the lab.
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = capstan_lab::run(&plan, &opts, Some(observer)) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    bar.finish_and_clear();
+    let mut results = match outcome {
+        Some(r) => r?,
+        None => bail!("interrupted; no report written"),
+    };
+    capstan_lab::report::conclude(&mut results, &exp);
+    let path = capstan_lab::report::write(&results, &args.out)?;
+    println!("{} — {}", results.title, results.figure);
+    print!("{}", capstan_lab::report::summary_table(&results));
+    for f in &results.findings {
+        println!("- {f}");
+    }
+    if !results.warnings.is_empty() {
+        println!("! {} warning(s), e.g.: {}", results.warnings.len(), results.warnings[0]);
+    }
+    println!("report: {}", path.display());
+    println!("data:   {}", args.out.join("results.json").display());
+    Ok(())
+}
+
+fn list() {
+    println!("Built-in experiments (capstan lab NAME [--quick]):");
+    for (name, text) in capstan_lab::BUILTIN {
+        match Experiment::parse(text, name) {
+            Ok(e) => println!("  {name:<16} {} — rebuilds {}", e.title, e.figure),
+            Err(e) => println!("  {name:<16} (broken: {e})"),
+        }
+    }
+    println!("Default: {}", capstan_lab::DEFAULT);
+}
+
+fn progress_bar(runs: usize) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(runs as u64), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+fn observer(bar: ProgressBar, x: &'static str) -> capstan_lab::Observer {
+    let current = Arc::new(Mutex::new(String::new()));
+    Arc::new(move |e: Event| match e {
+        Event::Planned { .. } => {}
+        Event::Run { label, level, repetition, .. } => {
+            let s = format!("{label} @ {} {x}{}", capstan_lab::runner::fmt_level(level), if repetition > 0 {
+                format!(" (rep {})", repetition + 1)
+            } else {
+                String::new()
+            });
+            bar.set_message(s.clone());
+            if let Ok(mut c) = current.lock() {
+                *c = s;
+            }
+        }
+        Event::Live { rps, elapsed_s, duration_s, .. } => {
+            let c = current.lock().map(|c| c.clone()).unwrap_or_default();
+            bar.set_message(format!("{c}: {rps:.0} conn/s ({elapsed_s:.0}/{duration_s:.0} s)"));
+        }
+        Event::Done { .. } => bar.inc(1),
+        Event::Message(m) => bar.println(m),
+    })
+}

@@ -1,0 +1,340 @@
+//! The cluster of one run: emulated nodes and the switch, each a child process of the `capstan`
+//! binary, so each one's CPU use can be read from `/proc/PID/stat` and a crash of one cannot take
+//! the lab down with it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::LabError;
+
+/// One node's resources as the lab starts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
+    pub name: String,
+    pub speed: f64,
+    pub cores: u32,
+}
+
+/// Everything `capstan origin` needs besides its speed.
+#[derive(Debug, Clone)]
+pub struct NodeArgs {
+    pub tree: String,
+    pub files: Option<usize>,
+    pub seed: u64,
+    pub cpu_light_ms: Option<f64>,
+    pub cpu_med_ms: Option<f64>,
+    pub disk_load_ms: Option<f64>,
+    pub cache_fraction: Option<f64>,
+    pub threads: usize,
+}
+
+/// A child that is killed when dropped, so an error or Ctrl-C path never leaves nodes behind.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last non-empty line the child wrote to its log, for error messages.
+    fn last_log_line(&self) -> String {
+        std::fs::read_to_string(&self.log)
+            .ok()
+            .and_then(|s| s.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string))
+            .unwrap_or_else(|| "no output".into())
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(format!("{} exited ({status}): {}", self.name, self.last_log_line())),
+            _ => None,
+        }
+    }
+}
+
+pub struct Cluster {
+    pub nodes: Vec<(NodeSpec, SocketAddr, Proc)>,
+    pub switch: Proc,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+/// A free loopback port: bind port 0, read it, let it go. Another process could take it in
+/// between; the switch then fails to start and the lab says so.
+fn free_port() -> Result<SocketAddr, LabError> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| LabError::Run(format!("no free port: {e}")))?;
+    l.local_addr().map_err(|e| LabError::Run(e.to_string()))
+}
+
+fn start_node(exe: &Path, spec: &NodeSpec, args: &NodeArgs, log_dir: &Path) -> Result<(SocketAddr, Proc), LabError> {
+    let log = log_dir.join(format!("{}.log", spec.name));
+    let err = std::fs::File::create(&log).map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("origin")
+        .args(["--listen", "127.0.0.1:0", "--name", &spec.name, "--tree", &args.tree])
+        .args(["--seed", &args.seed.to_string()])
+        .args(["--cores", &spec.cores.to_string(), "--speed", &spec.speed.to_string()])
+        .args(["--threads", &args.threads.to_string(), "--load-interval-ms", "1000"]);
+    if let Some(f) = args.files {
+        cmd.args(["--files", &f.to_string()]);
+    }
+    for (flag, v) in [
+        ("--cpu-light-ms", args.cpu_light_ms),
+        ("--cpu-med-ms", args.cpu_med_ms),
+        ("--disk-load-ms", args.disk_load_ms),
+        ("--cache-fraction", args.cache_fraction),
+    ] {
+        if let Some(v) = v {
+            cmd.args([flag, &v.to_string()]);
+        }
+    }
+    cmd.env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| LabError::Run(format!("cannot start {} ({}): {e}", spec.name, exe.display())))?;
+    let stdout = child.stdout.take();
+    let mut proc = Proc {
+        child,
+        name: spec.name.clone(),
+        log,
+    };
+    // The node prints `listening on ADDR` once it serves; read that line on a thread so a node
+    // that hangs cannot hang the lab.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = stdout {
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep draining so the node never blocks on a full pipe.
+            let mut sink = Vec::new();
+            let _ = r.read_to_end(&mut sink);
+        });
+    }
+    let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse::<SocketAddr>().ok());
+    match addr {
+        Some(a) => Ok((a, proc)),
+        None => Err(LabError::Run(
+            proc.exited()
+                .unwrap_or_else(|| format!("{} did not report its address: {}", spec.name, proc.last_log_line())),
+        )),
+    }
+}
+
+/// Starts the nodes (in parallel: each takes a moment to build its tree) and the switch in
+/// front of them with `switch_config` (TOML without listen/admin/nodes, which are added here).
+pub async fn start(
+    exe: &Path,
+    specs: &[NodeSpec],
+    args: &NodeArgs,
+    mut switch_config: toml::Table,
+    switch_threads: usize,
+    log_dir: &Path,
+) -> Result<Cluster, LabError> {
+    std::fs::create_dir_all(log_dir).map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    let mut handles = Vec::new();
+    for spec in specs {
+        let (exe, spec, args, dir) = (exe.to_path_buf(), spec.clone(), args.clone(), log_dir.to_path_buf());
+        handles.push(tokio::task::spawn_blocking(move || {
+            start_node(&exe, &spec, &args, &dir).map(|(a, p)| (spec, a, p))
+        }));
+    }
+    let mut nodes = Vec::new();
+    let mut first_err = None;
+    for h in handles {
+        match h.await.map_err(|e| LabError::Run(e.to_string())).and_then(|r| r) {
+            Ok(n) => nodes.push(n),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let listen = free_port()?;
+    let admin = free_port()?;
+    switch_config.insert("listen".into(), toml::Value::Array(vec![listen.to_string().into()]));
+    switch_config.insert("admin".into(), admin.to_string().into());
+    let node_tables = nodes
+        .iter()
+        .map(|(spec, addr, _)| {
+            let mut t = toml::Table::new();
+            t.insert("name".into(), spec.name.clone().into());
+            t.insert("address".into(), addr.to_string().into());
+            toml::Value::Table(t)
+        })
+        .collect();
+    switch_config.insert("node".into(), toml::Value::Array(node_tables));
+    let path = log_dir.join("switch.toml");
+    std::fs::write(&path, toml::to_string(&switch_config).map_err(|e| LabError::Run(e.to_string()))?)
+        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
+    let log = log_dir.join("switch.log");
+    let err = std::fs::File::create(&log).map_err(|e| LabError::Run(e.to_string()))?;
+    let child = Command::new(exe)
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .args(["--threads", &switch_threads.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| LabError::Run(format!("cannot start the switch: {e}")))?;
+    let mut switch = Proc {
+        child,
+        name: "switch".into(),
+        log,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(e) = switch.exited() {
+            return Err(LabError::Run(e));
+        }
+        if get(admin, "/status").await.is_ok() && tokio::net::TcpStream::connect(listen).await.is_ok() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(LabError::Run(format!("the switch did not start: {}", switch.last_log_line())));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Cluster {
+        nodes,
+        switch,
+        listen,
+        admin,
+    })
+}
+
+impl Cluster {
+    /// Fails when a child died during the run (its log's last line says why).
+    pub fn check_alive(&mut self) -> Result<(), LabError> {
+        if let Some(e) = self.switch.exited() {
+            return Err(LabError::Run(e));
+        }
+        for (_, _, p) in &mut self.nodes {
+            if let Some(e) = p.exited() {
+                return Err(LabError::Run(e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A small `GET` over HTTP/1.0 (the answers are short JSON documents); returns the body.
+pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or("no response head")?;
+        if !head.starts_with("HTTP/1.") || !head.split(' ').nth(1).is_some_and(|c| c == "200") {
+            return Err(format!("GET {path}: {}", head.lines().next().unwrap_or("")));
+        }
+        Ok(body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .map_err(|_| format!("GET {path}: timed out"))?
+}
+
+/// The fields of a node's `/_capstan/load` the lab uses.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LoadReport {
+    pub interval: Window,
+    pub since_start: Window,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Window {
+    pub length_s: f64,
+    pub cpu_util: f64,
+    pub disk_util: f64,
+    pub nic_util: f64,
+    pub cpu_busy_s: f64,
+    pub disk_busy_s: f64,
+    pub nic_busy_s: f64,
+    pub served: u64,
+}
+
+pub async fn load_report(addr: SocketAddr) -> Result<LoadReport, String> {
+    let body = get(addr, "/_capstan/load").await?;
+    serde_json::from_str(&body).map_err(|e| format!("bad load report: {e}"))
+}
+
+/// The fields of the switch's `/status` the lab uses.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SwitchStatus {
+    pub nodes: Vec<SwitchNode>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SwitchNode {
+    pub name: String,
+    pub served: u64,
+    pub classes: std::collections::BTreeMap<String, u64>,
+}
+
+pub async fn switch_status(admin: SocketAddr) -> Result<SwitchStatus, String> {
+    let body = get(admin, "/status").await?;
+    serde_json::from_str(&body).map_err(|e| format!("bad switch status: {e}"))
+}
+
+/// CPU seconds (user + system, all threads) a process has used so far. Linux reports them in
+/// clock ticks of USER_HZ, which the kernel ABI fixes at 100 per second on every architecture
+/// Capstan builds for.
+pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".into(),
+    };
+    let s = std::fs::read_to_string(path).ok()?;
+    // The command name (field 2) may contain spaces; fields are counted after its ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn own_cpu_time_is_readable_and_grows() {
+        let a = super::cpu_seconds(None).expect("/proc/self/stat");
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(50) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let b = super::cpu_seconds(None).unwrap();
+        assert!(b >= a);
+    }
+}

@@ -1,0 +1,459 @@
+//! Experiment files: what a lab run starts (nodes, switch, workload, load schedule) and what the
+//! paper measured for comparison. The built-in experiments are the TOML files in `experiments/`,
+//! compiled in so `capstan lab --list` works from any directory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::LabError;
+
+/// The built-in experiments, in the order `--list` shows them: (name, TOML text).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("switch-capacity", include_str!("../../../experiments/switch-capacity.toml")),
+    ("static", include_str!("../../../experiments/static.toml")),
+    ("mix-8020", include_str!("../../../experiments/mix-8020.toml")),
+    ("mix-6040", include_str!("../../../experiments/mix-6040.toml")),
+    ("scalability", include_str!("../../../experiments/scalability.toml")),
+    ("heterogeneous", include_str!("../../../experiments/heterogeneous.toml")),
+    ("cap-prototype", include_str!("../../../experiments/cap-prototype.toml")),
+    ("overload", include_str!("../../../experiments/overload.toml")),
+    ("sessions", include_str!("../../../experiments/sessions.toml")),
+];
+
+/// The experiment `capstan lab` runs without arguments.
+pub const DEFAULT: &str = "mix-6040";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub name: String,
+    pub title: String,
+    /// The figure of a paper this experiment rebuilds.
+    pub figure: String,
+    #[serde(default)]
+    pub about: String,
+    #[serde(default = "one")]
+    pub seed: u64,
+    pub nodes: Nodes,
+    pub switch: SwitchPlan,
+    pub workload: Workload,
+    pub load: Load,
+    #[serde(default)]
+    pub quick: Quick,
+    /// Alternative set-ups run for every policy (node counts, speeds, workloads).
+    #[serde(default, rename = "variant")]
+    pub variants: Vec<Variant>,
+    pub paper: Option<Paper>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nodes {
+    #[serde(default = "four")]
+    pub count: usize,
+    #[serde(default = "one_u32")]
+    pub cores: u32,
+    /// Speed of each node, cycled when shorter than `count` (1.0 = the CAP paper's node).
+    #[serde(default = "unit_speed")]
+    pub speeds: Vec<f64>,
+    #[serde(default = "default_tree")]
+    pub tree: String,
+    pub files: Option<usize>,
+    pub cpu_light_ms: Option<f64>,
+    pub cpu_med_ms: Option<f64>,
+    pub disk_load_ms: Option<f64>,
+    pub cache_fraction: Option<f64>,
+    /// Worker threads per node process. One is plenty for an emulated node (its time is
+    /// modelled) and leaves this machine's cores to the switch and the load generator.
+    #[serde(default = "one_usize")]
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchPlan {
+    pub policies: Vec<String>,
+    #[serde(default = "one_usize")]
+    pub threads: usize,
+    /// T_gat: how often the switch fetches every node's load report.
+    #[serde(default = "default_gather")]
+    pub load_interval: String,
+    /// Policy parameters by policy name, e.g. `[switch.params.lard] t_high = 20`.
+    #[serde(default)]
+    pub params: BTreeMap<String, toml::Table>,
+    /// Request classes and rules, written into the switch configuration as they are; none gives
+    /// the switch's built-in four classes (static, disk, cpu, cpu-disk).
+    #[serde(default, rename = "class")]
+    pub classes: Vec<toml::Table>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<toml::Table>,
+    pub default_class: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// The tree's files at their weights plus the `dynamic` entries (a WebStone file list).
+    Mix,
+    /// One path, every request.
+    Url,
+    /// The CAP paper's Table 1 sessions over the tree's objects.
+    Sessions,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub url: Option<String>,
+    #[serde(default)]
+    pub dynamic: Vec<Entry>,
+    /// Sessions: Zipf exponent of object popularity (0 = uniform).
+    #[serde(default)]
+    pub zipf: f64,
+    /// Sessions: multiplies the Table 1 think times so a short run sees whole sessions.
+    #[serde(default = "one_f64")]
+    pub think_scale: f64,
+    /// Sessions: parallel connections for a page's embedded objects.
+    #[serde(default = "two")]
+    pub parallel: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Entry {
+    pub path: String,
+    pub weight: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    Closed,
+    Open,
+    Sessions,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Load {
+    pub engine: EngineKind,
+    /// Closed: clients. Open: requests/s, or multiples of the measured capacity when
+    /// `relative_to_capacity`. Sessions: new sessions per second.
+    pub levels: Vec<f64>,
+    /// Open loop: levels are factors of a capacity measured first by a closed-loop run.
+    #[serde(default)]
+    pub relative_to_capacity: bool,
+    #[serde(default = "sixteen")]
+    pub calibrate_clients: usize,
+    pub duration: String,
+    #[serde(default = "default_warmup")]
+    pub warmup: String,
+    /// HTTP/1.1 keep-alive; WebStone 2.5 (the thesis) opens a connection per request.
+    #[serde(default)]
+    pub keepalive: bool,
+    #[serde(default = "one_usize")]
+    pub repetitions: usize,
+    /// Closed loop: mean of an exponential think time between requests, in ms (0 = none, as
+    /// WebStone).
+    #[serde(default)]
+    pub think_ms: f64,
+    #[serde(default = "one_usize")]
+    pub generator_threads: usize,
+    #[serde(default = "default_timeout")]
+    pub timeout: String,
+}
+
+/// What `--quick` changes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quick {
+    pub levels: Option<Vec<f64>>,
+    pub duration: Option<String>,
+    pub warmup: Option<String>,
+    pub policies: Option<Vec<String>>,
+    pub variants: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    pub name: String,
+    pub nodes: Option<usize>,
+    pub speeds: Option<Vec<f64>>,
+    pub tree: Option<String>,
+    pub dynamic: Option<Vec<Entry>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paper {
+    pub source: String,
+    /// What the paper's x axis counts ("clients", "offered req/s", …).
+    #[serde(default)]
+    pub x: String,
+    #[serde(default, rename = "series")]
+    pub series: Vec<PaperSeries>,
+    #[serde(default, rename = "claim")]
+    pub claims: Vec<Claim>,
+    /// Differences of set-up worth knowing when comparing.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaperSeries {
+    pub policy: String,
+    pub variant: Option<String>,
+    /// (x, conn/s) pairs as printed in the paper.
+    pub points: Vec<[f64; 2]>,
+}
+
+/// A relative claim of the paper, recomputed from our data: `policy` delivered `percent` % more
+/// than `versus` at load level `at`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub text: String,
+    pub policy: String,
+    pub versus: String,
+    pub at: f64,
+    pub percent: f64,
+    pub variant: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+fn one_u32() -> u32 {
+    1
+}
+fn one_usize() -> usize {
+    1
+}
+fn one_f64() -> f64 {
+    1.0
+}
+fn two() -> usize {
+    2
+}
+fn four() -> usize {
+    4
+}
+fn sixteen() -> usize {
+    16
+}
+fn unit_speed() -> Vec<f64> {
+    vec![1.0]
+}
+fn default_tree() -> String {
+    "webstone-2000".into()
+}
+fn default_gather() -> String {
+    "1s".into()
+}
+fn default_warmup() -> String {
+    "1s".into()
+}
+fn default_timeout() -> String {
+    "10s".into()
+}
+
+pub fn parse_duration(what: &str, s: &str) -> Result<Duration, LabError> {
+    capstan_bench::parse_duration(s).map_err(|e| LabError::Experiment(format!("{what}: {e}")))
+}
+
+impl Experiment {
+    /// Parses and checks an experiment; `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Experiment, LabError> {
+        let exp: Experiment = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+            LabError::Experiment(format!("{origin}{at}: {}", e.message().trim()))
+        })?;
+        exp.validate()
+            .map_err(|m| LabError::Experiment(format!("{origin}: {m}")))?;
+        Ok(exp)
+    }
+
+    /// A built-in experiment by name, or a TOML file by path.
+    pub fn load(name_or_path: &str) -> Result<Experiment, LabError> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Experiment::parse(text, &format!("experiments/{name_or_path}.toml"));
+        }
+        let path = Path::new(name_or_path);
+        if !path.exists() {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            return Err(LabError::Experiment(format!(
+                "no experiment {name_or_path:?}: not a built-in ({}) and no such file",
+                names.join(", ")
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LabError::Experiment(format!("cannot read {name_or_path}: {e}")))?;
+        Experiment::parse(&text, name_or_path)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.name.is_empty() {
+            return Err("name must not be empty".into());
+        }
+        check_policies(&self.switch.policies)?;
+        if let Some(q) = &self.quick.policies {
+            check_policies(q)?;
+        }
+        for p in self.switch.params.keys() {
+            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
+                return Err(format!("[switch.params.{p}]: unknown policy {p:?}"));
+            }
+        }
+        if self.nodes.count == 0 || self.nodes.count > 64 {
+            return Err(format!("nodes.count must be 1..=64, got {}", self.nodes.count));
+        }
+        check_speeds(&self.nodes.speeds)?;
+        if self.nodes.cores == 0 || self.nodes.threads == 0 || self.switch.threads == 0 {
+            return Err("cores and threads must be at least 1".into());
+        }
+        self.nodes
+            .tree
+            .parse::<capstan_workload::TreeKind>()
+            .map_err(|e| format!("nodes.tree: {e}"))?;
+        parse_duration("switch.load_interval", &self.switch.load_interval).map_err(|e| e.to_string())?;
+        if self.load.levels.is_empty() {
+            return Err("load.levels must list at least one level".into());
+        }
+        check_levels(&self.load.levels)?;
+        if let Some(l) = &self.quick.levels {
+            check_levels(l)?;
+        }
+        if parse_duration("load.duration", &self.load.duration)
+            .map_err(|e| e.to_string())?
+            .is_zero()
+        {
+            return Err("load.duration must be positive".into());
+        }
+        parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
+        parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
+        for (what, d) in [("quick.duration", &self.quick.duration), ("quick.warmup", &self.quick.warmup)] {
+            if let Some(d) = d {
+                parse_duration(what, d).map_err(|e| e.to_string())?;
+            }
+        }
+        if self.load.repetitions == 0 || self.load.generator_threads == 0 {
+            return Err("load.repetitions and load.generator_threads must be at least 1".into());
+        }
+        if !(self.load.think_ms >= 0.0 && self.load.think_ms.is_finite()) {
+            return Err("load.think_ms must be ≥ 0".into());
+        }
+        match (self.workload.kind, self.load.engine) {
+            (WorkloadKind::Sessions, EngineKind::Sessions) => {}
+            (WorkloadKind::Sessions, _) | (_, EngineKind::Sessions) => {
+                return Err("workload.kind = \"sessions\" goes with load.engine = \"sessions\"".into())
+            }
+            _ => {}
+        }
+        if self.load.relative_to_capacity && self.load.engine != EngineKind::Open {
+            return Err("load.relative_to_capacity needs load.engine = \"open\"".into());
+        }
+        match self.workload.kind {
+            WorkloadKind::Url => match &self.workload.url {
+                Some(u) if u.starts_with('/') => {}
+                _ => return Err("workload.kind = \"url\" needs url = \"/path\"".into()),
+            },
+            _ => {
+                if self.workload.url.is_some() {
+                    return Err("workload.url is only for kind = \"url\"".into());
+                }
+            }
+        }
+        for e in self.workload.dynamic.iter().chain(self.variants.iter().flat_map(|v| v.dynamic.iter().flatten())) {
+            if !e.path.starts_with('/') || e.path.contains(char::is_whitespace) {
+                return Err(format!("workload entry {:?}: a path starts with '/' and has no spaces", e.path));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for v in &self.variants {
+            if !seen.insert(v.name.as_str()) {
+                return Err(format!("variant {:?} is defined twice", v.name));
+            }
+            if let Some(s) = &v.speeds {
+                check_speeds(s)?;
+            }
+            if v.nodes == Some(0) {
+                return Err(format!("variant {:?}: nodes must be at least 1", v.name));
+            }
+            if let Some(t) = &v.tree {
+                t.parse::<capstan_workload::TreeKind>()
+                    .map_err(|e| format!("variant {:?}: {e}", v.name))?;
+            }
+        }
+        if let Some(names) = &self.quick.variants {
+            for n in names {
+                if !self.variants.iter().any(|v| &v.name == n) {
+                    return Err(format!("quick.variants: no variant {n:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_policies(p: &[String]) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("switch.policies must name at least one policy".into());
+    }
+    for name in p {
+        if !capstan_core::PolicySpec::NAMES.contains(&name.as_str()) {
+            return Err(format!(
+                "unknown policy {name:?} (known: {})",
+                capstan_core::PolicySpec::NAMES.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_speeds(s: &[f64]) -> Result<(), String> {
+    if s.is_empty() || s.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+        return Err(format!("speeds must be positive numbers, got {s:?}"));
+    }
+    Ok(())
+}
+
+fn check_levels(l: &[f64]) -> Result<(), String> {
+    if l.is_empty() || l.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+        return Err(format!("load levels must be positive numbers, got {l:?}"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses_and_names_a_figure() {
+        for (name, text) in BUILTIN {
+            let e = Experiment::parse(text, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(&e.name, name);
+            assert!(!e.figure.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let text = BUILTIN[0].1.replace("[load]", "[load]\nbogus = 1");
+        let e = Experiment::parse(&text, "x.toml").unwrap_err().to_string();
+        assert!(e.starts_with("x.toml:"), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+        let text = BUILTIN[0].1.replace("\"cap\"", "\"nope\"");
+        let e = Experiment::parse(&text, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("unknown policy \"nope\""), "{e}");
+    }
+}

@@ -1,0 +1,750 @@
+//! From results to conclusions: the paper-vs-ours comparison, plain-language findings computed
+//! from the data, the one-screen summary, and the self-contained HTML report with SVG plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::experiment::{Experiment, Paper};
+use crate::results::*;
+use crate::runner::fmt_level;
+use crate::LabError;
+
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// Adds the paper comparison and the findings to `r`.
+pub fn conclude(r: &mut LabResults, exp: &Experiment) {
+    r.paper = exp.paper.as_ref().map(|p| compare(r, p));
+    r.findings = findings(r, exp);
+}
+
+fn pct_more(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0).then(|| round(100.0 * (a - b) / b, 1))
+}
+
+fn compare(r: &LabResults, p: &Paper) -> PaperCompare {
+    let mut rows = Vec::new();
+    for s in &p.series {
+        let ours = r.series_named(&s.policy, s.variant.as_deref());
+        let label = match &s.variant {
+            Some(v) => format!("{} · {v}", s.policy),
+            None => s.policy.clone(),
+        };
+        for pt in &s.points {
+            let o = ours.and_then(|o| o.points.iter().find(|q| (q.level - pt[0]).abs() < 1e-9));
+            rows.push(PaperRow {
+                series: label.clone(),
+                level: pt[0],
+                paper: pt[1],
+                ours: o.map(|q| q.throughput_mean),
+            });
+        }
+    }
+    let claims = p
+        .claims
+        .iter()
+        .map(|c| {
+            let a = r.series_named(&c.policy, c.variant.as_deref());
+            let b = r.series_named(&c.versus, c.variant.as_deref());
+            let (ours, level) = match (a, b) {
+                (Some(a), Some(b)) => match (a.nearest(c.at), b.nearest(c.at)) {
+                    (Some(x), Some(y)) => (pct_more(x.throughput_mean, y.throughput_mean), Some(x.level)),
+                    _ => (None, None),
+                },
+                _ => (None, None),
+            };
+            ClaimRow {
+                text: c.text.clone(),
+                paper_percent: c.percent,
+                ours_percent: ours,
+                ours_level: level,
+            }
+        })
+        .collect();
+    PaperCompare {
+        source: p.source.clone(),
+        x: p.x.clone(),
+        rows,
+        claims,
+        notes: p.notes.clone(),
+    }
+}
+
+/// Groups of series that share a variant (policies are compared within a group).
+fn groups(r: &LabResults) -> Vec<(Option<String>, Vec<&SeriesResult>)> {
+    let mut out: Vec<(Option<String>, Vec<&SeriesResult>)> = Vec::new();
+    for s in &r.series {
+        match out.iter_mut().find(|(v, _)| *v == s.variant) {
+            Some((_, g)) => g.push(s),
+            None => out.push((s.variant.clone(), vec![s])),
+        }
+    }
+    out
+}
+
+/// The level the comparison sentences use: the paper's claim level if any, else 10 clients if
+/// measured (the thesis's reference point), else the middle level.
+pub fn key_level(r: &LabResults, exp: &Experiment) -> f64 {
+    let want = exp
+        .paper
+        .as_ref()
+        .and_then(|p| p.claims.first())
+        .map(|c| c.at)
+        .or_else(|| (r.x_label == "clients").then_some(10.0));
+    let levels = &r.levels;
+    match want {
+        Some(w) => *levels
+            .iter()
+            .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
+            .unwrap_or(&w),
+        None => levels[levels.len() / 2],
+    }
+}
+
+fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
+    let mut f = Vec::new();
+    let key = key_level(r, exp);
+    let x = &r.x_label;
+    let top = r.levels.iter().copied().fold(0.0, f64::max);
+    for (variant, g) in groups(r) {
+        let tag = variant.as_ref().map(|v| format!("[{v}] ")).unwrap_or_default();
+        // Ranking at the key level.
+        let mut at: Vec<(&SeriesResult, &Point)> = g.iter().filter_map(|s| s.nearest(key).map(|p| (*s, p))).collect();
+        at.sort_by(|a, b| b.1.throughput_mean.total_cmp(&a.1.throughput_mean));
+        if at.len() >= 2 {
+            let (best, bp) = at[0];
+            let others: Vec<String> = at[1..]
+                .iter()
+                .filter_map(|(s, p)| {
+                    pct_more(bp.throughput_mean, p.throughput_mean).map(|d| format!("{d:+.0} % vs {} ({:.0})", s.policy, p.throughput_mean))
+                })
+                .collect();
+            f.push(format!(
+                "{tag}At {} {x}, {} delivered the most: {:.0} conn/s ({}).",
+                fmt_level(bp.level),
+                best.policy,
+                bp.throughput_mean,
+                others.join(", ")
+            ));
+            // CAP's position, which is what the papers are about.
+            if best.policy != "cap" {
+                if let Some((_, cp)) = at.iter().find(|(s, _)| s.policy == "cap") {
+                    if let Some(d) = pct_more(cp.throughput_mean, bp.throughput_mean) {
+                        f.push(format!(
+                            "{tag}CAP was {:.0} % {} {} at {} {x}.",
+                            d.abs(),
+                            if d < 0.0 { "below" } else { "level with" },
+                            best.policy,
+                            fmt_level(bp.level)
+                        ));
+                    }
+                }
+            }
+            // Does the gap close under heavy load (the thesis's observation)?
+            if top > key {
+                let mut hi: Vec<f64> = g.iter().filter_map(|s| s.nearest(top).map(|p| p.throughput_mean)).collect();
+                hi.sort_by(f64::total_cmp);
+                let lo_spread = pct_more(at[0].1.throughput_mean, at[at.len() - 1].1.throughput_mean);
+                let hi_spread = match (hi.last(), hi.first()) {
+                    (Some(a), Some(b)) => pct_more(*a, *b),
+                    _ => None,
+                };
+                if let (Some(l), Some(h)) = (lo_spread, hi_spread) {
+                    let verdict = if h < l * 0.7 {
+                        "the gap closes under heavy load"
+                    } else if h > l * 1.3 {
+                        "the gap widens under heavy load"
+                    } else {
+                        "the gap stays about the same"
+                    };
+                    f.push(format!(
+                        "{tag}Best-to-worst spread: {l:.0} % at {} {x}, {h:.0} % at {} {x}: {verdict}.",
+                        fmt_level(key),
+                        fmt_level(top)
+                    ));
+                }
+            }
+            // Latency at the key level.
+            let mut lat: Vec<(&SeriesResult, &Point)> = at.clone();
+            lat.sort_by(|a, b| a.1.p90_ms.total_cmp(&b.1.p90_ms));
+            if let (Some(a), Some(b)) = (lat.first(), lat.last()) {
+                f.push(format!(
+                    "{tag}90th-percentile response time at {} {x}: {} {:.0} ms (lowest) … {} {:.0} ms (highest).",
+                    fmt_level(key),
+                    a.0.policy,
+                    a.1.p90_ms,
+                    b.0.policy,
+                    b.1.p90_ms
+                ));
+            }
+        }
+        // Balance at the heaviest load (CAP Fig. 10).
+        let bal: Vec<String> = g
+            .iter()
+            .filter_map(|s| s.nearest(top))
+            .zip(g.iter())
+            .map(|(p, s)| format!("{} {:.0}–{:.0} %", s.policy, 100.0 * p.util_min, 100.0 * p.util_max))
+            .collect();
+        if !bal.is_empty() {
+            f.push(format!(
+                "{tag}Node utilisation (busiest resource, least–most loaded node) at {} {x}: {}.",
+                fmt_level(top),
+                bal.join("; ")
+            ));
+        }
+        // Overload: does throughput hold past capacity?
+        if r.engine == "open" {
+            for s in &g {
+                if let (Some(peak), Some(last)) = (s.peak(), s.points.last()) {
+                    if last.level > peak.level {
+                        let errs: u64 = s.runs.iter().filter(|q| q.level == last.level).map(|q| q.errors).sum();
+                        let done: u64 = s.runs.iter().filter(|q| q.level == last.level).map(|q| q.completed).sum();
+                        f.push(format!(
+                            "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %), {} errors for {} responses.",
+                            s.policy,
+                            peak.throughput_mean,
+                            fmt_level(peak.level),
+                            fmt_level(last.level),
+                            last.throughput_mean,
+                            pct_more(last.throughput_mean, peak.throughput_mean).unwrap_or(0.0),
+                            errs,
+                            done
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    // Scalability: the same policy over node counts.
+    let mut by_policy: Vec<(&str, Vec<&SeriesResult>)> = Vec::new();
+    for s in &r.series {
+        match by_policy.iter_mut().find(|(p, _)| *p == s.policy) {
+            Some((_, v)) => v.push(s),
+            None => by_policy.push((&s.policy, vec![s])),
+        }
+    }
+    for (p, v) in by_policy {
+        let counts: std::collections::BTreeSet<usize> = v.iter().map(|s| s.nodes).collect();
+        if counts.len() > 1 {
+            let mut v = v.clone();
+            v.sort_by_key(|s| s.nodes);
+            let base = v[0].peak().map(|q| q.throughput_mean).unwrap_or(0.0);
+            let parts: Vec<String> = v
+                .iter()
+                .map(|s| {
+                    let pk = s.peak().map(|q| q.throughput_mean).unwrap_or(0.0);
+                    format!("{} node{} {:.0} conn/s (×{:.2})", s.nodes, if s.nodes == 1 { "" } else { "s" }, pk, if base > 0.0 { pk / base } else { 0.0 })
+                })
+                .collect();
+            f.push(format!("{p}: peak throughput by cluster size: {}.", parts.join(", ")));
+        }
+    }
+    // The paper's claims, recomputed.
+    if let Some(pc) = &r.paper {
+        for c in &pc.claims {
+            match (c.ours_percent, c.ours_level) {
+                (Some(o), Some(l)) => {
+                    // Within 5 points (or half the paper's effect, when larger) counts as
+                    // agreement: run-to-run noise on a shared machine is a few percent.
+                    let tolerance = (0.5 * c.paper_percent.abs()).max(5.0);
+                    let agree = if (o - c.paper_percent).abs() <= tolerance {
+                        "agrees"
+                    } else if c.paper_percent.abs() >= 5.0 && (o >= 0.0) == (c.paper_percent >= 0.0) {
+                        "same direction, different size"
+                    } else {
+                        "disagrees"
+                    };
+                    f.push(format!(
+                        "Paper: {} ({:+.0} %). Ours at {} {x}: {o:+.1} % — {agree}.",
+                        c.text,
+                        c.paper_percent,
+                        fmt_level(l)
+                    ));
+                }
+                _ => f.push(format!("Paper: {} — not measured in this run (policy left out).", c.text)),
+            }
+        }
+    }
+    // Headroom of the measuring instruments.
+    let runs = r.series.iter().flat_map(|s| s.runs.iter());
+    let (sw, gen) = runs.fold((0.0f64, 0.0f64), |(a, b), q| (a.max(q.cpu.switch_pct), b.max(q.cpu.generator_pct)));
+    let verdict = if sw > 80.0 || gen > 80.0 {
+        "over the 80 % line in some runs: those results may measure the lab, not the cluster (see warnings)"
+    } else {
+        "both had headroom"
+    };
+    f.push(format!(
+        "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
+    ));
+    f
+}
+
+/// The one-screen table printed at the end: conn/s per series and level.
+pub fn summary_table(r: &LabResults) -> String {
+    let mut out = String::new();
+    let levels: Vec<f64> = if r.levels.len() > 8 {
+        let step = r.levels.len().div_ceil(8);
+        r.levels.iter().copied().step_by(step).collect()
+    } else {
+        r.levels.clone()
+    };
+    let w = r.series.iter().map(|s| s.label.chars().count()).max().unwrap_or(6).max(18);
+    let _ = write!(out, "{:<w$}", format!("conn/s @ {}", r.x_label).chars().take(w).collect::<String>());
+    for l in &levels {
+        let _ = write!(out, " {:>8}", fmt_level(*l));
+    }
+    let _ = writeln!(out, " {:>9} {:>9}", "p90 ms*", "util*");
+    for s in &r.series {
+        let _ = write!(out, "{:<w$}", s.label);
+        for l in &levels {
+            match s.points.iter().find(|p| p.level == *l) {
+                Some(p) => {
+                    let _ = write!(out, " {:>8.1}", p.throughput_mean);
+                }
+                None => {
+                    let _ = write!(out, " {:>8}", "-");
+                }
+            }
+        }
+        if let Some(p) = s.points.last() {
+            let _ = write!(out, " {:>9.1} {:>4.0}–{:<3.0}", p.p90_ms, 100.0 * p.util_min, 100.0 * p.util_max);
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "* at {} {}; util = least and most loaded node's busiest resource, %",
+        fmt_level(*r.levels.last().unwrap_or(&0.0)),
+        r.x_label
+    );
+    out
+}
+
+/// Writes `index.html` and `results.json` into `dir`; returns the path of the HTML file.
+pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError> {
+    std::fs::create_dir_all(dir).map_err(|e| LabError::Report(format!("cannot create {}: {e}", dir.display())))?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
+    std::fs::write(dir.join("results.json"), json + "\n")
+        .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
+    let html = html(r)?;
+    let path = dir.join("index.html");
+    std::fs::write(&path, html).map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
+    Ok(path)
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn err(e: impl std::fmt::Display) -> LabError {
+    LabError::Report(format!("plot: {e}"))
+}
+
+/// The legend box, drawn the same way on every chart (a macro: the charts' coordinate types
+/// differ).
+macro_rules! legend_at {
+    ($chart:expr, $pos:expr) => {
+        $chart
+            .configure_series_labels()
+            .position($pos)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)
+    };
+}
+
+/// Throughput against load, one line per series, error bars from repetitions, and the paper's
+/// curves dashed (grey markers) where the paper has them.
+fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
+    let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
+    let xmin = r.levels.iter().copied().fold(f64::INFINITY, f64::min).min(xmax) * 0.9;
+    let mut ymax = r
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.throughput_mean + p.throughput_stdev))
+        .fold(1.0, f64::max);
+    let paper_pts: Vec<(String, Vec<(f64, f64)>)> = r
+        .paper
+        .as_ref()
+        .map(|p| {
+            let mut v: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+            for row in &p.rows {
+                if row.level < xmin || row.level > xmax {
+                    continue;
+                }
+                match v.iter_mut().find(|(s, _)| *s == row.series) {
+                    Some((_, pts)) => pts.push((row.level, row.paper)),
+                    None => v.push((row.series.clone(), vec![(row.level, row.paper)])),
+                }
+            }
+            v
+        })
+        .unwrap_or_default();
+    for (_, pts) in &paper_pts {
+        ymax = pts.iter().map(|p| p.1).fold(ymax, f64::max);
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{}: throughput vs load", r.experiment), ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(xmin..xmax, 0f64..ymax * 1.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(r.x_label.as_str())
+            .y_desc("conn/s (completed responses per second)")
+            .draw()
+            .map_err(err)?;
+        for (i, s) in r.series.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, p.throughput_mean)).collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+                .map_err(err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
+                .map_err(err)?;
+            chart
+                .draw_series(s.points.iter().filter(|p| p.throughput_stdev > 0.0).map(|p| {
+                    PathElement::new(
+                        vec![(p.level, p.throughput_mean - p.throughput_stdev), (p.level, p.throughput_mean + p.throughput_stdev)],
+                        c.stroke_width(1),
+                    )
+                }))
+                .map_err(err)?;
+        }
+        for (j, (name, pts)) in paper_pts.iter().enumerate() {
+            let c = r
+                .series
+                .iter()
+                .position(|s| &s.label == name)
+                .map(|i| COLOURS[i % COLOURS.len()])
+                .unwrap_or(COLOURS[(r.series.len() + j) % COLOURS.len()]);
+            let style = c.mix(0.55).stroke_width(1);
+            chart
+                .draw_series(pts.windows(2).enumerate().filter(|(k, _)| k % 2 == 0).map(|(_, w)| PathElement::new(vec![w[0], w[1]], style)))
+                .map_err(err)?
+                .label(format!("paper: {name}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], style));
+            chart
+                .draw_series(pts.iter().map(|p| Cross::new(*p, 4, c.mix(0.7).stroke_width(1))))
+                .map_err(err)?;
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Response-time CDF at one level, one line per series (log x).
+fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
+    let curves: Vec<(&SeriesResult, &RunRecord)> = r
+        .series
+        .iter()
+        .filter_map(|s| {
+            let l = s.nearest(level)?.level;
+            s.runs.iter().find(|q| q.level == l && !q.cdf.is_empty()).map(|q| (s, q))
+        })
+        .collect();
+    let lo = curves
+        .iter()
+        .flat_map(|(_, q)| q.cdf.iter().map(|p| p[0]))
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(1.0)
+        .max(0.01);
+    let hi = curves.iter().flat_map(|(_, q)| q.cdf.iter().map(|p| p[0])).fold(lo * 10.0, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("response time CDF at {} {}", fmt_level(level), r.x_label),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0f64..1f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("response time (ms, log scale)")
+            .y_desc("fraction of responses")
+            .draw()
+            .map_err(err)?;
+        for (i, (s, q)) in curves.iter().enumerate() {
+            let c = COLOURS[r.series.iter().position(|x| std::ptr::eq(x, *s)).unwrap_or(i) % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(q.cdf.iter().map(|p| (p[0].max(lo), p[1])), c.stroke_width(2)))
+                .map_err(err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Least and most loaded node's utilisation against load (CAP paper Fig. 10): solid max,
+/// dashed-looking thin min, one colour per series.
+fn util_svg(r: &LabResults) -> Result<String, LabError> {
+    let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
+    let xmin = r.levels.iter().copied().fold(f64::INFINITY, f64::min).min(xmax) * 0.9;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("min / max node utilisation (busiest resource)", ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(xmin..xmax, 0f64..105f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(r.x_label.as_str())
+            .y_desc("utilisation (%)")
+            .draw()
+            .map_err(err)?;
+        for (i, s) in r.series.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            let max: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, 100.0 * p.util_max)).collect();
+            let min: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, 100.0 * p.util_min)).collect();
+            chart
+                .draw_series(LineSeries::new(max, c.stroke_width(2)))
+                .map_err(err)?
+                .label(format!("{} max", s.label))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+            chart
+                .draw_series(LineSeries::new(min.clone(), c.mix(0.6).stroke_width(1)))
+                .map_err(err)?
+                .label(format!("{} min", s.label))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1)));
+            chart
+                .draw_series(min.iter().map(|p| TriangleMarker::new(*p, 3, c.mix(0.6).filled())))
+                .map_err(err)?;
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn html(r: &LabResults) -> Result<String, LabError> {
+    let mut h = String::new();
+    let key = {
+        // Same rule as the findings, without the experiment file at hand: 10 clients, else middle.
+        let w = r
+            .paper
+            .as_ref()
+            .and_then(|p| p.claims.iter().find_map(|c| c.ours_level))
+            .or_else(|| (r.x_label == "clients").then_some(10.0));
+        match w {
+            Some(w) => *r
+                .levels
+                .iter()
+                .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
+                .unwrap_or(&w),
+            None => r.levels[r.levels.len() / 2],
+        }
+    };
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab: {}</title><style>\
+         body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}\
+         table{{border-collapse:collapse;margin:1em 0;font-size:90%}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
+         th{{background:#f3f3f3}}td.l,th.l{{text-align:left}}.warn{{color:#a40}}code,pre{{background:#f6f6f6;padding:2px 4px}}\
+         svg{{max-width:100%;height:auto}}</style></head><body>",
+        esc(&r.experiment)
+    );
+    let _ = write!(
+        h,
+        "<h1>{}</h1><p><b>Rebuilds:</b> {}. {}</p>",
+        esc(&r.title),
+        esc(&r.figure),
+        esc(&r.about)
+    );
+    let _ = write!(
+        h,
+        "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
+         <b>Run:</b> {} engine, {} s per level, {} repetition(s), seed {}{}, wall time {:.0} s{}</p>",
+        esc(&r.command),
+        esc(&r.versions.capstan),
+        esc(&r.versions.build),
+        esc(&r.versions.rustc),
+        esc(&r.versions.os),
+        r.versions.cpus,
+        esc(&r.engine),
+        r.duration_s,
+        r.repetitions,
+        r.seed,
+        if r.quick { ", --quick" } else { "" },
+        r.wall_s,
+        r.capacity_rps
+            .map(|c| format!(", measured capacity {c:.0} conn/s"))
+            .unwrap_or_default()
+    );
+    h.push_str("<h2>Findings</h2><ul>");
+    for f in &r.findings {
+        let _ = write!(h, "<li>{}</li>", esc(f));
+    }
+    h.push_str("</ul>");
+    if !r.warnings.is_empty() {
+        let _ = write!(h, "<h2 class=\"warn\">Warnings ({})</h2><ul class=\"warn\">", r.warnings.len());
+        for w in r.warnings.iter().take(40) {
+            let _ = write!(h, "<li>{}</li>", esc(w));
+        }
+        if r.warnings.len() > 40 {
+            let _ = write!(h, "<li>… and {} more (results.json)</li>", r.warnings.len() - 40);
+        }
+        h.push_str("</ul>");
+    }
+    h.push_str("<h2>Throughput vs load</h2>");
+    h.push_str(&throughput_svg(r)?);
+    h.push_str("<pre>");
+    h.push_str(&esc(&summary_table(r)));
+    h.push_str("</pre>");
+    let _ = write!(h, "<h2>Response time at {} {}</h2>", fmt_level(key), esc(&r.x_label));
+    h.push_str(&cdf_svg(r, key)?);
+    // Per-class latency at the key level.
+    let classes: std::collections::BTreeSet<&String> = r
+        .series
+        .iter()
+        .flat_map(|s| s.runs.iter().flat_map(|q| q.per_class.keys()))
+        .collect();
+    if !classes.is_empty() {
+        let _ = write!(
+            h,
+            "<h3>Per-class latency at {} {} (mean / p90 ms, first repetition)</h3><table><tr><th class=\"l\">series</th>",
+            fmt_level(key),
+            esc(&r.x_label)
+        );
+        for c in &classes {
+            let _ = write!(h, "<th>{}</th>", esc(c));
+        }
+        h.push_str("</tr>");
+        for s in &r.series {
+            let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.label));
+            let l = s.nearest(key).map(|p| p.level).unwrap_or(key);
+            let run = s.runs.iter().find(|q| q.level == l);
+            for c in &classes {
+                match run.and_then(|q| q.per_class.get(*c)) {
+                    Some(v) => {
+                        let _ = write!(h, "<td>{:.1} / {:.1}<br><small>{} req</small></td>", v.mean_ms, v.p90_ms, v.requests);
+                    }
+                    None => h.push_str("<td>-</td>"),
+                }
+            }
+            h.push_str("</tr>");
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
+    h.push_str(&util_svg(r)?);
+    if let Some(p) = &r.paper {
+        let _ = write!(h, "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>", esc(&p.source));
+        if !p.claims.is_empty() {
+            h.push_str("<table><tr><th class=\"l\">claim</th><th>paper</th><th>ours</th><th>at</th></tr>");
+            for c in &p.claims {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"l\">{}</td><td>{:+.0} %</td><td>{}</td><td>{}</td></tr>",
+                    esc(&c.text),
+                    c.paper_percent,
+                    c.ours_percent.map(|o| format!("{o:+.1} %")).unwrap_or_else(|| "-".into()),
+                    c.ours_level.map(|l| format!("{} {}", fmt_level(l), esc(&r.x_label))).unwrap_or_default()
+                );
+            }
+            h.push_str("</table>");
+        }
+        if !p.rows.is_empty() {
+            let _ = write!(
+                h,
+                "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
+                esc(if p.x.is_empty() { &r.x_label } else { &p.x })
+            );
+            for row in &p.rows {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&row.series),
+                    fmt_level(row.level),
+                    row.paper,
+                    row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
+                    row.ours.map(|o| format!("{:.2}", o / row.paper)).unwrap_or_default()
+                );
+            }
+            h.push_str("</table>");
+        }
+        if !p.notes.is_empty() {
+            h.push_str("<p><b>Differences of set-up:</b></p><ul>");
+            for n in &p.notes {
+                let _ = write!(h, "<li>{}</li>", esc(n));
+            }
+            h.push_str("</ul>");
+        }
+    }
+    h.push_str(
+        "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
+         <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\
+         <th>switch CPU %</th><th>generator CPU %</th><th>nodes CPU %</th><th class=\"l\">placed per node</th></tr>",
+    );
+    for s in &r.series {
+        for q in &s.runs {
+            let placed: Vec<String> = q.nodes.iter().map(|n| format!("{} {}", n.name, n.placed.values().sum::<u64>())).collect();
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td>\
+                 <td>{:.0}–{:.0}</td><td{}>{:.0}</td><td{}>{:.0}</td><td>{:.0}</td><td class=\"l\"><small>{}</small></td></tr>",
+                esc(&s.label),
+                fmt_level(q.level),
+                q.repetition + 1,
+                q.throughput_rps,
+                q.completed,
+                q.errors,
+                q.latency_ms.p50,
+                q.latency_ms.p90,
+                q.latency_ms.p99,
+                100.0 * q.util_min,
+                100.0 * q.util_max,
+                if q.cpu.switch_pct > 80.0 { " class=\"warn\"" } else { "" },
+                q.cpu.switch_pct,
+                if q.cpu.generator_pct > 80.0 { " class=\"warn\"" } else { "" },
+                q.cpu.generator_pct,
+                q.cpu.nodes_pct,
+                esc(&placed.join(", "))
+            );
+        }
+    }
+    h.push_str(
+        "</table><p><small>conn/s: responses completed inside the measured window per second. Utilisation: the \
+         emulated node's busiest resource (CPU, disk or NIC) over the window, from its /_capstan/load report. CPU: real \
+         CPU time of the process over the window (from /proc), in % of one core. Raw data: results.json.</small></p>\
+         </body></html>\n",
+    );
+    Ok(h)
+}

@@ -1,0 +1,214 @@
+//! What a lab run produced, as written to `results.json` (field names are stable; schema
+//! `capstan-lab/1`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "capstan-lab/1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LabResults {
+    pub schema: String,
+    pub experiment: String,
+    pub title: String,
+    pub figure: String,
+    pub about: String,
+    /// The command line that produced this, as typed.
+    pub command: String,
+    pub versions: Versions,
+    pub quick: bool,
+    pub seed: u64,
+    pub started_unix_ms: u64,
+    pub wall_s: f64,
+    pub engine: String,
+    /// What a load level counts: "clients", "req/s", "× capacity", "sessions/s".
+    pub x_label: String,
+    pub levels: Vec<f64>,
+    /// Measured window of each run, in seconds.
+    pub duration_s: f64,
+    pub repetitions: usize,
+    /// Open loop relative to capacity: the capacity measured first (conn/s).
+    pub capacity_rps: Option<f64>,
+    pub series: Vec<SeriesResult>,
+    pub paper: Option<PaperCompare>,
+    pub findings: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Versions {
+    pub capstan: String,
+    pub build: String,
+    pub os: String,
+    pub cpus: usize,
+    pub rustc: String,
+}
+
+/// One policy (in one variant) over every load level.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeriesResult {
+    pub label: String,
+    pub policy: String,
+    pub variant: Option<String>,
+    pub nodes: usize,
+    pub speeds: Vec<f64>,
+    pub points: Vec<Point>,
+    pub runs: Vec<RunRecord>,
+}
+
+/// A load level averaged over repetitions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Point {
+    pub level: f64,
+    pub runs: usize,
+    /// Completed responses per second of the measured window (conn/s).
+    pub throughput_mean: f64,
+    pub throughput_stdev: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub util_min: f64,
+    pub util_max: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub level: f64,
+    pub repetition: usize,
+    /// Open loop and sessions: the rate offered (requests or sessions per second).
+    pub offered_rps: f64,
+    pub duration_s: f64,
+    /// Responses (any status) received, including those finishing in the drain period.
+    pub completed: u64,
+    /// Responses completed inside the window, per second of the window.
+    pub throughput_rps: f64,
+    pub errors: u64,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub status: BTreeMap<String, u64>,
+    pub dropped: u64,
+    pub latency_ms: capstan_bench::Percentiles,
+    pub per_class: BTreeMap<String, ClassLatency>,
+    /// (latency ms, fraction of responses at or below it).
+    pub cdf: Vec<[f64; 2]>,
+    pub nodes: Vec<NodeRecord>,
+    /// Lowest and highest busiest-resource utilisation over the nodes (0–1).
+    pub util_min: f64,
+    pub util_max: f64,
+    /// Each node's busiest-resource utilisation, once a second.
+    pub timeline: Vec<UtilSample>,
+    pub cpu: CpuRecord,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClassLatency {
+    pub requests: u64,
+    pub errors: u64,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeRecord {
+    pub name: String,
+    pub speed: f64,
+    /// Requests the node finished in the window (its own count).
+    pub served: u64,
+    /// Requests the switch placed on it, per switch class.
+    pub placed: BTreeMap<String, u64>,
+    pub cpu_util: f64,
+    pub disk_util: f64,
+    pub nic_util: f64,
+    /// The highest of the three: the node's utilisation as CAP Fig. 10 plots it.
+    pub util: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UtilSample {
+    pub t_s: f64,
+    pub util: Vec<f64>,
+}
+
+/// Real CPU used during the window, in percent of one core.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CpuRecord {
+    pub switch_pct: f64,
+    /// This process: the load generator's threads (and the lab's bookkeeping).
+    pub generator_pct: f64,
+    /// The busiest generator thread, as the load generator measured it.
+    pub generator_thread_max_pct: f64,
+    /// All node processes together (emulated nodes spend modelled time, so this is small).
+    pub nodes_pct: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PaperCompare {
+    pub source: String,
+    pub x: String,
+    pub rows: Vec<PaperRow>,
+    pub claims: Vec<ClaimRow>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PaperRow {
+    pub series: String,
+    pub level: f64,
+    pub paper: f64,
+    /// Ours at the same level, when we measured it.
+    pub ours: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClaimRow {
+    pub text: String,
+    pub paper_percent: f64,
+    /// Ours at the measured level closest to the paper's.
+    pub ours_percent: Option<f64>,
+    pub ours_level: Option<f64>,
+}
+
+impl LabResults {
+    pub fn series_named(&self, policy: &str, variant: Option<&str>) -> Option<&SeriesResult> {
+        self.series
+            .iter()
+            .find(|s| s.policy == policy && s.variant.as_deref() == variant)
+    }
+}
+
+impl SeriesResult {
+    /// The point at the measured level closest to `level`.
+    pub fn nearest(&self, level: f64) -> Option<&Point> {
+        self.points
+            .iter()
+            .min_by(|a, b| (a.level - level).abs().total_cmp(&(b.level - level).abs()))
+    }
+
+    pub fn peak(&self) -> Option<&Point> {
+        self.points
+            .iter()
+            .max_by(|a, b| a.throughput_mean.total_cmp(&b.throughput_mean))
+    }
+}
+
+pub fn mean_stdev(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (m, 0.0);
+    }
+    let v = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0);
+    (m, v.sqrt())
+}
+
+pub fn round(x: f64, digits: i32) -> f64 {
+    let f = 10f64.powi(digits);
+    (x * f).round() / f
+}

@@ -1,0 +1,671 @@
+//! Runs an experiment: for every series (policy × variant) and repetition a fresh cluster, a
+//! warm-up, then one measured window per load level.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use capstan_bench::{BenchConfig, Engine, Source, Target};
+use capstan_workload::{DocTree, Dist, FileList, FileListEntry, Popularity, SessionModel, TreeKind};
+
+use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
+use crate::experiment::{parse_duration, EngineKind, Entry, Experiment, WorkloadKind};
+use crate::results::*;
+use crate::LabError;
+
+/// What the command line changes.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub quick: bool,
+    pub policies: Option<Vec<String>>,
+    pub nodes: Option<usize>,
+    pub repetitions: Option<usize>,
+    pub seed: Option<u64>,
+    /// The `capstan` binary to start nodes and the switch with.
+    pub exe: PathBuf,
+    /// Where child logs and the switch configuration go.
+    pub work_dir: PathBuf,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// What the runner tells its caller (the CLI draws a progress bar from these).
+#[derive(Debug, Clone)]
+pub enum Event {
+    Planned { runs: usize, seconds: f64 },
+    Run { index: usize, label: String, level: f64, repetition: usize },
+    Live { completed: u64, rps: f64, elapsed_s: f64, duration_s: f64 },
+    Done { index: usize, throughput: f64 },
+    Message(String),
+}
+
+pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
+
+/// One series as it will run.
+#[derive(Debug, Clone)]
+pub struct SeriesPlan {
+    pub label: String,
+    pub policy: String,
+    pub variant: Option<String>,
+    pub nodes: Vec<NodeSpec>,
+    pub tree: String,
+    pub dynamic: Vec<Entry>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub exp: Experiment,
+    pub quick: bool,
+    pub series: Vec<SeriesPlan>,
+    pub levels: Vec<f64>,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub repetitions: usize,
+    pub seed: u64,
+}
+
+impl Plan {
+    pub fn new(exp: &Experiment, o: &Options) -> Result<Plan, LabError> {
+        let bad = |m: String| LabError::Experiment(m);
+        let policies = match (&o.policies, o.quick, &exp.quick.policies) {
+            (Some(p), _, _) => p.clone(),
+            (None, true, Some(p)) => p.clone(),
+            _ => exp.switch.policies.clone(),
+        };
+        for p in &policies {
+            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
+                return Err(bad(format!(
+                    "unknown policy {p:?} (known: {})",
+                    capstan_core::PolicySpec::NAMES.join(", ")
+                )));
+            }
+        }
+        if policies.is_empty() {
+            return Err(bad("no policies to run".into()));
+        }
+        if o.nodes == Some(0) || o.nodes.is_some_and(|n| n > 64) {
+            return Err(bad("--nodes must be 1..=64".into()));
+        }
+        if o.repetitions == Some(0) {
+            return Err(bad("--repetitions must be at least 1".into()));
+        }
+        let levels = match (o.quick, &exp.quick.levels) {
+            (true, Some(l)) => l.clone(),
+            _ => exp.load.levels.clone(),
+        };
+        let pick = |full: &str, quick: &Option<String>, what: &str| {
+            let s = if o.quick { quick.as_deref().unwrap_or(full) } else { full };
+            parse_duration(what, s)
+        };
+        let duration = pick(&exp.load.duration, &exp.quick.duration, "duration")?;
+        let warmup = pick(&exp.load.warmup, &exp.quick.warmup, "warmup")?;
+        let base_count = o.nodes.unwrap_or(exp.nodes.count);
+        let specs = |count: usize, speeds: &[f64]| -> Vec<NodeSpec> {
+            (0..count)
+                .map(|i| NodeSpec {
+                    name: format!("node{}", i + 1),
+                    speed: speeds[i % speeds.len()],
+                    cores: exp.nodes.cores,
+                })
+                .collect()
+        };
+        let mut variants: Vec<Option<&crate::experiment::Variant>> = exp.variants.iter().map(Some).collect();
+        if o.quick {
+            if let Some(names) = &exp.quick.variants {
+                variants.retain(|v| v.is_some_and(|v| names.contains(&v.name)));
+            }
+        }
+        if variants.is_empty() {
+            variants.push(None);
+        }
+        let mut series = Vec::new();
+        for v in &variants {
+            for p in &policies {
+                let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
+                let speeds = v.and_then(|v| v.speeds.clone()).unwrap_or_else(|| exp.nodes.speeds.clone());
+                let label = match v {
+                    Some(v) => format!("{p} · {}", v.name),
+                    None => p.clone(),
+                };
+                series.push(SeriesPlan {
+                    label,
+                    policy: p.clone(),
+                    variant: v.map(|v| v.name.clone()),
+                    nodes: specs(count, &speeds),
+                    tree: v.and_then(|v| v.tree.clone()).unwrap_or_else(|| exp.nodes.tree.clone()),
+                    dynamic: v
+                        .and_then(|v| v.dynamic.clone())
+                        .unwrap_or_else(|| exp.workload.dynamic.clone()),
+                });
+            }
+        }
+        Ok(Plan {
+            exp: exp.clone(),
+            quick: o.quick,
+            series,
+            levels,
+            duration,
+            warmup,
+            repetitions: o.repetitions.unwrap_or(exp.load.repetitions),
+            seed: o.seed.unwrap_or(exp.seed),
+        })
+    }
+
+    /// Measured windows in the whole run.
+    pub fn runs(&self) -> usize {
+        self.series.len() * self.repetitions * self.levels.len()
+    }
+
+    /// A rough wall-clock estimate: windows, warm-ups, and about a second per cluster start and
+    /// drain.
+    pub fn estimate_s(&self) -> f64 {
+        let clusters = (self.series.len() * self.repetitions) as f64;
+        let calibrate = if self.exp.load.relative_to_capacity {
+            self.duration.as_secs_f64() + 1.5
+        } else {
+            0.0
+        };
+        self.runs() as f64 * (self.duration.as_secs_f64() + 0.3)
+            + clusters * (self.warmup.as_secs_f64() + 1.0)
+            + calibrate
+    }
+
+    pub fn x_label(&self) -> &'static str {
+        match self.exp.load.engine {
+            EngineKind::Closed => "clients",
+            EngineKind::Open if self.exp.load.relative_to_capacity => "× capacity",
+            EngineKind::Open => "offered req/s",
+            EngineKind::Sessions => "sessions/s",
+        }
+    }
+}
+
+/// Runs the plan and returns the results (findings are added by [`crate::report`]).
+pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result<LabResults, LabError> {
+    let emit = |e: Event| {
+        if let Some(f) = &observer {
+            f(e)
+        }
+    };
+    let t0 = Instant::now();
+    let started_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    emit(Event::Planned {
+        runs: plan.runs(),
+        seconds: plan.estimate_s(),
+    });
+    let exp = &plan.exp;
+    let mut capacity = None;
+    if exp.load.relative_to_capacity {
+        let s = &plan.series[0];
+        emit(Event::Message(format!(
+            "measuring capacity: {} closed-loop clients, {}",
+            exp.load.calibrate_clients, s.policy
+        )));
+        let mut c = start_cluster(plan, s, o).await?;
+        let cfg = bench_config(plan, s, &c, EngineKind::Closed, exp.load.calibrate_clients as f64, plan.duration, 0)?;
+        let r = capstan_bench::run(cfg, None).await.map_err(|e| LabError::Run(e.to_string()))?;
+        c.check_alive()?;
+        if r.completed_rps <= 0.0 {
+            return Err(LabError::Run("capacity run completed no requests".into()));
+        }
+        capacity = Some(round(r.completed_rps, 1));
+        emit(Event::Message(format!("capacity ≈ {:.0} conn/s", r.completed_rps)));
+    }
+    let mut series_out = Vec::new();
+    let mut index = 0;
+    for s in &plan.series {
+        let mut runs = Vec::new();
+        for rep in 0..plan.repetitions {
+            let mut c = start_cluster(plan, s, o).await?;
+            let seed = plan.seed.wrapping_add(rep as u64 * 7919);
+            if !plan.warmup.is_zero() {
+                let cfg = bench_config(plan, s, &c, exp.load.engine, level_value(plan, plan.levels[0], capacity), plan.warmup, seed ^ 0x5eed)?;
+                capstan_bench::run(cfg, None).await.map_err(|e| LabError::Run(e.to_string()))?;
+            }
+            for &level in &plan.levels {
+                emit(Event::Run {
+                    index,
+                    label: s.label.clone(),
+                    level,
+                    repetition: rep,
+                });
+                let rec = measure(plan, s, &mut c, level, rep, capacity, seed, observer.clone()).await?;
+                emit(Event::Done {
+                    index,
+                    throughput: rec.throughput_rps,
+                });
+                index += 1;
+                runs.push(rec);
+            }
+        }
+        let points = plan
+            .levels
+            .iter()
+            .map(|&level| {
+                let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
+                let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
+                let (m, sd) = mean_stdev(&tp);
+                let avg = |f: &dyn Fn(&RunRecord) -> f64| mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0;
+                Point {
+                    level,
+                    runs: rs.len(),
+                    throughput_mean: round(m, 2),
+                    throughput_stdev: round(sd, 2),
+                    p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
+                    p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
+                    p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
+                    errors: rs.iter().map(|r| r.errors).sum(),
+                    util_min: round(avg(&|r| r.util_min), 4),
+                    util_max: round(avg(&|r| r.util_max), 4),
+                }
+            })
+            .collect();
+        series_out.push(SeriesResult {
+            label: s.label.clone(),
+            policy: s.policy.clone(),
+            variant: s.variant.clone(),
+            nodes: s.nodes.len(),
+            speeds: s.nodes.iter().map(|n| n.speed).collect(),
+            points,
+            runs,
+        });
+    }
+    let warnings: Vec<String> = series_out
+        .iter()
+        .flat_map(|s| {
+            s.runs.iter().flat_map(move |r| {
+                r.warnings
+                    .iter()
+                    .map(move |w| format!("{} at {} {}: {w}", s.label, fmt_level(r.level), plan.x_label()))
+            })
+        })
+        .collect();
+    Ok(LabResults {
+        schema: SCHEMA.into(),
+        experiment: exp.name.clone(),
+        title: exp.title.clone(),
+        figure: exp.figure.clone(),
+        about: exp.about.clone(),
+        command: o.command.clone(),
+        versions: versions(),
+        quick: plan.quick,
+        seed: plan.seed,
+        started_unix_ms,
+        wall_s: round(t0.elapsed().as_secs_f64(), 1),
+        engine: format!("{:?}", exp.load.engine).to_lowercase(),
+        x_label: plan.x_label().into(),
+        levels: plan.levels.clone(),
+        duration_s: plan.duration.as_secs_f64(),
+        repetitions: plan.repetitions,
+        capacity_rps: capacity,
+        series: series_out,
+        paper: None,
+        findings: Vec::new(),
+        warnings,
+    })
+}
+
+pub fn fmt_level(l: f64) -> String {
+    if l.fract() == 0.0 {
+        format!("{l:.0}")
+    } else {
+        format!("{l}")
+    }
+}
+
+fn level_value(plan: &Plan, level: f64, capacity: Option<f64>) -> f64 {
+    match (plan.exp.load.relative_to_capacity, capacity) {
+        (true, Some(c)) => level * c,
+        _ => level,
+    }
+}
+
+async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Cluster, LabError> {
+    let exp = &plan.exp;
+    let args = NodeArgs {
+        tree: s.tree.clone(),
+        files: exp.nodes.files,
+        seed: plan.seed,
+        cpu_light_ms: exp.nodes.cpu_light_ms,
+        cpu_med_ms: exp.nodes.cpu_med_ms,
+        disk_load_ms: exp.nodes.disk_load_ms,
+        cache_fraction: exp.nodes.cache_fraction,
+        threads: exp.nodes.threads,
+    };
+    cluster::start(&o.exe, &s.nodes, &args, switch_config(exp, &s.policy), exp.switch.threads, &o.work_dir).await
+}
+
+/// The switch's configuration for one policy (listen, admin and nodes are added at start).
+fn switch_config(exp: &Experiment, policy: &str) -> toml::Table {
+    let mut t = toml::Table::new();
+    let mut p = exp.switch.params.get(policy).cloned().unwrap_or_default();
+    p.insert("name".into(), policy.into());
+    t.insert("policy".into(), toml::Value::Table(p));
+    let mut load = toml::Table::new();
+    load.insert("path".into(), "/_capstan/load".into());
+    load.insert("interval".into(), exp.switch.load_interval.clone().into());
+    t.insert("load".into(), toml::Value::Table(load));
+    // Over-capacity runs must see the cluster's answer, not the switch's connection limits.
+    let mut timeouts = toml::Table::new();
+    timeouts.insert("upstream".into(), exp.load.timeout.clone().into());
+    t.insert("timeouts".into(), toml::Value::Table(timeouts));
+    if !exp.switch.classes.is_empty() {
+        t.insert(
+            "class".into(),
+            toml::Value::Array(exp.switch.classes.iter().cloned().map(toml::Value::Table).collect()),
+        );
+    }
+    if !exp.switch.rules.is_empty() {
+        t.insert(
+            "rule".into(),
+            toml::Value::Array(exp.switch.rules.iter().cloned().map(toml::Value::Table).collect()),
+        );
+    }
+    if let Some(d) = &exp.switch.default_class {
+        t.insert("default_class".into(), d.clone().into());
+    }
+    t
+}
+
+/// The request list of a mix: every file of the tree at its weight, then the dynamic entries.
+pub fn filelist(tree: &str, seed: u64, files: Option<usize>, dynamic: &[Entry]) -> Result<FileList, LabError> {
+    let kind: TreeKind = tree.parse().map_err(|e| LabError::Experiment(format!("{e}")))?;
+    let t = DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
+    let mut fl = t.filelist();
+    for e in dynamic {
+        fl.entries.push(FileListEntry {
+            path: e.path.clone(),
+            weight: e.weight,
+            comment: None,
+            line: fl.entries.len() + 1,
+        });
+    }
+    Ok(fl)
+}
+
+fn bench_config(
+    plan: &Plan,
+    s: &SeriesPlan,
+    c: &Cluster,
+    engine: EngineKind,
+    level: f64,
+    duration: Duration,
+    seed: u64,
+) -> Result<BenchConfig, LabError> {
+    let exp = &plan.exp;
+    let path = match exp.workload.kind {
+        WorkloadKind::Url => exp.workload.url.clone().unwrap_or_else(|| "/".into()),
+        _ => "/".into(),
+    };
+    let target = Target::parse(&format!("http://{}{path}", c.listen)).map_err(|e| LabError::Run(e.to_string()))?;
+    let mut cfg = BenchConfig::open(target, 1.0);
+    cfg.engine = match engine {
+        EngineKind::Closed => Engine::Closed {
+            clients: (level.round() as usize).max(1),
+            think: (exp.load.think_ms > 0.0).then_some(Dist::Exp {
+                mean: exp.load.think_ms / 1000.0,
+            }),
+        },
+        EngineKind::Open => Engine::Open { rate: level },
+        EngineKind::Sessions => Engine::Sessions {
+            rate: level,
+            model: SessionModel::default(),
+            parallel: exp.workload.parallel,
+            think_scale: exp.workload.think_scale,
+        },
+    };
+    cfg.source = match exp.workload.kind {
+        WorkloadKind::Url => Source::Url,
+        WorkloadKind::Mix => Source::FileList(filelist(&s.tree, plan.seed, exp.nodes.files, &s.dynamic)?),
+        WorkloadKind::Sessions => Source::Mix {
+            tree: s.tree.parse().map_err(|e| LabError::Experiment(format!("{e}")))?,
+            tree_seed: plan.seed,
+            files: exp.nodes.files,
+            popularity: if exp.workload.zipf > 0.0 {
+                Popularity::Zipf { alpha: exp.workload.zipf }
+            } else {
+                Popularity::Uniform
+            },
+            recurrence: None,
+        },
+    };
+    cfg.duration = duration;
+    cfg.keepalive = exp.load.keepalive;
+    cfg.timeout = parse_duration("load.timeout", &exp.load.timeout)?;
+    cfg.threads = exp.load.generator_threads;
+    cfg.seed = seed;
+    cfg.drain = Duration::from_secs(2);
+    Ok(cfg)
+}
+
+struct Snapshot {
+    at: Instant,
+    switch_cpu: f64,
+    self_cpu: f64,
+    nodes_cpu: f64,
+    loads: Vec<cluster::LoadReport>,
+    status: cluster::SwitchStatus,
+}
+
+async fn snapshot(c: &Cluster) -> Result<Snapshot, LabError> {
+    let mut loads = Vec::new();
+    for (spec, addr, _) in &c.nodes {
+        loads.push(
+            cluster::load_report(*addr)
+                .await
+                .map_err(|e| LabError::Run(format!("{}: {e}", spec.name)))?,
+        );
+    }
+    let status = cluster::switch_status(c.admin)
+        .await
+        .map_err(|e| LabError::Run(format!("switch: {e}")))?;
+    Ok(Snapshot {
+        at: Instant::now(),
+        switch_cpu: cluster::cpu_seconds(Some(c.switch.pid())).unwrap_or(0.0),
+        self_cpu: cluster::cpu_seconds(None).unwrap_or(0.0),
+        nodes_cpu: c
+            .nodes
+            .iter()
+            .map(|(_, _, p)| cluster::cpu_seconds(Some(p.pid())).unwrap_or(0.0))
+            .sum(),
+        loads,
+        status,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    plan: &Plan,
+    s: &SeriesPlan,
+    c: &mut Cluster,
+    level: f64,
+    rep: usize,
+    capacity: Option<f64>,
+    seed: u64,
+    observer: Option<Observer>,
+) -> Result<RunRecord, LabError> {
+    let exp = &plan.exp;
+    let value = level_value(plan, level, capacity);
+    let cfg = bench_config(plan, s, c, exp.load.engine, value, plan.duration, seed)?;
+    let before = snapshot(c).await?;
+    // Each node's utilisation once a second, from its own one-second window.
+    let addrs: Vec<_> = c.nodes.iter().map(|(_, a, _)| *a).collect();
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = samples.clone();
+    let sampler = tokio::spawn(async move {
+        let t0 = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut util = Vec::new();
+            for a in &addrs {
+                let u = cluster::load_report(*a)
+                    .await
+                    .map(|r| r.interval.cpu_util.max(r.interval.disk_util).max(r.interval.nic_util))
+                    .unwrap_or(f64::NAN);
+                util.push(round(u, 4));
+            }
+            if let Ok(mut v) = sink.lock() {
+                v.push(UtilSample {
+                    t_s: round(t0.elapsed().as_secs_f64(), 2),
+                    util,
+                });
+            }
+        }
+    });
+    let progress: Option<capstan_bench::ProgressFn> = observer.map(|f| {
+        let cb: capstan_bench::ProgressFn = Arc::new(move |p: &capstan_bench::Progress| {
+            f(Event::Live {
+                completed: p.completed,
+                rps: p.rps,
+                elapsed_s: p.elapsed_s,
+                duration_s: p.duration_s,
+            })
+        });
+        cb
+    });
+    let result = capstan_bench::run(cfg, progress).await;
+    sampler.abort();
+    let timeline = samples.lock().map(|v| v.clone()).unwrap_or_default();
+    let r = result.map_err(|e| LabError::Run(e.to_string()))?;
+    c.check_alive()?;
+    let after = snapshot(c).await?;
+    let wall = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
+    let pct = |a: f64, b: f64| round(100.0 * (b - a) / wall, 1);
+    let cpu = CpuRecord {
+        switch_pct: pct(before.switch_cpu, after.switch_cpu),
+        generator_pct: pct(before.self_cpu, after.self_cpu),
+        generator_thread_max_pct: r.generator.cpu_percent_max,
+        nodes_pct: pct(before.nodes_cpu, after.nodes_cpu),
+    };
+    let mut nodes = Vec::new();
+    for (i, (spec, _, _)) in c.nodes.iter().enumerate() {
+        let (a, b) = (&before.loads[i].since_start, &after.loads[i].since_start);
+        let len = (b.length_s - a.length_s).max(1e-9);
+        let u = |x: f64, y: f64| round(((y - x) / len).clamp(0.0, 1.0), 4);
+        let (cu, du, nu) = (u(a.cpu_busy_s, b.cpu_busy_s), u(a.disk_busy_s, b.disk_busy_s), u(a.nic_busy_s, b.nic_busy_s));
+        let sw_before = before.status.nodes.iter().find(|n| n.name == spec.name);
+        let sw_after = after.status.nodes.iter().find(|n| n.name == spec.name);
+        let placed: BTreeMap<String, u64> = sw_after
+            .map(|n| {
+                n.classes
+                    .iter()
+                    .map(|(k, v)| {
+                        let old = sw_before.and_then(|b| b.classes.get(k)).copied().unwrap_or(0);
+                        (k.clone(), v.saturating_sub(old))
+                    })
+                    .filter(|(_, v)| *v > 0)
+                    .collect()
+            })
+            .unwrap_or_default();
+        nodes.push(NodeRecord {
+            name: spec.name.clone(),
+            speed: spec.speed,
+            served: b.served.saturating_sub(a.served),
+            placed,
+            cpu_util: cu,
+            disk_util: du,
+            nic_util: nu,
+            util: cu.max(du).max(nu),
+        });
+    }
+    let util_min = nodes.iter().map(|n| n.util).fold(f64::INFINITY, f64::min);
+    let util_max = nodes.iter().map(|n| n.util).fold(0.0, f64::max);
+    let mut warnings = Vec::new();
+    if cpu.switch_pct > 80.0 {
+        warnings.push(format!(
+            "the switch used {:.0} % of a core (> 80 %): the result may be the switch's limit, not the cluster's",
+            cpu.switch_pct
+        ));
+    }
+    if cpu.generator_pct > 80.0 * exp.load.generator_threads as f64 || cpu.generator_thread_max_pct > 80.0 {
+        warnings.push(format!(
+            "the load generator used {:.0} % of a core (busiest thread {:.0} %, > 80 %): the result may be client-limited",
+            cpu.generator_pct, cpu.generator_thread_max_pct
+        ));
+    }
+    for w in &r.generator.warnings {
+        if !w.contains("% of a core") {
+            warnings.push(format!("load generator: {w}"));
+        }
+    }
+    if exp.load.engine == EngineKind::Open && r.offered > 0 && (r.started as f64) < 0.97 * r.offered as f64 {
+        warnings.push(format!(
+            "offered load not delivered: {} requests were due, {} started ({} dropped)",
+            r.offered, r.started, r.dropped
+        ));
+    }
+    let cdf = match capstan_bench::result::decode_hist(&r.histograms.corrected) {
+        Ok(h) if !h.is_empty() => {
+            let mut v: Vec<[f64; 2]> = (0..=100)
+                .map(|i| {
+                    let q = i as f64 / 100.0;
+                    [h.value_at_quantile(q) as f64 / 1000.0, q]
+                })
+                .collect();
+            v.push([h.value_at_quantile(0.999) as f64 / 1000.0, 0.999]);
+            v.sort_by(|a, b| a[1].total_cmp(&b[1]));
+            v
+        }
+        _ => Vec::new(),
+    };
+    Ok(RunRecord {
+        level,
+        repetition: rep,
+        offered_rps: if exp.load.engine == EngineKind::Closed { 0.0 } else { round(value, 2) },
+        duration_s: r.duration_s,
+        completed: r.completed,
+        throughput_rps: r.completed_rps,
+        errors: r.errors_total,
+        errors_by_kind: r.errors.clone(),
+        status: r.status.clone(),
+        dropped: r.dropped,
+        latency_ms: r.latency_ms.corrected.clone(),
+        per_class: r
+            .per_class
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    ClassLatency {
+                        requests: v.requests,
+                        errors: v.errors,
+                        mean_ms: v.latency_ms.mean,
+                        p50_ms: v.latency_ms.p50,
+                        p90_ms: v.latency_ms.p90,
+                        p99_ms: v.latency_ms.p99,
+                    },
+                )
+            })
+            .collect(),
+        cdf,
+        nodes,
+        util_min: if util_min.is_finite() { util_min } else { 0.0 },
+        util_max,
+        timeline,
+        cpu,
+        warnings,
+    })
+}
+
+fn versions() -> Versions {
+    let rustc = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    Versions {
+        capstan: env!("CARGO_PKG_VERSION").into(),
+        build: if cfg!(debug_assertions) { "debug" } else { "release" }.into(),
+        os: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| format!("Linux {}", s.trim()))
+            .unwrap_or_else(|_| std::env::consts::OS.into()),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        rustc,
+    }
+}

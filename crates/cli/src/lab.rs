@@ -66,7 +66,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         list();
         return Ok(());
     }
-    let name = args.experiment.clone().unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    let name = args
+        .experiment
+        .clone()
+        .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
     let exp = Experiment::load(&name)?;
     let exe = std::env::current_exe().context("cannot find the capstan binary")?;
     let opts = Options {
@@ -117,7 +120,11 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         println!("- {f}");
     }
     if !results.warnings.is_empty() {
-        println!("! {} warning(s), e.g.: {}", results.warnings.len(), results.warnings[0]);
+        println!(
+            "! {} warning(s), e.g.: {}",
+            results.warnings.len(),
+            results.warnings[0]
+        );
     }
     println!("report: {}", path.display());
     println!("data:   {}", args.out.join("results.json").display());
@@ -138,8 +145,10 @@ fn list() {
 fn progress_bar(runs: usize) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(Some(runs as u64), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs  {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
@@ -149,20 +158,36 @@ fn observer(bar: ProgressBar, x: &'static str) -> capstan_lab::Observer {
     let current = Arc::new(Mutex::new(String::new()));
     Arc::new(move |e: Event| match e {
         Event::Planned { .. } => {}
-        Event::Run { label, level, repetition, .. } => {
-            let s = format!("{label} @ {} {x}{}", capstan_lab::runner::fmt_level(level), if repetition > 0 {
-                format!(" (rep {})", repetition + 1)
-            } else {
-                String::new()
-            });
+        Event::Run {
+            label,
+            level,
+            repetition,
+            ..
+        } => {
+            let s = format!(
+                "{label} @ {} {x}{}",
+                capstan_lab::runner::fmt_level(level),
+                if repetition > 0 {
+                    format!(" (rep {})", repetition + 1)
+                } else {
+                    String::new()
+                }
+            );
             bar.set_message(s.clone());
             if let Ok(mut c) = current.lock() {
                 *c = s;
             }
         }
-        Event::Live { rps, elapsed_s, duration_s, .. } => {
+        Event::Live {
+            rps,
+            elapsed_s,
+            duration_s,
+            ..
+        } => {
             let c = current.lock().map(|c| c.clone()).unwrap_or_default();
-            bar.set_message(format!("{c}: {rps:.0} conn/s ({elapsed_s:.0}/{duration_s:.0} s)"));
+            bar.set_message(format!(
+                "{c}: {rps:.0} conn/s ({elapsed_s:.0}/{duration_s:.0} s)"
+            ));
         }
         Event::Done { .. } => bar.inc(1),
         Event::Message(m) => bar.println(m),

@@ -57,13 +57,22 @@ impl Proc {
     fn last_log_line(&self) -> String {
         std::fs::read_to_string(&self.log)
             .ok()
-            .and_then(|s| s.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string))
+            .and_then(|s| {
+                s.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(str::to_string)
+            })
             .unwrap_or_else(|| "no output".into())
     }
 
     fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
-            Ok(Some(status)) => Some(format!("{} exited ({status}): {}", self.name, self.last_log_line())),
+            Ok(Some(status)) => Some(format!(
+                "{} exited ({status}): {}",
+                self.name,
+                self.last_log_line()
+            )),
             _ => None,
         }
     }
@@ -79,19 +88,43 @@ pub struct Cluster {
 /// A free loopback port: bind port 0, read it, let it go. Another process could take it in
 /// between; the switch then fails to start and the lab says so.
 fn free_port() -> Result<SocketAddr, LabError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| LabError::Run(format!("no free port: {e}")))?;
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| LabError::Run(format!("no free port: {e}")))?;
     l.local_addr().map_err(|e| LabError::Run(e.to_string()))
 }
 
-fn start_node(exe: &Path, spec: &NodeSpec, args: &NodeArgs, log_dir: &Path) -> Result<(SocketAddr, Proc), LabError> {
+fn start_node(
+    exe: &Path,
+    spec: &NodeSpec,
+    args: &NodeArgs,
+    log_dir: &Path,
+) -> Result<(SocketAddr, Proc), LabError> {
     let log = log_dir.join(format!("{}.log", spec.name));
-    let err = std::fs::File::create(&log).map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    let err = std::fs::File::create(&log)
+        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
     let mut cmd = Command::new(exe);
     cmd.arg("origin")
-        .args(["--listen", "127.0.0.1:0", "--name", &spec.name, "--tree", &args.tree])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            &spec.name,
+            "--tree",
+            &args.tree,
+        ])
         .args(["--seed", &args.seed.to_string()])
-        .args(["--cores", &spec.cores.to_string(), "--speed", &spec.speed.to_string()])
-        .args(["--threads", &args.threads.to_string(), "--load-interval-ms", "1000"]);
+        .args([
+            "--cores",
+            &spec.cores.to_string(),
+            "--speed",
+            &spec.speed.to_string(),
+        ])
+        .args([
+            "--threads",
+            &args.threads.to_string(),
+            "--load-interval-ms",
+            "1000",
+        ]);
     if let Some(f) = args.files {
         cmd.args(["--files", &f.to_string()]);
     }
@@ -105,10 +138,17 @@ fn start_node(exe: &Path, spec: &NodeSpec, args: &NodeArgs, log_dir: &Path) -> R
             cmd.args([flag, &v.to_string()]);
         }
     }
-    cmd.env("RUST_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| LabError::Run(format!("cannot start {} ({}): {e}", spec.name, exe.display())))?;
+    cmd.env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err);
+    let mut child = cmd.spawn().map_err(|e| {
+        LabError::Run(format!(
+            "cannot start {} ({}): {e}",
+            spec.name,
+            exe.display()
+        ))
+    })?;
     let stdout = child.stdout.take();
     let mut proc = Proc {
         child,
@@ -136,10 +176,13 @@ fn start_node(exe: &Path, spec: &NodeSpec, args: &NodeArgs, log_dir: &Path) -> R
         .and_then(|a| a.parse::<SocketAddr>().ok());
     match addr {
         Some(a) => Ok((a, proc)),
-        None => Err(LabError::Run(
-            proc.exited()
-                .unwrap_or_else(|| format!("{} did not report its address: {}", spec.name, proc.last_log_line())),
-        )),
+        None => Err(LabError::Run(proc.exited().unwrap_or_else(|| {
+            format!(
+                "{} did not report its address: {}",
+                spec.name,
+                proc.last_log_line()
+            )
+        }))),
     }
 }
 
@@ -153,10 +196,16 @@ pub async fn start(
     switch_threads: usize,
     log_dir: &Path,
 ) -> Result<Cluster, LabError> {
-    std::fs::create_dir_all(log_dir).map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
     let mut handles = Vec::new();
     for spec in specs {
-        let (exe, spec, args, dir) = (exe.to_path_buf(), spec.clone(), args.clone(), log_dir.to_path_buf());
+        let (exe, spec, args, dir) = (
+            exe.to_path_buf(),
+            spec.clone(),
+            args.clone(),
+            log_dir.to_path_buf(),
+        );
         handles.push(tokio::task::spawn_blocking(move || {
             start_node(&exe, &spec, &args, &dir).map(|(a, p)| (spec, a, p))
         }));
@@ -164,7 +213,11 @@ pub async fn start(
     let mut nodes = Vec::new();
     let mut first_err = None;
     for h in handles {
-        match h.await.map_err(|e| LabError::Run(e.to_string())).and_then(|r| r) {
+        match h
+            .await
+            .map_err(|e| LabError::Run(e.to_string()))
+            .and_then(|r| r)
+        {
             Ok(n) => nodes.push(n),
             Err(e) => first_err = first_err.or(Some(e)),
         }
@@ -174,7 +227,10 @@ pub async fn start(
     }
     let listen = free_port()?;
     let admin = free_port()?;
-    switch_config.insert("listen".into(), toml::Value::Array(vec![listen.to_string().into()]));
+    switch_config.insert(
+        "listen".into(),
+        toml::Value::Array(vec![listen.to_string().into()]),
+    );
     switch_config.insert("admin".into(), admin.to_string().into());
     let node_tables = nodes
         .iter()
@@ -187,8 +243,11 @@ pub async fn start(
         .collect();
     switch_config.insert("node".into(), toml::Value::Array(node_tables));
     let path = log_dir.join("switch.toml");
-    std::fs::write(&path, toml::to_string(&switch_config).map_err(|e| LabError::Run(e.to_string()))?)
-        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
+    std::fs::write(
+        &path,
+        toml::to_string(&switch_config).map_err(|e| LabError::Run(e.to_string()))?,
+    )
+    .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
     let log = log_dir.join("switch.log");
     let err = std::fs::File::create(&log).map_err(|e| LabError::Run(e.to_string()))?;
     let child = Command::new(exe)
@@ -212,11 +271,16 @@ pub async fn start(
         if let Some(e) = switch.exited() {
             return Err(LabError::Run(e));
         }
-        if get(admin, "/status").await.is_ok() && tokio::net::TcpStream::connect(listen).await.is_ok() {
+        if get(admin, "/status").await.is_ok()
+            && tokio::net::TcpStream::connect(listen).await.is_ok()
+        {
             break;
         }
         if Instant::now() > deadline {
-            return Err(LabError::Run(format!("the switch did not start: {}", switch.last_log_line())));
+            return Err(LabError::Run(format!(
+                "the switch did not start: {}",
+                switch.last_log_line()
+            )));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -246,7 +310,9 @@ impl Cluster {
 /// A small `GET` over HTTP/1.0 (the answers are short JSON documents); returns the body.
 pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
     let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
             .await
             .map_err(|e| e.to_string())?;
@@ -254,7 +320,8 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
         s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
         let text = String::from_utf8_lossy(&buf).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").ok_or("no response head")?;
-        if !head.starts_with("HTTP/1.") || !head.split(' ').nth(1).is_some_and(|c| c == "200") {
+        let ok = head.starts_with("HTTP/1.") && head.split(' ').nth(1) == Some("200");
+        if !ok {
             return Err(format!("GET {path}: {}", head.lines().next().unwrap_or("")));
         }
         Ok(body.to_string())

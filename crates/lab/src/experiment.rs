@@ -12,15 +12,39 @@ use crate::LabError;
 
 /// The built-in experiments, in the order `--list` shows them: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("switch-capacity", include_str!("../../../experiments/switch-capacity.toml")),
+    (
+        "switch-capacity",
+        include_str!("../../../experiments/switch-capacity.toml"),
+    ),
     ("static", include_str!("../../../experiments/static.toml")),
-    ("mix-8020", include_str!("../../../experiments/mix-8020.toml")),
-    ("mix-6040", include_str!("../../../experiments/mix-6040.toml")),
-    ("scalability", include_str!("../../../experiments/scalability.toml")),
-    ("heterogeneous", include_str!("../../../experiments/heterogeneous.toml")),
-    ("cap-prototype", include_str!("../../../experiments/cap-prototype.toml")),
-    ("overload", include_str!("../../../experiments/overload.toml")),
-    ("sessions", include_str!("../../../experiments/sessions.toml")),
+    (
+        "mix-8020",
+        include_str!("../../../experiments/mix-8020.toml"),
+    ),
+    (
+        "mix-6040",
+        include_str!("../../../experiments/mix-6040.toml"),
+    ),
+    (
+        "scalability",
+        include_str!("../../../experiments/scalability.toml"),
+    ),
+    (
+        "heterogeneous",
+        include_str!("../../../experiments/heterogeneous.toml"),
+    ),
+    (
+        "cap-prototype",
+        include_str!("../../../experiments/cap-prototype.toml"),
+    ),
+    (
+        "overload",
+        include_str!("../../../experiments/overload.toml"),
+    ),
+    (
+        "sessions",
+        include_str!("../../../experiments/sessions.toml"),
+    ),
 ];
 
 /// The experiment `capstan lab` runs without arguments.
@@ -314,7 +338,10 @@ impl Experiment {
             }
         }
         if self.nodes.count == 0 || self.nodes.count > 64 {
-            return Err(format!("nodes.count must be 1..=64, got {}", self.nodes.count));
+            return Err(format!(
+                "nodes.count must be 1..=64, got {}",
+                self.nodes.count
+            ));
         }
         check_speeds(&self.nodes.speeds)?;
         if self.nodes.cores == 0 || self.nodes.threads == 0 || self.switch.threads == 0 {
@@ -324,7 +351,8 @@ impl Experiment {
             .tree
             .parse::<capstan_workload::TreeKind>()
             .map_err(|e| format!("nodes.tree: {e}"))?;
-        parse_duration("switch.load_interval", &self.switch.load_interval).map_err(|e| e.to_string())?;
+        parse_duration("switch.load_interval", &self.switch.load_interval)
+            .map_err(|e| e.to_string())?;
         if self.load.levels.is_empty() {
             return Err("load.levels must list at least one level".into());
         }
@@ -340,7 +368,10 @@ impl Experiment {
         }
         parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
         parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
-        for (what, d) in [("quick.duration", &self.quick.duration), ("quick.warmup", &self.quick.warmup)] {
+        for (what, d) in [
+            ("quick.duration", &self.quick.duration),
+            ("quick.warmup", &self.quick.warmup),
+        ] {
             if let Some(d) = d {
                 parse_duration(what, d).map_err(|e| e.to_string())?;
             }
@@ -354,7 +385,9 @@ impl Experiment {
         match (self.workload.kind, self.load.engine) {
             (WorkloadKind::Sessions, EngineKind::Sessions) => {}
             (WorkloadKind::Sessions, _) | (_, EngineKind::Sessions) => {
-                return Err("workload.kind = \"sessions\" goes with load.engine = \"sessions\"".into())
+                return Err(
+                    "workload.kind = \"sessions\" goes with load.engine = \"sessions\"".into(),
+                )
             }
             _ => {}
         }
@@ -372,9 +405,16 @@ impl Experiment {
                 }
             }
         }
-        for e in self.workload.dynamic.iter().chain(self.variants.iter().flat_map(|v| v.dynamic.iter().flatten())) {
+        for e in self.workload.dynamic.iter().chain(
+            self.variants
+                .iter()
+                .flat_map(|v| v.dynamic.iter().flatten()),
+        ) {
             if !e.path.starts_with('/') || e.path.contains(char::is_whitespace) {
-                return Err(format!("workload entry {:?}: a path starts with '/' and has no spaces", e.path));
+                return Err(format!(
+                    "workload entry {:?}: a path starts with '/' and has no spaces",
+                    e.path
+                ));
             }
         }
         let mut seen = std::collections::HashSet::new();

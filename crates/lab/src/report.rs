@@ -60,7 +60,10 @@ fn compare(r: &LabResults, p: &Paper) -> PaperCompare {
             let b = r.series_named(&c.versus, c.variant.as_deref());
             let (ours, level) = match (a, b) {
                 (Some(a), Some(b)) => match (a.nearest(c.at), b.nearest(c.at)) {
-                    (Some(x), Some(y)) => (pct_more(x.throughput_mean, y.throughput_mean), Some(x.level)),
+                    (Some(x), Some(y)) => (
+                        pct_more(x.throughput_mean, y.throughput_mean),
+                        Some(x.level),
+                    ),
                     _ => (None, None),
                 },
                 _ => (None, None),
@@ -119,16 +122,23 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
     let x = &r.x_label;
     let top = r.levels.iter().copied().fold(0.0, f64::max);
     for (variant, g) in groups(r) {
-        let tag = variant.as_ref().map(|v| format!("[{v}] ")).unwrap_or_default();
+        let tag = variant
+            .as_ref()
+            .map(|v| format!("[{v}] "))
+            .unwrap_or_default();
         // Ranking at the key level.
-        let mut at: Vec<(&SeriesResult, &Point)> = g.iter().filter_map(|s| s.nearest(key).map(|p| (*s, p))).collect();
+        let mut at: Vec<(&SeriesResult, &Point)> = g
+            .iter()
+            .filter_map(|s| s.nearest(key).map(|p| (*s, p)))
+            .collect();
         at.sort_by(|a, b| b.1.throughput_mean.total_cmp(&a.1.throughput_mean));
         if at.len() >= 2 {
             let (best, bp) = at[0];
             let others: Vec<String> = at[1..]
                 .iter()
                 .filter_map(|(s, p)| {
-                    pct_more(bp.throughput_mean, p.throughput_mean).map(|d| format!("{d:+.0} % vs {} ({:.0})", s.policy, p.throughput_mean))
+                    pct_more(bp.throughput_mean, p.throughput_mean)
+                        .map(|d| format!("{d:+.0} % vs {} ({:.0})", s.policy, p.throughput_mean))
                 })
                 .collect();
             f.push(format!(
@@ -154,9 +164,13 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             }
             // Does the gap close under heavy load (the thesis's observation)?
             if top > key {
-                let mut hi: Vec<f64> = g.iter().filter_map(|s| s.nearest(top).map(|p| p.throughput_mean)).collect();
+                let mut hi: Vec<f64> = g
+                    .iter()
+                    .filter_map(|s| s.nearest(top).map(|p| p.throughput_mean))
+                    .collect();
                 hi.sort_by(f64::total_cmp);
-                let lo_spread = pct_more(at[0].1.throughput_mean, at[at.len() - 1].1.throughput_mean);
+                let lo_spread =
+                    pct_more(at[0].1.throughput_mean, at[at.len() - 1].1.throughput_mean);
                 let hi_spread = match (hi.last(), hi.first()) {
                     (Some(a), Some(b)) => pct_more(*a, *b),
                     _ => None,
@@ -195,7 +209,14 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             .iter()
             .filter_map(|s| s.nearest(top))
             .zip(g.iter())
-            .map(|(p, s)| format!("{} {:.0}–{:.0} %", s.policy, 100.0 * p.util_min, 100.0 * p.util_max))
+            .map(|(p, s)| {
+                format!(
+                    "{} {:.0}–{:.0} %",
+                    s.policy,
+                    100.0 * p.util_min,
+                    100.0 * p.util_max
+                )
+            })
             .collect();
         if !bal.is_empty() {
             f.push(format!(
@@ -209,8 +230,18 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             for s in &g {
                 if let (Some(peak), Some(last)) = (s.peak(), s.points.last()) {
                     if last.level > peak.level {
-                        let errs: u64 = s.runs.iter().filter(|q| q.level == last.level).map(|q| q.errors).sum();
-                        let done: u64 = s.runs.iter().filter(|q| q.level == last.level).map(|q| q.completed).sum();
+                        let errs: u64 = s
+                            .runs
+                            .iter()
+                            .filter(|q| q.level == last.level)
+                            .map(|q| q.errors)
+                            .sum();
+                        let done: u64 = s
+                            .runs
+                            .iter()
+                            .filter(|q| q.level == last.level)
+                            .map(|q| q.completed)
+                            .sum();
                         f.push(format!(
                             "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %), {} errors for {} responses.",
                             s.policy,
@@ -245,10 +276,19 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
                 .iter()
                 .map(|s| {
                     let pk = s.peak().map(|q| q.throughput_mean).unwrap_or(0.0);
-                    format!("{} node{} {:.0} conn/s (×{:.2})", s.nodes, if s.nodes == 1 { "" } else { "s" }, pk, if base > 0.0 { pk / base } else { 0.0 })
+                    format!(
+                        "{} node{} {:.0} conn/s (×{:.2})",
+                        s.nodes,
+                        if s.nodes == 1 { "" } else { "s" },
+                        pk,
+                        if base > 0.0 { pk / base } else { 0.0 }
+                    )
                 })
                 .collect();
-            f.push(format!("{p}: peak throughput by cluster size: {}.", parts.join(", ")));
+            f.push(format!(
+                "{p}: peak throughput by cluster size: {}.",
+                parts.join(", ")
+            ));
         }
     }
     // The paper's claims, recomputed.
@@ -261,7 +301,8 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
                     let tolerance = (0.5 * c.paper_percent.abs()).max(5.0);
                     let agree = if (o - c.paper_percent).abs() <= tolerance {
                         "agrees"
-                    } else if c.paper_percent.abs() >= 5.0 && (o >= 0.0) == (c.paper_percent >= 0.0) {
+                    } else if c.paper_percent.abs() >= 5.0 && (o >= 0.0) == (c.paper_percent >= 0.0)
+                    {
                         "same direction, different size"
                     } else {
                         "disagrees"
@@ -273,13 +314,18 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
                         fmt_level(l)
                     ));
                 }
-                _ => f.push(format!("Paper: {} — not measured in this run (policy left out).", c.text)),
+                _ => f.push(format!(
+                    "Paper: {} — not measured in this run (policy left out).",
+                    c.text
+                )),
             }
         }
     }
     // Headroom of the measuring instruments.
     let runs = r.series.iter().flat_map(|s| s.runs.iter());
-    let (sw, gen) = runs.fold((0.0f64, 0.0f64), |(a, b), q| (a.max(q.cpu.switch_pct), b.max(q.cpu.generator_pct)));
+    let (sw, gen) = runs.fold((0.0f64, 0.0f64), |(a, b), q| {
+        (a.max(q.cpu.switch_pct), b.max(q.cpu.generator_pct))
+    });
     let verdict = if sw > 80.0 || gen > 80.0 {
         "over the 80 % line in some runs: those results may measure the lab, not the cluster (see warnings)"
     } else {
@@ -300,8 +346,21 @@ pub fn summary_table(r: &LabResults) -> String {
     } else {
         r.levels.clone()
     };
-    let w = r.series.iter().map(|s| s.label.chars().count()).max().unwrap_or(6).max(18);
-    let _ = write!(out, "{:<w$}", format!("conn/s @ {}", r.x_label).chars().take(w).collect::<String>());
+    let w = r
+        .series
+        .iter()
+        .map(|s| s.label.chars().count())
+        .max()
+        .unwrap_or(6)
+        .max(18);
+    let _ = write!(
+        out,
+        "{:<w$}",
+        format!("conn/s @ {}", r.x_label)
+            .chars()
+            .take(w)
+            .collect::<String>()
+    );
     for l in &levels {
         let _ = write!(out, " {:>8}", fmt_level(*l));
     }
@@ -319,7 +378,13 @@ pub fn summary_table(r: &LabResults) -> String {
             }
         }
         if let Some(p) = s.points.last() {
-            let _ = write!(out, " {:>9.1} {:>4.0}–{:<3.0}", p.p90_ms, 100.0 * p.util_min, 100.0 * p.util_max);
+            let _ = write!(
+                out,
+                " {:>9.1} {:>4.0}–{:<3.0}",
+                p.p90_ms,
+                100.0 * p.util_min,
+                100.0 * p.util_max
+            );
         }
         out.push('\n');
     }
@@ -334,18 +399,23 @@ pub fn summary_table(r: &LabResults) -> String {
 
 /// Writes `index.html` and `results.json` into `dir`; returns the path of the HTML file.
 pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError> {
-    std::fs::create_dir_all(dir).map_err(|e| LabError::Report(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LabError::Report(format!("cannot create {}: {e}", dir.display())))?;
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
     std::fs::write(dir.join("results.json"), json + "\n")
         .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
     let html = html(r)?;
     let path = dir.join("index.html");
-    std::fs::write(&path, html).map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
+    std::fs::write(&path, html)
+        .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn err(e: impl std::fmt::Display) -> LabError {
@@ -370,11 +440,21 @@ macro_rules! legend_at {
 /// curves dashed (grey markers) where the paper has them.
 fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
-    let xmin = r.levels.iter().copied().fold(f64::INFINITY, f64::min).min(xmax) * 0.9;
+    let xmin = r
+        .levels
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(xmax)
+        * 0.9;
     let mut ymax = r
         .series
         .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.throughput_mean + p.throughput_stdev))
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.throughput_mean + p.throughput_stdev)
+        })
         .fold(1.0, f64::max);
     let paper_pts: Vec<(String, Vec<(f64, f64)>)> = r
         .paper
@@ -401,7 +481,10 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
         let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{}: throughput vs load", r.experiment), ("sans-serif", 18))
+            .caption(
+                format!("{}: throughput vs load", r.experiment),
+                ("sans-serif", 18),
+            )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(56)
@@ -415,22 +498,36 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
             .map_err(err)?;
         for (i, s) in r.series.iter().enumerate() {
             let c = COLOURS[i % COLOURS.len()];
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, p.throughput_mean)).collect();
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|p| (p.level, p.throughput_mean))
+                .collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
                 .map_err(err)?
                 .label(s.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
             chart
                 .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
                 .map_err(err)?;
             chart
-                .draw_series(s.points.iter().filter(|p| p.throughput_stdev > 0.0).map(|p| {
-                    PathElement::new(
-                        vec![(p.level, p.throughput_mean - p.throughput_stdev), (p.level, p.throughput_mean + p.throughput_stdev)],
-                        c.stroke_width(1),
-                    )
-                }))
+                .draw_series(
+                    s.points
+                        .iter()
+                        .filter(|p| p.throughput_stdev > 0.0)
+                        .map(|p| {
+                            PathElement::new(
+                                vec![
+                                    (p.level, p.throughput_mean - p.throughput_stdev),
+                                    (p.level, p.throughput_mean + p.throughput_stdev),
+                                ],
+                                c.stroke_width(1),
+                            )
+                        }),
+                )
                 .map_err(err)?;
         }
         for (j, (name, pts)) in paper_pts.iter().enumerate() {
@@ -442,12 +539,20 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
                 .unwrap_or(COLOURS[(r.series.len() + j) % COLOURS.len()]);
             let style = c.mix(0.55).stroke_width(1);
             chart
-                .draw_series(pts.windows(2).enumerate().filter(|(k, _)| k % 2 == 0).map(|(_, w)| PathElement::new(vec![w[0], w[1]], style)))
+                .draw_series(
+                    pts.windows(2)
+                        .enumerate()
+                        .filter(|(k, _)| k % 2 == 0)
+                        .map(|(_, w)| PathElement::new(vec![w[0], w[1]], style)),
+                )
                 .map_err(err)?
                 .label(format!("paper: {name}"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], style));
             chart
-                .draw_series(pts.iter().map(|p| Cross::new(*p, 4, c.mix(0.7).stroke_width(1))))
+                .draw_series(
+                    pts.iter()
+                        .map(|p| Cross::new(*p, 4, c.mix(0.7).stroke_width(1))),
+                )
                 .map_err(err)?;
         }
         legend_at!(chart, SeriesLabelPosition::LowerRight)?;
@@ -463,7 +568,10 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
         .iter()
         .filter_map(|s| {
             let l = s.nearest(level)?.level;
-            s.runs.iter().find(|q| q.level == l && !q.cdf.is_empty()).map(|q| (s, q))
+            s.runs
+                .iter()
+                .find(|q| q.level == l && !q.cdf.is_empty())
+                .map(|q| (s, q))
         })
         .collect();
     let lo = curves
@@ -471,9 +579,11 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
         .flat_map(|(_, q)| q.cdf.iter().map(|p| p[0]))
         .filter(|v| *v > 0.0)
         .fold(f64::INFINITY, f64::min)
-        .min(1.0)
-        .max(0.01);
-    let hi = curves.iter().flat_map(|(_, q)| q.cdf.iter().map(|p| p[0])).fold(lo * 10.0, f64::max);
+        .clamp(0.01, 1.0);
+    let hi = curves
+        .iter()
+        .flat_map(|(_, q)| q.cdf.iter().map(|p| p[0]))
+        .fold(lo * 10.0, f64::max);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
@@ -495,12 +605,22 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, (s, q)) in curves.iter().enumerate() {
-            let c = COLOURS[r.series.iter().position(|x| std::ptr::eq(x, *s)).unwrap_or(i) % COLOURS.len()];
+            let c = COLOURS[r
+                .series
+                .iter()
+                .position(|x| std::ptr::eq(x, *s))
+                .unwrap_or(i)
+                % COLOURS.len()];
             chart
-                .draw_series(LineSeries::new(q.cdf.iter().map(|p| (p[0].max(lo), p[1])), c.stroke_width(2)))
+                .draw_series(LineSeries::new(
+                    q.cdf.iter().map(|p| (p[0].max(lo), p[1])),
+                    c.stroke_width(2),
+                ))
                 .map_err(err)?
                 .label(s.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
         }
         legend_at!(chart, SeriesLabelPosition::LowerRight)?;
         root.present().map_err(err)?;
@@ -512,13 +632,22 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
 /// dashed-looking thin min, one colour per series.
 fn util_svg(r: &LabResults) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
-    let xmin = r.levels.iter().copied().fold(f64::INFINITY, f64::min).min(xmax) * 0.9;
+    let xmin = r
+        .levels
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .min(xmax)
+        * 0.9;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption("min / max node utilisation (busiest resource)", ("sans-serif", 18))
+            .caption(
+                "min / max node utilisation (busiest resource)",
+                ("sans-serif", 18),
+            )
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(56)
@@ -532,20 +661,35 @@ fn util_svg(r: &LabResults) -> Result<String, LabError> {
             .map_err(err)?;
         for (i, s) in r.series.iter().enumerate() {
             let c = COLOURS[i % COLOURS.len()];
-            let max: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, 100.0 * p.util_max)).collect();
-            let min: Vec<(f64, f64)> = s.points.iter().map(|p| (p.level, 100.0 * p.util_min)).collect();
+            let max: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|p| (p.level, 100.0 * p.util_max))
+                .collect();
+            let min: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .map(|p| (p.level, 100.0 * p.util_min))
+                .collect();
             chart
                 .draw_series(LineSeries::new(max, c.stroke_width(2)))
                 .map_err(err)?
                 .label(format!("{} max", s.label))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
             chart
                 .draw_series(LineSeries::new(min.clone(), c.mix(0.6).stroke_width(1)))
                 .map_err(err)?
                 .label(format!("{} min", s.label))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1))
+                });
             chart
-                .draw_series(min.iter().map(|p| TriangleMarker::new(*p, 3, c.mix(0.6).filled())))
+                .draw_series(
+                    min.iter()
+                        .map(|p| TriangleMarker::new(*p, 3, c.mix(0.6).filled())),
+                )
                 .map_err(err)?;
         }
         legend_at!(chart, SeriesLabelPosition::LowerRight)?;
@@ -614,12 +758,20 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     }
     h.push_str("</ul>");
     if !r.warnings.is_empty() {
-        let _ = write!(h, "<h2 class=\"warn\">Warnings ({})</h2><ul class=\"warn\">", r.warnings.len());
+        let _ = write!(
+            h,
+            "<h2 class=\"warn\">Warnings ({})</h2><ul class=\"warn\">",
+            r.warnings.len()
+        );
         for w in r.warnings.iter().take(40) {
             let _ = write!(h, "<li>{}</li>", esc(w));
         }
         if r.warnings.len() > 40 {
-            let _ = write!(h, "<li>… and {} more (results.json)</li>", r.warnings.len() - 40);
+            let _ = write!(
+                h,
+                "<li>… and {} more (results.json)</li>",
+                r.warnings.len() - 40
+            );
         }
         h.push_str("</ul>");
     }
@@ -628,7 +780,12 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     h.push_str("<pre>");
     h.push_str(&esc(&summary_table(r)));
     h.push_str("</pre>");
-    let _ = write!(h, "<h2>Response time at {} {}</h2>", fmt_level(key), esc(&r.x_label));
+    let _ = write!(
+        h,
+        "<h2>Response time at {} {}</h2>",
+        fmt_level(key),
+        esc(&r.x_label)
+    );
     h.push_str(&cdf_svg(r, key)?);
     // Per-class latency at the key level.
     let classes: std::collections::BTreeSet<&String> = r
@@ -654,7 +811,11 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             for c in &classes {
                 match run.and_then(|q| q.per_class.get(*c)) {
                     Some(v) => {
-                        let _ = write!(h, "<td>{:.1} / {:.1}<br><small>{} req</small></td>", v.mean_ms, v.p90_ms, v.requests);
+                        let _ = write!(
+                            h,
+                            "<td>{:.1} / {:.1}<br><small>{} req</small></td>",
+                            v.mean_ms, v.p90_ms, v.requests
+                        );
                     }
                     None => h.push_str("<td>-</td>"),
                 }
@@ -666,17 +827,27 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
     h.push_str(&util_svg(r)?);
     if let Some(p) = &r.paper {
-        let _ = write!(h, "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>", esc(&p.source));
+        let _ = write!(
+            h,
+            "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
+            esc(&p.source)
+        );
         if !p.claims.is_empty() {
-            h.push_str("<table><tr><th class=\"l\">claim</th><th>paper</th><th>ours</th><th>at</th></tr>");
+            h.push_str(
+                "<table><tr><th class=\"l\">claim</th><th>paper</th><th>ours</th><th>at</th></tr>",
+            );
             for c in &p.claims {
                 let _ = write!(
                     h,
                     "<tr><td class=\"l\">{}</td><td>{:+.0} %</td><td>{}</td><td>{}</td></tr>",
                     esc(&c.text),
                     c.paper_percent,
-                    c.ours_percent.map(|o| format!("{o:+.1} %")).unwrap_or_else(|| "-".into()),
-                    c.ours_level.map(|l| format!("{} {}", fmt_level(l), esc(&r.x_label))).unwrap_or_default()
+                    c.ours_percent
+                        .map(|o| format!("{o:+.1} %"))
+                        .unwrap_or_else(|| "-".into()),
+                    c.ours_level
+                        .map(|l| format!("{} {}", fmt_level(l), esc(&r.x_label)))
+                        .unwrap_or_default()
                 );
             }
             h.push_str("</table>");
@@ -715,7 +886,11 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     );
     for s in &r.series {
         for q in &s.runs {
-            let placed: Vec<String> = q.nodes.iter().map(|n| format!("{} {}", n.name, n.placed.values().sum::<u64>())).collect();
+            let placed: Vec<String> = q
+                .nodes
+                .iter()
+                .map(|n| format!("{} {}", n.name, n.placed.values().sum::<u64>()))
+                .collect();
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td>\

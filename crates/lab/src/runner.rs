@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use capstan_bench::{BenchConfig, Engine, Source, Target};
-use capstan_workload::{DocTree, Dist, FileList, FileListEntry, Popularity, SessionModel, TreeKind};
+use capstan_workload::{
+    Dist, DocTree, FileList, FileListEntry, Popularity, SessionModel, TreeKind,
+};
 
 use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
 use crate::experiment::{parse_duration, EngineKind, Entry, Experiment, WorkloadKind};
@@ -33,10 +35,26 @@ pub struct Options {
 /// What the runner tells its caller (the CLI draws a progress bar from these).
 #[derive(Debug, Clone)]
 pub enum Event {
-    Planned { runs: usize, seconds: f64 },
-    Run { index: usize, label: String, level: f64, repetition: usize },
-    Live { completed: u64, rps: f64, elapsed_s: f64, duration_s: f64 },
-    Done { index: usize, throughput: f64 },
+    Planned {
+        runs: usize,
+        seconds: f64,
+    },
+    Run {
+        index: usize,
+        label: String,
+        level: f64,
+        repetition: usize,
+    },
+    Live {
+        completed: u64,
+        rps: f64,
+        elapsed_s: f64,
+        duration_s: f64,
+    },
+    Done {
+        index: usize,
+        throughput: f64,
+    },
     Message(String),
 }
 
@@ -95,7 +113,11 @@ impl Plan {
             _ => exp.load.levels.clone(),
         };
         let pick = |full: &str, quick: &Option<String>, what: &str| {
-            let s = if o.quick { quick.as_deref().unwrap_or(full) } else { full };
+            let s = if o.quick {
+                quick.as_deref().unwrap_or(full)
+            } else {
+                full
+            };
             parse_duration(what, s)
         };
         let duration = pick(&exp.load.duration, &exp.quick.duration, "duration")?;
@@ -110,7 +132,8 @@ impl Plan {
                 })
                 .collect()
         };
-        let mut variants: Vec<Option<&crate::experiment::Variant>> = exp.variants.iter().map(Some).collect();
+        let mut variants: Vec<Option<&crate::experiment::Variant>> =
+            exp.variants.iter().map(Some).collect();
         if o.quick {
             if let Some(names) = &exp.quick.variants {
                 variants.retain(|v| v.is_some_and(|v| names.contains(&v.name)));
@@ -123,7 +146,9 @@ impl Plan {
         for v in &variants {
             for p in &policies {
                 let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
-                let speeds = v.and_then(|v| v.speeds.clone()).unwrap_or_else(|| exp.nodes.speeds.clone());
+                let speeds = v
+                    .and_then(|v| v.speeds.clone())
+                    .unwrap_or_else(|| exp.nodes.speeds.clone());
                 let label = match v {
                     Some(v) => format!("{p} · {}", v.name),
                     None => p.clone(),
@@ -133,7 +158,9 @@ impl Plan {
                     policy: p.clone(),
                     variant: v.map(|v| v.name.clone()),
                     nodes: specs(count, &speeds),
-                    tree: v.and_then(|v| v.tree.clone()).unwrap_or_else(|| exp.nodes.tree.clone()),
+                    tree: v
+                        .and_then(|v| v.tree.clone())
+                        .unwrap_or_else(|| exp.nodes.tree.clone()),
                     dynamic: v
                         .and_then(|v| v.dynamic.clone())
                         .unwrap_or_else(|| exp.workload.dynamic.clone()),
@@ -182,7 +209,11 @@ impl Plan {
 }
 
 /// Runs the plan and returns the results (findings are added by [`crate::report`]).
-pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result<LabResults, LabError> {
+pub async fn run(
+    plan: &Plan,
+    o: &Options,
+    observer: Option<Observer>,
+) -> Result<LabResults, LabError> {
     let emit = |e: Event| {
         if let Some(f) = &observer {
             f(e)
@@ -206,14 +237,27 @@ pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result
             exp.load.calibrate_clients, s.policy
         )));
         let mut c = start_cluster(plan, s, o).await?;
-        let cfg = bench_config(plan, s, &c, EngineKind::Closed, exp.load.calibrate_clients as f64, plan.duration, 0)?;
-        let r = capstan_bench::run(cfg, None).await.map_err(|e| LabError::Run(e.to_string()))?;
+        let cfg = bench_config(
+            plan,
+            s,
+            &c,
+            EngineKind::Closed,
+            exp.load.calibrate_clients as f64,
+            plan.duration,
+            0,
+        )?;
+        let r = capstan_bench::run(cfg, None)
+            .await
+            .map_err(|e| LabError::Run(e.to_string()))?;
         c.check_alive()?;
         if r.completed_rps <= 0.0 {
             return Err(LabError::Run("capacity run completed no requests".into()));
         }
         capacity = Some(round(r.completed_rps, 1));
-        emit(Event::Message(format!("capacity ≈ {:.0} conn/s", r.completed_rps)));
+        emit(Event::Message(format!(
+            "capacity ≈ {:.0} conn/s",
+            r.completed_rps
+        )));
     }
     let mut series_out = Vec::new();
     let mut index = 0;
@@ -223,8 +267,18 @@ pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result
             let mut c = start_cluster(plan, s, o).await?;
             let seed = plan.seed.wrapping_add(rep as u64 * 7919);
             if !plan.warmup.is_zero() {
-                let cfg = bench_config(plan, s, &c, exp.load.engine, level_value(plan, plan.levels[0], capacity), plan.warmup, seed ^ 0x5eed)?;
-                capstan_bench::run(cfg, None).await.map_err(|e| LabError::Run(e.to_string()))?;
+                let cfg = bench_config(
+                    plan,
+                    s,
+                    &c,
+                    exp.load.engine,
+                    level_value(plan, plan.levels[0], capacity),
+                    plan.warmup,
+                    seed ^ 0x5eed,
+                )?;
+                capstan_bench::run(cfg, None)
+                    .await
+                    .map_err(|e| LabError::Run(e.to_string()))?;
             }
             for &level in &plan.levels {
                 emit(Event::Run {
@@ -233,7 +287,17 @@ pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result
                     level,
                     repetition: rep,
                 });
-                let rec = measure(plan, s, &mut c, level, rep, capacity, seed, observer.clone()).await?;
+                let rec = measure(
+                    plan,
+                    s,
+                    &mut c,
+                    level,
+                    rep,
+                    capacity,
+                    seed,
+                    observer.clone(),
+                )
+                .await?;
                 emit(Event::Done {
                     index,
                     throughput: rec.throughput_rps,
@@ -249,7 +313,9 @@ pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result
                 let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
                 let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
                 let (m, sd) = mean_stdev(&tp);
-                let avg = |f: &dyn Fn(&RunRecord) -> f64| mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0;
+                let avg = |f: &dyn Fn(&RunRecord) -> f64| {
+                    mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
+                };
                 Point {
                     level,
                     runs: rs.len(),
@@ -278,9 +344,14 @@ pub async fn run(plan: &Plan, o: &Options, observer: Option<Observer>) -> Result
         .iter()
         .flat_map(|s| {
             s.runs.iter().flat_map(move |r| {
-                r.warnings
-                    .iter()
-                    .map(move |w| format!("{} at {} {}: {w}", s.label, fmt_level(r.level), plan.x_label()))
+                r.warnings.iter().map(move |w| {
+                    format!(
+                        "{} at {} {}: {w}",
+                        s.label,
+                        fmt_level(r.level),
+                        plan.x_label()
+                    )
+                })
             })
         })
         .collect();
@@ -336,7 +407,15 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         cache_fraction: exp.nodes.cache_fraction,
         threads: exp.nodes.threads,
     };
-    cluster::start(&o.exe, &s.nodes, &args, switch_config(exp, &s.policy), exp.switch.threads, &o.work_dir).await
+    cluster::start(
+        &o.exe,
+        &s.nodes,
+        &args,
+        switch_config(exp, &s.policy),
+        exp.switch.threads,
+        &o.work_dir,
+    )
+    .await
 }
 
 /// The switch's configuration for one policy (listen, admin and nodes are added at start).
@@ -356,13 +435,27 @@ fn switch_config(exp: &Experiment, policy: &str) -> toml::Table {
     if !exp.switch.classes.is_empty() {
         t.insert(
             "class".into(),
-            toml::Value::Array(exp.switch.classes.iter().cloned().map(toml::Value::Table).collect()),
+            toml::Value::Array(
+                exp.switch
+                    .classes
+                    .iter()
+                    .cloned()
+                    .map(toml::Value::Table)
+                    .collect(),
+            ),
         );
     }
     if !exp.switch.rules.is_empty() {
         t.insert(
             "rule".into(),
-            toml::Value::Array(exp.switch.rules.iter().cloned().map(toml::Value::Table).collect()),
+            toml::Value::Array(
+                exp.switch
+                    .rules
+                    .iter()
+                    .cloned()
+                    .map(toml::Value::Table)
+                    .collect(),
+            ),
         );
     }
     if let Some(d) = &exp.switch.default_class {
@@ -372,9 +465,17 @@ fn switch_config(exp: &Experiment, policy: &str) -> toml::Table {
 }
 
 /// The request list of a mix: every file of the tree at its weight, then the dynamic entries.
-pub fn filelist(tree: &str, seed: u64, files: Option<usize>, dynamic: &[Entry]) -> Result<FileList, LabError> {
-    let kind: TreeKind = tree.parse().map_err(|e| LabError::Experiment(format!("{e}")))?;
-    let t = DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
+pub fn filelist(
+    tree: &str,
+    seed: u64,
+    files: Option<usize>,
+    dynamic: &[Entry],
+) -> Result<FileList, LabError> {
+    let kind: TreeKind = tree
+        .parse()
+        .map_err(|e| LabError::Experiment(format!("{e}")))?;
+    let t =
+        DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
     let mut fl = t.filelist();
     for e in dynamic {
         fl.entries.push(FileListEntry {
@@ -401,7 +502,8 @@ fn bench_config(
         WorkloadKind::Url => exp.workload.url.clone().unwrap_or_else(|| "/".into()),
         _ => "/".into(),
     };
-    let target = Target::parse(&format!("http://{}{path}", c.listen)).map_err(|e| LabError::Run(e.to_string()))?;
+    let target = Target::parse(&format!("http://{}{path}", c.listen))
+        .map_err(|e| LabError::Run(e.to_string()))?;
     let mut cfg = BenchConfig::open(target, 1.0);
     cfg.engine = match engine {
         EngineKind::Closed => Engine::Closed {
@@ -420,13 +522,20 @@ fn bench_config(
     };
     cfg.source = match exp.workload.kind {
         WorkloadKind::Url => Source::Url,
-        WorkloadKind::Mix => Source::FileList(filelist(&s.tree, plan.seed, exp.nodes.files, &s.dynamic)?),
+        WorkloadKind::Mix => {
+            Source::FileList(filelist(&s.tree, plan.seed, exp.nodes.files, &s.dynamic)?)
+        }
         WorkloadKind::Sessions => Source::Mix {
-            tree: s.tree.parse().map_err(|e| LabError::Experiment(format!("{e}")))?,
+            tree: s
+                .tree
+                .parse()
+                .map_err(|e| LabError::Experiment(format!("{e}")))?,
             tree_seed: plan.seed,
             files: exp.nodes.files,
             popularity: if exp.workload.zipf > 0.0 {
-                Popularity::Zipf { alpha: exp.workload.zipf }
+                Popularity::Zipf {
+                    alpha: exp.workload.zipf,
+                }
             } else {
                 Popularity::Uniform
             },
@@ -504,7 +613,12 @@ async fn measure(
             for a in &addrs {
                 let u = cluster::load_report(*a)
                     .await
-                    .map(|r| r.interval.cpu_util.max(r.interval.disk_util).max(r.interval.nic_util))
+                    .map(|r| {
+                        r.interval
+                            .cpu_util
+                            .max(r.interval.disk_util)
+                            .max(r.interval.nic_util)
+                    })
                     .unwrap_or(f64::NAN);
                 util.push(round(u, 4));
             }
@@ -546,7 +660,11 @@ async fn measure(
         let (a, b) = (&before.loads[i].since_start, &after.loads[i].since_start);
         let len = (b.length_s - a.length_s).max(1e-9);
         let u = |x: f64, y: f64| round(((y - x) / len).clamp(0.0, 1.0), 4);
-        let (cu, du, nu) = (u(a.cpu_busy_s, b.cpu_busy_s), u(a.disk_busy_s, b.disk_busy_s), u(a.nic_busy_s, b.nic_busy_s));
+        let (cu, du, nu) = (
+            u(a.cpu_busy_s, b.cpu_busy_s),
+            u(a.disk_busy_s, b.disk_busy_s),
+            u(a.nic_busy_s, b.nic_busy_s),
+        );
         let sw_before = before.status.nodes.iter().find(|n| n.name == spec.name);
         let sw_after = after.status.nodes.iter().find(|n| n.name == spec.name);
         let placed: BTreeMap<String, u64> = sw_after
@@ -554,7 +672,10 @@ async fn measure(
                 n.classes
                     .iter()
                     .map(|(k, v)| {
-                        let old = sw_before.and_then(|b| b.classes.get(k)).copied().unwrap_or(0);
+                        let old = sw_before
+                            .and_then(|b| b.classes.get(k))
+                            .copied()
+                            .unwrap_or(0);
                         (k.clone(), v.saturating_sub(old))
                     })
                     .filter(|(_, v)| *v > 0)
@@ -581,7 +702,9 @@ async fn measure(
             cpu.switch_pct
         ));
     }
-    if cpu.generator_pct > 80.0 * exp.load.generator_threads as f64 || cpu.generator_thread_max_pct > 80.0 {
+    if cpu.generator_pct > 80.0 * exp.load.generator_threads as f64
+        || cpu.generator_thread_max_pct > 80.0
+    {
         warnings.push(format!(
             "the load generator used {:.0} % of a core (busiest thread {:.0} %, > 80 %): the result may be client-limited",
             cpu.generator_pct, cpu.generator_thread_max_pct
@@ -592,7 +715,10 @@ async fn measure(
             warnings.push(format!("load generator: {w}"));
         }
     }
-    if exp.load.engine == EngineKind::Open && r.offered > 0 && (r.started as f64) < 0.97 * r.offered as f64 {
+    if exp.load.engine == EngineKind::Open
+        && r.offered > 0
+        && (r.started as f64) < 0.97 * r.offered as f64
+    {
         warnings.push(format!(
             "offered load not delivered: {} requests were due, {} started ({} dropped)",
             r.offered, r.started, r.dropped
@@ -615,7 +741,11 @@ async fn measure(
     Ok(RunRecord {
         level,
         repetition: rep,
-        offered_rps: if exp.load.engine == EngineKind::Closed { 0.0 } else { round(value, 2) },
+        offered_rps: if exp.load.engine == EngineKind::Closed {
+            0.0
+        } else {
+            round(value, 2)
+        },
         duration_s: r.duration_s,
         completed: r.completed,
         throughput_rps: r.completed_rps,
@@ -661,7 +791,12 @@ fn versions() -> Versions {
         .unwrap_or_else(|| "unknown".into());
     Versions {
         capstan: env!("CARGO_PKG_VERSION").into(),
-        build: if cfg!(debug_assertions) { "debug" } else { "release" }.into(),
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
         os: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| format!("Linux {}", s.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.into()),

@@ -1,0 +1,277 @@
+//! `capstan lab` as a process: help, list, one-line errors, and short real runs whose reports
+//! must be self-consistent (throughput × duration ≈ completed, utilisations within 0–100 %).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn capstan(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .output()
+        .expect("run capstan")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("capstan-lab-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const BUILTINS: [&str; 9] = [
+    "switch-capacity",
+    "static",
+    "mix-8020",
+    "mix-6040",
+    "scalability",
+    "heterogeneous",
+    "cap-prototype",
+    "overload",
+    "sessions",
+];
+
+#[test]
+fn help_and_list() {
+    let out = capstan(&["lab", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--list",
+        "--quick",
+        "--policies",
+        "--nodes",
+        "--repetitions",
+        "--out",
+        "--seed",
+        "Examples:",
+    ] {
+        assert!(help.contains(needle), "help lacks {needle}");
+    }
+    let out = capstan(&["lab", "--list"]);
+    assert!(out.status.success());
+    let list = String::from_utf8_lossy(&out.stdout);
+    for name in BUILTINS {
+        assert!(list.contains(name), "list lacks {name}");
+    }
+    assert!(list.contains("Jones thesis Fig. 5") && list.contains("Banga & Druschel Fig. 7"));
+    assert!(!list.contains("broken"), "{list}");
+}
+
+/// Every bad input is one line on stderr and a non-zero exit, before anything starts.
+#[test]
+fn bad_input_is_one_line() {
+    let dir = temp_dir("bad");
+    let bad_file = dir.join("bad.toml");
+    std::fs::write(
+        &bad_file,
+        "name = \"x\"\ntitle = \"x\"\nfigure = \"x\"\n[nodes]\nbogus = 1\n",
+    )
+    .unwrap();
+    let bad = bad_file.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["lab", "no-such-experiment"], "no experiment"),
+        (vec!["lab", bad], "bogus"),
+        (
+            vec!["lab", "mix-6040", "--policies", "cap,nope"],
+            "unknown policy \"nope\"",
+        ),
+        (vec!["lab", "mix-6040", "--nodes", "0"], "--nodes"),
+        (
+            vec!["lab", "mix-6040", "--repetitions", "0"],
+            "--repetitions",
+        ),
+        (vec!["lab", "--bogus-flag"], "--bogus-flag"),
+        (vec!["lab", "mix-6040", "--seed", "x"], "invalid value"),
+    ] {
+        let out = capstan(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Runs an experiment into a fresh directory and returns its results.json.
+fn run_lab(name: &str, args: &[&str]) -> (Value, String, String) {
+    let dir = temp_dir(name);
+    let out_dir = dir.join("report");
+    let mut all = vec!["lab"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", out_dir.to_str().unwrap()]);
+    let out = capstan(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{all:?}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("report: "), "{stdout}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    (json, html, stdout)
+}
+
+/// The numbers of a report agree with each other.
+fn check_consistent(r: &Value, engine_closed: bool) {
+    assert_eq!(r["schema"], "capstan-lab/1");
+    let series = r["series"].as_array().unwrap();
+    assert!(!series.is_empty());
+    let levels = r["levels"].as_array().unwrap().len();
+    let reps = r["repetitions"].as_u64().unwrap() as usize;
+    for s in series {
+        let label = s["label"].as_str().unwrap();
+        let runs = s["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), levels * reps, "{label}");
+        assert_eq!(s["points"].as_array().unwrap().len(), levels, "{label}");
+        for run in runs {
+            let level = run["level"].as_f64().unwrap();
+            let tp = run["throughput_rps"].as_f64().unwrap();
+            let dur = run["duration_s"].as_f64().unwrap();
+            let completed = run["completed"].as_f64().unwrap();
+            assert!(tp > 0.0, "{label} @ {level}: no throughput");
+            // Responses inside the window ≤ all responses; the rest finished during the drain,
+            // at most one per closed-loop client.
+            let in_window = tp * dur;
+            let slack = 0.05 * completed + if engine_closed { level } else { 0.0 } + 2.0;
+            assert!(
+                (completed - in_window).abs() <= slack,
+                "{label} @ {level}: {tp} conn/s × {dur} s = {in_window} vs {completed} completed"
+            );
+            let nodes = run["nodes"].as_array().unwrap();
+            assert!(!nodes.is_empty());
+            for n in nodes {
+                for k in ["cpu_util", "disk_util", "nic_util", "util"] {
+                    let u = n[k].as_f64().unwrap();
+                    assert!((0.0..=1.0).contains(&u), "{label}: {k} = {u}");
+                }
+            }
+            let (lo, hi) = (
+                run["util_min"].as_f64().unwrap(),
+                run["util_max"].as_f64().unwrap(),
+            );
+            assert!(0.0 <= lo && lo <= hi && hi <= 1.0, "{label}: {lo} {hi}");
+            let placed: u64 = nodes
+                .iter()
+                .flat_map(|n| n["placed"].as_object().unwrap().values())
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            // The switch placed every request the generator completed (plus the warm-up's
+            // stragglers and errors).
+            assert!(
+                placed as f64 >= 0.9 * completed,
+                "{label}: placed {placed} of {completed}"
+            );
+            let cdf = run["cdf"].as_array().unwrap();
+            assert!(cdf.len() > 10);
+            for w in cdf.windows(2) {
+                assert!(
+                    w[0][0].as_f64() <= w[1][0].as_f64() && w[0][1].as_f64() <= w[1][1].as_f64()
+                );
+            }
+            for k in ["switch_pct", "generator_pct"] {
+                let c = run["cpu"][k].as_f64().unwrap();
+                assert!((0.0..=800.0).contains(&c), "{label}: cpu {k} = {c}");
+            }
+        }
+        for p in s["points"].as_array().unwrap() {
+            assert!(p["throughput_mean"].as_f64().unwrap() > 0.0);
+        }
+    }
+    assert!(!r["findings"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn switch_capacity_quick() {
+    let (r, html, stdout) = run_lab("switch-capacity", &["switch-capacity", "--quick"]);
+    check_consistent(&r, true);
+    assert_eq!(r["experiment"], "switch-capacity");
+    assert_eq!(r["series"].as_array().unwrap().len(), 3);
+    assert!(r["quick"].as_bool().unwrap());
+    assert!(html.contains("<svg") && html.contains("Jones thesis Fig. 2"));
+    assert!(html.contains("The paper&#x27;s numbers") || html.contains("The paper's numbers"));
+    assert!(stdout.contains("conn/s @ clients"), "{stdout}");
+}
+
+#[test]
+fn mix_6040_quick() {
+    let (r, html, _) = run_lab("mix-6040", &["mix-6040", "--quick"]);
+    check_consistent(&r, true);
+    let series = r["series"].as_array().unwrap();
+    let names: Vec<&str> = series
+        .iter()
+        .map(|s| s["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cap", "round-robin", "random"]);
+    // Dynamic requests reach the nodes: CPU and disk are busy, the switch saw the cpu and disk
+    // classes, and the generator's classes separate CGI from static files.
+    let run = &series[0]["runs"][0];
+    assert!(run["per_class"].get("cgi").is_some() && run["per_class"].get("html").is_some());
+    let placed = &run["nodes"][0]["placed"];
+    assert!(
+        placed.get("cpu").is_some() && placed.get("static").is_some(),
+        "{placed}"
+    );
+    assert!(run["util_max"].as_f64().unwrap() > 0.05);
+    let claims = r["paper"]["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 3);
+    assert!(claims[0]["ours_percent"].is_number());
+    assert!(html.contains("Response time at 10 clients"));
+}
+
+/// A custom experiment file with every override flag.
+#[test]
+fn experiment_file_and_overrides() {
+    let dir = temp_dir("custom");
+    let file = dir.join("tiny.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "tiny"
+title = "tiny"
+figure = "none (test)"
+[nodes]
+count = 4
+tree = "webstone"
+[switch]
+policies = ["cap"]
+[workload]
+kind = "url"
+url = "/file5k.html"
+[load]
+engine = "closed"
+levels = [2]
+duration = "1s"
+warmup = "0s"
+"#,
+    )
+    .unwrap();
+    let (r, _, _) = run_lab(
+        "custom-run",
+        &[
+            file.to_str().unwrap(),
+            "--policies",
+            "round-robin,least-connections",
+            "--nodes",
+            "2",
+            "--repetitions",
+            "2",
+            "--seed",
+            "9",
+        ],
+    );
+    check_consistent(&r, true);
+    assert_eq!(r["seed"], 9);
+    assert_eq!(r["repetitions"], 2);
+    let series = r["series"].as_array().unwrap();
+    assert_eq!(series.len(), 2);
+    assert_eq!(series[1]["policy"], "least-connections");
+    assert_eq!(series[0]["nodes"], 2);
+    assert_eq!(series[0]["runs"][0]["nodes"].as_array().unwrap().len(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}

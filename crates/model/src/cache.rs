@@ -1,17 +1,66 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Identity of a cached file for [`LruBytes::access_id`]: any integer the caller assigns (a file
+/// index, an interned path).
+pub type FileId = u64;
+
+/// "No slot": the end of the recency list.
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+struct Slot {
+    id: FileId,
+    size: u64,
+    /// Neighbours in recency order: `prev` is more recently used, `next` less.
+    prev: u32,
+    next: u32,
+}
+
+/// A hasher for integer ids: one multiplication (Fibonacci hashing), which spreads dense ids
+/// over the whole word as the hash table's probing needs.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IdMap<V> = HashMap<FileId, V, BuildHasherDefault<IdHasher>>;
 
 /// A least-recently-used cache of whole files, bounded by their total size in bytes.
 ///
 /// It answers one question for the node model: does serving this file cost disk time (a miss) or
 /// only a memory copy (a hit)? A file larger than the whole capacity is never admitted, as a real
 /// page cache would thrash it straight out again.
+///
+/// Files are named either by an integer id the caller assigns ([`LruBytes::access_id`], what the
+/// simulator uses: no allocation, O(1)) or by path ([`LruBytes::access`], what the emulated origin
+/// uses: each distinct path is interned to an id once, so later accesses allocate nothing). Use
+/// one naming or the other on one cache, not both. Recency is an intrusive doubly linked list
+/// over a slab of slots, so a hit is a hash lookup and two relinks, and an eviction pops the tail.
 #[derive(Debug, Clone)]
 pub struct LruBytes {
     capacity: u64,
     used: u64,
-    clock: u64,
-    entries: HashMap<String, (u64, u64)>,
-    order: BTreeMap<u64, String>,
+    index: IdMap<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Most and least recently used slots.
+    head: u32,
+    tail: u32,
+    /// Paths seen by [`LruBytes::access`], and their ids.
+    paths: HashMap<String, FileId>,
     hits: u64,
     misses: u64,
 }
@@ -21,9 +70,12 @@ impl LruBytes {
         LruBytes {
             capacity: capacity_bytes,
             used: 0,
-            clock: 0,
-            entries: HashMap::new(),
-            order: BTreeMap::new(),
+            index: IdMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+            paths: HashMap::new(),
             hits: 0,
             misses: 0,
         }
@@ -45,43 +97,119 @@ impl LruBytes {
         self.misses
     }
 
-    pub fn contains(&self, key: &str) -> bool {
-        self.entries.contains_key(key)
+    /// Files currently cached.
+    pub fn len(&self) -> usize {
+        self.index.len()
     }
 
-    /// Record an access to `key` of `size` bytes; true on a hit. A miss admits the file, evicting
-    /// least recently used files until it fits.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Whether the file at `key` (named by path) is cached.
+    pub fn contains(&self, key: &str) -> bool {
+        self.paths
+            .get(key)
+            .is_some_and(|id| self.index.contains_key(id))
+    }
+
+    /// Whether the file `id` is cached.
+    pub fn contains_id(&self, id: FileId) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    /// Record an access to the file at path `key` of `size` bytes; true on a hit. A miss admits
+    /// the file, evicting least recently used files until it fits. The path is copied once, the
+    /// first time it is seen.
     pub fn access(&mut self, key: &str, size: u64) -> bool {
-        self.clock += 1;
-        let stamp = self.clock;
-        if let Some((old_size, old_stamp)) = self.entries.get(key).copied() {
-            self.order.remove(&old_stamp);
-            if old_size == size {
-                self.order.insert(stamp, key.to_string());
-                self.entries.insert(key.to_string(), (size, stamp));
+        let id = match self.paths.get(key) {
+            Some(&id) => id,
+            None => {
+                let id = self.paths.len() as FileId;
+                self.paths.insert(key.to_string(), id);
+                id
+            }
+        };
+        self.access_id(id, size)
+    }
+
+    /// Record an access to file `id` of `size` bytes; true on a hit. A miss admits the file,
+    /// evicting least recently used files until it fits.
+    pub fn access_id(&mut self, id: FileId, size: u64) -> bool {
+        if let Some(&s) = self.index.get(&id) {
+            if self.slots[s as usize].size == size {
+                self.unlink(s);
+                self.push_front(s);
                 self.hits += 1;
                 return true;
             }
             // The file changed size: treat the cached copy as stale.
-            self.entries.remove(key);
-            self.used -= old_size;
+            self.remove(s);
         }
         self.misses += 1;
         if size > self.capacity {
             return false;
         }
-        while self.used + size > self.capacity {
-            let Some((_, victim)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some((vsize, _)) = self.entries.remove(&victim) {
-                self.used -= vsize;
-            }
+        while self.used + size > self.capacity && self.tail != NIL {
+            self.remove(self.tail);
         }
         self.used += size;
-        self.order.insert(stamp, key.to_string());
-        self.entries.insert(key.to_string(), (size, stamp));
+        let slot = Slot {
+            id,
+            size,
+            prev: NIL,
+            next: NIL,
+        };
+        let s = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = slot;
+                s
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.push_front(s);
+        self.index.insert(id, s);
         false
+    }
+
+    fn remove(&mut self, s: u32) {
+        self.unlink(s);
+        let slot = &self.slots[s as usize];
+        self.used -= slot.size;
+        self.index.remove(&slot.id);
+        self.free.push(s);
+    }
+
+    fn unlink(&mut self, s: u32) {
+        let Slot { prev, next, .. } = self.slots[s as usize];
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+    }
+
+    fn push_front(&mut self, s: u32) {
+        let old = self.head;
+        {
+            let slot = &mut self.slots[s as usize];
+            slot.prev = NIL;
+            slot.next = old;
+        }
+        if old == NIL {
+            self.tail = s;
+        } else {
+            self.slots[old as usize].prev = s;
+        }
+        self.head = s;
     }
 }
 
@@ -118,5 +246,42 @@ mod tests {
         assert!(!c.access("/huge", 101));
         assert!(!c.access("/huge", 101));
         assert!(c.contains("/a"));
+    }
+
+    #[test]
+    fn a_changed_size_is_a_miss() {
+        let mut c = LruBytes::new(1000);
+        c.access_id(7, 100);
+        assert!(!c.access_id(7, 200));
+        assert!(c.access_id(7, 200));
+        assert_eq!((c.used(), c.len()), (200, 1));
+    }
+
+    /// Against a straightforward LRU (a list scanned on every access) over a skewed stream.
+    #[test]
+    fn agrees_with_a_scanning_lru() {
+        let mut c = LruBytes::new(50_000);
+        let mut list: Vec<(u64, u64)> = Vec::new(); // most recent last
+        let mut x: u64 = 88_172_645_463_325_252;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = (x % 1000) * (x % 7) / 6; // skewed towards small ids
+            let size = 1 + (id * 7919) % 9000;
+            let want = if let Some(i) = list.iter().position(|e| e.0 == id) {
+                list.remove(i);
+                true
+            } else {
+                let mut used: u64 = list.iter().map(|e| e.1).sum();
+                while used + size > 50_000 {
+                    used -= list.remove(0).1;
+                }
+                false
+            };
+            list.push((id, size));
+            assert_eq!(c.access_id(id, size), want);
+            assert_eq!(c.used(), list.iter().map(|e| e.1).sum::<u64>());
+        }
     }
 }

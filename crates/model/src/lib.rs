@@ -19,7 +19,7 @@ mod nic;
 mod node;
 mod ssl;
 
-pub use cache::LruBytes;
+pub use cache::{FileId, LruBytes};
 pub use cpu::{Completion, CpuPs, JobId};
 pub use disk::{Disk, DiskParams};
 pub use fcfs::{Fcfs, Slot};

@@ -172,6 +172,8 @@ pub struct Engine {
     trace: Option<Vec<usize>>,
     pages_dist: Dist,
     think: Dist,
+    /// Scratch buffer for CPU completions, reused so completing a job allocates nothing.
+    completions: Vec<capstan_model::Completion>,
 }
 
 /// Node names as policies see them (`n0`, `n1`, …).
@@ -318,6 +320,7 @@ impl Engine {
                 alpha: w.think_alpha,
                 k: w.think_k_s,
             },
+            completions: Vec::new(),
             policy,
             params,
             site,
@@ -516,7 +519,7 @@ impl Engine {
                 .schedule(nanos_ceil(slot.finish), Ev::DiskDone { page });
             return;
         }
-        let hit = node.cache.access(&self.site.object_keys[obj], size);
+        let hit = node.cache.access_id(obj as u64, size);
         if p.measured {
             self.result.cache_lookups += 1;
             self.result.cache_hits += u64::from(hit);
@@ -546,12 +549,14 @@ impl Engine {
         let p = self.pages[page as usize];
         let (work, _) = self.object_work(&p);
         let node = p.node as usize;
-        let done = self.nodes[node]
+        let mut done = std::mem::take(&mut self.completions);
+        self.nodes[node]
             .cpu
-            .arrive(secs(now), u64::from(page), work);
-        for c in done {
+            .arrive_into(secs(now), u64::from(page), work, &mut done);
+        for c in done.drain(..) {
             self.cpu_done(now, c.id as u32);
         }
+        self.completions = done;
         self.reschedule_cpu(now, node);
     }
 
@@ -576,11 +581,31 @@ impl Engine {
         }
         // Half a nanosecond past `now`: the event time is the completion time rounded up to a
         // whole nanosecond, and converting it back to float seconds may land a hair short.
-        let done = self.nodes[node].cpu.advance(secs(now) + 0.5e-9);
-        for c in done {
+        let mut done = std::mem::take(&mut self.completions);
+        self.nodes[node]
+            .cpu
+            .advance_into(secs(now) + 0.5e-9, &mut done);
+        for c in done.drain(..) {
             self.cpu_done(now, c.id as u32);
         }
+        self.completions = done;
         self.reschedule_cpu(now, node);
+    }
+
+    /// Brings a node's CPU up to `now` (for a busy-time reading). Advancing changes no job's
+    /// completion time, so scheduled CPU checks stay valid — except for a job that completes
+    /// exactly at `now` whose check has not popped yet: it is completed here, not lost.
+    fn settle_cpu(&mut self, now: Nanos, node: usize) {
+        let mut done = std::mem::take(&mut self.completions);
+        self.nodes[node].cpu.advance_into(secs(now), &mut done);
+        let any = !done.is_empty();
+        for c in done.drain(..) {
+            self.cpu_done(now, c.id as u32);
+        }
+        self.completions = done;
+        if any {
+            self.reschedule_cpu(now, node);
+        }
     }
 
     fn cpu_done(&mut self, now: Nanos, page: u32) {
@@ -653,8 +678,10 @@ impl Engine {
         let cores = f64::from(self.params.cores);
         let mut mean_s = 0.0;
         let mut with = 0;
+        for i in 0..self.nodes.len() {
+            self.settle_cpu(now, i);
+        }
         for (i, n) in self.nodes.iter_mut().enumerate() {
-            n.cpu.advance(t);
             let cpu = n.cpu.busy_core_seconds();
             let disk = n.disk.busy_seconds(t);
             let nic = n.nic.busy_seconds(t);
@@ -672,8 +699,6 @@ impl Engine {
                 with += 1;
             }
         }
-        // CPU checks scheduled before this advance are still valid: advancing to `t` changes no
-        // job's completion time.
         if self.gather_ns != 0 {
             self.view.nodes.copy_from_slice(&self.live);
             match self.metric {
@@ -707,10 +732,10 @@ impl Engine {
 
     fn take_readings(&mut self, now: Nanos, end: bool) {
         let t = secs(now);
+        for i in 0..self.nodes.len() {
+            self.settle_cpu(now, i);
+        }
         for n in &mut self.nodes {
-            // Advancing the CPU to `now` changes no job's completion time, so scheduled CPU
-            // checks stay valid.
-            n.cpu.advance(t);
             let r = (
                 n.cpu.busy_core_seconds(),
                 n.disk.busy_seconds(t),

@@ -353,10 +353,16 @@ fn a_port_in_use_is_a_clear_error_even_with_several_workers() {
     let (_node, node_addr) = origin(&[]);
     let listen = free_addr();
     let (l, n) = (listen.to_string(), node_addr.to_string());
-    let _first = spawn(&["serve", "--threads", "2", "--listen", &l, "--node", &n], listen);
+    let _first = spawn(
+        &["serve", "--threads", "2", "--listen", &l, "--node", &n],
+        listen,
+    );
     let out = run(&["serve", "--threads", "2", "--listen", &l, "--node", &n]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains(&format!("cannot listen on {l}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {l}")),
+        "{stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }

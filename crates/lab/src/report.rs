@@ -259,8 +259,14 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
                             .filter(|q| q.level == last.level)
                             .map(|q| q.completed)
                             .sum();
+                        let stuck: u64 = s
+                            .runs
+                            .iter()
+                            .filter(|q| q.level == last.level)
+                            .map(|q| q.unfinished)
+                            .sum();
                         f.push(format!(
-                            "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %), {} errors for {} responses.",
+                            "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %): {} errors and {stuck} requests still unanswered at the end, for {} responses.",
                             s.policy,
                             peak.throughput_mean,
                             fmt_level(peak.level),

@@ -88,6 +88,8 @@ pub struct RunRecord {
     pub errors_by_kind: BTreeMap<String, u64>,
     pub status: BTreeMap<String, u64>,
     pub dropped: u64,
+    /// Started but still without a response when the drain period ended (overload).
+    pub unfinished: u64,
     pub latency_ms: capstan_bench::Percentiles,
     pub per_class: BTreeMap<String, ClassLatency>,
     /// (latency ms, fraction of responses at or below it).

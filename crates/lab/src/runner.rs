@@ -753,6 +753,7 @@ async fn measure(
         errors_by_kind: r.errors.clone(),
         status: r.status.clone(),
         dropped: r.dropped,
+        unfinished: r.unfinished,
         latency_ms: r.latency_ms.corrected.clone(),
         per_class: r
             .per_class

@@ -9,11 +9,13 @@ use capstan_workload::{
 
 use crate::BenchError;
 
-/// The server under test, from an `http://host[:port][/path]` URL.
+/// The server under test, from an `http://host[:port][/path]` or `https://…` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     pub host: String,
     pub port: u16,
+    /// `https://`: TLS (rustls) on every connection.
+    pub tls: bool,
     /// Path and query of the URL (`/` when absent).
     pub path: String,
 }
@@ -21,15 +23,14 @@ pub struct Target {
 impl Target {
     pub fn parse(url: &str) -> Result<Target, BenchError> {
         let bad = |why: &str| BenchError::Config(format!("bad URL {url:?}: {why}"));
-        let rest = if let Some(r) = url.strip_prefix("http://") {
-            r
-        } else if url.starts_with("https://") {
-            return Err(bad(
-                "https is not supported yet (TLS client not built); use http://",
-            ));
+        let (rest, tls) = if let Some(r) = url.strip_prefix("http://") {
+            (r, false)
+        } else if let Some(r) = url.strip_prefix("https://") {
+            (r, true)
         } else {
-            return Err(bad("expected http://host[:port]/path"));
+            return Err(bad("expected http://host[:port]/path or https://…"));
         };
+        let default_port = if tls { 443 } else { 80 };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -46,7 +47,7 @@ impl Target {
                 .ok_or_else(|| bad("unterminated [IPv6] host"))?;
             let host = &v6[..end];
             let port = match &v6[end + 1..] {
-                "" => 80,
+                "" => default_port,
                 p => p
                     .strip_prefix(':')
                     .and_then(|p| p.parse().ok())
@@ -56,7 +57,7 @@ impl Target {
         } else {
             match authority.rsplit_once(':') {
                 Some((h, p)) => (h.to_string(), p.parse().map_err(|_| bad("bad port"))?),
-                None => (authority.to_string(), 80),
+                None => (authority.to_string(), default_port),
             }
         };
         if host.is_empty() || host.contains(|c: char| c.is_whitespace()) {
@@ -68,13 +69,14 @@ impl Target {
         Ok(Target {
             host,
             port,
+            tls,
             path: path.to_string(),
         })
     }
 
     /// The `Host` header value.
     pub fn authority(&self) -> String {
-        if self.port == 80 {
+        if self.port == if self.tls { 443 } else { 80 } {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
@@ -82,7 +84,8 @@ impl Target {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}{}", self.authority(), self.path)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority(), self.path)
     }
 }
 
@@ -165,6 +168,10 @@ pub struct BenchConfig {
     pub shard: (u32, u32),
     /// Generator threads (each a single-threaded event loop).
     pub threads: usize,
+    /// https: do not verify the server's certificate (any certificate, any name).
+    pub insecure: bool,
+    /// https: PEM certificates to trust instead of the system bundle (`--cacert`).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 impl BenchConfig {
@@ -191,6 +198,8 @@ impl BenchConfig {
             seed: 1,
             shard: (0, 1),
             threads: 1,
+            insecure: false,
+            ca_pem: None,
         }
     }
 
@@ -231,6 +240,9 @@ impl BenchConfig {
             && !matches!(self.engine, Engine::Replay { .. })
         {
             return bad("duration must be positive".into());
+        }
+        if !self.target.tls && (self.insecure || self.ca_pem.is_some()) {
+            return bad("--insecure and --cacert apply to https:// URLs only".into());
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
@@ -413,10 +425,16 @@ mod tests {
         );
         assert!(Target::parse("ftp://x/").is_err());
         assert!(Target::parse("http://x:notaport/").is_err());
-        assert!(Target::parse("https://x/")
-            .unwrap_err()
-            .to_string()
-            .contains("https"));
+        let t = Target::parse("https://localhost/x").unwrap();
+        assert!(t.tls);
+        assert_eq!((t.port, t.authority()), (443, "localhost".to_string()));
+        assert_eq!(t.url(), "https://localhost/x");
+        let t = Target::parse("https://127.0.0.1:8443").unwrap();
+        assert_eq!(
+            (t.port, t.url().as_str()),
+            (8443, "https://127.0.0.1:8443/")
+        );
+        assert!(!Target::parse("http://x/").unwrap().tls);
     }
 
     #[test]

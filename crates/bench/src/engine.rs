@@ -29,6 +29,8 @@ pub(crate) struct Ctx {
     /// Replay: each log entry's time from the start, in seconds.
     pub replay_times: Vec<f64>,
     pub replay_index: Vec<u32>,
+    /// `https://` targets: the TLS client.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 /// A lane's live counters, sent once a second for the progress line.
@@ -76,7 +78,16 @@ impl Lane {
             match http::connect(self.ctx.addr, t).await {
                 Ok(s) => {
                     self.stats.borrow_mut().connected(began, Instant::now());
-                    return Ok(Conn::new(s));
+                    let Some(tls) = &self.ctx.tls else {
+                        return Ok(Conn::new(s));
+                    };
+                    // The handshake counts in the request's latency, not in connect_ms.
+                    let hs = tls.connector.connect(tls.name.clone(), s);
+                    return match tokio::time::timeout_at(deadline.into(), hs).await {
+                        Ok(Ok(s)) => Ok(Conn::new(s)),
+                        Ok(Err(e)) => Err(ErrorKind::from_io(&e)),
+                        Err(_) => Err(ErrorKind::ReadTimeout),
+                    };
                 }
                 Err(ErrorKind::ConnectTimeout) => {
                     self.stats.borrow_mut().connect_timeouts += 1;

@@ -5,10 +5,13 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// Why a request failed. The names are the keys of `errors` in the JSON result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,10 +28,12 @@ pub enum ErrorKind {
     Http5xx,
     /// Any other I/O error after the connection was established.
     Io,
+    /// TLS handshake or record failure (certificate not trusted, wrong name, bad record).
+    Tls,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::ConnectTimeout,
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectError,
@@ -39,6 +44,7 @@ impl ErrorKind {
         ErrorKind::Http4xx,
         ErrorKind::Http5xx,
         ErrorKind::Io,
+        ErrorKind::Tls,
     ];
 
     pub fn name(self) -> &'static str {
@@ -53,14 +59,17 @@ impl ErrorKind {
             ErrorKind::Http4xx => "http_4xx",
             ErrorKind::Http5xx => "http_5xx",
             ErrorKind::Io => "io",
+            ErrorKind::Tls => "tls",
         }
     }
 
-    fn from_io(e: &io::Error) -> ErrorKind {
+    pub(crate) fn from_io(e: &io::Error) -> ErrorKind {
         match e.kind() {
             io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => ErrorKind::Reset,
             io::ErrorKind::ConnectionAborted => ErrorKind::Reset,
             io::ErrorKind::UnexpectedEof => ErrorKind::Closed,
+            // rustls reports its own failures as InvalidData.
+            io::ErrorKind::InvalidData => ErrorKind::Tls,
             _ => ErrorKind::Io,
         }
     }
@@ -105,9 +114,67 @@ pub struct Response {
     pub reusable: bool,
 }
 
+/// A connection's byte stream: plain TCP or TLS over TCP.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl From<TcpStream> for Stream {
+    fn from(s: TcpStream) -> Stream {
+        Stream::Plain(s)
+    }
+}
+
+impl From<TlsStream<TcpStream>> for Stream {
+    fn from(s: TlsStream<TcpStream>) -> Stream {
+        Stream::Tls(Box::new(s))
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// An established connection and its read buffer.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     /// Bytes of `buf` holding data not yet consumed.
     start: usize,
@@ -125,9 +192,9 @@ enum Body {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream) -> Conn {
+    pub fn new(stream: impl Into<Stream>) -> Conn {
         Conn {
-            stream,
+            stream: stream.into(),
             buf: vec![0; READ_CHUNK],
             start: 0,
             end: 0,
@@ -171,6 +238,10 @@ impl Conn {
             .write_all(request)
             .await
             .map_err(|e| ErrorKind::from_io(&e))?;
+        if let Stream::Tls(s) = &mut self.stream {
+            // rustls may hold encrypted records back until flushed.
+            s.flush().await.map_err(|e| ErrorKind::from_io(&e))?;
+        }
         self.read_response(head, keepalive).await
     }
 
@@ -303,8 +374,9 @@ impl Conn {
                     total += n as u64;
                     self.start = self.end;
                 }
-                // A reset after the body (the server closing with unread data) still ends it.
-                Err(ErrorKind::Reset) => return Ok(total),
+                // A reset after the body (the server closing with unread data) still ends it, and
+                // so does a TLS peer closing without close_notify.
+                Err(ErrorKind::Reset | ErrorKind::Closed) => return Ok(total),
                 Err(e) => return Err(e),
             }
         }

@@ -25,6 +25,7 @@ pub mod result;
 pub mod source;
 mod stats;
 mod timer;
+mod tls;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,6 +81,7 @@ pub async fn run(
     .next()
     .ok_or_else(|| BenchError::Io(format!("cannot resolve {}", config.target.host)))?;
     raise_fd_limit();
+    let tls = tls::client(&config)?;
     let table = source::RequestTable::build(&config)?;
     let (replay_times, replay_index) = match &config.engine {
         Engine::Replay { log, .. } => {
@@ -127,6 +129,7 @@ pub async fn run(
         lanes,
         replay_times,
         replay_index,
+        tls,
     });
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut handles = Vec::new();
@@ -234,6 +237,7 @@ pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, Strin
         lanes: config.shard.1 as u64 * config.threads as u64,
         replay_times,
         replay_index,
+        tls: None,
     };
     let lane = config.shard.0 as u64 * config.threads as u64;
     Ok(engine::schedule(&ctx, lane)?

@@ -113,7 +113,7 @@ fn list_path(target: &Target, entry: &str) -> Result<String, BenchError> {
         return Ok(entry.to_string());
     }
     let t = Target::parse(entry)?;
-    if t.host != target.host || t.port != target.port {
+    if t.host != target.host || t.port != target.port || t.tls != target.tls {
         return Err(BenchError::Config(format!(
             "URL list entry {entry:?} is not on the target host {}",
             target.authority()

@@ -34,6 +34,7 @@ use capstan_workload::{
       capstan bench http://127.0.0.1:8080/ --rate 300 --tree polygraph --zipf 1.0 --recurrence 0.55\n  \
       capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
+      capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
       capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
       capstan bench merge a.json b.json --json all.json\n\n\
       Results: a summary on standard output; --json FILE writes the schema in \
@@ -44,8 +45,8 @@ pub struct BenchArgs {
     #[command(subcommand)]
     command: Option<BenchCommand>,
 
-    /// Target URL, http://host[:port]/path (the path is requested unless a request source is
-    /// given).
+    /// Target URL, http://host[:port]/path or https://… (the path is requested unless a request
+    /// source is given).
     #[arg(value_name = "URL", required = true)]
     url: Option<String>,
 
@@ -82,6 +83,14 @@ pub struct BenchArgs {
     /// HTTP/1.1 keep-alive connections (default: HTTP/1.0, a connection per request).
     #[arg(long, short = 'k')]
     keepalive: bool,
+    /// https: trust the certificates in this PEM file instead of the system bundle.
+    /// Example: --cacert ca.pem
+    #[arg(long, value_name = "FILE")]
+    cacert: Option<PathBuf>,
+    /// https: do not verify the server's certificate or name (self-signed test servers).
+    /// Example: capstan bench https://127.0.0.1:8443/ --rate 100 --insecure
+    #[arg(long)]
+    insecure: bool,
     /// Open loop: drop (and count) requests due while this many are in flight. Example: --max-inflight 5000
     #[arg(long, value_name = "N")]
     max_inflight: Option<usize>,
@@ -278,6 +287,12 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
     c.timeout = dur(&a.timeout, "timeout")?;
     c.drain = dur(&a.drain, "drain")?;
     c.keepalive = a.keepalive;
+    c.insecure = a.insecure;
+    if let Some(p) = &a.cacert {
+        c.ca_pem = Some(
+            std::fs::read(p).with_context(|| format!("cannot read --cacert {}", p.display()))?,
+        );
+    }
     c.max_inflight = a.max_inflight;
     c.arrival = match a.arrival.as_str() {
         "constant" => ArrivalKind::Constant,

@@ -38,6 +38,51 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<FileId, V, BuildHasherDefault<IdHasher>>;
 
+/// Ids below this are looked up in a plain array (4 bytes per id up to the largest seen), larger
+/// ones in a hash map: file indexes and interned paths are small and dense, and an array lookup
+/// is the cheapest there is.
+const DENSE_IDS: FileId = 1 << 22;
+
+/// Where each cached file's slot is.
+#[derive(Debug, Clone, Default)]
+struct Index {
+    dense: Vec<u32>,
+    sparse: IdMap<u32>,
+    len: usize,
+}
+
+impl Index {
+    fn get(&self, id: FileId) -> Option<u32> {
+        if id < DENSE_IDS {
+            self.dense.get(id as usize).copied().filter(|&s| s != NIL)
+        } else {
+            self.sparse.get(&id).copied()
+        }
+    }
+
+    fn insert(&mut self, id: FileId, slot: u32) {
+        if id < DENSE_IDS {
+            let i = id as usize;
+            if i >= self.dense.len() {
+                self.dense.resize(i + 1, NIL);
+            }
+            self.dense[i] = slot;
+        } else {
+            self.sparse.insert(id, slot);
+        }
+        self.len += 1;
+    }
+
+    fn remove(&mut self, id: FileId) {
+        if id < DENSE_IDS {
+            self.dense[id as usize] = NIL;
+        } else {
+            self.sparse.remove(&id);
+        }
+        self.len -= 1;
+    }
+}
+
 /// A least-recently-used cache of whole files, bounded by their total size in bytes.
 ///
 /// It answers one question for the node model: does serving this file cost disk time (a miss) or
@@ -53,7 +98,7 @@ type IdMap<V> = HashMap<FileId, V, BuildHasherDefault<IdHasher>>;
 pub struct LruBytes {
     capacity: u64,
     used: u64,
-    index: IdMap<u32>,
+    index: Index,
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Most and least recently used slots.
@@ -70,7 +115,7 @@ impl LruBytes {
         LruBytes {
             capacity: capacity_bytes,
             used: 0,
-            index: IdMap::default(),
+            index: Index::default(),
             slots: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -99,23 +144,23 @@ impl LruBytes {
 
     /// Files currently cached.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.index.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.index.len == 0
     }
 
     /// Whether the file at `key` (named by path) is cached.
     pub fn contains(&self, key: &str) -> bool {
         self.paths
             .get(key)
-            .is_some_and(|id| self.index.contains_key(id))
+            .is_some_and(|&id| self.index.get(id).is_some())
     }
 
     /// Whether the file `id` is cached.
     pub fn contains_id(&self, id: FileId) -> bool {
-        self.index.contains_key(&id)
+        self.index.get(id).is_some()
     }
 
     /// Record an access to the file at path `key` of `size` bytes; true on a hit. A miss admits
@@ -136,7 +181,7 @@ impl LruBytes {
     /// Record an access to file `id` of `size` bytes; true on a hit. A miss admits the file,
     /// evicting least recently used files until it fits.
     pub fn access_id(&mut self, id: FileId, size: u64) -> bool {
-        if let Some(&s) = self.index.get(&id) {
+        if let Some(s) = self.index.get(id) {
             if self.slots[s as usize].size == size {
                 self.unlink(s);
                 self.push_front(s);
@@ -179,7 +224,7 @@ impl LruBytes {
         self.unlink(s);
         let slot = &self.slots[s as usize];
         self.used -= slot.size;
-        self.index.remove(&slot.id);
+        self.index.remove(slot.id);
         self.free.push(s);
     }
 
@@ -267,8 +312,11 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let id = (x % 1000) * (x % 7) / 6; // skewed towards small ids
-            let size = 1 + (id * 7919) % 9000;
+            let mut id = (x % 1000) * (x % 7) / 6; // skewed towards small ids
+            if id % 5 == 0 {
+                id += u64::MAX / 2; // and some beyond the dense range
+            }
+            let size = 1 + id.wrapping_mul(7919) % 9000;
             let want = if let Some(i) = list.iter().position(|e| e.0 == id) {
                 list.remove(i);
                 true

@@ -313,7 +313,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let mut id = (x % 1000) * (x % 7) / 6; // skewed towards small ids
-            if id % 5 == 0 {
+            if id.is_multiple_of(5) {
                 id += u64::MAX / 2; // and some beyond the dense range
             }
             let size = 1 + id.wrapping_mul(7919) % 9000;

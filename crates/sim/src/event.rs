@@ -184,7 +184,7 @@ mod tests {
             let at = q.now() + x % 50;
             q.schedule(at, i);
             want.push((at, i));
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 got.push(q.pop().unwrap());
             }
         }

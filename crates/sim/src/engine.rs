@@ -116,6 +116,8 @@ struct Page {
     cachable: bool,
     /// CPU beyond the static-file cost for the current object.
     extra_cpu_s: f64,
+    /// Bytes the current object puts on the NIC (set when it reaches the CPU).
+    nic_bytes: u64,
     handshake: bool,
     measured: bool,
 }
@@ -440,6 +442,7 @@ impl Engine {
             db_s,
             cachable,
             extra_cpu_s: 0.0,
+            nic_bytes: 0,
             handshake,
             measured: now >= self.warmup,
         };
@@ -547,7 +550,8 @@ impl Engine {
 
     fn cpu_stage(&mut self, now: Nanos, page: u32) {
         let p = self.pages[page as usize];
-        let (work, _) = self.object_work(&p);
+        let (work, bytes) = self.object_work(&p);
+        self.pages[page as usize].nic_bytes = bytes;
         let node = p.node as usize;
         let mut done = std::mem::take(&mut self.completions);
         self.nodes[node]
@@ -609,9 +613,8 @@ impl Engine {
     }
 
     fn cpu_done(&mut self, now: Nanos, page: u32) {
-        let p = self.pages[page as usize];
-        let (_, bytes) = self.object_work(&p);
-        let slot = self.nodes[p.node as usize].nic.send(secs(now), bytes);
+        let p = &self.pages[page as usize];
+        let slot = self.nodes[p.node as usize].nic.send(secs(now), p.nic_bytes);
         self.q
             .schedule(nanos_ceil(slot.finish), Ev::NicDone { page });
     }
@@ -835,6 +838,7 @@ pub fn dispatch_trace(
             db_s: 0.001,
             cachable: true,
             extra_cpu_s: 0.0,
+            nic_bytes: 0,
             handshake: false,
             measured: false,
         });

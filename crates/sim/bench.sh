@@ -17,7 +17,7 @@ timed() { # label, command...
   local l; l=$(load)
   /usr/bin/time -f "%e %U %S" -o "$out/t" "${@:2}" > "$out/log" 2>&1
   read -r wall user sys < "$out/t"
-  local ev; ev=$(grep -o '[0-9]* events' "$out/log" | head -1 | cut -d' ' -f1)
+  local ev; ev=$(grep -o '[0-9][0-9]* events' "$out/log" | head -1 | cut -d' ' -f1)
   printf '%-40s wall %7.2f s  cpu %7.2f s  events %10s  M events/cpu-s %5.2f  load %s\n' \
     "$1" "$wall" "$(echo "$user + $sys" | bc)" "$ev" "$(echo "scale=2; $ev / ($user + $sys) / 1000000" | bc)" "$l"
 }
@@ -36,7 +36,7 @@ for w in $what; do
           '"$bin"' sim "$s" --nodes 8 --rate 200 --duration 10m --replications 3 --seed 1 --quiet --out '"$out"'/m/"$s"
         done' > "$out/log" 2>&1
       read -r wall user sys < "$out/t"
-      ev=$(grep -o '[0-9]* events' "$out/log" | cut -d' ' -f1 | paste -sd+ | bc)
+      ev=$(grep -o '[0-9][0-9]* events' "$out/log" | cut -d' ' -f1 | paste -sd+ | bc)
       printf '%-40s wall %7.2f s  cpu %7.2f s  events %10s  M events/cpu-s %5.2f  load %s\n' \
         "matrix 126 runs" "$wall" "$(echo "$user + $sys" | bc)" "$ev" "$(echo "scale=2; $ev / ($user + $sys) / 1000000" | bc)" "$l"
     done ;;

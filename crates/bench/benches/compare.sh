@@ -202,7 +202,7 @@ if [[ " $SECTIONS " == *" d "* ]]; then
   for s in $MEM_SECS; do
     ensure_nginx
     $GEN "$CAPSTAN" bench "$URL" -q -t 1 --rate "$MEM_RATE" --keepalive --connections "$CONNS" \
-      -d "${s}s" --json "$WORK/r.json" 2>/dev/null &
+      ${MEM_FLAGS:-} -d "${s}s" --json "$WORK/r.json" 2>/dev/null &
     pid=$!
     hwm=0
     while kill -0 $pid 2>/dev/null; do

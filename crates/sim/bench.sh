@@ -4,7 +4,7 @@
 #                                              what: single matrix scaling; default all three)
 # Every measurement prints wall seconds, user+sys CPU seconds (from /usr/bin/time, less
 # sensitive than wall time to other work on a shared machine) and the 1-minute load average
-# just before it started. Runs are repeated 3 times; take medians.
+# just before it started. Runs are repeated RUNS times (default 3); take medians.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-target/release/capstan}
@@ -24,12 +24,12 @@ timed() { # label, command...
 for w in $what; do
   case $w in
   single) # events/s on one core
-    for i in 1 2 3; do
+    for i in $(seq "${RUNS:-3}"); do
       timed "transaction cap 8n 200/s 10m" $bin sim transaction --policies cap --nodes 8 --rate 200 \
         --duration 10m --replications 1 --seed 1 --jobs 1 --quiet --out "$out/o"
     done ;;
   matrix) # results.sh's first loop: 6 scenarios x 7 policies x 3 seeds, 2 threads
-    for i in 1 2 3; do
+    for i in $(seq "${RUNS:-3}"); do
       l=$(load)
       /usr/bin/time -f "%e %U %S" -o "$out/t" bash -c '
         for s in publishing-static publishing-dynamic transaction commerce-secure commerce-mixed commerce; do

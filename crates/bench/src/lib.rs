@@ -83,18 +83,7 @@ pub async fn run(
     raise_fd_limit();
     let tls = tls::client(&config)?;
     let table = source::RequestTable::build(&config)?;
-    let (replay_times, replay_index) = match &config.engine {
-        Engine::Replay { log, .. } => {
-            let index = table.index();
-            let idx = log
-                .entries
-                .iter()
-                .map(|e| index[&(e.method.as_str(), e.path.as_str())])
-                .collect();
-            (engine::replay_times(&config), idx)
-        }
-        _ => (Vec::new(), Vec::new()),
-    };
+    let (replay_times, replay_index) = replay_schedule(&config, &table);
     let window_s = match &config.engine {
         Engine::Open { rate } | Engine::Sessions { rate, .. } => {
             engine::profile(&config, *rate)?.end_s
@@ -206,28 +195,34 @@ pub async fn run(
     ))
 }
 
+/// For the replay engine, each log entry's start time and its row in the request table; empty
+/// for the other engines.
+fn replay_schedule(config: &BenchConfig, table: &source::RequestTable) -> (Vec<f64>, Vec<u32>) {
+    match &config.engine {
+        Engine::Replay { log, .. } => {
+            let index = table.index();
+            let rows = log
+                .entries
+                .iter()
+                .map(|e| index[&(e.method.as_str(), e.path.as_str())])
+                .collect();
+            (engine::replay_times(config), rows)
+        }
+        _ => (Vec::new(), Vec::new()),
+    }
+}
+
 /// The first `n` scheduled requests of shard 0, thread 0 (open and replay engines): seconds from
 /// the start, method and path. The same seed gives the same list.
 pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, String)>, BenchError> {
     config.validate()?;
     let table = source::RequestTable::build(config)?;
-    let (replay_times, replay_index) = match &config.engine {
-        Engine::Replay { log, .. } => {
-            let index = table.index();
-            let idx = log
-                .entries
-                .iter()
-                .map(|e| index[&(e.method.as_str(), e.path.as_str())])
-                .collect();
-            (engine::replay_times(config), idx)
-        }
-        Engine::Open { .. } => (Vec::new(), Vec::new()),
-        _ => {
-            return Err(BenchError::Config(
-                "preview needs the open or replay engine".into(),
-            ))
-        }
-    };
+    if !matches!(config.engine, Engine::Open { .. } | Engine::Replay { .. }) {
+        return Err(BenchError::Config(
+            "preview needs the open or replay engine".into(),
+        ));
+    }
+    let (replay_times, replay_index) = replay_schedule(config, &table);
     let ctx = engine::Ctx {
         cfg: config.clone(),
         table,

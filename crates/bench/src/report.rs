@@ -7,6 +7,35 @@ use crate::result::{decode_hist, RunResult};
 
 type Series = (&'static str, RGBColor, Vec<(f64, f64)>);
 
+/// Mesh, one line per series and the legend, on either kind of x axis.
+fn draw_lines<'a, DB, X>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+) where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let _ = chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw();
+    for (name, color, data) in series {
+        let c = *color;
+        if let Ok(a) = chart.draw_series(LineSeries::new(data.iter().copied(), c.stroke_width(2))) {
+            a.label(*name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
+        }
+    }
+    let _ = chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw();
+}
+
 fn plot(title: &str, x_label: &str, y_label: &str, series: &[Series], log_x: bool) -> String {
     let mut svg = String::new();
     {
@@ -35,46 +64,10 @@ fn plot(title: &str, x_label: &str, y_label: &str, series: &[Series], log_x: boo
             if let Ok(mut chart) =
                 b.build_cartesian_2d((x0.max(1.0)..x1.max(2.0)).log_scale(), 0.0..y1)
             {
-                let _ = chart
-                    .configure_mesh()
-                    .x_desc(x_label)
-                    .y_desc(y_label)
-                    .draw();
-                for (name, color, data) in series {
-                    let c = *color;
-                    if let Ok(a) =
-                        chart.draw_series(LineSeries::new(data.iter().copied(), c.stroke_width(2)))
-                    {
-                        a.label(*name)
-                            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
-                    }
-                }
-                let _ = chart
-                    .configure_series_labels()
-                    .border_style(BLACK)
-                    .background_style(WHITE)
-                    .draw();
+                draw_lines(&mut chart, x_label, y_label, series);
             }
         } else if let Ok(mut chart) = b.build_cartesian_2d(x0..x1, 0.0..y1) {
-            let _ = chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .draw();
-            for (name, color, data) in series {
-                let c = *color;
-                if let Ok(a) =
-                    chart.draw_series(LineSeries::new(data.iter().copied(), c.stroke_width(2)))
-                {
-                    a.label(*name)
-                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c));
-                }
-            }
-            let _ = chart
-                .configure_series_labels()
-                .border_style(BLACK)
-                .background_style(WHITE)
-                .draw();
+            draw_lines(&mut chart, x_label, y_label, series);
         }
         let _ = root.present();
     }

@@ -334,20 +334,8 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
 /// The fields of a node's `/_capstan/load` the lab uses.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct LoadReport {
-    pub interval: Window,
-    pub since_start: Window,
-}
-
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Window {
-    pub length_s: f64,
-    pub cpu_util: f64,
-    pub disk_util: f64,
-    pub nic_util: f64,
-    pub cpu_busy_s: f64,
-    pub disk_busy_s: f64,
-    pub nic_busy_s: f64,
-    pub served: u64,
+    pub interval: capstan_origin::Window,
+    pub since_start: capstan_origin::Window,
 }
 
 pub async fn load_report(addr: SocketAddr) -> Result<LoadReport, String> {

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Busy seconds per resource since the node started, read at time `at` (seconds since start).
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,8 +33,9 @@ pub struct LoadStats {
     interval_s: f64,
 }
 
-/// Utilisations and counts over one window.
-#[derive(Debug, Clone, Serialize)]
+/// Utilisations and counts over one window. Deserialisable, so clients of the report (the lab)
+/// read it with this very type.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Window {
     pub length_s: f64,
     pub cpu_util: f64,

@@ -85,12 +85,34 @@ pub struct Cluster {
     pub admin: SocketAddr,
 }
 
-/// A free loopback port: bind port 0, read it, let it go. Another process could take it in
-/// between; the switch then fails to start and the lab says so.
+/// A free loopback port that this process has not handed out before.
+///
+/// Binding port 0 and letting it go can give the same port twice in a row, and the kernel also
+/// hands its ephemeral ports to outgoing connections, so ports come from below the usual
+/// ephemeral range (32768 and up), starting at a place that differs per process, and each one is
+/// checked by binding it. Another process could still take it in between; the switch then fails to
+/// start and the lab says so.
+pub fn free_loopback_port() -> std::io::Result<SocketAddr> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let seed = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, seed, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = FIRST + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port as u16)) {
+            return listener.local_addr();
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "every loopback port from 20000 to 31999 is taken",
+    ))
+}
+
 fn free_port() -> Result<SocketAddr, LabError> {
-    let l = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| LabError::Run(format!("no free port: {e}")))?;
-    l.local_addr().map_err(|e| LabError::Run(e.to_string()))
+    free_loopback_port().map_err(|e| LabError::Run(format!("no free port: {e}")))
 }
 
 fn start_node(

@@ -72,7 +72,7 @@ try:
 
     # The nodes' own view: how late their modelled waits ended past the deadlines.
     import json
-    waits, late, worst = 0, 0.0, 0.0
+    waits, late, worst, early, leads = 0, 0.0, 0.0, 0, []
     for addr in addrs:
         host, port = addr.rsplit(":", 1)
         c = http.client.HTTPConnection(host, int(port))
@@ -81,7 +81,9 @@ try:
         if not t:  # an older node without the figure
             continue
         waits += t["waits"]; late += t["mean_late_us"] * t["waits"]; worst = max(worst, t["max_late_us"])
-    print(f"node-side: {waits} modelled waits, mean {late / max(waits, 1):.0f} us late, max {worst:.0f} us")
+        early += t.get("early_waits", 0); leads.append(t.get("lead_us", 0.0))
+    print(f"node-side: {waits} modelled waits, mean {late / max(waits, 1):.0f} us late, max {worst:.0f} us, "
+          f"{early} early; lead now median {statistics.median(leads) if leads else 0:.0f} us")
 finally:
     for p in procs:
         p.terminate()

@@ -77,13 +77,17 @@ pub struct LoadReport {
     pub timer: Option<TimerReport>,
 }
 
-/// Accuracy of an emulated node's waits: every wait for a modelled completion (disk, CPU, NIC)
-/// ends a little after its deadline; this is how much, since start.
+/// Accuracy of an emulated node's waits for modelled completions (disk, CPU, NIC), since start.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimerReport {
     pub waits: u64,
+    /// Mean and largest time past the deadline (an early wake-up counts as 0).
     pub mean_late_us: f64,
     pub max_late_us: f64,
+    /// Waits that ended before their deadline.
+    pub early_waits: u64,
+    /// How far ahead of their deadlines waits are set now, to make up for wake-up delay.
+    pub lead_us: f64,
 }
 
 fn window(from: &Snapshot, to: &Snapshot) -> Window {

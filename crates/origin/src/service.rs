@@ -14,7 +14,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::emulated::Emulated;
-use crate::load::{Busy, CacheReport, LoadReport, LoadStats, TimerReport};
+use crate::load::{Busy, CacheReport, LoadReport, LoadStats};
 use crate::real::{materialize, Real};
 use crate::{OriginConfig, OriginError, Resources};
 
@@ -155,14 +155,7 @@ impl Node {
             since_start,
             cache,
             timer: match &self.res {
-                Res::Emulated(e) => {
-                    let (waits, mean_late_us, max_late_us) = e.lateness();
-                    Some(TimerReport {
-                        waits,
-                        mean_late_us,
-                        max_late_us,
-                    })
-                }
+                Res::Emulated(e) => Some(e.lateness()),
                 Res::Real(_) => None,
             },
         }

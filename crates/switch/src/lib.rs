@@ -7,6 +7,7 @@ pub mod body;
 pub mod cluster;
 pub mod config;
 pub mod gather;
+pub mod io;
 pub mod proxy;
 pub mod server;
 

@@ -15,7 +15,9 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::io::{Acceptor, LazyStream};
 use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::cluster::{Cluster, Epoch};
@@ -171,7 +173,7 @@ impl Watchdog {
 
 /// A client socket that tells its [`ConnState`] when bytes move.
 struct TrackedStream {
-    inner: TcpStream,
+    inner: LazyStream,
     state: Arc<ConnState>,
 }
 
@@ -311,7 +313,7 @@ fn serve_on(
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
     for listener in listeners {
-        let listener = TcpListener::from_std(listener)?;
+        let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
         tasks.push(tokio::spawn(accept_loop(Arc::clone(&switch), listener)));
     }
@@ -365,7 +367,7 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
-async fn accept_loop(switch: Arc<Switch>, listener: TcpListener) {
+async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
     let mut stop = switch.shutdown.subscribe();
     loop {
         let permit = tokio::select! {
@@ -400,7 +402,7 @@ async fn accept_loop(switch: Arc<Switch>, listener: TcpListener) {
     }
 }
 
-async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketAddr) {
+async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, peer: SocketAddr) {
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
     let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
@@ -412,6 +414,12 @@ async fn serve_connection(switch: &Arc<Switch>, stream: TcpStream, peer: SocketA
     let mut builder = http1::Builder::new();
     builder
         .keep_alive(true)
+        // Do not read from the client while its request is being answered only to notice that
+        // it went away (HAProxy's default too, without `option abortonclose`): that read would
+        // fail with EAGAIN on nearly every request and cost the registration with the event
+        // loop that a one-request connection otherwise never needs (see `crate::io`). A
+        // client that half-closes after its request still gets the answer.
+        .half_close(true)
         .header_read_timeout(None)
         .max_header_size(config.limits.max_request_line + config.limits.max_header_bytes + 64);
     if config.limits.max_headers != 100 {

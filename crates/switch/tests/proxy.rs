@@ -231,3 +231,62 @@ async fn upstream_timeout_gives_504() {
         "a timeout does not take the node out"
     );
 }
+
+/// A client that shuts down its sending side right after its request (as some HTTP/1.0 clients
+/// and scripts do) still gets the whole answer, even when the node takes a while.
+#[tokio::test]
+async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a = Backend::start("a").await;
+    let sw = start_switch(&config_for(&[&a], "")).await;
+    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0])
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /slow?ms=200 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
+        .await
+        .expect("answered within 10 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+}
+
+/// Client sockets are read and written directly until a call would block, and only then join
+/// the event loop: a head that arrives in pieces, and a second request on the same connection
+/// after a pause, both wait on the event loop and must still be served.
+#[tokio::test]
+async fn requests_that_arrive_in_pieces_and_after_pauses_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a = Backend::start("a").await;
+    let sw = start_switch(&config_for(&[&a], "")).await;
+    let mut stream = tokio::net::TcpStream::connect(sw.listen_addrs[0])
+        .await
+        .unwrap();
+    stream.set_nodelay(true).unwrap();
+    for piece in [&b"GET /first HTTP/1.1\r\n"[..], b"Host: x\r\n", b"\r\n"] {
+        stream.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    let first = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stream
+        .write_all(b"GET /headers?n=2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out))
+        .await
+        .expect("answered within 10 s")
+        .unwrap();
+    let second = String::from_utf8_lossy(&out);
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.contains("GET /headers?n=2"), "{second}");
+}

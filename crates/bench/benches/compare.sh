@@ -8,7 +8,8 @@
 # Sections (SECTIONS="a b c d" by default):
 #   a  keep-alive requests/s, one generator thread, CONNS connections: wrk -t1 vs capstan (closed
 #      engine, and open engine at a rate beyond capacity), plus each tool's CPU per request
-#   b  new connections/s (connection per request), CONNS concurrent: ab vs httperf vs capstan
+#   b  new connections/s (connection per request): ab vs capstan's closed engine, CONNS concurrent;
+#      httperf vs capstan's open engine, both offered HP_RATE/s
 #   c  open loop at OPEN_RATE req/s, connection per request: h2load -r vs httperf --rate vs capstan
 #      (achieved rate; capstan's own generator lag)
 #   d  peak RSS (VmHWM) of capstan at MEM_RATE req/s keep-alive for each of MEM_SECS
@@ -142,6 +143,12 @@ b_capstan() {
   "${CB[@]}" --clients "$CONNS" -d "${SECS}s"
   B_RPS=$(q .completed_rps); B_MSG="errors $(q .errors_total)"
 }
+# The like-for-like peer of httperf: capstan's open engine offered the same HP_RATE, the same
+# 1 s timeout, a new connection per request.
+b_open() {
+  "${CB[@]}" --rate "$HP_RATE" --timeout 1s -d "${SECS}s" 2>/dev/null
+  B_RPS=$(q .completed_rps); B_MSG="errors $(q .errors_total) (of $(q .started) started)"
+}
 # h2load's rate mode starts OPEN_RATE connections a second, one request each.
 c_h2load() {
   $GEN h2load --h1 -r "$OPEN_RATE" -c "$N" -n "$N" -t 1 "$URL" >"$WORK/h2.out" 2>&1 || true
@@ -174,7 +181,7 @@ fi
 if [[ " $SECTIONS " == *" b "* ]]; then
   echo; echo "== b: connection per request (HTTP/1.0), $CONNS concurrent (httperf: open loop at $HP_RATE/s)"
   for r in $(seq "$ROUNDS"); do
-    for c in ab httperf capstan; do
+    for c in ab httperf capstan open; do
       checked "b_$c"
       add "b_$c" "$B_RPS"
       printf 'round %d %-8s %10s conn/s  %s  load %s\n' "$r" "$c" "$B_RPS" "$B_MSG" "$(load)"
@@ -225,8 +232,8 @@ if [[ " $SECTIONS " == *" a "* ]]; then
   echo "a CPU µs/request:   wrk $wu, capstan closed $cu (wrk/capstan $(ratio "$wu" "$cu")), capstan open $ou (wrk/capstan $(ratio "$wu" "$ou"))"
 fi
 if [[ " $SECTIONS " == *" b "* ]]; then
-  a=$(median "${VALS[b_ab]}"); h=$(median "${VALS[b_httperf]}"); c=$(median "${VALS[b_capstan]}")
-  echo "b conn/s: ab $a, httperf $h, capstan $c (vs ab $(ratio "$c" "$a"), vs httperf $(ratio "$c" "$h"))"
+  a=$(median "${VALS[b_ab]}"); h=$(median "${VALS[b_httperf]}"); c=$(median "${VALS[b_capstan]}"); o=$(median "${VALS[b_open]}")
+  echo "b conn/s: ab $a, httperf $h, capstan closed $c (vs ab $(ratio "$c" "$a")), capstan open at $HP_RATE/s $o (vs httperf $(ratio "$o" "$h"))"
 fi
 if [[ " $SECTIONS " == *" c "* ]]; then
   echo "c achieved at $OPEN_RATE/s: h2load $(median "${VALS[c_h2load]}"), httperf $(median "${VALS[c_httperf]}"), capstan $(median "${VALS[c_capstan]}"); capstan lag p50 $(median "${VALS[c_lag50]}") p99 $(median "${VALS[c_lag99]}") max $(median "${VALS[c_lagmax]}") ms"

@@ -3,13 +3,14 @@
 //! configured load (lane `k` of `L` gets `1/L` of the rate or of the clients).
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan_workload::{stream, Arrivals, RateProfile};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::config::{BenchConfig, Engine, ReplaySpeed};
 use crate::http::{self, Conn, ErrorKind};
@@ -52,9 +53,10 @@ struct Lane {
     stats: RefCell<Stats>,
     /// Open engine, connection per request: sockets allowed in connect state.
     connect_slots: Semaphore,
-    /// Open engine, keep-alive: connections in the pool, and the idle ones.
-    pool_slots: Semaphore,
-    idle: RefCell<Vec<Conn>>,
+    /// Open engine, keep-alive: due requests (index, intended start) waiting for one of the
+    /// connection workers, and the signal that one arrived.
+    queue: RefCell<VecDeque<(u32, Instant)>>,
+    work: Notify,
     /// Requests handed to a task and not finished (waiting for a slot or in flight).
     pending: Cell<usize>,
 }
@@ -161,21 +163,30 @@ impl Lane {
         }
     }
 
-    /// An open-loop request: waits for a connection slot (keeping its intended start), sends.
+    /// An open-loop request on a new connection: waits for a connect slot (keeping its
+    /// intended start), connects, sends.
     async fn open_request(self: Rc<Self>, idx: u32, intended: Instant) {
-        if self.ctx.cfg.keepalive {
-            if let Ok(_permit) = self.pool_slots.acquire().await {
-                let mut conn = self.idle.borrow_mut().pop();
-                self.fetch(&mut conn, idx, intended, false).await;
-                if let Some(c) = conn {
-                    self.idle.borrow_mut().push(c);
-                }
-            }
-        } else {
-            let mut conn = None;
-            self.fetch(&mut conn, idx, intended, true).await;
-        }
+        let mut conn = None;
+        self.fetch(&mut conn, idx, intended, true).await;
         self.pending.set(self.pending.get() - 1);
+    }
+
+    /// Open engine, keep-alive: one connection, taking due requests from the queue in order
+    /// (each keeps its intended start, so waiting in the queue counts in its latency). A fixed
+    /// set of these replaces a task and a semaphore wait per request, which cost more CPU than
+    /// the request itself once the server falls behind and the queue is long.
+    async fn keepalive_worker(self: Rc<Self>) {
+        let mut conn = None;
+        loop {
+            let next = self.queue.borrow_mut().pop_front();
+            match next {
+                Some((idx, intended)) => {
+                    self.fetch(&mut conn, idx, intended, false).await;
+                    self.pending.set(self.pending.get() - 1);
+                }
+                None => self.work.notified().await,
+            }
+        }
     }
 
     fn at(&self, t: f64) -> Instant {
@@ -258,8 +269,8 @@ pub(crate) fn run_lane(
     let lane_state = Rc::new(Lane {
         stats: RefCell::new(Stats::new(ctx.t0, ctx.window_s, ctx.table.classes.len())),
         connect_slots: Semaphore::new(cfg.connections),
-        pool_slots: Semaphore::new(cfg.connections),
-        idle: RefCell::new(Vec::new()),
+        queue: RefCell::new(VecDeque::new()),
+        work: Notify::new(),
         pending: Cell::new(0),
         ctx: ctx.clone(),
     });
@@ -338,6 +349,13 @@ async fn open_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
     let timer = PreciseTimer::new();
     let max_inflight = l.ctx.cfg.max_inflight;
     let end = l.ctx.window_s;
+    let keepalive = l.ctx.cfg.keepalive;
+    if keepalive {
+        // Dropped with the lane's task set when the run (and its drain) is over.
+        for _ in 0..l.ctx.cfg.connections {
+            tokio::task::spawn_local(l.clone().keepalive_worker());
+        }
+    }
     for (t, idx) in sched {
         if t >= end {
             break;
@@ -355,7 +373,12 @@ async fn open_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
             }
         }
         l.pending.set(l.pending.get() + 1);
-        tokio::task::spawn_local(l.clone().open_request(idx, due));
+        if keepalive {
+            l.queue.borrow_mut().push_back((idx, due));
+            l.work.notify_one();
+        } else {
+            tokio::task::spawn_local(l.clone().open_request(idx, due));
+        }
     }
     let end = l.window_end();
     tokio::time::sleep_until(end.into()).await;

@@ -172,6 +172,30 @@ async fn a_stall_shows_in_corrected_but_not_uncorrected_p99() {
     assert!(r.cache.doc_hit_ratio > 0.99 && r.nodes["n1"] == r.completed);
 }
 
+/// Keep-alive, open loop past what the connections can carry: exactly `connections`
+/// connections stay busy, every due request is still offered, and those that waited for a
+/// connection count their wait (intended start) in the corrected latency.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_keepalive_uses_its_connections_and_queues_the_rest() {
+    let (url, max) = tiny_server(|_| Duration::from_millis(5)).await;
+    // 3 connections × ~5 ms each carry ~600/s; 1000/s are offered.
+    let mut c = cfg(url, 1000.0, 2.0);
+    c.keepalive = true;
+    c.connections = 3;
+    c.timeout = Duration::from_secs(5);
+    let r = run(c, None).await.unwrap();
+    assert_eq!(max.load(Ordering::SeqCst), 3);
+    assert!(r.offered >= 1990, "offered {}", r.offered);
+    assert!(r.completed_rps < 800.0, "{}", r.completed_rps);
+    assert!(r.completed > 500, "{}", r.completed);
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    let l = &r.latency_ms;
+    assert!(
+        l.corrected.p99 > 4.0 * l.uncorrected.p99,
+        "queueing shows in the corrected latency: {l:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_keeps_n_in_flight() {
     let (url, max) = tiny_server(|_| Duration::from_millis(5)).await;

@@ -122,13 +122,14 @@ fn list_path(target: &Target, entry: &str) -> Result<String, BenchError> {
     Ok(t.path)
 }
 
-/// `cgi` for CGI scripts, otherwise the file extension (`html`, `gif`, …) or `other`.
+/// A CGI script's own name (`cpu_light.cgi`: each script puts a different load on a node, so
+/// they are worth telling apart), otherwise the file extension (`html`, `gif`, …) or `other`.
 fn extension_group(path: &str) -> String {
     let p = path.split('?').next().unwrap_or(path);
-    if p.contains("/cgi-bin/") || p.ends_with(".cgi") {
-        return "cgi".into();
-    }
     let last = p.rsplit('/').next().unwrap_or("");
+    if p.contains("/cgi-bin/") || p.ends_with(".cgi") {
+        return if last.is_empty() { "cgi" } else { last }.to_string();
+    }
     match last.rsplit_once('.') {
         Some((_, ext)) if !ext.is_empty() && ext.len() <= 8 => ext.to_ascii_lowercase(),
         _ => "other".into(),
@@ -272,5 +273,18 @@ mod tests {
         };
         assert_eq!(seq(7), seq(7));
         assert_ne!(seq(7), seq(8));
+    }
+
+    #[test]
+    fn large_lists_group_by_extension_and_cgi_scripts_by_name() {
+        assert_eq!(extension_group("/dir/file5k.html"), "html");
+        assert_eq!(extension_group("/a/B.GIF"), "gif");
+        assert_eq!(extension_group("/cgi-bin/cpu_light.cgi"), "cpu_light.cgi");
+        assert_eq!(
+            extension_group("/cgi-bin/disk_load.cgi?file=/file5k.html"),
+            "disk_load.cgi"
+        );
+        assert_eq!(extension_group("/cgi-bin/"), "cgi");
+        assert_eq!(extension_group("/no-extension"), "other");
     }
 }

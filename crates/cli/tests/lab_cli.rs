@@ -209,9 +209,15 @@ fn mix_6040_quick() {
         .collect();
     assert_eq!(names, ["cap", "round-robin", "random"]);
     // Dynamic requests reach the nodes: CPU and disk are busy, the switch saw the cpu and disk
-    // classes, and the generator's classes separate CGI from static files.
+    // classes, and the generator's classes separate each CGI service from static files.
     let run = &series[0]["runs"][0];
-    assert!(run["per_class"].get("cgi").is_some() && run["per_class"].get("html").is_some());
+    for class in ["html", "cpu_light.cgi", "cpu_med.cgi", "disk_load.cgi"] {
+        assert!(
+            run["per_class"].get(class).is_some(),
+            "{class}: {}",
+            run["per_class"]
+        );
+    }
     let placed = &run["nodes"][0]["placed"];
     assert!(
         placed.get("cpu").is_some() && placed.get("static").is_some(),

@@ -228,6 +228,9 @@ fn mix_6040_quick() {
     assert_eq!(claims.len(), 3);
     assert!(claims[0]["ours_percent"].is_number());
     assert!(html.contains("Response time at 10 clients"));
+    // The nodes' utilisation over time, from the timeline each run recorded.
+    assert!(!run["timeline"].as_array().unwrap().is_empty());
+    assert!(html.contains("most / least loaded node over time"));
 }
 
 /// A custom experiment file with every override flag.

@@ -751,6 +751,77 @@ fn util_svg(r: &LabResults) -> Result<String, LabError> {
     Ok(svg)
 }
 
+/// The spread of node utilisation over the run at one load level: per policy, the most and the
+/// least loaded node's busiest resource, second by second (what `/_capstan/load` reported).
+/// `None` when no run at that level has a timeline.
+fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabError> {
+    let lines: Vec<(&str, Vec<(f64, f64)>, Vec<(f64, f64)>)> = r
+        .series
+        .iter()
+        .filter_map(|s| {
+            let l = s.nearest(level)?.level;
+            let run = s.runs.iter().find(|q| q.level == l)?;
+            let spread = |pick: fn(f64, f64) -> f64, start: f64| -> Vec<(f64, f64)> {
+                run.timeline
+                    .iter()
+                    .filter(|u| !u.util.is_empty())
+                    .map(|u| (u.t_s, 100.0 * u.util.iter().copied().fold(start, pick)))
+                    .collect()
+            };
+            let max = spread(f64::max, 0.0);
+            (!max.is_empty()).then(|| (s.label.as_str(), max, spread(f64::min, f64::INFINITY)))
+        })
+        .collect();
+    if lines.is_empty() {
+        return Ok(None);
+    }
+    let tmax = lines
+        .iter()
+        .flat_map(|(_, max, _)| max.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "most / least loaded node over time (busiest resource)",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..tmax, 0f64..105f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds into the measured window")
+            .y_desc("utilisation (%)")
+            .draw()
+            .map_err(err)?;
+        for (i, (label, max, min)) in lines.into_iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(max, c.stroke_width(2)))
+                .map_err(err)?
+                .label(format!("{label} max"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+            chart
+                .draw_series(LineSeries::new(min, c.mix(0.6).stroke_width(1)))
+                .map_err(err)?
+                .label(format!("{label} min"))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1))
+                });
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(Some(svg))
+}
+
 fn html(r: &LabResults) -> Result<String, LabError> {
     let mut h = String::new();
     let key = {
@@ -879,6 +950,15 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     }
     h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
     h.push_str(&util_svg(r)?);
+    if let Some(svg) = util_timeline_svg(r, key)? {
+        let _ = write!(
+            h,
+            "<h3>Over time at {} {} (first repetition)</h3>",
+            fmt_level(key),
+            esc(&r.x_label)
+        );
+        h.push_str(&svg);
+    }
     if let Some(p) = &r.paper {
         let _ = write!(
             h,

@@ -755,7 +755,8 @@ fn util_svg(r: &LabResults) -> Result<String, LabError> {
 /// least loaded node's busiest resource, second by second (what `/_capstan/load` reported).
 /// `None` when no run at that level has a timeline.
 fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabError> {
-    let lines: Vec<(&str, Vec<(f64, f64)>, Vec<(f64, f64)>)> = r
+    type Line = Vec<(f64, f64)>;
+    let lines: Vec<(&str, Line, Line)> = r
         .series
         .iter()
         .filter_map(|s| {

@@ -284,3 +284,24 @@ warmup = "0s"
     assert_eq!(series[0]["runs"][0]["nodes"].as_array().unwrap().len(), 2);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The session workload (CAP paper Table 1): besides per-class latency, each run records what a
+/// user waits for, the page (its HTML object and the embedded objects after it).
+#[test]
+fn sessions_quick_records_page_latency() {
+    let (r, html, _) = run_lab("sessions", &["sessions", "--quick", "--policies", "cap"]);
+    let run = &r["series"][0]["runs"][0];
+    let pages = &run["per_class"]["pages (sessions)"];
+    assert!(
+        pages["requests"].as_u64().unwrap() > 0,
+        "{}",
+        run["per_class"]
+    );
+    // Every page is at least one request.
+    assert!(
+        pages["requests"].as_u64().unwrap() <= run["completed"].as_u64().unwrap(),
+        "{run}"
+    );
+    assert!(pages["p50_ms"].as_f64().unwrap() > 0.0, "{pages}");
+    assert!(html.contains("pages (sessions)"));
+}

@@ -755,23 +755,7 @@ async fn measure(
         dropped: r.dropped,
         unfinished: r.unfinished,
         latency_ms: r.latency_ms.corrected.clone(),
-        per_class: r
-            .per_class
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    ClassLatency {
-                        requests: v.requests,
-                        errors: v.errors,
-                        mean_ms: v.latency_ms.mean,
-                        p50_ms: v.latency_ms.p50,
-                        p90_ms: v.latency_ms.p90,
-                        p99_ms: v.latency_ms.p99,
-                    },
-                )
-            })
-            .collect(),
+        per_class: per_class(&r),
         cdf,
         nodes,
         util_min: if util_min.is_finite() { util_min } else { 0.0 },
@@ -780,6 +764,31 @@ async fn measure(
         cpu,
         warnings,
     })
+}
+
+/// Latency per request class, and for session workloads per page too (a page is its HTML
+/// object and the embedded objects fetched after it: what a user waits for).
+fn per_class(r: &capstan_bench::RunResult) -> BTreeMap<String, ClassLatency> {
+    let of = |requests: u64, errors: u64, l: &capstan_bench::Percentiles| ClassLatency {
+        requests,
+        errors,
+        mean_ms: l.mean,
+        p50_ms: l.p50,
+        p90_ms: l.p90,
+        p99_ms: l.p99,
+    };
+    let mut classes: BTreeMap<String, ClassLatency> = r
+        .per_class
+        .iter()
+        .map(|(k, v)| (k.clone(), of(v.requests, v.errors, &v.latency_ms)))
+        .collect();
+    if r.sessions > 0 && r.page_ms.count > 0 {
+        classes.insert(
+            "pages (sessions)".into(),
+            of(r.page_ms.count, 0, &r.page_ms),
+        );
+    }
+    classes
 }
 
 fn versions() -> Versions {

@@ -57,7 +57,7 @@ struct Lane {
     /// connection workers, and the signal that one arrived.
     queue: RefCell<VecDeque<(u32, Instant)>>,
     work: Notify,
-    /// Requests handed to a task and not finished (waiting for a slot or in flight).
+    /// Requests handed to a task or queued for a worker and not finished (waiting or in flight).
     pending: Cell<usize>,
 }
 

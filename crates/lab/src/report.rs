@@ -247,24 +247,13 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             for s in &g {
                 if let (Some(peak), Some(last)) = (s.peak(), s.points.last()) {
                     if last.level > peak.level {
-                        let errs: u64 = s
+                        let (errs, done, stuck) = s
                             .runs
                             .iter()
                             .filter(|q| q.level == last.level)
-                            .map(|q| q.errors)
-                            .sum();
-                        let done: u64 = s
-                            .runs
-                            .iter()
-                            .filter(|q| q.level == last.level)
-                            .map(|q| q.completed)
-                            .sum();
-                        let stuck: u64 = s
-                            .runs
-                            .iter()
-                            .filter(|q| q.level == last.level)
-                            .map(|q| q.unfinished)
-                            .sum();
+                            .fold((0u64, 0u64, 0u64), |(e, d, u), q| {
+                                (e + q.errors, d + q.completed, u + q.unfinished)
+                            });
                         f.push(format!(
                             "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %): {} errors and {stuck} requests still unanswered at the end, for {} responses.",
                             s.policy,
@@ -683,6 +672,74 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
 
 /// Least and most loaded node's utilisation against load (CAP paper Fig. 10): solid max,
 /// dashed-looking thin min, one colour per series.
+/// One policy's most- and least-loaded-node utilisation lines, in percent.
+struct MinMaxLines<'a> {
+    label: &'a str,
+    max: Vec<(f64, f64)>,
+    min: Vec<(f64, f64)>,
+}
+
+/// The chart both utilisation plots share: per policy a bold line for the most loaded node and
+/// a light one (with markers when `mark_min`) for the least loaded.
+fn min_max_svg(
+    caption: &str,
+    x_desc: &str,
+    x: std::ops::Range<f64>,
+    height: u32,
+    lines: Vec<MinMaxLines>,
+    mark_min: bool,
+) -> Result<String, LabError> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(x, 0f64..105f64)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc("utilisation (%)")
+            .draw()
+            .map_err(err)?;
+        for (i, line) in lines.into_iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            let light = c.mix(0.6);
+            chart
+                .draw_series(LineSeries::new(line.max, c.stroke_width(2)))
+                .map_err(err)?
+                .label(format!("{} max", line.label))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+            if mark_min {
+                chart
+                    .draw_series(
+                        line.min
+                            .iter()
+                            .map(|p| TriangleMarker::new(*p, 3, light.filled())),
+                    )
+                    .map_err(err)?;
+            }
+            chart
+                .draw_series(LineSeries::new(line.min, light.stroke_width(1)))
+                .map_err(err)?
+                .label(format!("{} min", line.label))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], light.stroke_width(1))
+                });
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Min and max node utilisation against load (CAP paper Fig. 10).
 fn util_svg(r: &LabResults) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
     let xmin = r
@@ -692,71 +749,38 @@ fn util_svg(r: &LabResults) -> Result<String, LabError> {
         .fold(f64::INFINITY, f64::min)
         .min(xmax)
         * 0.9;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "min / max node utilisation (busiest resource)",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(xmin..xmax, 0f64..105f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(r.x_label.as_str())
-            .y_desc("utilisation (%)")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in r.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
-            let max: Vec<(f64, f64)> = s
+    let lines = r
+        .series
+        .iter()
+        .map(|s| MinMaxLines {
+            label: &s.label,
+            max: s
                 .points
                 .iter()
                 .map(|p| (p.level, 100.0 * p.util_max))
-                .collect();
-            let min: Vec<(f64, f64)> = s
+                .collect(),
+            min: s
                 .points
                 .iter()
                 .map(|p| (p.level, 100.0 * p.util_min))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(max, c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("{} max", s.label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(LineSeries::new(min.clone(), c.mix(0.6).stroke_width(1)))
-                .map_err(err)?
-                .label(format!("{} min", s.label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1))
-                });
-            chart
-                .draw_series(
-                    min.iter()
-                        .map(|p| TriangleMarker::new(*p, 3, c.mix(0.6).filled())),
-                )
-                .map_err(err)?;
-        }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
-    }
-    Ok(svg)
+                .collect(),
+        })
+        .collect();
+    min_max_svg(
+        "min / max node utilisation (busiest resource)",
+        &r.x_label,
+        xmin..xmax,
+        430,
+        lines,
+        true,
+    )
 }
 
 /// The spread of node utilisation over the run at one load level: per policy, the most and the
 /// least loaded node's busiest resource, second by second (what `/_capstan/load` reported).
 /// `None` when no run at that level has a timeline.
 fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabError> {
-    type Line = Vec<(f64, f64)>;
-    let lines: Vec<(&str, Line, Line)> = r
+    let lines: Vec<MinMaxLines> = r
         .series
         .iter()
         .filter_map(|s| {
@@ -770,7 +794,11 @@ fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabEr
                     .collect()
             };
             let max = spread(f64::max, 0.0);
-            (!max.is_empty()).then(|| (s.label.as_str(), max, spread(f64::min, f64::INFINITY)))
+            (!max.is_empty()).then(|| MinMaxLines {
+                label: &s.label,
+                max,
+                min: spread(f64::min, f64::INFINITY),
+            })
         })
         .collect();
     if lines.is_empty() {
@@ -778,49 +806,17 @@ fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabEr
     }
     let tmax = lines
         .iter()
-        .flat_map(|(_, max, _)| max.iter().map(|p| p.0))
+        .flat_map(|line| line.max.iter().map(|p| p.0))
         .fold(1.0, f64::max);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 380)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "most / least loaded node over time (busiest resource)",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..tmax, 0f64..105f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds into the measured window")
-            .y_desc("utilisation (%)")
-            .draw()
-            .map_err(err)?;
-        for (i, (label, max, min)) in lines.into_iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
-            chart
-                .draw_series(LineSeries::new(max, c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("{label} max"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(LineSeries::new(min, c.mix(0.6).stroke_width(1)))
-                .map_err(err)?
-                .label(format!("{label} min"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.mix(0.6).stroke_width(1))
-                });
-        }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Some(svg))
+    min_max_svg(
+        "most / least loaded node over time (busiest resource)",
+        "seconds into the measured window",
+        0.0..tmax,
+        380,
+        lines,
+        false,
+    )
+    .map(Some)
 }
 
 fn html(r: &LabResults) -> Result<String, LabError> {

@@ -123,8 +123,7 @@ impl LazyStream {
     ) -> Poll<io::Result<T>> {
         if let LazyStream::Direct(s) = self {
             match direct(s) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if hand_to_tokio(&e) => {}
                 done => return Poll::Ready(done),
             }
         }
@@ -133,6 +132,15 @@ impl LazyStream {
             Err(e) => Poll::Ready(Err(e)),
         }
     }
+}
+
+/// A direct call that would block (or was interrupted) goes again through tokio, which waits
+/// for readiness.
+fn hand_to_tokio(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
 }
 
 impl AsyncRead for LazyStream {
@@ -153,9 +161,7 @@ impl AsyncRead for LazyStream {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if hand_to_tokio(&e) => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }

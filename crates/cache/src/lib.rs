@@ -13,3 +13,5 @@
 
 pub mod evict;
 pub mod rfc;
+pub mod key;
+pub mod store;

@@ -46,6 +46,9 @@ impl VaryKey {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+    pub fn from_bytes(bytes: &[u8]) -> VaryKey {
+        VaryKey(bytes.to_vec())
+    }
 }
 
 /// `None` for `Vary: *`.

@@ -52,6 +52,8 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
             metrics(switch),
         ),
         (&Method::GET, "/") => text("text/html; charset=utf-8", dashboard(&status(switch))),
+        (&Method::POST, "/cache/purge") => cache_purge(switch, req.uri().query()),
+        (&Method::POST, "/cache/ban") => cache_ban(switch, req.uri().query()),
         (&Method::POST, "/reload") => match switch.reload().await {
             Ok(summary) => text("text/plain; charset=utf-8", format!("{summary}\n")),
             Err(e) => error_response(
@@ -59,12 +61,12 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
                 &format!("reload refused, the old configuration keeps serving: {e}"),
             ),
         },
-        (_, "/status" | "/metrics" | "/" | "/reload") => {
+        (_, "/status" | "/metrics" | "/" | "/reload" | "/cache/purge" | "/cache/ban") => {
             error_response(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here")
         }
         _ => error_response(
             StatusCode::NOT_FOUND,
-            "no such admin page (try /, /status, /metrics, POST /reload)",
+            "no such admin page (try /, /status, /metrics, POST /reload, POST /cache/purge?url=, POST /cache/ban?prefix= or ?regex=)",
         ),
     }
 }
@@ -93,6 +95,9 @@ pub struct Status {
     pub reloads: u64,
     pub classes: Vec<String>,
     pub nodes: Vec<NodeStatus>,
+    /// The HTTP cache, when it is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::caching::report::CacheReport>,
 }
 
 #[derive(Serialize)]
@@ -194,7 +199,85 @@ fn status(switch: &Switch) -> Status {
         reloads: switch.reloads.load(Ordering::Relaxed),
         classes,
         nodes,
+        cache: switch.cache.as_ref().map(|c| c.report()),
     }
+}
+
+/// Reads one `name=value` of a query string, percent-decoded.
+fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
+        match (bytes[i], hex(i + 1), hex(i + 2)) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+                continue;
+            }
+            (b'+', _, _) => out.push(b' '),
+            (b, _, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn no_cache() -> Response<ResponseBody> {
+    error_response(
+        StatusCode::NOT_FOUND,
+        "the cache is off (add a [cache] section and restart)",
+    )
+}
+
+/// `POST /cache/purge?url=http://host/path`: every variant of one URL.
+fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
+    let Some(layer) = &switch.cache else {
+        return no_cache();
+    };
+    let Some(url) = query_param(query, "url") else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "give the URL to purge: POST /cache/purge?url=http://host/path",
+        );
+    };
+    let purged = layer.purge(&url);
+    json(&serde_json::json!({ "url": url, "purged": purged }))
+}
+
+/// `POST /cache/ban?prefix=http://host/img/` or `?regex=\.png$`: every URL that matches.
+fn cache_ban(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
+    let Some(layer) = &switch.cache else {
+        return no_cache();
+    };
+    let banned = match (query_param(query, "prefix"), query_param(query, "regex")) {
+        (Some(prefix), None) => layer.store.ban(|url| url.starts_with(&prefix)),
+        (None, Some(re)) => match regex::Regex::new(&re) {
+            Ok(re) => layer.store.ban(|url| re.is_match(url)),
+            Err(e) => {
+                let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                return error_response(
+                    StatusCode::BAD_REQUEST,
+                    &format!("bad regex `{re}`: {first}"),
+                );
+            }
+        },
+        _ => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "give exactly one of ?prefix=URL-PREFIX or ?regex=PATTERN",
+            )
+        }
+    };
+    json(&serde_json::json!({ "banned": banned }))
 }
 
 /// Encodes the current counters at scrape time, so the request path only bumps atomics.
@@ -206,6 +289,7 @@ struct SwitchCollector {
 /// What the collector reads; `Cluster` itself is not `Debug`.
 struct ClusterSnapshot {
     cluster: Arc<Cluster>,
+    cache: Option<crate::caching::report::CacheReport>,
     open_connections: i64,
     accepted_connections: u64,
     now_nanos: u64,
@@ -339,6 +423,9 @@ impl Collector for SwitchCollector {
                 .encode_family(&labels)?
                 .encode_histogram::<Vec<(String, String)>>(sum_s, h.len(), &buckets, None)?;
         }
+        if let Some(report) = &snap.cache {
+            crate::caching::report::encode_metrics(report, &mut encoder)?;
+        }
         Ok(())
     }
 }
@@ -348,6 +435,7 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(SwitchCollector {
         cluster: Arc::new(ClusterSnapshot {
             cluster: switch.cluster.load_full(),
+            cache: switch.cache.as_ref().map(|c| c.report()),
             open_connections: switch.open_connections.load(Ordering::Relaxed) as i64,
             accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
             now_nanos: switch.epoch.now_nanos(),
@@ -402,12 +490,17 @@ fn dashboard(status: &Status) -> String {
          <p>policy <b>{}</b> · generation {} · up {:.0} s · {} connections open, {} accepted · {} reloads</p>\
          <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
          <th>load</th><th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
-         {rows}</table><p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
+         {rows}</table>{cache}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
         escape(&status.policy),
         status.generation,
         status.uptime_s,
         status.open_connections,
         status.accepted_connections,
         status.reloads,
+        cache = status
+            .cache
+            .as_ref()
+            .map(crate::caching::report::dashboard_section)
+            .unwrap_or_default(),
     )
 }

@@ -9,6 +9,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::caching::fill::FillReader;
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A request body larger than `limits.max_body_bytes`.
@@ -97,6 +99,8 @@ pub enum ResponseBody {
         inner: Incoming,
         on_end: Option<Box<dyn OnEnd>>,
     },
+    /// A cache fill's body, shared with every client that asked for it.
+    Fill(FillReader),
 }
 
 impl ResponseBody {
@@ -132,6 +136,7 @@ impl Body for ResponseBody {
         let this = self.get_mut();
         match this {
             ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Fill(reader) => Pin::new(reader).poll_frame(cx),
             ResponseBody::Upstream { inner, .. } => {
                 let polled = Pin::new(inner).poll_frame(cx);
                 match polled {
@@ -148,7 +153,7 @@ impl Body for ResponseBody {
                         // it knows, so the end is noticed here as well.
                         let ended = match this {
                             ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
-                            ResponseBody::Full(_) => false,
+                            ResponseBody::Full(_) | ResponseBody::Fill(_) => false,
                         };
                         if ended {
                             this.finish(true);
@@ -164,6 +169,7 @@ impl Body for ResponseBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ResponseBody::Full(bytes) => bytes.is_none(),
+            ResponseBody::Fill(reader) => reader.is_end_stream(),
             ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -172,6 +178,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ResponseBody::Full(None) => SizeHint::with_exact(0),
+            ResponseBody::Fill(reader) => reader.size_hint(),
             ResponseBody::Upstream { inner, .. } => inner.size_hint(),
         }
     }

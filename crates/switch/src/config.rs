@@ -14,6 +14,8 @@ use capstan_core::{
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+pub use crate::cache_config::CacheConfig;
+
 /// A validated configuration.
 #[derive(Clone, Debug, Serialize)]
 pub struct Config {
@@ -36,6 +38,8 @@ pub struct Config {
     pub health: Health,
     pub upstream: Upstream,
     pub load: LoadGathering,
+    /// The HTTP cache, when a `[cache]` section is present.
+    pub cache: Option<CacheConfig>,
 }
 
 /// A back-end node.
@@ -229,6 +233,7 @@ struct RawConfig {
     upstream: Upstream,
     #[serde(default)]
     load: LoadGathering,
+    cache: Option<CacheConfig>,
 }
 
 #[derive(Deserialize)]
@@ -318,6 +323,7 @@ impl Config {
             health: Health::default(),
             upstream: Upstream::default(),
             load: LoadGathering::default(),
+            cache: None,
         }
     }
 
@@ -348,6 +354,11 @@ impl Config {
             .map_err(|e| plain(format!("policy {}: {e}", self.policy.name())))?;
         check_limits(&self.limits).map_err(plain)?;
         check_load(&self.load).map_err(plain)?;
+        if let Some(cache) = &self.cache {
+            cache
+                .check(&class_names(&classifier))
+                .map_err(|(_, e)| plain(e))?;
+        }
         Ok(())
     }
 
@@ -548,6 +559,14 @@ fn check_limits(l: &Limits) -> Result<(), String> {
     Ok(())
 }
 
+fn class_names(classifier: &Classifier) -> Vec<String> {
+    classifier
+        .classes()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// Resolves `host:port` (an IP literal, or a name looked up once, now).
 pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
@@ -653,6 +672,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         health: raw.health,
         upstream: raw.upstream,
         load: raw.load,
+        cache: raw.cache,
     };
 
     let classifier = config.classifier().map_err(|e| {
@@ -680,6 +700,12 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
     check_load(&config.load).map_err(|e| loc.error(find_key(loc.text, "load"), e))?;
+    if let Some(cache) = &config.cache {
+        cache.check(&class_names(&classifier)).map_err(|(key, e)| {
+            let span = value_span(loc.text, &["cache", key]).or(find_key(loc.text, "cache"));
+            loc.error(span, e)
+        })?;
+    }
     Ok(config)
 }
 

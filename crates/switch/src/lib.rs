@@ -4,6 +4,8 @@
 
 pub mod admin;
 pub mod body;
+pub mod cache_config;
+pub mod caching;
 pub mod cluster;
 pub mod config;
 pub mod gather;

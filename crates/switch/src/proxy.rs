@@ -72,7 +72,7 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -222,7 +222,7 @@ fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-fn is_idempotent(method: &Method) -> bool {
+pub(crate) fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -331,21 +331,30 @@ async fn proxy(
         query: pq.query(),
         headers: &HeaderMapLookup(&parts.headers),
     });
-    let with_class = |mut resp: Response<ResponseBody>| {
-        if config.debug_headers {
-            resp.headers_mut()
-                .insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
-        }
-        resp
+    let forward = Forward {
+        switch: Arc::clone(switch),
+        cluster: Arc::clone(cluster),
+        conn: Arc::clone(conn),
+        class,
+        method: parts.method.clone(),
+        pq,
+        client_version: parts.version,
     };
-    let client_version = parts.version;
-    rewrite_request_headers(&mut parts.headers, peer, client_version);
+    let cache = crate::caching::Route::of(switch, cluster, class, &parts);
+    if let crate::caching::Route::Lookup = cache {
+        rewrite_request_headers(&mut parts.headers, peer, forward.client_version);
+        return crate::caching::serve(forward, parts).await;
+    }
+    if let crate::caching::Route::Purge = cache {
+        return Err(crate::caching::client_purge(&forward, &parts, peer));
+    }
+    rewrite_request_headers(&mut parts.headers, peer, forward.client_version);
 
     let empty_body = body.is_end_stream() || declared_length(&parts.headers) == Some(0);
     // Only a request that can be sent again unchanged may go to a second node.
     let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
     let body_limit_hit = (!empty_body).then(|| Arc::new(AtomicBool::new(false)));
-    let mut body = Some(match &body_limit_hit {
+    let up_body = match &body_limit_hit {
         None => UpstreamBody::Empty,
         Some(flag) => UpstreamBody::Stream {
             inner: body,
@@ -355,131 +364,170 @@ async fn proxy(
             },
             exceeded: Arc::clone(flag),
         },
-    });
-
-    let key = key_of(&pq, config.upstream.key);
-    let info = RequestInfo {
-        class,
-        key,
-        key_hash: hash_key(key),
     };
-    let mut exclude = None;
-    let mut last_failure: Option<String> = None;
-    for attempt in 0..2 {
-        let now = switch.epoch.now_nanos();
-        let view = LiveView {
-            now_nanos: now,
-            nodes: &cluster.nodes,
-            exclude,
-        };
-        let Some(node_id) = cluster
-            .policy
-            .pick(&info, &view)
-            .filter(|&id| id < cluster.nodes.len())
-        else {
-            return Err(with_class(match &last_failure {
-                Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
-                None => error_response(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no node available (all are down or backed off)",
-                ),
-            }));
-        };
-        let node = &cluster.nodes[node_id];
-        node.active.fetch_add(1, Ordering::Relaxed);
-        node.class_placed[class].fetch_add(1, Ordering::Relaxed);
-        let placement = Placement {
-            switch: Arc::clone(switch),
-            cluster: Arc::clone(cluster),
-            node_id,
-            class,
-            key: pq.clone(),
-            started_nanos: now,
-            conn: Arc::clone(conn),
-        };
-        let keep_for_retry = retryable && attempt == 0;
-        let headers = if keep_for_retry {
-            parts.headers.clone()
-        } else {
-            std::mem::take(&mut parts.headers)
-        };
-        let up_body = body.take().unwrap_or(UpstreamBody::Empty);
-        let up_req = upstream_request(&parts.method, headers, node, &pq, up_body);
+    let host = crate::caching::request_host(&parts);
+    let answer = forward
+        .dispatch(parts.headers, up_body, retryable, body_limit_hit)
+        .await;
+    if let (crate::caching::Route::Invalidate, Ok(resp)) = (cache, &answer) {
+        crate::caching::invalidate(&forward, &host, resp);
+    }
+    answer
+}
 
-        let sent =
-            tokio::time::timeout(config.timeouts.upstream, send_upstream(config, up_req)).await;
-        let (kind, cause) = match sent {
-            Ok(Ok(resp)) => {
-                node.record_response();
-                return Ok(forward_response(
-                    resp,
-                    placement,
-                    cluster,
-                    class,
-                    client_version,
-                ));
-            }
-            Ok(Err(_))
-                if body_limit_hit
-                    .as_ref()
-                    .is_some_and(|f| f.load(Ordering::Relaxed)) =>
-            {
-                placement.settle(false);
-                return Err(with_class(error_response(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!(
-                        "request body exceeds the limit of {} bytes",
-                        config.limits.max_body_bytes
-                    ),
-                )));
-            }
-            Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e)),
-            Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e)),
-            Err(_elapsed) => (FailureKind::Timeout, String::new()),
+/// A request on its way to a node: what dispatching and forwarding need, owned so that a
+/// background task (a cache fill) can carry it.
+pub(crate) struct Forward {
+    pub switch: Arc<Switch>,
+    pub cluster: Arc<Cluster>,
+    pub conn: Arc<ConnState>,
+    pub class: ClassId,
+    pub method: Method,
+    pub pq: PathAndQuery,
+    pub client_version: Version,
+}
+
+impl Forward {
+    fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
+        if self.cluster.config.debug_headers {
+            resp.headers_mut().insert(
+                &X_CAPSTAN_CLASS,
+                self.cluster.class_headers[self.class].clone(),
+            );
+        }
+        resp
+    }
+
+    /// Picks a node with the policy and sends the request there (once more elsewhere when
+    /// connecting fails and `retryable`). `Ok` is the node's response, `Err` the switch's own.
+    pub(crate) async fn dispatch(
+        &self,
+        mut headers: HeaderMap,
+        body: UpstreamBody,
+        retryable: bool,
+        body_limit_hit: Option<Arc<AtomicBool>>,
+    ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+        let (switch, cluster) = (&self.switch, &self.cluster);
+        let config = &cluster.config;
+        let key = key_of(&self.pq, config.upstream.key);
+        let info = RequestInfo {
+            class: self.class,
+            key,
+            key_hash: hash_key(key),
         };
-        placement.settle(false);
-        node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
-        let (name, addr) = (&node.config.name, node.config.address);
-        match kind {
-            FailureKind::Connect if keep_for_retry => {
-                let failure = format!("could not connect to node {name} ({addr}): {cause}");
-                tracing::debug!("{failure}; retrying on another node");
-                last_failure = Some(failure);
-                exclude = Some(node_id);
-            }
-            FailureKind::Connect => {
-                return Err(with_class(error_response(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("could not connect to node {name} ({addr}): {cause}"),
-                )));
-            }
-            FailureKind::Timeout => {
-                return Err(with_class(error_response(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    &format!(
-                        "node {name} ({addr}) sent no response within {}",
-                        humantime::format_duration(config.timeouts.upstream)
+        let mut body = Some(body);
+        let mut exclude = None;
+        let mut last_failure: Option<String> = None;
+        for attempt in 0..2 {
+            let now = switch.epoch.now_nanos();
+            let view = LiveView {
+                now_nanos: now,
+                nodes: &cluster.nodes,
+                exclude,
+            };
+            let Some(node_id) = cluster
+                .policy
+                .pick(&info, &view)
+                .filter(|&id| id < cluster.nodes.len())
+            else {
+                return Err(self.with_class(match &last_failure {
+                    Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
+                    None => error_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "no node available (all are down or backed off)",
                     ),
-                )));
-            }
-            FailureKind::Other => {
-                return Err(with_class(error_response(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("node {name} ({addr}) failed: {cause}"),
-                )));
+                }));
+            };
+            let node = &cluster.nodes[node_id];
+            node.active.fetch_add(1, Ordering::Relaxed);
+            node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
+            let placement = Placement {
+                switch: Arc::clone(switch),
+                cluster: Arc::clone(cluster),
+                node_id,
+                class: self.class,
+                key: self.pq.clone(),
+                started_nanos: now,
+                conn: Arc::clone(&self.conn),
+            };
+            let keep_for_retry = retryable && attempt == 0;
+            let attempt_headers = if keep_for_retry {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            let up_body = body.take().unwrap_or(UpstreamBody::Empty);
+            let up_req = upstream_request(&self.method, attempt_headers, node, &self.pq, up_body);
+
+            let sent =
+                tokio::time::timeout(config.timeouts.upstream, send_upstream(config, up_req)).await;
+            let (kind, cause) = match sent {
+                Ok(Ok(resp)) => {
+                    node.record_response();
+                    return Ok(forward_response(
+                        resp,
+                        placement,
+                        cluster,
+                        self.class,
+                        self.client_version,
+                    ));
+                }
+                Ok(Err(_))
+                    if body_limit_hit
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+                {
+                    placement.settle(false);
+                    return Err(self.with_class(error_response(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        &format!(
+                            "request body exceeds the limit of {} bytes",
+                            config.limits.max_body_bytes
+                        ),
+                    )));
+                }
+                Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e)),
+                Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e)),
+                Err(_elapsed) => (FailureKind::Timeout, String::new()),
+            };
+            placement.settle(false);
+            node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
+            let (name, addr) = (&node.config.name, node.config.address);
+            let failure = match kind {
+                FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
+                FailureKind::Timeout => format!(
+                    "node {name} ({addr}) sent no response within {}",
+                    humantime::format_duration(config.timeouts.upstream)
+                ),
+                FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
+            };
+            match kind {
+                FailureKind::Connect if keep_for_retry => {
+                    tracing::debug!("{failure}; retrying on another node");
+                    last_failure = Some(failure);
+                    exclude = Some(node_id);
+                }
+                FailureKind::Timeout => {
+                    return Err(
+                        self.with_class(error_response(StatusCode::GATEWAY_TIMEOUT, &failure))
+                    );
+                }
+                FailureKind::Connect | FailureKind::Other => {
+                    return Err(self.with_class(error_response(StatusCode::BAD_GATEWAY, &failure)));
+                }
             }
         }
+        Err(self.with_class(error_response(
+            StatusCode::BAD_GATEWAY,
+            last_failure
+                .as_deref()
+                .unwrap_or("no node could take the request"),
+        )))
     }
-    Err(with_class(error_response(
-        StatusCode::BAD_GATEWAY,
-        last_failure
-            .as_deref()
-            .unwrap_or("no node could take the request"),
-    )))
 }
 
 /// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
-fn rewrite_request_headers(headers: &mut HeaderMap, peer: &HeaderValue, version: Version) {
+pub(crate) fn rewrite_request_headers(headers: &mut HeaderMap, peer: &HeaderValue, version: Version) {
     strip_hop_by_hop(headers);
     append_list(headers, &X_FORWARDED_FOR, peer);
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));

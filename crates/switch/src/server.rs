@@ -30,6 +30,8 @@ pub struct Switch {
     pub open_connections: AtomicUsize,
     pub accepted_connections: AtomicU64,
     pub reloads: AtomicU64,
+    /// The HTTP cache, when the configuration has a `[cache]` section at start.
+    pub cache: Option<crate::caching::CacheLayer>,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
     reload_lock: tokio::sync::Mutex<()>,
@@ -272,6 +274,7 @@ impl Switch {
     pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
         config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         let max_connections = config.limits.max_connections;
+        let cache = config.cache.as_ref().map(crate::caching::CacheLayer::new);
         let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Switch {
@@ -280,6 +283,7 @@ impl Switch {
             open_connections: AtomicUsize::new(0),
             accepted_connections: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
+            cache,
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             reload_lock: tokio::sync::Mutex::new(()),
             shutdown,
@@ -321,6 +325,9 @@ fn serve_on(
         tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
             &switch,
         ))));
+        if switch.cache.is_some() {
+            tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
+        }
     }
     let admin_addr = match admin {
         Some(listener) => {
@@ -340,6 +347,21 @@ fn serve_on(
         admin_addr,
         tasks,
     })
+}
+
+/// Samples the cache's hit ratio for the status page's chart.
+async fn sample_cache(switch: Arc<Switch>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut stop = switch.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if let Some(cache) = &switch.cache {
+            cache.sample(switch.epoch.now_nanos() as f64 / 1e9);
+        }
+    }
 }
 
 /// A listening socket; with `reuse_port` several workers can each accept on the same address

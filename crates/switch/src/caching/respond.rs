@@ -1,0 +1,161 @@
+//! Responses made from the cache: a stored entry (with `Age`, conditional requests answered
+//! with `304`/`412`, `Range` with `206`/`416`, `HEAD` without a body) and the head of a fill.
+
+use std::time::SystemTime;
+
+use bytes::{Bytes, BytesMut};
+use capstan_cache::rfc::{self, CacheStatus, Conditional, RangeAnswer};
+use capstan_cache::store::Entry;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode};
+
+use crate::body::ResponseBody;
+
+use super::fill::{FillHead, FillReader};
+
+/// The header every cached answer carries (RFC 9211).
+pub static CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");
+
+fn set_cache_status(headers: &mut HeaderMap, status: &CacheStatus) {
+    headers.insert(&CACHE_STATUS, status.header_value());
+}
+
+/// The answer to a request from a stored entry.
+pub fn from_entry(
+    entry: &Entry,
+    method: &Method,
+    req: &HeaderMap,
+    now: SystemTime,
+    status: &CacheStatus,
+) -> Response<ResponseBody> {
+    let mut headers = entry.headers.clone();
+    headers.insert(header::AGE, entry.times.age_header(now));
+    set_cache_status(&mut headers, status);
+    match rfc::client_conditional(method, req, &entry.headers) {
+        Conditional::NotModified => return not_modified(&entry.headers, status),
+        Conditional::PreconditionFailed => {
+            return bare(StatusCode::PRECONDITION_FAILED, HeaderMap::new(), status)
+        }
+        Conditional::None => {}
+    }
+    let full_len = entry.body.len() as u64;
+    if entry.status == StatusCode::OK && *method == Method::GET {
+        match rfc::parse_range(req, &entry.headers, full_len) {
+            RangeAnswer::Full => {}
+            RangeAnswer::Unsatisfiable => {
+                let mut h = HeaderMap::new();
+                h.insert(
+                    header::CONTENT_RANGE,
+                    HeaderValue::from_str(&format!("bytes */{full_len}"))
+                        .expect("a number is a valid header value"),
+                );
+                return bare(StatusCode::RANGE_NOT_SATISFIABLE, h, status);
+            }
+            RangeAnswer::Partial(ranges) => return partial(entry, headers, &ranges),
+        }
+    }
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
+    let body = if *method == Method::HEAD {
+        ResponseBody::Full(None)
+    } else {
+        ResponseBody::full(entry.body.clone())
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = entry.status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// `206 Partial Content`: one range as is, several as `multipart/byteranges`.
+fn partial(
+    entry: &Entry,
+    mut headers: HeaderMap,
+    ranges: &[std::ops::Range<u64>],
+) -> Response<ResponseBody> {
+    let full_len = entry.body.len() as u64;
+    let slice = |r: &std::ops::Range<u64>| entry.body.slice(r.start as usize..r.end as usize);
+    let body: Bytes = if let [only] = ranges {
+        headers.insert(
+            header::CONTENT_RANGE,
+            rfc::content_range(only.clone(), full_len),
+        );
+        slice(only)
+    } else {
+        let content_type = entry
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/octet-stream");
+        let boundary = format!("capstan-{:016x}", entry.id ^ 0x9e37_79b9_7f4a_7c15);
+        let multipart = rfc::Multipart::new(ranges, full_len, content_type, &boundary);
+        let mut all = BytesMut::with_capacity(multipart.total_len() as usize);
+        for (head, range) in multipart.part_heads().iter().zip(ranges) {
+            all.extend_from_slice(head.as_bytes());
+            all.extend_from_slice(&slice(range));
+        }
+        all.extend_from_slice(multipart.closing().as_bytes());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
+                .expect("the boundary is a token"),
+        );
+        all.freeze()
+    };
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let mut resp = Response::new(ResponseBody::full(body));
+    *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+fn not_modified(stored: &HeaderMap, status: &CacheStatus) -> Response<ResponseBody> {
+    bare(
+        StatusCode::NOT_MODIFIED,
+        rfc::not_modified_headers(stored),
+        status,
+    )
+}
+
+/// A response without a body.
+fn bare(code: StatusCode, mut headers: HeaderMap, status: &CacheStatus) -> Response<ResponseBody> {
+    set_cache_status(&mut headers, status);
+    let mut resp = Response::new(ResponseBody::Full(None));
+    *resp.status_mut() = code;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// The answer to a request from a fill: its head and a reader streaming its body.
+pub fn from_fill(
+    head: &FillHead,
+    mut reader: FillReader,
+    method: &Method,
+    req: &HeaderMap,
+    status: &CacheStatus,
+) -> Response<ResponseBody> {
+    if head.status == StatusCode::OK {
+        match rfc::client_conditional(method, req, &head.headers) {
+            Conditional::NotModified => return not_modified(&head.headers, status),
+            Conditional::PreconditionFailed => {
+                return bare(StatusCode::PRECONDITION_FAILED, HeaderMap::new(), status)
+            }
+            Conditional::None => {}
+        }
+    }
+    let mut headers = head.headers.clone();
+    set_cache_status(&mut headers, status);
+    let len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    reader.set_len(len);
+    let body = if *method == Method::HEAD {
+        ResponseBody::Full(None)
+    } else {
+        ResponseBody::Fill(reader)
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = head.status;
+    *resp.headers_mut() = headers;
+    resp
+}

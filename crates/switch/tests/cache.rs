@@ -1,0 +1,509 @@
+//! The switch's HTTP cache over real sockets: RFC 9111 storage, freshness, validation, stale
+//! answers, invalidation, ranges, HEAD, coalescing, streaming fills, eviction, PURGE and BAN.
+
+mod cache_common;
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cache_common::{Origin, Script};
+use common::{send, start_switch, status_json, Answer};
+use capstan_switch::Running;
+use http_body_util::BodyExt;
+use hyper::{Request, StatusCode};
+
+/// A switch with one node (the origin) and a cache; `extra` goes into `[cache]`.
+async fn switch_with_cache(origin: &Origin, extra: &str) -> Running {
+    let toml = format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"16MiB\"\nmax_object = \"1MiB\"\n{extra}\n\
+         [[node]]\nname = \"origin\"\naddress = \"{}\"\n",
+        origin.addr
+    );
+    start_switch(&toml).await
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Answer {
+    send(addr, Request::get(path).header("host", "site.test"), Bytes::new()).await
+}
+
+async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut req = Request::get(path).header("host", "site.test");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    send(addr, req, Bytes::new()).await
+}
+
+fn cache_status(a: &Answer) -> String {
+    a.header("cache-status")
+}
+
+fn is_hit(a: &Answer) -> bool {
+    let s = cache_status(a);
+    s.starts_with("capstan; hit") || s.starts_with("capstan;hit")
+}
+
+/// Polls until `check` holds, at most 10 s.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_response_is_stored_and_the_second_request_is_a_hit_with_age() {
+    let origin = Origin::start().await;
+    origin.script("/a", Script::ok("hello", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let first = get(sw.listen_addrs[0], "/a").await;
+    assert_eq!(first.text(), "hello");
+    let status = cache_status(&first);
+    assert!(status.contains("fwd=uri-miss") && status.contains("stored"), "{status}");
+    let second = get(sw.listen_addrs[0], "/a").await;
+    assert_eq!(second.text(), "hello");
+    assert!(is_hit(&second), "{}", cache_status(&second));
+    assert!(second.header("age").parse::<u64>().is_ok(), "Age is sent");
+    assert_eq!(origin.hits("/a"), 1);
+    let st = status_json(sw.admin_addr.unwrap()).await;
+    assert_eq!(st["cache"]["hits"], 1);
+    assert_eq!(st["cache"]["stored"], 1);
+}
+
+#[tokio::test]
+async fn what_rfc_9111_forbids_is_not_stored() {
+    let origin = Origin::start().await;
+    origin.script("/nostore", Script::ok("x", &[("cache-control", "no-store")]));
+    origin.script("/private", Script::ok("x", &[("cache-control", "private, max-age=60")]));
+    origin.script("/cookie", Script::ok("x", &[("cache-control", "max-age=60"), ("set-cookie", "id=1")]));
+    origin.script("/auth", Script::ok("x", &[("cache-control", "max-age=60")]));
+    origin.script("/auth-public", Script::ok("x", &[("cache-control", "public, max-age=60")]));
+    origin.script("/teapot", Script { status: 418, ..Script::ok("x", &[]) });
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    for path in ["/nostore", "/private", "/cookie", "/teapot"] {
+        get(addr, path).await;
+        let again = get(addr, path).await;
+        assert!(!is_hit(&again), "{path} must not be stored: {}", cache_status(&again));
+        assert_eq!(origin.hits(path), 2, "{path}");
+    }
+    for _ in 0..2 {
+        get_with(addr, "/auth", &[("authorization", "Bearer t")]).await;
+        get_with(addr, "/auth-public", &[("authorization", "Bearer t")]).await;
+    }
+    assert_eq!(origin.hits("/auth"), 2, "Authorization without public is not stored");
+    assert_eq!(origin.hits("/auth-public"), 1, "public allows storing");
+}
+
+#[tokio::test]
+async fn freshness_ends_at_max_age_and_s_maxage_wins() {
+    let origin = Origin::start().await;
+    origin.script("/short", Script::ok("v", &[("cache-control", "max-age=1")]));
+    origin.script("/shared", Script::ok("v", &[("cache-control", "max-age=0, s-maxage=60")]));
+    let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/short").await;
+    get(addr, "/shared").await;
+    assert!(is_hit(&get(addr, "/shared").await), "s-maxage overrides max-age");
+    // Keep asking: the entry is a hit until its second of freshness is over, then refetched.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while origin.hits("/short") < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never went stale");
+        get(addr, "/short").await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(origin.hits("/shared"), 1);
+}
+
+#[tokio::test]
+async fn request_directives_no_cache_max_age_and_only_if_cached() {
+    let origin = Origin::start().await;
+    origin.script("/d", Script::ok("v", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let miss = get_with(addr, "/other", &[("cache-control", "only-if-cached")]).await;
+    assert_eq!(miss.status, StatusCode::GATEWAY_TIMEOUT);
+    get(addr, "/d").await;
+    assert!(is_hit(&get_with(addr, "/d", &[("cache-control", "only-if-cached")]).await));
+    get_with(addr, "/d", &[("cache-control", "no-cache")]).await;
+    assert_eq!(origin.hits("/d"), 2, "no-cache goes to the node");
+    get_with(addr, "/d", &[("cache-control", "max-age=0")]).await;
+    assert_eq!(origin.hits("/d"), 3, "max-age=0 refuses any age");
+}
+
+#[tokio::test]
+async fn vary_keeps_variants_apart_and_vary_star_never_matches() {
+    let origin = Origin::start().await;
+    origin.script(
+        "/v",
+        Script::ok("body", &[("cache-control", "max-age=60"), ("vary", "accept-encoding")]),
+    );
+    origin.script("/star", Script::ok("s", &[("cache-control", "max-age=60"), ("vary", "*")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let gz = [("accept-encoding", "gzip")];
+    let br = [("accept-encoding", "br")];
+    get_with(addr, "/v", &gz).await;
+    let other = get_with(addr, "/v", &br).await;
+    assert!(cache_status(&other).contains("fwd=vary-miss"), "{}", cache_status(&other));
+    assert!(is_hit(&get_with(addr, "/v", &gz).await));
+    assert!(is_hit(&get_with(addr, "/v", &br).await));
+    assert_eq!(origin.hits("/v"), 2);
+    get(addr, "/star").await;
+    get(addr, "/star").await;
+    assert_eq!(origin.hits("/star"), 2);
+}
+
+#[tokio::test]
+async fn a_stale_entry_is_revalidated_and_a_304_updates_its_headers() {
+    let origin = Origin::start().await;
+    let mut script = Script::ok(
+        "stored body",
+        &[("cache-control", "max-age=0"), ("etag", "\"v1\""), ("x-version", "1")],
+    );
+    script.not_modified_for = Some("\"v1\"".into());
+    script.not_modified_headers = vec![
+        ("etag".into(), "\"v1\"".into()),
+        ("x-version".into(), "2".into()),
+        ("cache-control".into(), "max-age=60".into()),
+    ];
+    origin.script("/r", script);
+    let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/r").await;
+    let revalidated = get(addr, "/r").await;
+    assert_eq!(origin.last_header("/r", "if-none-match").as_deref(), Some("\"v1\""));
+    assert_eq!(revalidated.status, StatusCode::OK);
+    assert_eq!(revalidated.text(), "stored body");
+    assert_eq!(revalidated.header("x-version"), "2");
+    let status = cache_status(&revalidated);
+    assert!(status.contains("fwd=stale") && status.contains("fwd-status=304"), "{status}");
+    let third = get(addr, "/r").await;
+    assert!(is_hit(&third), "the 304's max-age made it fresh: {}", cache_status(&third));
+    assert_eq!(third.header("x-version"), "2");
+    assert_eq!(origin.hits("/r"), 2);
+}
+
+#[tokio::test]
+async fn a_clients_conditional_request_is_answered_from_the_cache() {
+    let origin = Origin::start().await;
+    origin.script(
+        "/c",
+        Script::ok("abc", &[("cache-control", "max-age=60"), ("etag", "\"e1\"")]),
+    );
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/c").await;
+    let not_modified = get_with(addr, "/c", &[("if-none-match", "\"e1\"")]).await;
+    assert_eq!(not_modified.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(not_modified.header("etag"), "\"e1\"");
+    assert!(not_modified.body.is_empty());
+    let changed = get_with(addr, "/c", &[("if-none-match", "\"other\"")]).await;
+    assert_eq!(changed.status, StatusCode::OK);
+    assert_eq!(origin.hits("/c"), 1);
+}
+
+#[tokio::test]
+async fn stale_while_revalidate_serves_stale_then_refreshes_in_the_background() {
+    let origin = Origin::start().await;
+    origin.script(
+        "/swr",
+        Script::ok("old", &[("cache-control", "max-age=1, stale-while-revalidate=60")]),
+    );
+    let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/swr").await;
+    origin.script(
+        "/swr",
+        Script::ok("new", &[("cache-control", "max-age=60")]),
+    );
+    // Once stale, the first answer is still the old body (no wait for the node) ...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = get(addr, "/swr").await;
+        assert_eq!(a.text(), "old", "stale is served, never a wait for the new body");
+        if origin.hits("/swr") >= 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no background refresh");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ... and the background refresh replaces it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while get(addr, "/swr").await.text() != "new" {
+        assert!(tokio::time::Instant::now() < deadline, "refresh never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn stale_if_error_serves_stale_when_the_node_fails_or_is_gone() {
+    let origin = Origin::start().await;
+    origin.script(
+        "/sie",
+        Script::ok("kept", &[("cache-control", "max-age=1, stale-if-error=600")]),
+    );
+    let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/sie").await;
+    origin.script("/sie", Script { status: 503, ..Script::ok("down", &[]) });
+    origin.wait_hits("/sie", 1).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while origin.hits("/sie") < 2 {
+        assert!(tokio::time::Instant::now() < deadline);
+        let a = get(addr, "/sie").await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.text(), "kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(origin);
+    let a = get(addr, "/sie").await;
+    assert_eq!((a.status, a.text().as_str()), (StatusCode::OK, "kept"), "node gone");
+    let st = status_json(sw.admin_addr.unwrap()).await;
+    assert!(st["cache"]["stale_on_error"].as_u64().unwrap() >= 2);
+}
+
+#[tokio::test]
+async fn an_unsafe_method_invalidates_the_uri_and_its_location() {
+    let origin = Origin::start().await;
+    origin.script("/item", Script::ok("item", &[("cache-control", "max-age=60")]));
+    origin.script("/list", Script::ok("list", &[("cache-control", "max-age=60")]));
+    origin.script(
+        "/item-edit",
+        Script { status: 303, ..Script::ok("", &[("location", "/list")]) },
+    );
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/item").await;
+    get(addr, "/list").await;
+    let post = Request::post("/item").header("host", "site.test");
+    send(addr, post, Bytes::from_static(b"x")).await;
+    assert!(!is_hit(&get(addr, "/item").await), "POST invalidated /item");
+    let edit = Request::post("/item-edit").header("host", "site.test");
+    send(addr, edit, Bytes::from_static(b"x")).await;
+    assert!(!is_hit(&get(addr, "/list").await), "Location on the same host invalidated");
+}
+
+#[tokio::test]
+async fn ranges_are_served_from_a_stored_full_response() {
+    let origin = Origin::start().await;
+    origin.script("/r", Script::ok("0123456789", &[("cache-control", "max-age=60"), ("content-type", "text/plain")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/r").await;
+    let one = get_with(addr, "/r", &[("range", "bytes=2-4")]).await;
+    assert_eq!(one.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(one.text(), "234");
+    assert_eq!(one.header("content-range"), "bytes 2-4/10");
+    let two = get_with(addr, "/r", &[("range", "bytes=0-1,8-")]).await;
+    assert_eq!(two.status, StatusCode::PARTIAL_CONTENT);
+    assert!(two.header("content-type").starts_with("multipart/byteranges; boundary="));
+    let text = two.text();
+    assert!(text.contains("Content-Range: bytes 0-1/10") || text.contains("content-range: bytes 0-1/10"), "{text}");
+    assert!(text.contains("01") && text.contains("89"), "{text}");
+    assert_eq!(two.header("content-length"), two.body.len().to_string());
+    let bad = get_with(addr, "/r", &[("range", "bytes=50-60")]).await;
+    assert_eq!(bad.status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(bad.header("content-range"), "bytes */10");
+    assert_eq!(origin.hits("/r"), 1, "ranges never went to the node");
+}
+
+#[tokio::test]
+async fn head_is_answered_from_a_stored_get() {
+    let origin = Origin::start().await;
+    origin.script("/h", Script::ok("twelve bytes", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let first = send(addr, Request::head("/h").header("host", "site.test"), Bytes::new()).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(first.body.is_empty());
+    let get_after = get(addr, "/h").await;
+    assert!(is_hit(&get_after), "a HEAD miss filled the cache with a GET");
+    assert_eq!(get_after.text(), "twelve bytes");
+    let head = send(addr, Request::head("/h").header("host", "site.test"), Bytes::new()).await;
+    assert!(is_hit(&head));
+    assert!(head.body.is_empty());
+    assert_eq!(head.header("content-length"), "12");
+    assert_eq!(origin.hits("/h"), 1);
+}
+
+#[tokio::test]
+async fn concurrent_misses_make_one_node_request() {
+    let origin = Origin::start().await;
+    let mut slow = Script::ok("shared", &[("cache-control", "max-age=60")]);
+    slow.delay = Duration::from_millis(300);
+    origin.script("/hot", slow);
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        tasks.push(tokio::spawn(async move { get(addr, "/hot").await }));
+    }
+    let mut collapsed = 0;
+    for t in tasks {
+        let a = t.await.unwrap();
+        assert_eq!(a.text(), "shared");
+        collapsed += usize::from(cache_status(&a).contains("collapsed") || is_hit(&a));
+    }
+    assert_eq!(origin.hits("/hot"), 1, "one node request for 100 concurrent misses");
+    assert_eq!(collapsed, 99);
+}
+
+#[tokio::test]
+async fn a_waiter_gets_bytes_before_the_node_has_finished_sending() {
+    let origin = Origin::start().await;
+    let mut gated = Script::ok(&"x".repeat(200_000), &[("cache-control", "max-age=60")]);
+    gated.gate_after = Some(1000);
+    origin.script("/stream", gated);
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let client = common::client();
+    let request = || {
+        Request::get(format!("http://{addr}/stream"))
+            .header("host", "site.test")
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let leader = client.request(request()).await.unwrap();
+    origin.wait_hits("/stream", 1).await;
+    let waiter = client.request(request()).await.unwrap();
+    assert!(waiter.headers()["cache-status"].to_str().unwrap().contains("collapsed"));
+    let mut body = waiter.into_body();
+    // The origin holds the rest back until released: these bytes can only come from the fill.
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(!first.is_empty());
+    assert_eq!(origin.hits("/stream"), 1);
+    origin.release();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(first.len() + rest.len(), 200_000);
+    let all = leader.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(all.len(), 200_000);
+}
+
+#[tokio::test]
+async fn a_lying_response_is_never_stored_and_the_client_connection_is_closed() {
+    let origin = Origin::start().await;
+    let mut liar = Script::ok(&"y".repeat(5000), &[("cache-control", "max-age=60")]);
+    liar.cut_after = Some(1000);
+    origin.script("/lie", liar);
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    let raw = common::raw_exchange(addr, b"GET /lie HTTP/1.1\r\nHost: site.test\r\n\r\n").await;
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
+    assert!(body.len() < 5000, "the connection closed before a full body");
+    origin.script("/lie", Script::ok("honest", &[("cache-control", "max-age=60")]));
+    let next = get(addr, "/lie").await;
+    assert_eq!(next.text(), "honest", "nothing corrupted was stored");
+    assert_eq!(origin.hits("/lie"), 2);
+}
+
+#[tokio::test]
+async fn an_object_over_max_object_passes_through_whole_and_uncached() {
+    let origin = Origin::start().await;
+    origin.script("/huge", Script::ok(&"z".repeat(3 << 20), &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    for _ in 0..2 {
+        let a = get(addr, "/huge").await;
+        assert_eq!(a.body.len(), 3 << 20);
+    }
+    assert_eq!(origin.hits("/huge"), 2);
+    let st = status_json(sw.admin_addr.unwrap()).await;
+    assert_eq!(st["cache"]["memory"]["objects"], 0);
+}
+
+#[tokio::test]
+async fn eviction_keeps_the_store_within_its_budget() {
+    let origin = Origin::start().await;
+    let sw = {
+        let toml = format!(
+            "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+             [cache]\nmemory = \"1MiB\"\nmax_object = \"200KB\"\npolicy = \"lru\"\n\
+             [[node]]\naddress = \"{}\"\n",
+            origin.addr
+        );
+        start_switch(&toml).await
+    };
+    let addr = sw.listen_addrs[0];
+    for i in 0..30 {
+        let path = format!("/obj{i}");
+        origin.script(&path, Script::ok(&"o".repeat(100_000), &[("cache-control", "max-age=60")]));
+        get(addr, &path).await;
+    }
+    let st = status_json(sw.admin_addr.unwrap()).await;
+    let mem = &st["cache"]["memory"];
+    assert!(mem["bytes"].as_u64().unwrap() <= 1 << 20, "{mem}");
+    assert!(mem["evictions"].as_u64().unwrap() >= 20, "{mem}");
+    assert!(is_hit(&get(addr, "/obj29").await), "the newest is kept");
+    assert!(!is_hit(&get(addr, "/obj0").await), "the oldest went first");
+}
+
+#[tokio::test]
+async fn purge_and_ban_on_the_admin_listener_and_purge_from_an_allowed_client() {
+    let origin = Origin::start().await;
+    for p in ["/p", "/img/1.png", "/img/2.png", "/q"] {
+        origin.script(p, Script::ok("x", &[("cache-control", "max-age=60")]));
+    }
+    let sw = switch_with_cache(&origin, "purge_from = [\"127.0.0.0/8\"]").await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    for p in ["/p", "/img/1.png", "/img/2.png", "/q"] {
+        get(addr, p).await;
+    }
+    let purged = send(admin, Request::post("/cache/purge?url=http://site.test/p"), Bytes::new()).await;
+    assert_eq!(purged.status, StatusCode::OK, "{}", purged.text());
+    assert!(purged.text().contains("\"purged\": 1"), "{}", purged.text());
+    let banned = send(admin, Request::post("/cache/ban?regex=%5C.png%24"), Bytes::new()).await;
+    assert!(banned.text().contains("\"banned\": 2"), "{}", banned.text());
+    let bad = send(admin, Request::post("/cache/ban?regex=("), Bytes::new()).await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let client_purge = send(addr, Request::builder().method("PURGE").uri("/q").header("host", "site.test"), Bytes::new()).await;
+    assert_eq!(client_purge.status, StatusCode::OK, "{}", client_purge.text());
+    for p in ["/p", "/img/1.png", "/q"] {
+        assert!(!is_hit(&get(addr, p).await), "{p} was removed");
+    }
+}
+
+#[tokio::test]
+async fn purge_from_a_client_outside_purge_from_is_refused() {
+    let origin = Origin::start().await;
+    let sw = switch_with_cache(&origin, "").await;
+    let refused = send(
+        sw.listen_addrs[0],
+        Request::builder().method("PURGE").uri("/q").header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn key_rules_can_sort_the_query() {
+    let origin = Origin::start().await;
+    origin.script("/s", Script::ok("s", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "key = { query = \"sort\" }").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/s?b=2&a=1").await;
+    assert!(is_hit(&get(addr, "/s?a=1&b=2").await));
+    assert_eq!(origin.hits("/s"), 1);
+}
+
+#[tokio::test]
+async fn metrics_and_status_page_show_the_cache() {
+    let origin = Origin::start().await;
+    origin.script("/m", Script::ok("m", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    get(sw.listen_addrs[0], "/m").await;
+    get(sw.listen_addrs[0], "/m").await;
+    let admin = sw.admin_addr.unwrap();
+    let metrics = get(admin, "/metrics").await.text();
+    assert!(metrics.contains("capstan_cache_lookups_total{result=\"hit\"} 1"), "{metrics}");
+    assert!(metrics.contains("capstan_cache_objects 1"), "{metrics}");
+    let page = get(admin, "/").await.text();
+    assert!(page.contains("hit ratio"), "{page}");
+    let _ = eventually;
+}

@@ -1,0 +1,245 @@
+//! A scriptable origin for the cache's tests: each path answers as the test says (status,
+//! headers, body, delay, a body in pieces released by the test, a body cut short), answers
+//! conditional requests with `304` when asked to, and counts and records what it was sent.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+/// How one path answers.
+#[derive(Clone, Default)]
+pub struct Script {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub delay: Duration,
+    /// Answer `304` (with these headers) when `If-None-Match` carries this entity tag.
+    pub not_modified_for: Option<String>,
+    pub not_modified_headers: Vec<(String, String)>,
+    /// Send the first this-many body bytes, then wait for [`Origin::release`] before the rest.
+    pub gate_after: Option<usize>,
+    /// Send only this many body bytes (with the full `Content-Length`), then fail.
+    pub cut_after: Option<usize>,
+}
+
+impl Script {
+    pub fn ok(body: &str, headers: &[(&str, &str)]) -> Script {
+        Script {
+            status: 200,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+            ..Script::default()
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    scripts: Mutex<HashMap<String, Script>>,
+    hits: Mutex<HashMap<String, u64>>,
+    last_request: Mutex<HashMap<String, Vec<(String, String)>>>,
+    gate: Notify,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    async fn wait_for_release(&self) {
+        loop {
+            let notified = self.gate.notified();
+            if self.released.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// The origin: one listener on loopback.
+pub struct Origin {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Origin {
+    pub async fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared::default());
+        let task = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| answer(Arc::clone(&shared), req));
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            })
+        };
+        Origin { addr, shared, task }
+    }
+
+    pub fn script(&self, path: &str, script: Script) {
+        self.shared
+            .scripts
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), script);
+    }
+
+    /// Requests this path received.
+    pub fn hits(&self, path: &str) -> u64 {
+        *self.shared.hits.lock().unwrap().get(path).unwrap_or(&0)
+    }
+
+    /// A header of the last request this path received.
+    pub fn last_header(&self, path: &str, name: &str) -> Option<String> {
+        let last = self.shared.last_request.lock().unwrap();
+        last.get(path)?
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Lets gated bodies send the rest.
+    pub fn release(&self) {
+        self.shared
+            .released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.gate.notify_waiters();
+    }
+
+    /// Polls until `path` has received `n` requests, at most 10 s.
+    pub async fn wait_hits(&self, path: &str, n: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.hits(path) < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{path}: {} requests, waited for {n}",
+                self.hits(path)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<BoxBody>, Infallible> {
+    let key = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let path = req.uri().path().to_string();
+    let script = {
+        let scripts = shared.scripts.lock().unwrap();
+        scripts.get(&key).or_else(|| scripts.get(&path)).cloned()
+    };
+    *shared.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    shared.last_request.lock().unwrap().insert(path, headers);
+    let Some(script) = script else {
+        let mut r = Response::new(full(b"no script\n".to_vec()));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return Ok(r);
+    };
+    tokio::time::sleep(script.delay).await;
+    let inm = req
+        .headers()
+        .get("if-none-match")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if let Some(tag) = &script.not_modified_for {
+        if inm.contains(tag.as_str()) {
+            let mut r = Response::new(full(Vec::new()));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            for (k, v) in &script.not_modified_headers {
+                r.headers_mut()
+                    .append(k.parse::<hyper::header::HeaderName>().unwrap(), v.parse().unwrap());
+            }
+            return Ok(r);
+        }
+    }
+    let mut r = Response::new(body_of(&script, &shared));
+    *r.status_mut() = StatusCode::from_u16(script.status).unwrap();
+    for (k, v) in &script.headers {
+        r.headers_mut()
+            .append(k.parse::<hyper::header::HeaderName>().unwrap(), v.parse().unwrap());
+    }
+    if script.gate_after.is_some() || script.cut_after.is_some() {
+        r.headers_mut()
+            .insert("content-length", script.body.len().to_string().parse().unwrap());
+    }
+    Ok(r)
+}
+
+fn full(bytes: Vec<u8>) -> BoxBody {
+    Full::new(Bytes::from(bytes))
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+fn body_of(script: &Script, shared: &Arc<Shared>) -> BoxBody {
+    let body = Bytes::from(script.body.clone());
+    if let Some(cut) = script.cut_after {
+        let first = body.slice(..cut.min(body.len()));
+        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
+            Ok(Frame::data(first)),
+            Err(std::io::Error::other("origin dies mid-body")),
+        ];
+        return StreamBody::new(futures_util::stream::iter(frames)).boxed();
+    }
+    if let Some(gate) = script.gate_after {
+        let shared = Arc::clone(shared);
+        let (first, rest) = (body.slice(..gate), body.slice(gate..));
+        let stream = futures_util::stream::unfold(0u8, move |step| {
+            let (shared, first, rest) = (Arc::clone(&shared), first.clone(), rest.clone());
+            async move {
+                match step {
+                    0 => Some((Ok(Frame::data(first)), 1)),
+                    1 => {
+                        shared.wait_for_release().await;
+                        Some((Ok(Frame::data(rest)), 2))
+                    }
+                    _ => None,
+                }
+            }
+        });
+        return StreamBody::new(stream).boxed();
+    }
+    full(body.to_vec())
+}

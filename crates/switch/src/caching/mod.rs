@@ -293,7 +293,7 @@ pub(crate) async fn serve(
         bump(&layer.counters.passes);
         return pass(forward, parts, Fwd::Miss, Some("range")).await;
     }
-    if rfc::CacheControl::parse(req).no_store {
+    if rfc::CacheControl::parse_request(req).no_store {
         bump(&layer.counters.passes);
         return pass(forward, parts, Fwd::Request, Some("no-store")).await;
     }
@@ -305,8 +305,7 @@ pub(crate) async fn serve(
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
-    let lifetime = times.freshness_lifetime.as_secs() as i64;
-    lifetime - times.current_age(now).as_secs() as i64
+    times.ttl(now)
 }
 
 fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
@@ -650,6 +649,7 @@ async fn stream_and_store(
     let (mut parts, mut body) = resp.into_parts();
     parts.headers.remove("x-capstan-node");
     parts.headers.remove("x-capstan-class");
+    rfc::ensure_date(&mut parts.headers, response_time);
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -724,7 +724,7 @@ fn store(
         &key.extra,
         vary,
         parts.status,
-        parts.headers.clone(),
+        rfc::headers_to_store(&parts.headers),
         body,
         times,
     );
@@ -745,6 +745,7 @@ pub(crate) fn invalidate(forward: &Forward, host: &str, resp: &Response<Response
     let targets = rfc::invalidation_targets(
         &forward.method,
         resp.status(),
+        host,
         forward.pq.as_str(),
         resp.headers(),
     );

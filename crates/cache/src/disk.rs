@@ -243,7 +243,8 @@ impl DiskTier {
     /// every complete object; partial or corrupt files are deleted), and enforces
     /// `budget_bytes` with a fresh evictor of `policy`, objects re-admitted in write order.
     ///
-    /// Fails if another `DiskTier` (in this or another process) has `dir` open.
+    /// Fails if another `DiskTier` (in this or another process) has `dir` open, or if a file
+    /// cannot be read at all (an I/O error, not bad contents: that points at the disk).
     pub fn open(
         dir: &Path,
         budget_bytes: u64,
@@ -299,7 +300,8 @@ impl DiskTier {
 
     /// Loads the newest variant of `url` with `key_extra` for which `vary_matches` holds,
     /// its times re-derived by [`StoredTimes::new`] under this tier's rules. A hit is told to
-    /// the evictor. A file found corrupt is deleted and skipped.
+    /// the evictor. A file found corrupt is deleted and skipped. The entry's `id` is 0 and its
+    /// `charged` the memory tier's cost, ready for [`crate::store::Store::insert`].
     pub fn lookup(
         &self,
         url: &str,
@@ -560,6 +562,9 @@ impl DiskTier {
             let Some(id) = parse_hex(&name, 16).filter(|id| id >> 56 == prefix) else {
                 continue;
             };
+            if !file.file_type()?.is_file() {
+                continue;
+            }
             match check_file(&path, id) {
                 Ok(f) => found.push(f),
                 Err(ReadError::Corrupt(_)) => {
@@ -1096,6 +1101,24 @@ mod tests {
         assert_eq!(files_in(&dir.0).len(), 5);
         assert!(get(&tier, "http://h/00").is_none());
         assert!(get(&tier, "http://h/19").is_some());
+    }
+
+    #[test]
+    fn a_hit_is_told_to_the_evictor() {
+        let dir = TempDir::new("touch");
+        let one = record_len(&entry("http://h/0", "", b"", b"body"));
+        let tier = open(&dir.0, 3 * one);
+        for i in 0..3 {
+            tier.put(&entry(&format!("http://h/{i}"), "", b"", b"body"))
+                .unwrap();
+        }
+        assert!(get(&tier, "http://h/0").is_some());
+        assert_eq!(tier.put(&entry("http://h/3", "", b"", b"body")).unwrap(), 1);
+        assert!(
+            get(&tier, "http://h/0").is_some(),
+            "the recently read object stays"
+        );
+        assert!(get(&tier, "http://h/1").is_none());
     }
 
     #[test]

@@ -15,3 +15,4 @@ pub mod evict;
 pub mod rfc;
 pub mod key;
 pub mod store;
+pub mod disk;

@@ -259,9 +259,9 @@ fn cache_ban(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
         return no_cache();
     };
     let banned = match (query_param(query, "prefix"), query_param(query, "regex")) {
-        (Some(prefix), None) => layer.store.ban(|url| url.starts_with(&prefix)),
+        (Some(prefix), None) => layer.ban(|url| url.starts_with(&prefix)),
         (None, Some(re)) => match regex::Regex::new(&re) {
-            Ok(re) => layer.store.ban(|url| re.is_match(url)),
+            Ok(re) => layer.ban(|url| re.is_match(url)),
             Err(e) => {
                 let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
                 return error_response(

@@ -274,7 +274,11 @@ impl Switch {
     pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
         config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         let max_connections = config.limits.max_connections;
-        let cache = config.cache.as_ref().map(crate::caching::CacheLayer::new);
+        let cache = config
+            .cache
+            .as_ref()
+            .map(crate::caching::CacheLayer::new)
+            .transpose()?;
         let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Switch {

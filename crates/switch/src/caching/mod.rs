@@ -19,6 +19,7 @@ use std::time::SystemTime;
 
 use capstan_cache::key::{primary_key, url_part, KeyRules};
 use capstan_cache::rfc::{self, CacheRules, CacheStatus, Decision, Fwd, StoredTimes};
+use capstan_cache::disk::DiskTier;
 use capstan_cache::store::{Entry, Lookup, Store, StoreConfig, StoreStats};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
@@ -51,6 +52,8 @@ pub struct Counters {
     pub background_refreshes: AtomicU64,
     pub invalidations: AtomicU64,
     pub purges: AtomicU64,
+    /// Memory misses the disk tier answered.
+    pub disk_hits: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -69,6 +72,10 @@ pub struct RatioSample {
 /// keeps what is stored; a changed size or policy takes effect on restart).
 pub struct CacheLayer {
     pub store: Store,
+    /// The disk tier: every stored response is written through to it, and a memory miss
+    /// that it holds is promoted back to memory (so memory is a cache of the disk, as in
+    /// Traffic Server); it survives a restart.
+    pub disk: Option<Arc<DiskTier>>,
     fills: Mutex<HashMap<String, Arc<Fill>>>,
     pub counters: Counters,
     history: Mutex<VecDeque<RatioSample>>,
@@ -78,18 +85,34 @@ pub struct CacheLayer {
 const HISTORY: usize = 360;
 
 impl CacheLayer {
-    pub fn new(config: &CacheConfig) -> CacheLayer {
-        CacheLayer {
+    /// The cache for a `[cache]` section; fails when the disk tier's directory cannot be
+    /// opened (or another process has it open).
+    pub fn new(config: &CacheConfig) -> anyhow::Result<CacheLayer> {
+        let disk = match &config.disk_path {
+            Some(dir) => Some(Arc::new(
+                DiskTier::open(
+                    dir,
+                    config.disk_size.0,
+                    config.max_object.0,
+                    config.policy,
+                    config.rules(),
+                )
+                .map_err(|e| anyhow::anyhow!("cache disk tier {}: {e}", dir.display()))?,
+            )),
+            None => None,
+        };
+        Ok(CacheLayer {
             store: Store::new(StoreConfig {
                 budget_bytes: config.memory.0,
                 max_object_bytes: config.max_object.0,
                 policy: config.policy,
                 shards: 0,
             }),
+            disk,
             fills: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             history: Mutex::new(VecDeque::new()),
-        }
+        })
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -137,10 +160,66 @@ impl CacheLayer {
         }
     }
 
-    /// PURGE of one URL (every variant); returns how many entries went.
+    /// PURGE of one URL (every variant, both tiers); returns how many memory entries went.
     pub fn purge(&self, url: &str) -> usize {
         bump(&self.counters.purges);
-        self.store.purge(url)
+        self.drop_url(url)
+    }
+
+    /// Removes every variant of `url` from both tiers.
+    fn drop_url(&self, url: &str) -> usize {
+        let in_memory = self.store.purge(url);
+        let on_disk = self.disk.as_ref().map_or(0, |d| d.purge(url));
+        in_memory.max(on_disk)
+    }
+
+    /// BAN: every URL `banned` matches, from both tiers.
+    pub fn ban(&self, banned: impl Fn(&str) -> bool) -> usize {
+        let in_memory = self.store.ban(&banned);
+        let on_disk = self.disk.as_ref().map_or(0, |d| d.ban(&banned));
+        in_memory.max(on_disk)
+    }
+
+    /// Forgets one entry in both tiers.
+    fn remove(&self, entry: &Entry) {
+        self.store.remove(entry);
+        if let Some(disk) = &self.disk {
+            disk.remove(&entry.url, &entry.key_extra, &entry.vary);
+        }
+    }
+
+    /// Writes an entry through to the disk tier, off the event loop.
+    fn write_through(&self, entry: &Arc<Entry>) {
+        if let Some(disk) = &self.disk {
+            let (disk, entry) = (Arc::clone(disk), Arc::clone(entry));
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = disk.put(&entry) {
+                    tracing::debug!(url = %entry.url, "disk tier write failed: {e}");
+                }
+            });
+        }
+    }
+
+    /// A memory miss looked up on disk (off the event loop); a hit is promoted to memory.
+    async fn from_disk(&self, key: &Key, req: &HeaderMap) -> Option<Arc<Entry>> {
+        let disk = Arc::clone(self.disk.as_ref()?);
+        let (url, extra, req) = (key.url.clone(), key.extra.clone(), req.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            disk.lookup(&url, &extra, |e| {
+                rfc::vary_key(&e.headers, &req).is_some_and(|k| k == e.vary)
+            })
+        })
+        .await
+        .ok()?
+        .unwrap_or_else(|e| {
+            tracing::debug!("disk tier read failed: {e}");
+            None
+        })?;
+        bump(&self.counters.disk_hits);
+        Some(match self.store.insert(found, 1).stored {
+            Ok(promoted) => promoted,
+            Err(_) => return None,
+        })
     }
 }
 
@@ -242,6 +321,13 @@ pub(crate) async fn serve(
     let found = layer.store.lookup(&key.url, &key.extra, |e| {
         rfc::vary_key(&e.headers, req).is_some_and(|k| k == e.vary)
     });
+    let found = match found {
+        Lookup::Hit(entry) => Lookup::Hit(entry),
+        miss => match layer.from_disk(&key, req).await {
+            Some(entry) => Lookup::Hit(entry),
+            None => miss,
+        },
+    };
     let vary_miss = matches!(found, Lookup::VaryMiss);
     let stale = match found {
         Lookup::Hit(entry) => {
@@ -569,7 +655,7 @@ async fn run_fill(
     let stored = stream_and_store(layer, task, fill, resp, key, &client_headers, cfg, rules, (request_time, response_time)).await;
     if let (Some(old), false) = (&stale, stored) {
         // The node sent a new response that could not be stored: the old one is obsolete.
-        layer.store.remove(old);
+        layer.remove(old);
     }
 }
 
@@ -585,8 +671,11 @@ fn revalidated(
     let mut headers = entry.headers.clone();
     rfc::merge_not_modified(&mut headers, fresh);
     let times = StoredTimes::new(entry.status, &headers, request_time, response_time, rules);
-    match layer.store.update(entry, headers.clone(), times.clone()) {
-        Some(updated) => updated,
+    match layer.store.update(entry, headers.clone(), times) {
+        Some(updated) => {
+            layer.write_through(&updated);
+            updated
+        }
         None => Arc::new(Entry::new(
             &entry.url,
             &entry.key_extra,
@@ -729,11 +818,14 @@ fn store(
         times,
     );
     let inserted = layer.store.insert(entry, cost.max(1));
-    let ok = inserted.stored.is_ok();
-    if ok {
-        bump(&layer.counters.stored);
+    match &inserted.stored {
+        Ok(entry) => {
+            bump(&layer.counters.stored);
+            layer.write_through(entry);
+            true
+        }
+        Err(_) => false,
     }
-    ok
 }
 
 /// After an unsafe method succeeded: drop the target URI and same-host `Location` and
@@ -751,7 +843,7 @@ pub(crate) fn invalidate(forward: &Forward, host: &str, resp: &Response<Response
     );
     for target in targets {
         let url = format!("http://{}{target}", host.to_ascii_lowercase());
-        if layer.store.purge(&url) > 0 {
+        if layer.drop_url(&url) > 0 {
             bump(&layer.counters.invalidations);
         }
     }

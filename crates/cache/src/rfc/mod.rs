@@ -10,7 +10,7 @@
 //!
 //! 1. Unsafe method answered 2xx/3xx → [`invalidation_targets`] (§4.4).
 //! 2. `GET`/`HEAD` lookup: primary key, then [`vary_key`] of each stored variant (§4.1).
-//! 3. Found → [`decide`] ([`Decision::Fresh`], [`Decision::StaleAllowed`],
+//! 3. Found → [`decide()`] ([`Decision::Fresh`], [`Decision::StaleAllowed`],
 //!    [`Decision::StaleWhileRevalidate`], [`Decision::Revalidate`]); nothing usable and
 //!    [`only_if_cached`] → 504.
 //! 4. Serving: [`client_conditional`] (304/412 with [`not_modified_headers`]), then
@@ -26,6 +26,8 @@ pub mod cache_control;
 pub mod cache_status;
 pub mod decide;
 mod fields;
+#[cfg(test)]
+mod flow_tests;
 pub mod freshness;
 pub mod invalidate;
 pub mod range;

@@ -268,8 +268,15 @@ impl Multipart {
 
     /// The response's `Content-Type`: `multipart/byteranges; boundary=…`.
     pub fn content_type(&self) -> HeaderValue {
-        HeaderValue::try_from(format!("multipart/byteranges; boundary={}", self.boundary))
-            .expect("boundary validated as bchars")
+        // bchars include characters that are not tchars (space, '(', ',', '/', ':', '=', '?'):
+        // such a boundary must be a quoted string in the parameter (RFC 9110 §5.6.6).
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        let value = if self.boundary.bytes().all(tchar) {
+            format!("multipart/byteranges; boundary={}", self.boundary)
+        } else {
+            format!("multipart/byteranges; boundary=\"{}\"", self.boundary)
+        };
+        HeaderValue::try_from(value).expect("boundary validated as printable bchars")
     }
 
     /// Each part's head (delimiter and part fields) with the stored byte range that follows it.
@@ -567,6 +574,11 @@ mod tests {
         assert_eq!(
             Multipart::new(&[], 5, None, "b").unwrap_err(),
             MultipartError::Range
+        );
+        let spaced = frame(1..2, 5, "a b:c").unwrap();
+        assert_eq!(
+            spaced.content_type(),
+            "multipart/byteranges; boundary=\"a b:c\""
         );
         let mp = frame(1..2, 5, "b").unwrap();
         assert_eq!(assemble(&mp, b"hello").len() as u64, mp.body_len());

@@ -77,6 +77,9 @@ impl NotStorable {
 ///
 /// `method`/`req` are the request that produced the response; `status`/`resp` the final
 /// response. The checks run in a fixed order, so the reason reported is the first that applies.
+///
+/// `Ok` assumes the caller stores [`headers_to_store`]`(resp)`, not `resp` itself: a qualified
+/// `private="f"` or `no-cache="f"` is accepted only because that strips `f`.
 pub fn storability(
     method: &Method,
     req: &HeaderMap,

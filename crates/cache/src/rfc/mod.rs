@@ -1,72 +1,56 @@
-//! HTTP caching rules (RFC 9111). PLACEHOLDER until the RFC work merges: the types the store
-//! needs, with the simplest behaviour.
+//! What HTTP says about caching (RFC 9111, with RFC 9110 conditionals and ranges, RFC 5861
+//! stale extensions, RFC 9211 `Cache-Status`), for a shared cache — a reverse proxy in front of
+//! its own origin: `s-maxage` and `proxy-revalidate` apply, `private` responses are not stored.
+//!
+//! Pure functions over `http` types: no clock, no I/O, no async. Every instant is a
+//! [`std::time::SystemTime`] argument (HTTP dates are wall-clock), every age or lifetime a
+//! [`std::time::Duration`].
+//!
+//! How the pieces line up along a request (the store and the switch do the I/O):
+//!
+//! 1. Unsafe method answered 2xx/3xx → [`invalidation_targets`] (§4.4).
+//! 2. `GET`/`HEAD` lookup: primary key, then [`vary_key`] of each stored variant (§4.1).
+//! 3. Found → [`decide()`] ([`Decision::Fresh`], [`Decision::StaleAllowed`],
+//!    [`Decision::StaleWhileRevalidate`], [`Decision::Revalidate`]); nothing usable and
+//!    [`only_if_cached`] → 504.
+//! 4. Serving: [`client_conditional`] (304/412 with [`not_modified_headers`]), then
+//!    [`parse_range`] ([`content_range`] or [`Multipart`]), `Age` from
+//!    [`StoredTimes::age_header`], [`CacheStatus`].
+//! 5. Revalidating: [`revalidation_headers`]; on 304 check [`not_modified_applies`], then
+//!    [`merge_not_modified`] and [`StoredTimes::refresh`]; on error or 5xx,
+//!    [`stale_if_error_allows`].
+//! 6. Filling: [`storability`] (§3), [`headers_to_store`], [`ensure_date`],
+//!    [`StoredTimes::new`].
 
-use std::time::{Duration, SystemTime};
+pub mod cache_control;
+pub mod cache_status;
+pub mod decide;
+mod fields;
+#[cfg(test)]
+mod flow_tests;
+pub mod freshness;
+pub mod invalidate;
+pub mod range;
+pub mod rules;
+pub mod storable;
+pub mod validate;
+pub mod vary;
 
-use http::{HeaderMap, StatusCode};
-
-/// Default rules.
-#[derive(Clone, Debug, Default)]
-pub struct CacheRules {}
-
-/// The times of a stored response.
-#[derive(Clone, Debug)]
-pub struct StoredTimes {
-    pub request_time: SystemTime,
-    pub response_time: SystemTime,
-    pub corrected_initial_age: Duration,
-    pub freshness_lifetime: Duration,
-}
-
-impl StoredTimes {
-    pub fn new(
-        _status: StatusCode,
-        _resp: &HeaderMap,
-        request_time: SystemTime,
-        response_time: SystemTime,
-        _rules: &CacheRules,
-    ) -> Self {
-        StoredTimes {
-            request_time,
-            response_time,
-            corrected_initial_age: Duration::ZERO,
-            freshness_lifetime: Duration::from_secs(60),
-        }
-    }
-    pub fn current_age(&self, now: SystemTime) -> Duration {
-        self.corrected_initial_age + now.duration_since(self.response_time).unwrap_or_default()
-    }
-}
-
-/// The request's values of the fields a stored response varies on.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct VaryKey(Vec<u8>);
-
-impl VaryKey {
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-    pub fn from_bytes(bytes: &[u8]) -> VaryKey {
-        VaryKey(bytes.to_vec())
-    }
-}
-
-/// `None` for `Vary: *`.
-pub fn vary_key(stored_resp: &HeaderMap, req: &HeaderMap) -> Option<VaryKey> {
-    let mut key = Vec::new();
-    for v in stored_resp.get_all(http::header::VARY) {
-        for name in v.to_str().ok()?.split(',') {
-            let name = name.trim().to_ascii_lowercase();
-            if name == "*" {
-                return None;
-            }
-            key.extend_from_slice(name.as_bytes());
-            key.push(b':');
-            for value in req.get_all(name.as_str()) {
-                key.extend_from_slice(value.as_bytes());
-            }
-            key.push(b'\n');
-        }
-    }
-    Some(VaryKey(key))
-}
+pub use cache_control::{CacheControl, FieldScope, MaxStale};
+pub use cache_status::{CacheStatus, Fwd, CACHE_NAME};
+pub use decide::{decide, only_if_cached, stale_if_error_allows, Decision, StaleWhy};
+pub use freshness::{ensure_date, freshness_lifetime, StoredTimes};
+pub use invalidate::invalidation_targets;
+pub use range::{
+    content_range, parse_range, unsatisfied_content_range, Multipart, MultipartError, RangeAnswer,
+    MAX_RANGES,
+};
+pub use rules::{CacheRules, RulesError};
+pub use storable::{
+    headers_to_store, is_heuristically_cacheable, status_understood, storability, NotStorable,
+};
+pub use validate::{
+    client_conditional, merge_not_modified, not_modified_applies, not_modified_headers,
+    revalidation_headers, Conditional,
+};
+pub use vary::{vary_key, VaryKey, VaryKeyError};

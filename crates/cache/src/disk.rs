@@ -485,7 +485,7 @@ impl DiskTier {
                 return Ok(None);
             }
             let (headers, body) = read_rest(&mut file, &mut head)?;
-            Ok(Some(self.entry_from(head, headers, body)))
+            self.entry_from(head, headers, body).map(Some)
         });
         match loaded {
             Ok(entry) => Ok(entry),
@@ -497,7 +497,14 @@ impl DiskTier {
         }
     }
 
-    fn entry_from(&self, head: RecordHead, headers: HeaderMap, body: Bytes) -> Entry {
+    fn entry_from(
+        &self,
+        head: RecordHead,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Entry, ReadError> {
+        let vary = VaryKey::from_bytes(&head.vary)
+            .map_err(|_| ReadError::Corrupt("vary key does not parse"))?;
         let request_time = from_nanos(head.fixed.request_nanos);
         let response_time = from_nanos(head.fixed.response_nanos);
         let times = StoredTimes::new(
@@ -507,15 +514,15 @@ impl DiskTier {
             response_time,
             &self.rules,
         );
-        Entry::new(
+        Ok(Entry::new(
             &head.url,
             &head.key_extra,
-            VaryKey::from_bytes(&head.vary),
+            vary,
             head.status,
             headers,
             body,
             times,
-        )
+        ))
     }
 
     /// Deletes the corrupt file we read, unless a put has meanwhile renamed a new one over it.

@@ -11,8 +11,8 @@
 //! The async glue (request coalescing, streaming fills, background revalidation) lives in the
 //! switch, which owns the runtime.
 
-pub mod evict;
-pub mod rfc;
-pub mod key;
-pub mod store;
 pub mod disk;
+pub mod evict;
+pub mod key;
+pub mod rfc;
+pub mod store;

@@ -430,10 +430,19 @@ mod tests {
     #[test]
     fn lookup_distinguishes_uri_miss_vary_miss_and_hit() {
         let s = store(1 << 20);
-        assert!(matches!(s.lookup("http://h/a", "", |_| true), Lookup::UriMiss));
+        assert!(matches!(
+            s.lookup("http://h/a", "", |_| true),
+            Lookup::UriMiss
+        ));
         s.insert(entry("http://h/a", 10), 1).stored.unwrap();
-        assert!(matches!(s.lookup("http://h/a", "", |_| false), Lookup::VaryMiss));
-        assert!(matches!(s.lookup("http://h/a", "x", |_| true), Lookup::VaryMiss));
+        assert!(matches!(
+            s.lookup("http://h/a", "", |_| false),
+            Lookup::VaryMiss
+        ));
+        assert!(matches!(
+            s.lookup("http://h/a", "x", |_| true),
+            Lookup::VaryMiss
+        ));
         let Lookup::Hit(e) = s.lookup("http://h/a", "", |_| true) else {
             panic!("expected a hit");
         };

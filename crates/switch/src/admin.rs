@@ -263,7 +263,13 @@ fn cache_ban(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
         (None, Some(re)) => match regex::Regex::new(&re) {
             Ok(re) => layer.ban(|url| re.is_match(url)),
             Err(e) => {
-                let first = e.to_string().lines().last().unwrap_or("").trim().to_string();
+                let first = e
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
                 return error_response(
                     StatusCode::BAD_REQUEST,
                     &format!("bad regex `{re}`: {first}"),

@@ -102,11 +102,15 @@ impl Network {
         };
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -288,11 +292,11 @@ impl CacheConfig {
                 format!("cache.class_keys names `{name}`, which is not a class"),
             ));
         }
-        let headers = self.key.headers.iter().chain(
-            self.class_keys
-                .values()
-                .flat_map(|k| k.headers.iter()),
-        );
+        let headers = self
+            .key
+            .headers
+            .iter()
+            .chain(self.class_keys.values().flat_map(|k| k.headers.iter()));
         for h in headers {
             if http::HeaderName::from_bytes(h.as_bytes()).is_err() || h.to_lowercase() != *h {
                 return Err((

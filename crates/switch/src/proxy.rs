@@ -494,7 +494,9 @@ impl Forward {
             node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
             let (name, addr) = (&node.config.name, node.config.address);
             let failure = match kind {
-                FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
+                FailureKind::Connect => {
+                    format!("could not connect to node {name} ({addr}): {cause}")
+                }
                 FailureKind::Timeout => format!(
                     "node {name} ({addr}) sent no response within {}",
                     humantime::format_duration(config.timeouts.upstream)
@@ -527,7 +529,11 @@ impl Forward {
 }
 
 /// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
-pub(crate) fn rewrite_request_headers(headers: &mut HeaderMap, peer: &HeaderValue, version: Version) {
+pub(crate) fn rewrite_request_headers(
+    headers: &mut HeaderMap,
+    peer: &HeaderValue,
+    version: Version,
+) {
     strip_hop_by_hop(headers);
     append_list(headers, &X_FORWARDED_FOR, peer);
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cache_common::{Origin, Script};
-use common::{send, start_switch, status_json, Answer};
 use capstan_switch::Running;
+use common::{send, start_switch, status_json, Answer};
 use http_body_util::BodyExt;
 use hyper::{Request, StatusCode};
 
@@ -26,7 +26,12 @@ async fn switch_with_cache(origin: &Origin, extra: &str) -> Running {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Answer {
-    send(addr, Request::get(path).header("host", "site.test"), Bytes::new()).await
+    send(
+        addr,
+        Request::get(path).header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await
 }
 
 async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
@@ -46,24 +51,21 @@ fn is_hit(a: &Answer) -> bool {
     s.starts_with("capstan; hit") || s.starts_with("capstan;hit")
 }
 
-/// Polls until `check` holds, at most 10 s.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_fresh_response_is_stored_and_the_second_request_is_a_hit_with_age() {
     let origin = Origin::start().await;
-    origin.script("/a", Script::ok("hello", &[("cache-control", "max-age=60")]));
+    origin.script(
+        "/a",
+        Script::ok("hello", &[("cache-control", "max-age=60")]),
+    );
     let sw = switch_with_cache(&origin, "").await;
     let first = get(sw.listen_addrs[0], "/a").await;
     assert_eq!(first.text(), "hello");
     let status = cache_status(&first);
-    assert!(status.contains("fwd=uri-miss") && status.contains("stored"), "{status}");
+    assert!(
+        status.contains("fwd=uri-miss") && status.contains("stored"),
+        "{status}"
+    );
     let second = get(sw.listen_addrs[0], "/a").await;
     assert_eq!(second.text(), "hello");
     assert!(is_hit(&second), "{}", cache_status(&second));
@@ -77,25 +79,54 @@ async fn a_fresh_response_is_stored_and_the_second_request_is_a_hit_with_age() {
 #[tokio::test]
 async fn what_rfc_9111_forbids_is_not_stored() {
     let origin = Origin::start().await;
-    origin.script("/nostore", Script::ok("x", &[("cache-control", "no-store")]));
-    origin.script("/private", Script::ok("x", &[("cache-control", "private, max-age=60")]));
-    origin.script("/cookie", Script::ok("x", &[("cache-control", "max-age=60"), ("set-cookie", "id=1")]));
+    origin.script(
+        "/nostore",
+        Script::ok("x", &[("cache-control", "no-store")]),
+    );
+    origin.script(
+        "/private",
+        Script::ok("x", &[("cache-control", "private, max-age=60")]),
+    );
+    origin.script(
+        "/cookie",
+        Script::ok(
+            "x",
+            &[("cache-control", "max-age=60"), ("set-cookie", "id=1")],
+        ),
+    );
     origin.script("/auth", Script::ok("x", &[("cache-control", "max-age=60")]));
-    origin.script("/auth-public", Script::ok("x", &[("cache-control", "public, max-age=60")]));
-    origin.script("/teapot", Script { status: 418, ..Script::ok("x", &[]) });
+    origin.script(
+        "/auth-public",
+        Script::ok("x", &[("cache-control", "public, max-age=60")]),
+    );
+    origin.script(
+        "/teapot",
+        Script {
+            status: 418,
+            ..Script::ok("x", &[])
+        },
+    );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
     for path in ["/nostore", "/private", "/cookie", "/teapot"] {
         get(addr, path).await;
         let again = get(addr, path).await;
-        assert!(!is_hit(&again), "{path} must not be stored: {}", cache_status(&again));
+        assert!(
+            !is_hit(&again),
+            "{path} must not be stored: {}",
+            cache_status(&again)
+        );
         assert_eq!(origin.hits(path), 2, "{path}");
     }
     for _ in 0..2 {
         get_with(addr, "/auth", &[("authorization", "Bearer t")]).await;
         get_with(addr, "/auth-public", &[("authorization", "Bearer t")]).await;
     }
-    assert_eq!(origin.hits("/auth"), 2, "Authorization without public is not stored");
+    assert_eq!(
+        origin.hits("/auth"),
+        2,
+        "Authorization without public is not stored"
+    );
     assert_eq!(origin.hits("/auth-public"), 1, "public allows storing");
 }
 
@@ -103,12 +134,18 @@ async fn what_rfc_9111_forbids_is_not_stored() {
 async fn freshness_ends_at_max_age_and_s_maxage_wins() {
     let origin = Origin::start().await;
     origin.script("/short", Script::ok("v", &[("cache-control", "max-age=1")]));
-    origin.script("/shared", Script::ok("v", &[("cache-control", "max-age=0, s-maxage=60")]));
+    origin.script(
+        "/shared",
+        Script::ok("v", &[("cache-control", "max-age=0, s-maxage=60")]),
+    );
     let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
     let addr = sw.listen_addrs[0];
     get(addr, "/short").await;
     get(addr, "/shared").await;
-    assert!(is_hit(&get(addr, "/shared").await), "s-maxage overrides max-age");
+    assert!(
+        is_hit(&get(addr, "/shared").await),
+        "s-maxage overrides max-age"
+    );
     // Keep asking: the entry is a hit until its second of freshness is over, then refetched.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while origin.hits("/short") < 2 {
@@ -128,7 +165,9 @@ async fn request_directives_no_cache_max_age_and_only_if_cached() {
     let miss = get_with(addr, "/other", &[("cache-control", "only-if-cached")]).await;
     assert_eq!(miss.status, StatusCode::GATEWAY_TIMEOUT);
     get(addr, "/d").await;
-    assert!(is_hit(&get_with(addr, "/d", &[("cache-control", "only-if-cached")]).await));
+    assert!(is_hit(
+        &get_with(addr, "/d", &[("cache-control", "only-if-cached")]).await
+    ));
     get_with(addr, "/d", &[("cache-control", "no-cache")]).await;
     assert_eq!(origin.hits("/d"), 2, "no-cache goes to the node");
     get_with(addr, "/d", &[("cache-control", "max-age=0")]).await;
@@ -140,16 +179,26 @@ async fn vary_keeps_variants_apart_and_vary_star_never_matches() {
     let origin = Origin::start().await;
     origin.script(
         "/v",
-        Script::ok("body", &[("cache-control", "max-age=60"), ("vary", "accept-encoding")]),
+        Script::ok(
+            "body",
+            &[("cache-control", "max-age=60"), ("vary", "accept-encoding")],
+        ),
     );
-    origin.script("/star", Script::ok("s", &[("cache-control", "max-age=60"), ("vary", "*")]));
+    origin.script(
+        "/star",
+        Script::ok("s", &[("cache-control", "max-age=60"), ("vary", "*")]),
+    );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
     let gz = [("accept-encoding", "gzip")];
     let br = [("accept-encoding", "br")];
     get_with(addr, "/v", &gz).await;
     let other = get_with(addr, "/v", &br).await;
-    assert!(cache_status(&other).contains("fwd=vary-miss"), "{}", cache_status(&other));
+    assert!(
+        cache_status(&other).contains("fwd=vary-miss"),
+        "{}",
+        cache_status(&other)
+    );
     assert!(is_hit(&get_with(addr, "/v", &gz).await));
     assert!(is_hit(&get_with(addr, "/v", &br).await));
     assert_eq!(origin.hits("/v"), 2);
@@ -163,7 +212,11 @@ async fn a_stale_entry_is_revalidated_and_a_304_updates_its_headers() {
     let origin = Origin::start().await;
     let mut script = Script::ok(
         "stored body",
-        &[("cache-control", "max-age=0"), ("etag", "\"v1\""), ("x-version", "1")],
+        &[
+            ("cache-control", "max-age=0"),
+            ("etag", "\"v1\""),
+            ("x-version", "1"),
+        ],
     );
     script.not_modified_for = Some("\"v1\"".into());
     script.not_modified_headers = vec![
@@ -176,14 +229,24 @@ async fn a_stale_entry_is_revalidated_and_a_304_updates_its_headers() {
     let addr = sw.listen_addrs[0];
     get(addr, "/r").await;
     let revalidated = get(addr, "/r").await;
-    assert_eq!(origin.last_header("/r", "if-none-match").as_deref(), Some("\"v1\""));
+    assert_eq!(
+        origin.last_header("/r", "if-none-match").as_deref(),
+        Some("\"v1\"")
+    );
     assert_eq!(revalidated.status, StatusCode::OK);
     assert_eq!(revalidated.text(), "stored body");
     assert_eq!(revalidated.header("x-version"), "2");
     let status = cache_status(&revalidated);
-    assert!(status.contains("fwd=stale") && status.contains("fwd-status=304"), "{status}");
+    assert!(
+        status.contains("fwd=stale") && status.contains("fwd-status=304"),
+        "{status}"
+    );
     let third = get(addr, "/r").await;
-    assert!(is_hit(&third), "the 304's max-age made it fresh: {}", cache_status(&third));
+    assert!(
+        is_hit(&third),
+        "the 304's max-age made it fresh: {}",
+        cache_status(&third)
+    );
     assert_eq!(third.header("x-version"), "2");
     assert_eq!(origin.hits("/r"), 2);
 }
@@ -193,7 +256,10 @@ async fn a_clients_conditional_request_is_answered_from_the_cache() {
     let origin = Origin::start().await;
     origin.script(
         "/c",
-        Script::ok("abc", &[("cache-control", "max-age=60"), ("etag", "\"e1\"")]),
+        Script::ok(
+            "abc",
+            &[("cache-control", "max-age=60"), ("etag", "\"e1\"")],
+        ),
     );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
@@ -212,7 +278,10 @@ async fn stale_while_revalidate_serves_stale_then_refreshes_in_the_background() 
     let origin = Origin::start().await;
     origin.script(
         "/swr",
-        Script::ok("old", &[("cache-control", "max-age=1, stale-while-revalidate=60")]),
+        Script::ok(
+            "old",
+            &[("cache-control", "max-age=1, stale-while-revalidate=60")],
+        ),
     );
     let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
     let addr = sw.listen_addrs[0];
@@ -225,17 +294,27 @@ async fn stale_while_revalidate_serves_stale_then_refreshes_in_the_background() 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let a = get(addr, "/swr").await;
-        assert_eq!(a.text(), "old", "stale is served, never a wait for the new body");
+        assert_eq!(
+            a.text(),
+            "old",
+            "stale is served, never a wait for the new body"
+        );
         if origin.hits("/swr") >= 2 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "no background refresh");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no background refresh"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // ... and the background refresh replaces it.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while get(addr, "/swr").await.text() != "new" {
-        assert!(tokio::time::Instant::now() < deadline, "refresh never stored");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "refresh never stored"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -245,12 +324,21 @@ async fn stale_if_error_serves_stale_when_the_node_fails_or_is_gone() {
     let origin = Origin::start().await;
     origin.script(
         "/sie",
-        Script::ok("kept", &[("cache-control", "max-age=1, stale-if-error=600")]),
+        Script::ok(
+            "kept",
+            &[("cache-control", "max-age=1, stale-if-error=600")],
+        ),
     );
     let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
     let addr = sw.listen_addrs[0];
     get(addr, "/sie").await;
-    origin.script("/sie", Script { status: 503, ..Script::ok("down", &[]) });
+    origin.script(
+        "/sie",
+        Script {
+            status: 503,
+            ..Script::ok("down", &[])
+        },
+    );
     origin.wait_hits("/sie", 1).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while origin.hits("/sie") < 2 {
@@ -262,7 +350,11 @@ async fn stale_if_error_serves_stale_when_the_node_fails_or_is_gone() {
     }
     drop(origin);
     let a = get(addr, "/sie").await;
-    assert_eq!((a.status, a.text().as_str()), (StatusCode::OK, "kept"), "node gone");
+    assert_eq!(
+        (a.status, a.text().as_str()),
+        (StatusCode::OK, "kept"),
+        "node gone"
+    );
     let st = status_json(sw.admin_addr.unwrap()).await;
     assert!(st["cache"]["stale_on_error"].as_u64().unwrap() >= 2);
 }
@@ -270,11 +362,20 @@ async fn stale_if_error_serves_stale_when_the_node_fails_or_is_gone() {
 #[tokio::test]
 async fn an_unsafe_method_invalidates_the_uri_and_its_location() {
     let origin = Origin::start().await;
-    origin.script("/item", Script::ok("item", &[("cache-control", "max-age=60")]));
-    origin.script("/list", Script::ok("list", &[("cache-control", "max-age=60")]));
+    origin.script(
+        "/item",
+        Script::ok("item", &[("cache-control", "max-age=60")]),
+    );
+    origin.script(
+        "/list",
+        Script::ok("list", &[("cache-control", "max-age=60")]),
+    );
     origin.script(
         "/item-edit",
-        Script { status: 303, ..Script::ok("", &[("location", "/list")]) },
+        Script {
+            status: 303,
+            ..Script::ok("", &[("location", "/list")])
+        },
     );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
@@ -285,13 +386,25 @@ async fn an_unsafe_method_invalidates_the_uri_and_its_location() {
     assert!(!is_hit(&get(addr, "/item").await), "POST invalidated /item");
     let edit = Request::post("/item-edit").header("host", "site.test");
     send(addr, edit, Bytes::from_static(b"x")).await;
-    assert!(!is_hit(&get(addr, "/list").await), "Location on the same host invalidated");
+    assert!(
+        !is_hit(&get(addr, "/list").await),
+        "Location on the same host invalidated"
+    );
 }
 
 #[tokio::test]
 async fn ranges_are_served_from_a_stored_full_response() {
     let origin = Origin::start().await;
-    origin.script("/r", Script::ok("0123456789", &[("cache-control", "max-age=60"), ("content-type", "text/plain")]));
+    origin.script(
+        "/r",
+        Script::ok(
+            "0123456789",
+            &[
+                ("cache-control", "max-age=60"),
+                ("content-type", "text/plain"),
+            ],
+        ),
+    );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
     get(addr, "/r").await;
@@ -301,9 +414,15 @@ async fn ranges_are_served_from_a_stored_full_response() {
     assert_eq!(one.header("content-range"), "bytes 2-4/10");
     let two = get_with(addr, "/r", &[("range", "bytes=0-1,8-")]).await;
     assert_eq!(two.status, StatusCode::PARTIAL_CONTENT);
-    assert!(two.header("content-type").starts_with("multipart/byteranges; boundary="));
+    assert!(two
+        .header("content-type")
+        .starts_with("multipart/byteranges; boundary="));
     let text = two.text();
-    assert!(text.contains("Content-Range: bytes 0-1/10") || text.contains("content-range: bytes 0-1/10"), "{text}");
+    assert!(
+        text.contains("Content-Range: bytes 0-1/10")
+            || text.contains("content-range: bytes 0-1/10"),
+        "{text}"
+    );
     assert!(text.contains("01") && text.contains("89"), "{text}");
     assert_eq!(two.header("content-length"), two.body.len().to_string());
     let bad = get_with(addr, "/r", &[("range", "bytes=50-60")]).await;
@@ -315,16 +434,32 @@ async fn ranges_are_served_from_a_stored_full_response() {
 #[tokio::test]
 async fn head_is_answered_from_a_stored_get() {
     let origin = Origin::start().await;
-    origin.script("/h", Script::ok("twelve bytes", &[("cache-control", "max-age=60")]));
+    origin.script(
+        "/h",
+        Script::ok("twelve bytes", &[("cache-control", "max-age=60")]),
+    );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
-    let first = send(addr, Request::head("/h").header("host", "site.test"), Bytes::new()).await;
+    let first = send(
+        addr,
+        Request::head("/h").header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await;
     assert_eq!(first.status, StatusCode::OK);
     assert!(first.body.is_empty());
     let get_after = get(addr, "/h").await;
-    assert!(is_hit(&get_after), "a HEAD miss filled the cache with a GET");
+    assert!(
+        is_hit(&get_after),
+        "a HEAD miss filled the cache with a GET"
+    );
     assert_eq!(get_after.text(), "twelve bytes");
-    let head = send(addr, Request::head("/h").header("host", "site.test"), Bytes::new()).await;
+    let head = send(
+        addr,
+        Request::head("/h").header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await;
     assert!(is_hit(&head));
     assert!(head.body.is_empty());
     assert_eq!(head.header("content-length"), "12");
@@ -349,7 +484,11 @@ async fn concurrent_misses_make_one_node_request() {
         assert_eq!(a.text(), "shared");
         collapsed += usize::from(cache_status(&a).contains("collapsed") || is_hit(&a));
     }
-    assert_eq!(origin.hits("/hot"), 1, "one node request for 100 concurrent misses");
+    assert_eq!(
+        origin.hits("/hot"),
+        1,
+        "one node request for 100 concurrent misses"
+    );
     assert_eq!(collapsed, 99);
 }
 
@@ -371,7 +510,10 @@ async fn a_waiter_gets_bytes_before_the_node_has_finished_sending() {
     let leader = client.request(request()).await.unwrap();
     origin.wait_hits("/stream", 1).await;
     let waiter = client.request(request()).await.unwrap();
-    assert!(waiter.headers()["cache-status"].to_str().unwrap().contains("collapsed"));
+    assert!(waiter.headers()["cache-status"]
+        .to_str()
+        .unwrap()
+        .contains("collapsed"));
     let mut body = waiter.into_body();
     // The origin holds the rest back until released: these bytes can only come from the fill.
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -395,8 +537,14 @@ async fn a_lying_response_is_never_stored_and_the_client_connection_is_closed() 
     let raw = common::raw_exchange(addr, b"GET /lie HTTP/1.1\r\nHost: site.test\r\n\r\n").await;
     assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
     let body = raw.split("\r\n\r\n").nth(1).unwrap_or("");
-    assert!(body.len() < 5000, "the connection closed before a full body");
-    origin.script("/lie", Script::ok("honest", &[("cache-control", "max-age=60")]));
+    assert!(
+        body.len() < 5000,
+        "the connection closed before a full body"
+    );
+    origin.script(
+        "/lie",
+        Script::ok("honest", &[("cache-control", "max-age=60")]),
+    );
     let next = get(addr, "/lie").await;
     assert_eq!(next.text(), "honest", "nothing corrupted was stored");
     assert_eq!(origin.hits("/lie"), 2);
@@ -405,7 +553,10 @@ async fn a_lying_response_is_never_stored_and_the_client_connection_is_closed() 
 #[tokio::test]
 async fn an_object_over_max_object_passes_through_whole_and_uncached() {
     let origin = Origin::start().await;
-    origin.script("/huge", Script::ok(&"z".repeat(3 << 20), &[("cache-control", "max-age=60")]));
+    origin.script(
+        "/huge",
+        Script::ok(&"z".repeat(3 << 20), &[("cache-control", "max-age=60")]),
+    );
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
     for _ in 0..2 {
@@ -432,7 +583,10 @@ async fn eviction_keeps_the_store_within_its_budget() {
     let addr = sw.listen_addrs[0];
     for i in 0..30 {
         let path = format!("/obj{i}");
-        origin.script(&path, Script::ok(&"o".repeat(100_000), &[("cache-control", "max-age=60")]));
+        origin.script(
+            &path,
+            Script::ok(&"o".repeat(100_000), &[("cache-control", "max-age=60")]),
+        );
         get(addr, &path).await;
     }
     let st = status_json(sw.admin_addr.unwrap()).await;
@@ -454,15 +608,38 @@ async fn purge_and_ban_on_the_admin_listener_and_purge_from_an_allowed_client() 
     for p in ["/p", "/img/1.png", "/img/2.png", "/q"] {
         get(addr, p).await;
     }
-    let purged = send(admin, Request::post("/cache/purge?url=http://site.test/p"), Bytes::new()).await;
+    let purged = send(
+        admin,
+        Request::post("/cache/purge?url=http://site.test/p"),
+        Bytes::new(),
+    )
+    .await;
     assert_eq!(purged.status, StatusCode::OK, "{}", purged.text());
     assert!(purged.text().contains("\"purged\": 1"), "{}", purged.text());
-    let banned = send(admin, Request::post("/cache/ban?regex=%5C.png%24"), Bytes::new()).await;
+    let banned = send(
+        admin,
+        Request::post("/cache/ban?regex=%5C.png%24"),
+        Bytes::new(),
+    )
+    .await;
     assert!(banned.text().contains("\"banned\": 2"), "{}", banned.text());
     let bad = send(admin, Request::post("/cache/ban?regex=("), Bytes::new()).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    let client_purge = send(addr, Request::builder().method("PURGE").uri("/q").header("host", "site.test"), Bytes::new()).await;
-    assert_eq!(client_purge.status, StatusCode::OK, "{}", client_purge.text());
+    let client_purge = send(
+        addr,
+        Request::builder()
+            .method("PURGE")
+            .uri("/q")
+            .header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(
+        client_purge.status,
+        StatusCode::OK,
+        "{}",
+        client_purge.text()
+    );
     for p in ["/p", "/img/1.png", "/q"] {
         assert!(!is_hit(&get(addr, p).await), "{p} was removed");
     }
@@ -474,7 +651,10 @@ async fn purge_from_a_client_outside_purge_from_is_refused() {
     let sw = switch_with_cache(&origin, "").await;
     let refused = send(
         sw.listen_addrs[0],
-        Request::builder().method("PURGE").uri("/q").header("host", "site.test"),
+        Request::builder()
+            .method("PURGE")
+            .uri("/q")
+            .header("host", "site.test"),
         Bytes::new(),
     )
     .await;
@@ -501,9 +681,11 @@ async fn metrics_and_status_page_show_the_cache() {
     get(sw.listen_addrs[0], "/m").await;
     let admin = sw.admin_addr.unwrap();
     let metrics = get(admin, "/metrics").await.text();
-    assert!(metrics.contains("capstan_cache_lookups_total{result=\"hit\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("capstan_cache_lookups_total{result=\"hit\"} 1"),
+        "{metrics}"
+    );
     assert!(metrics.contains("capstan_cache_objects 1"), "{metrics}");
     let page = get(admin, "/").await.text();
     assert!(page.contains("hit ratio"), "{page}");
-    let _ = eventually;
 }

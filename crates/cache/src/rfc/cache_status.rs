@@ -69,6 +69,31 @@ pub struct CacheStatus {
 }
 
 impl CacheStatus {
+    /// Served from the cache, with `ttl` seconds of freshness left (negative when stale).
+    pub fn hit(ttl: i64) -> CacheStatus {
+        CacheStatus {
+            hit: true,
+            ttl: Some(ttl),
+            ..CacheStatus::default()
+        }
+    }
+
+    /// Went forward for `fwd`; `stored` and `collapsed` as the member says.
+    pub fn forward(
+        fwd: Fwd,
+        stored: bool,
+        collapsed: bool,
+        detail: Option<&'static str>,
+    ) -> CacheStatus {
+        CacheStatus {
+            fwd: Some(fwd),
+            stored,
+            collapsed,
+            detail,
+            ..CacheStatus::default()
+        }
+    }
+
     /// The field value for this member, named [`CACHE_NAME`].
     pub fn header_value(&self) -> HeaderValue {
         self.header_value_named(CACHE_NAME)

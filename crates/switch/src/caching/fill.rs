@@ -358,8 +358,14 @@ mod tests {
         assert!(fill.join(10, true).is_none(), "the first chunk is gone");
         assert_eq!(fill.lock().buffered, 3);
         fill.finish(Err("node went away".into()));
-        assert_eq!(a.frame().await.unwrap().unwrap().into_data().unwrap(), "two");
-        assert!(a.frame().await.unwrap().is_err(), "a failed fill ends in an error");
+        assert_eq!(
+            a.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "two"
+        );
+        assert!(
+            a.frame().await.unwrap().is_err(),
+            "a failed fill ends in an error"
+        );
     }
 
     #[tokio::test]
@@ -370,7 +376,10 @@ mod tests {
         fill.push(Bytes::from(vec![0u8; PASS_WINDOW as usize]));
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
-        assert!(fill.poll_room(&mut cx).is_pending(), "a full window holds the producer");
+        assert!(
+            fill.poll_room(&mut cx).is_pending(),
+            "a full window holds the producer"
+        );
         drop(reader);
         assert_eq!(fill.poll_room(&mut cx), Poll::Ready(false));
     }

@@ -17,15 +17,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use capstan_cache::disk::DiskTier;
 use capstan_cache::key::{primary_key, url_part, KeyRules};
 use capstan_cache::rfc::{self, CacheRules, CacheStatus, Decision, Fwd, StoredTimes};
-use capstan_cache::disk::DiskTier;
 use capstan_cache::store::{Entry, Lookup, Store, StoreConfig, StoreStats};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
-use hyper::body::Body;
 use http_body_util::BodyExt;
+use hyper::body::Body;
 
 use crate::body::{ResponseBody, UpstreamBody};
 use crate::cache_config::CacheConfig;
@@ -123,9 +123,8 @@ impl CacheLayer {
     pub fn ratio_now(&self) -> (u64, u64) {
         let c = &self.counters;
         let hits = c.hits.load(Ordering::Relaxed) + c.stale_hits.load(Ordering::Relaxed);
-        let lookups = hits
-            + c.misses.load(Ordering::Relaxed)
-            + c.revalidations.load(Ordering::Relaxed);
+        let lookups =
+            hits + c.misses.load(Ordering::Relaxed) + c.revalidations.load(Ordering::Relaxed);
         (hits, lookups)
     }
 
@@ -331,7 +330,14 @@ pub(crate) async fn serve(
     let vary_miss = matches!(found, Lookup::VaryMiss);
     let stale = match found {
         Lookup::Hit(entry) => {
-            match rfc::decide(&parts.method, req, &entry.headers, &entry.times, now, &rules) {
+            match rfc::decide(
+                &parts.method,
+                req,
+                &entry.headers,
+                &entry.times,
+                now,
+                &rules,
+            ) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
                     let status = CacheStatus::hit(ttl_of(&entry.times, now));
@@ -446,14 +452,27 @@ async fn through_fill(
         return follow(forward, parts, reader, &cfg, fwd_kind).await;
     }
     let fill = Fill::new();
-    let reader = fill.join(usize::MAX, false).expect("a new fill takes readers");
+    let reader = fill
+        .join(usize::MAX, false)
+        .expect("a new fill takes readers");
     if cfg.coalesce {
         layer.fills().insert(fill_key.clone(), Arc::clone(&fill));
     }
     let method = parts.method.clone();
     let client_req = parts.headers.clone();
-    spawn_fill(&forward, parts.headers, key, stale, cfg.clone(), rules, Arc::clone(&fill));
-    let Some(head) = fill.head(forward.cluster.config.timeouts.upstream * 2).await else {
+    spawn_fill(
+        &forward,
+        parts.headers,
+        key,
+        stale,
+        cfg.clone(),
+        rules,
+        Arc::clone(&fill),
+    );
+    let Some(head) = fill
+        .head(forward.cluster.config.timeouts.upstream * 2)
+        .await
+    else {
         return Err(error_response(
             StatusCode::GATEWAY_TIMEOUT,
             "the cache fill got no response head in time",
@@ -608,7 +627,11 @@ async fn run_fill(
     rules: &CacheRules,
     fill: &Fill,
 ) {
-    let layer = task.switch.cache.as_ref().expect("a fill runs with a cache");
+    let layer = task
+        .switch
+        .cache
+        .as_ref()
+        .expect("a fill runs with a cache");
     let headers = fill_request_headers(&client_headers, stale.as_deref());
     let request_time = SystemTime::now();
     let answer = task
@@ -647,30 +670,64 @@ async fn run_fill(
     if resp.status() == StatusCode::NOT_MODIFIED {
         if let Some(entry) = &stale {
             bump(&layer.counters.not_modified);
-            let updated = revalidated(layer, entry, resp.headers(), request_time, response_time, rules);
+            let updated = revalidated(
+                layer,
+                entry,
+                resp.headers(),
+                request_time,
+                response_time,
+                rules,
+            );
             publish_entry(fill, &updated, FillOutcome::Revalidated, response_time);
             return;
         }
     }
-    let stored = stream_and_store(layer, task, fill, resp, key, &client_headers, cfg, rules, (request_time, response_time)).await;
+    let stored = stream_and_store(
+        layer,
+        task,
+        fill,
+        resp,
+        key,
+        &client_headers,
+        cfg,
+        rules,
+        (request_time, response_time),
+    )
+    .await;
     if let (Some(old), false) = (&stale, stored) {
         // The node sent a new response that could not be stored: the old one is obsolete.
         layer.remove(old);
     }
 }
 
-/// Merges a `304`'s headers into the stored entry (RFC 9111 §4.3.4).
+/// Merges a `304`'s headers into the stored entry (RFC 9111 §4.3.4). A `304` whose
+/// validators do not match the entry updates nothing (the entry is dropped) and the entry
+/// answers this one request.
 fn revalidated(
     layer: &CacheLayer,
     entry: &Arc<Entry>,
-    fresh: &HeaderMap,
+    not_modified: &HeaderMap,
     request_time: SystemTime,
     response_time: SystemTime,
     rules: &CacheRules,
 ) -> Arc<Entry> {
+    let mut fresh = not_modified.clone();
+    rfc::ensure_date(&mut fresh, response_time);
+    if !rfc::not_modified_applies(&entry.headers, &fresh) {
+        layer.remove(entry);
+        return Arc::clone(entry);
+    }
     let mut headers = entry.headers.clone();
-    rfc::merge_not_modified(&mut headers, fresh);
-    let times = StoredTimes::new(entry.status, &headers, request_time, response_time, rules);
+    rfc::merge_not_modified(&mut headers, &fresh);
+    let mut times = entry.times;
+    times.refresh(
+        entry.status,
+        &headers,
+        &fresh,
+        request_time,
+        response_time,
+        rules,
+    );
     match layer.store.update(entry, headers.clone(), times) {
         Some(updated) => {
             layer.write_through(&updated);
@@ -744,15 +801,26 @@ async fn stream_and_store(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let verdict = rfc::storability(&Method::GET, client_headers, parts.status, &parts.headers, rules);
+    let verdict = rfc::storability(
+        &Method::GET,
+        client_headers,
+        parts.status,
+        &parts.headers,
+        rules,
+    );
     let vary = rfc::vary_key(&parts.headers, client_headers);
-    let mut storing = verdict.is_ok()
-        && vary.is_some()
-        && declared.is_none_or(|len| len <= cfg.max_object.0);
+    let mut storing =
+        verdict.is_ok() && vary.is_some() && declared.is_none_or(|len| len <= cfg.max_object.0);
     if !storing {
         bump(&layer.counters.uncachable);
     }
-    let times = StoredTimes::new(parts.status, &parts.headers, request_time, response_time, rules);
+    let times = StoredTimes::new(
+        parts.status,
+        &parts.headers,
+        request_time,
+        response_time,
+        rules,
+    );
     fill.set_head(
         FillHead {
             status: parts.status,
@@ -855,7 +923,12 @@ pub(crate) fn client_purge(
     parts: &Parts,
     peer: &HeaderValue,
 ) -> Response<ResponseBody> {
-    let cfg = forward.cluster.config.cache.as_ref().expect("routed to the cache");
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
     let allowed = peer
         .to_str()
         .ok()

@@ -87,15 +87,43 @@ pub fn encode_metrics(
         ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
     }
     let counters = [
-        ("capstan_cache_coalesced", "Requests served by another request's node fetch", report.coalesced),
-        ("capstan_cache_not_modified", "Revalidations the node answered 304", report.not_modified),
+        (
+            "capstan_cache_coalesced",
+            "Requests served by another request's node fetch",
+            report.coalesced,
+        ),
+        (
+            "capstan_cache_not_modified",
+            "Revalidations the node answered 304",
+            report.not_modified,
+        ),
         ("capstan_cache_stored", "Responses stored", report.stored),
-        ("capstan_cache_uncachable", "Node responses not storable", report.uncachable),
-        ("capstan_cache_stale_on_error", "Stale entries served because the node failed", report.stale_on_error),
-        ("capstan_cache_background_refreshes", "Background refreshes of stale entries", report.background_refreshes),
-        ("capstan_cache_invalidations", "URLs invalidated by unsafe methods", report.invalidations),
+        (
+            "capstan_cache_uncachable",
+            "Node responses not storable",
+            report.uncachable,
+        ),
+        (
+            "capstan_cache_stale_on_error",
+            "Stale entries served because the node failed",
+            report.stale_on_error,
+        ),
+        (
+            "capstan_cache_background_refreshes",
+            "Background refreshes of stale entries",
+            report.background_refreshes,
+        ),
+        (
+            "capstan_cache_invalidations",
+            "URLs invalidated by unsafe methods",
+            report.invalidations,
+        ),
         ("capstan_cache_purges", "PURGE requests", report.purges),
-        ("capstan_cache_evictions", "Entries evicted from the memory tier", report.memory.evictions),
+        (
+            "capstan_cache_evictions",
+            "Entries evicted from the memory tier",
+            report.memory.evictions,
+        ),
     ];
     for (name, help, n) in counters {
         ConstCounter::new(n).encode(encoder.encode_descriptor(
@@ -106,9 +134,21 @@ pub fn encode_metrics(
         )?)?;
     }
     let gauges = [
-        ("capstan_cache_objects", "Entries stored in the memory tier", report.memory.objects),
-        ("capstan_cache_bytes", "Bytes charged to the memory tier", report.memory.bytes),
-        ("capstan_cache_budget_bytes", "Byte budget of the memory tier", report.memory.budget_bytes),
+        (
+            "capstan_cache_objects",
+            "Entries stored in the memory tier",
+            report.memory.objects,
+        ),
+        (
+            "capstan_cache_bytes",
+            "Bytes charged to the memory tier",
+            report.memory.bytes,
+        ),
+        (
+            "capstan_cache_budget_bytes",
+            "Byte budget of the memory tier",
+            report.memory.budget_bytes,
+        ),
     ];
     for (name, help, n) in gauges {
         ConstGauge::new(n as i64).encode(encoder.encode_descriptor(
@@ -152,11 +192,16 @@ pub fn dashboard_section(report: &CacheReport) -> String {
         })
         .collect();
     if points.len() < 2 {
-        out.push_str("<p>(the hit-ratio chart appears after a few sampling intervals with traffic)</p>");
+        out.push_str(
+            "<p>(the hit-ratio chart appears after a few sampling intervals with traffic)</p>",
+        );
         return out;
     }
     let (w, h) = (600.0, 160.0);
-    let (t0, t1) = (points[0].0, points[points.len() - 1].0.max(points[0].0 + 1.0));
+    let (t0, t1) = (
+        points[0].0,
+        points[points.len() - 1].0.max(points[0].0 + 1.0),
+    );
     let mut path = String::new();
     for (i, (t, r)) in points.iter().enumerate() {
         let x = 40.0 + (t - t0) / (t1 - t0) * (w - 50.0);

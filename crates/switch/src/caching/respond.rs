@@ -40,7 +40,7 @@ pub fn from_entry(
     }
     let full_len = entry.body.len() as u64;
     if entry.status == StatusCode::OK && *method == Method::GET {
-        match rfc::parse_range(req, &entry.headers, full_len) {
+        match rfc::parse_range(method, req, &entry.headers, full_len) {
             RangeAnswer::Full => {}
             RangeAnswer::Unsatisfiable => {
                 let mut h = HeaderMap::new();
@@ -79,7 +79,10 @@ fn partial(
     } else {
         // The boundary only has to be absent from the body; the entry id makes it differ
         // between objects without a random number generator on the hit path.
-        let boundary = format!("capstan-{:016x}", entry.id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let boundary = format!(
+            "capstan-{:016x}",
+            entry.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        );
         let content_type = entry.headers.get(header::CONTENT_TYPE);
         let Ok(multipart) = rfc::Multipart::new(ranges, full_len, content_type, &boundary) else {
             // Ranges the parser let through but that cannot be framed: answer in full.

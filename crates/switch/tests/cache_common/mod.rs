@@ -154,7 +154,10 @@ impl Origin {
     }
 }
 
-async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<BoxBody>, Infallible> {
+async fn answer(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<BoxBody>, Infallible> {
     let key = req
         .uri()
         .path_and_query()
@@ -188,8 +191,10 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             let mut r = Response::new(full(Vec::new()));
             *r.status_mut() = StatusCode::NOT_MODIFIED;
             for (k, v) in &script.not_modified_headers {
-                r.headers_mut()
-                    .append(k.parse::<hyper::header::HeaderName>().unwrap(), v.parse().unwrap());
+                r.headers_mut().append(
+                    k.parse::<hyper::header::HeaderName>().unwrap(),
+                    v.parse().unwrap(),
+                );
             }
             return Ok(r);
         }
@@ -197,12 +202,16 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let mut r = Response::new(body_of(&script, &shared));
     *r.status_mut() = StatusCode::from_u16(script.status).unwrap();
     for (k, v) in &script.headers {
-        r.headers_mut()
-            .append(k.parse::<hyper::header::HeaderName>().unwrap(), v.parse().unwrap());
+        r.headers_mut().append(
+            k.parse::<hyper::header::HeaderName>().unwrap(),
+            v.parse().unwrap(),
+        );
     }
     if script.gate_after.is_some() || script.cut_after.is_some() {
-        r.headers_mut()
-            .insert("content-length", script.body.len().to_string().parse().unwrap());
+        r.headers_mut().insert(
+            "content-length",
+            script.body.len().to_string().parse().unwrap(),
+        );
     }
     Ok(r)
 }
@@ -216,12 +225,23 @@ fn full(bytes: Vec<u8>) -> BoxBody {
 fn body_of(script: &Script, shared: &Arc<Shared>) -> BoxBody {
     let body = Bytes::from(script.body.clone());
     if let Some(cut) = script.cut_after {
+        // The head and the first bytes go out; the origin dies a moment later, as a node
+        // that crashes mid-body does.
         let first = body.slice(..cut.min(body.len()));
-        let frames: Vec<Result<Frame<Bytes>, std::io::Error>> = vec![
-            Ok(Frame::data(first)),
-            Err(std::io::Error::other("origin dies mid-body")),
-        ];
-        return StreamBody::new(futures_util::stream::iter(frames)).boxed();
+        let stream = futures_util::stream::unfold(0u8, move |step| {
+            let first = first.clone();
+            async move {
+                match step {
+                    0 => Some((Ok(Frame::data(first)), 1)),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Some((Err(std::io::Error::other("origin dies mid-body")), 2))
+                    }
+                    _ => None,
+                }
+            }
+        });
+        return StreamBody::new(stream).boxed();
     }
     if let Some(gate) = script.gate_after {
         let shared = Arc::clone(shared);

@@ -946,6 +946,18 @@ mod tests {
         UNIX_EPOCH + Duration::new(secs, nanos)
     }
 
+    /// A real `Vary: accept-encoding` key for a request sending `value` (empty: no Vary).
+    fn vary_of(value: &[u8]) -> VaryKey {
+        if value.is_empty() {
+            return VaryKey::empty();
+        }
+        let mut resp = HeaderMap::new();
+        resp.insert("vary", HeaderValue::from_static("accept-encoding"));
+        let mut req = HeaderMap::new();
+        req.insert("accept-encoding", HeaderValue::from_bytes(value).unwrap());
+        crate::rfc::vary_key(&resp, &req).unwrap()
+    }
+
     fn entry(url: &str, key_extra: &str, vary: &[u8], body: &[u8]) -> Entry {
         let mut headers = HeaderMap::new();
         headers.insert("content-type", HeaderValue::from_static("text/plain"));
@@ -961,7 +973,7 @@ mod tests {
         Entry::new(
             url,
             key_extra,
-            VaryKey::from_bytes(vary),
+            vary_of(vary),
             StatusCode::OK,
             headers,
             Bytes::copy_from_slice(body),
@@ -1023,12 +1035,7 @@ mod tests {
     fn put_then_lookup_returns_every_field() {
         let dir = TempDir::new("roundtrip");
         let tier = open(&dir.0, 1 << 20);
-        let mut e = entry(
-            "http://h/a",
-            "lang=en",
-            b"accept-encoding:gzip\n",
-            b"hello body",
-        );
+        let mut e = entry("http://h/a", "lang=en", b"gzip", b"hello body");
         e.status = StatusCode::NON_AUTHORITATIVE_INFORMATION;
         assert_eq!(tier.put(&e).unwrap(), 0);
         let got = tier
@@ -1037,7 +1044,7 @@ mod tests {
             .expect("a hit");
         assert_eq!(&*got.url, "http://h/a");
         assert_eq!(&*got.key_extra, "lang=en");
-        assert_eq!(got.vary.as_bytes(), b"accept-encoding:gzip\n");
+        assert_eq!(got.vary, vary_of(b"gzip"));
         assert_eq!(got.status, StatusCode::NON_AUTHORITATIVE_INFORMATION);
         assert_eq!(got.headers, e.headers);
         assert_eq!(got.body, e.body);
@@ -1262,7 +1269,7 @@ mod tests {
         tier.put(&entry(url, "", b"br", b"brotli")).unwrap();
         tier.put(&entry(url, "en", b"gzip", b"english")).unwrap();
         let with = |kx: &str, vary: &[u8]| {
-            tier.lookup(url, kx, |e| e.vary.as_bytes() == vary)
+            tier.lookup(url, kx, |e| e.vary == vary_of(vary))
                 .unwrap()
                 .map(|e| e.body)
         };
@@ -1276,8 +1283,8 @@ mod tests {
         assert_eq!(with("", b"gzip").unwrap(), "zipped v2");
         assert_eq!(files_in(&dir.0).len(), 3);
         assert_eq!(tier.stats().objects, 3);
-        assert!(tier.remove(url, "", &VaryKey::from_bytes(b"gzip")));
-        assert!(!tier.remove(url, "", &VaryKey::from_bytes(b"gzip")));
+        assert!(tier.remove(url, "", &vary_of(b"gzip")));
+        assert!(!tier.remove(url, "", &vary_of(b"gzip")));
         assert!(with("", b"gzip").is_none());
         assert_eq!(with("", b"br").unwrap(), "brotli");
         assert_eq!(files_in(&dir.0).len(), 2);

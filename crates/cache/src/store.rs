@@ -6,7 +6,7 @@
 //! passes times in and gets evicted entries back (to demote them to the disk tier).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -209,9 +209,7 @@ impl Store {
     }
 
     fn shard(&self, url: &str) -> MutexGuard<'_, Shard> {
-        let mut h = self.hasher.build_hasher();
-        url.hash(&mut h);
-        let i = (h.finish() % self.shards.len() as u64) as usize;
+        let i = (self.hasher.hash_one(url) % self.shards.len() as u64) as usize;
         // A panic while a shard was held cannot leave it half-updated in a way that matters
         // more than losing the cache: keep serving.
         self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
@@ -506,7 +504,7 @@ mod tests {
         s.insert(entry("http://h/img/2", 10), 1);
         let mut headers = HeaderMap::new();
         headers.insert("etag", http::HeaderValue::from_static("\"v2\""));
-        let updated = s.update(&a, headers, a.times.clone()).unwrap();
+        let updated = s.update(&a, headers, a.times).unwrap();
         assert_eq!(updated.body.as_ptr(), a.body.as_ptr());
         let Lookup::Hit(now) = s.lookup("http://h/a", "", |_| true) else {
             panic!("expected a hit");

@@ -200,7 +200,7 @@ impl CacheLayer {
     }
 
     /// A memory miss looked up on disk (off the event loop); a hit is promoted to memory.
-    async fn from_disk(&self, key: &Key, req: &HeaderMap) -> Option<Arc<Entry>> {
+    async fn lookup_on_disk(&self, key: &Key, req: &HeaderMap) -> Option<Arc<Entry>> {
         let disk = Arc::clone(self.disk.as_ref()?);
         let (url, extra, req) = (key.url.clone(), key.extra.clone(), req.clone());
         let found = tokio::task::spawn_blocking(move || {
@@ -322,7 +322,7 @@ pub(crate) async fn serve(
     });
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
-        miss => match layer.from_disk(&key, req).await {
+        miss => match layer.lookup_on_disk(&key, req).await {
             Some(entry) => Lookup::Hit(entry),
             None => miss,
         },

@@ -498,8 +498,30 @@ impl Config {
                 let _ = writeln!(out, "load      not gathered");
             }
         }
+        let _ = writeln!(out, "{}", describe_cache(self.cache.as_ref()));
         out
     }
+}
+
+fn describe_cache(cache: Option<&CacheConfig>) -> String {
+    let Some(c) = cache else {
+        return "cache     off".to_string();
+    };
+    let disk = match &c.disk_path {
+        Some(dir) => format!("disk {} in {}", c.disk_size, dir.display()),
+        None => "no disk tier".to_string(),
+    };
+    let classes = match &c.classes {
+        Some(list) => list.join(", "),
+        None => "every class".to_string(),
+    };
+    format!(
+        "cache     memory {}, {disk}, eviction {}, objects up to {}, grace {}, for {classes}",
+        c.memory,
+        c.policy.name(),
+        c.max_object,
+        humantime::format_duration(c.grace)
+    )
 }
 
 fn describe_rule(rule: &RuleSpec) -> String {

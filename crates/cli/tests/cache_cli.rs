@@ -31,7 +31,7 @@ fn check_rejects_bad_cache_sections_with_file_line_and_column() {
         ("heuristic_fraction = 2.0\n", "5:22:", "heuristic_fraction"),
         ("purge_from = [\"10.0.0.0/40\"]\n", "5:14:", "prefix"),
         ("colour = \"blue\"\n", "5:1:", "colour"),
-        ("grace = \"soon\"\n", "5:9:", "grace"),
+        ("grace = \"soon\"\n", "5:9:", "duration"),
     ];
     for (i, (body, location, says)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad{i}.toml"));

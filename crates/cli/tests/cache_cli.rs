@@ -207,3 +207,94 @@ fn bench_counts_the_switchs_hits() {
     assert!(bhr > 0.9, "{result}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A cachable 1 GiB response, over `max_object`, streams to two clients at once through the
+/// cache layer while the switch's peak memory stays small (it is neither stored nor buffered).
+#[test]
+fn a_gigabyte_passes_through_the_cache_in_bounded_memory() {
+    use std::io::{Read, Write};
+    const TOTAL: u64 = 1 << 30;
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_addr = backend.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in backend.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {TOTAL}\r\n\r\n"
+                );
+                let chunk = vec![b'z'; 256 * 1024];
+                let mut left = TOTAL;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+            });
+        }
+    });
+    let dir = temp_dir("gigabyte");
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:1\"]\n[[node]]\naddress = \"{backend_addr}\"\n\
+             [cache]\nmemory = \"64MiB\"\nmax_object = \"8MiB\"\n"
+        ),
+    )
+    .unwrap();
+    let listen = free_addr();
+    let l = listen.to_string();
+    let switch = spawn(
+        &[
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            &l,
+        ],
+        listen,
+    );
+    let download = move || {
+        let mut s = std::net::TcpStream::connect(listen).unwrap();
+        write!(
+            s,
+            "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut received = 0u64;
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                return received;
+            }
+            received += n as u64;
+        }
+    };
+    let clients: Vec<_> = (0..2).map(|_| std::thread::spawn(download)).collect();
+    for c in clients {
+        let received = c.join().unwrap();
+        assert!(
+            received > TOTAL,
+            "head and all {TOTAL} body bytes: {received}"
+        );
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", switch.pid())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(
+        peak_kb < 64 * 1024,
+        "peak resident memory {peak_kb} KiB for two 1 GiB bodies"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -53,7 +53,7 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
         ),
         (&Method::GET, "/") => text("text/html; charset=utf-8", dashboard(&status(switch))),
         (&Method::POST, "/cache/purge") => cache_purge(switch, req.uri().query()),
-        (&Method::POST, "/cache/ban") => cache_ban(switch, req.uri().query()),
+        (&Method::POST, "/cache/ban") => cache_ban(switch, req.uri().query()).await,
         (&Method::POST, "/reload") => match switch.reload().await {
             Ok(summary) => text("text/plain; charset=utf-8", format!("{summary}\n")),
             Err(e) => error_response(
@@ -253,36 +253,44 @@ fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
     json(&serde_json::json!({ "url": url, "purged": purged }))
 }
 
-/// `POST /cache/ban?prefix=http://host/img/` or `?regex=\.png$`: every URL that matches.
-fn cache_ban(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
-    let Some(layer) = &switch.cache else {
+/// `POST /cache/ban?prefix=http://host/img/` or `?regex=\\.png$`: every URL that matches.
+/// A ban may delete many files of the disk tier, so it runs off the event loop.
+async fn cache_ban(switch: &Arc<Switch>, query: Option<&str>) -> Response<ResponseBody> {
+    if switch.cache.is_none() {
         return no_cache();
-    };
-    let banned = match (query_param(query, "prefix"), query_param(query, "regex")) {
-        (Some(prefix), None) => layer.ban(|url| url.starts_with(&prefix)),
-        (None, Some(re)) => match regex::Regex::new(&re) {
-            Ok(re) => layer.ban(|url| re.is_match(url)),
-            Err(e) => {
-                let first = e
-                    .to_string()
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
+    }
+    let matcher: Box<dyn Fn(&str) -> bool + Send> =
+        match (query_param(query, "prefix"), query_param(query, "regex")) {
+            (Some(prefix), None) => Box::new(move |url: &str| url.starts_with(&prefix)),
+            (None, Some(re)) => match regex::Regex::new(&re) {
+                Ok(re) => Box::new(move |url: &str| re.is_match(url)),
+                Err(e) => {
+                    let first = e
+                        .to_string()
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                        .trim()
+                        .to_string();
+                    return error_response(
+                        StatusCode::BAD_REQUEST,
+                        &format!("bad regex `{re}`: {first}"),
+                    );
+                }
+            },
+            _ => {
                 return error_response(
                     StatusCode::BAD_REQUEST,
-                    &format!("bad regex `{re}`: {first}"),
-                );
+                    "give exactly one of ?prefix=URL-PREFIX or ?regex=PATTERN",
+                )
             }
-        },
-        _ => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                "give exactly one of ?prefix=URL-PREFIX or ?regex=PATTERN",
-            )
-        }
-    };
+        };
+    let switch = Arc::clone(switch);
+    let banned = tokio::task::spawn_blocking(move || {
+        switch.cache.as_ref().map_or(0, |layer| layer.ban(matcher))
+    })
+    .await
+    .unwrap_or(0);
     json(&serde_json::json!({ "banned": banned }))
 }
 

@@ -307,14 +307,12 @@ pub(crate) async fn serve(
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
-    let cfg = forward
-        .cluster
-        .config
-        .cache
-        .clone()
-        .expect("routed to the cache");
+    // Borrowed from the cluster (the hit path copies nothing of the configuration); the
+    // fill path clones what its background task keeps.
+    let cluster = Arc::clone(&forward.cluster);
+    let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
     let rules = cfg.rules();
-    let key = Key::of(&forward, &cfg, &parts);
+    let key = Key::of(&forward, cfg, &parts);
     let now = SystemTime::now();
     let req = &parts.headers;
     let found = layer.store.lookup(&key.url, &key.extra, |e| {
@@ -435,7 +433,7 @@ async fn through_fill(
     parts: Parts,
     key: Key,
     stale: Option<Arc<Entry>>,
-    cfg: CacheConfig,
+    cfg: &CacheConfig,
     rules: CacheRules,
     fwd_kind: Fwd,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
@@ -449,7 +447,7 @@ async fn through_fill(
     });
     if let Some(Some(reader)) = joined {
         bump(&layer.counters.coalesced);
-        return follow(forward, parts, reader, &cfg, fwd_kind).await;
+        return follow(forward, parts, reader, cfg, fwd_kind).await;
     }
     let fill = Fill::new();
     let reader = fill

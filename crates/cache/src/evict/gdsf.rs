@@ -9,7 +9,7 @@
 //! this one uses the store's cost (the miss latency, as in Cherkasova's GDSF) and breaks ties by
 //! keying order (earliest first). A size of 0 counts as 1 byte.
 
-use super::heap::{key, priority, IndexedHeap};
+use super::heap::{IndexedHeap, Key};
 use super::slab::{IdMap, Slab};
 use super::{Evictor, ObjectId};
 
@@ -44,11 +44,11 @@ impl Gdsf {
 
     /// H = L + f × c / s, as a heap key. H is finite and ≥ 0, and the bit patterns of non-negative
     /// IEEE doubles sort like the numbers, so the bits serve as the integer priority.
-    fn key_for(&mut self, slot: u32) -> u128 {
+    fn key_for(&mut self, slot: u32) -> Key {
         let n = &self.slab[slot];
         let h = self.age + n.data.freq as f64 * n.data.cost as f64 / n.size.max(1) as f64;
         self.seq += 1;
-        key(h.to_bits(), self.seq)
+        Key { priority: h.to_bits(), seq: self.seq }
     }
 }
 
@@ -96,7 +96,7 @@ impl Evictor for Gdsf {
 
     fn victim(&mut self) -> Option<ObjectId> {
         let (k, slot) = self.heap.pop()?;
-        self.age = f64::from_bits(priority(k));
+        self.age = f64::from_bits(k.priority);
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;

@@ -11,7 +11,7 @@
 //! (a sequence number), which is the same order without the time. Keys are integers, not doubles.
 //! Not size-aware (Squid's LFUDA is not either).
 
-use super::heap::{key, priority, IndexedHeap};
+use super::heap::{IndexedHeap, Key};
 use super::slab::{IdMap, Slab};
 use super::{Evictor, ObjectId};
 
@@ -41,9 +41,9 @@ impl LfuDa {
         }
     }
 
-    fn key_for(&mut self, refs: u64) -> u128 {
+    fn key_for(&mut self, refs: u64) -> Key {
         self.seq += 1;
-        key(self.age.saturating_add(refs), self.seq)
+        Key { priority: self.age.saturating_add(refs), seq: self.seq }
     }
 }
 
@@ -84,7 +84,7 @@ impl Evictor for LfuDa {
 
     fn victim(&mut self) -> Option<ObjectId> {
         let (k, slot) = self.heap.pop()?;
-        self.age = priority(k);
+        self.age = k.priority;
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;

@@ -40,7 +40,8 @@
 //! most objects the cache could hold, each charged ATS's 256-byte overhead), so it stays bounded
 //! whatever the store does; ATS relies on the per-tick trimming alone.
 
-use super::slab::{IdMap, List, Slab};
+use super::idmap::IdMap;
+use super::slab::{List, Slab};
 use super::{Evictor, ObjectId};
 
 /// ATS `ENTRY_OVERHEAD`: bytes charged per entry when valuing it.
@@ -129,7 +130,7 @@ impl Clfus {
 
     /// Drops an entry (unlinked) altogether.
     fn free(&mut self, slot: u32) {
-        self.map.remove(&self.slab[slot].id);
+        self.map.remove(self.slab[slot].id);
         self.slab.release(slot);
     }
 
@@ -238,7 +239,7 @@ impl Evictor for Clfus {
     }
 
     fn admit(&mut self, id: ObjectId, size: u64, _cost: u64) -> bool {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.unlink(slot);
             if size > self.capacity {
                 self.free(slot);
@@ -290,7 +291,7 @@ impl Evictor for Clfus {
     }
 
     fn touch(&mut self, id: ObjectId) {
-        let Some(&slot) = self.map.get(&id) else {
+        let Some(slot) = self.map.get(id) else {
             return;
         };
         match self.slab[slot].data.state {
@@ -306,7 +307,7 @@ impl Evictor for Clfus {
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.unlink(slot);
             self.free(slot);
         }
@@ -371,7 +372,8 @@ mod tests {
         assert!(!p.admit(c, 400, 1), "first sight when full: history");
         assert_eq!((p.len(), p.bytes(), history_len(&p)), (2, 800, 1));
         assert_eq!(
-            p.slab[p.map[&a]].data.hits, 0,
+            p.slab[p.map.get(a).unwrap()].data.hits,
+            0,
             "the CLOCK's candidate lost a hit"
         );
         assert!(

@@ -10,7 +10,8 @@
 //! keying order (earliest first). A size of 0 counts as 1 byte.
 
 use super::heap::{IndexedHeap, Key};
-use super::slab::{IdMap, Slab};
+use super::idmap::IdMap;
+use super::slab::Slab;
 use super::{Evictor, ObjectId};
 
 pub(crate) struct Gdsf {
@@ -48,7 +49,10 @@ impl Gdsf {
         let n = &self.slab[slot];
         let h = self.age + n.data.freq as f64 * n.data.cost as f64 / n.size.max(1) as f64;
         self.seq += 1;
-        Key { priority: h.to_bits(), seq: self.seq }
+        Key {
+            priority: h.to_bits(),
+            seq: self.seq,
+        }
     }
 }
 
@@ -78,7 +82,7 @@ impl Evictor for Gdsf {
     }
 
     fn touch(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             let m = &mut self.slab[slot].data;
             m.freq = m.freq.saturating_add(1);
             let k = self.key_for(slot);
@@ -87,7 +91,7 @@ impl Evictor for Gdsf {
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(slot) = self.map.remove(&id) {
+        if let Some(slot) = self.map.remove(id) {
             self.heap.remove(slot);
             self.bytes -= self.slab[slot].size;
             self.slab.release(slot);
@@ -100,7 +104,7 @@ impl Evictor for Gdsf {
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;
-        self.map.remove(&id);
+        self.map.remove(id);
         self.slab.release(slot);
         Some(id)
     }

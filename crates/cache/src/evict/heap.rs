@@ -30,7 +30,10 @@ pub(crate) struct IndexedHeap {
 
 impl IndexedHeap {
     pub fn new() -> Self {
-        IndexedHeap { items: Vec::new(), pos: Vec::new() }
+        IndexedHeap {
+            items: Vec::new(),
+            pos: Vec::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -136,14 +139,35 @@ mod tests {
         let mut h = IndexedHeap::new();
         // slot s gets key 100 - 7s mod 97: a scrambled order.
         for s in 0..50u32 {
-            h.push(s, Key { priority: u64::from((100 + 97 * 7 - 7 * s) % 97), seq: u64::from(s) });
+            h.push(
+                s,
+                Key {
+                    priority: u64::from((100 + 97 * 7 - 7 * s) % 97),
+                    seq: u64::from(s),
+                },
+            );
         }
-        h.rekey(3, Key { priority: 0, seq: 0 });
-        h.rekey(10, Key { priority: 1000, seq: 0 });
+        h.rekey(
+            3,
+            Key {
+                priority: 0,
+                seq: 0,
+            },
+        );
+        h.rekey(
+            10,
+            Key {
+                priority: 1000,
+                seq: 0,
+            },
+        );
         let k7 = h.remove(7);
         assert_eq!(k7.priority, (100 + 97 * 7 - 49) % 97);
         assert_eq!(h.len(), 49);
-        let mut last = Key { priority: 0, seq: 0 };
+        let mut last = Key {
+            priority: 0,
+            seq: 0,
+        };
         let mut slots = Vec::new();
         while let Some((k, s)) = h.pop() {
             assert!(k >= last);
@@ -169,7 +193,10 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let slot = (x % 300) as u32;
-            let key = Key { priority: (x >> 20) % 50, seq };
+            let key = Key {
+                priority: (x >> 20) % 50,
+                seq,
+            };
             match (keys[slot as usize], (x >> 40) % 4) {
                 (None, _) => {
                     h.push(slot, key);

@@ -12,7 +12,8 @@
 //! Not size-aware (Squid's LFUDA is not either).
 
 use super::heap::{IndexedHeap, Key};
-use super::slab::{IdMap, Slab};
+use super::idmap::IdMap;
+use super::slab::Slab;
 use super::{Evictor, ObjectId};
 
 pub(crate) struct LfuDa {
@@ -43,7 +44,10 @@ impl LfuDa {
 
     fn key_for(&mut self, refs: u64) -> Key {
         self.seq += 1;
-        Key { priority: self.age.saturating_add(refs), seq: self.seq }
+        Key {
+            priority: self.age.saturating_add(refs),
+            seq: self.seq,
+        }
     }
 }
 
@@ -66,7 +70,7 @@ impl Evictor for LfuDa {
     }
 
     fn touch(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             let refs = self.slab[slot].data.saturating_add(1);
             self.slab[slot].data = refs;
             let k = self.key_for(refs);
@@ -75,7 +79,7 @@ impl Evictor for LfuDa {
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(slot) = self.map.remove(&id) {
+        if let Some(slot) = self.map.remove(id) {
             self.heap.remove(slot);
             self.bytes -= self.slab[slot].size;
             self.slab.release(slot);
@@ -88,7 +92,7 @@ impl Evictor for LfuDa {
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;
-        self.map.remove(&id);
+        self.map.remove(id);
         self.slab.release(slot);
         Some(id)
     }

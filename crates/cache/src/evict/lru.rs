@@ -1,7 +1,8 @@
 //! LRU: one list, a hit moves the object to the head, the victim is the tail (least recently
 //! admitted or hit). Not size-aware.
 
-use super::slab::{IdMap, List, Slab};
+use super::idmap::IdMap;
+use super::slab::{List, Slab};
 use super::{Evictor, ObjectId};
 
 pub(crate) struct Lru {
@@ -39,13 +40,13 @@ impl Evictor for Lru {
     }
 
     fn touch(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.list.move_to_front(&mut self.slab, slot);
         }
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(slot) = self.map.remove(&id) {
+        if let Some(slot) = self.map.remove(id) {
             self.list.unlink(&mut self.slab, slot);
             self.slab.release(slot);
         }
@@ -54,7 +55,7 @@ impl Evictor for Lru {
     fn victim(&mut self) -> Option<ObjectId> {
         let slot = self.list.pop_back(&mut self.slab)?;
         let id = self.slab[slot].id;
-        self.map.remove(&id);
+        self.map.remove(id);
         self.slab.release(slot);
         Some(id)
     }

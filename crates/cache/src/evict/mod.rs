@@ -31,6 +31,7 @@ use std::str::FromStr;
 mod clfus;
 mod gdsf;
 mod heap;
+mod idmap;
 mod lfu_da;
 mod lru;
 mod s3fifo;

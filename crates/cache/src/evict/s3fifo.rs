@@ -26,7 +26,8 @@
 //! than the budget needs. Objects of any size up to the capacity are admitted (`S3FIFOv0.c`
 //! refuses objects as large as S; Algorithm 1 does not).
 
-use super::slab::{IdMap, List, Slab, NIL};
+use super::idmap::IdMap;
+use super::slab::{List, Slab, NIL};
 use super::{Evictor, ObjectId};
 
 /// Frequency needed in S to be moved to M at eviction time (Algorithm 1: `t.freq > 1`).
@@ -95,14 +96,14 @@ impl S3Fifo {
                 .ghost
                 .pop_back(&mut self.slab)
                 .expect("ghost is not empty");
-            self.map.remove(&self.slab[old].id);
+            self.map.remove(self.slab[old].id);
             self.slab.release(old);
         }
     }
 
     fn free(&mut self, slot: u32) -> ObjectId {
         let id = self.slab[slot].id;
-        self.map.remove(&id);
+        self.map.remove(id);
         self.slab.release(slot);
         id
     }
@@ -186,30 +187,52 @@ impl Evictor for S3Fifo {
 
     fn admit(&mut self, id: ObjectId, size: u64, _cost: u64) -> bool {
         self.incoming = NIL;
-        let mut queue = Queue::Small;
-        if let Some(&slot) = self.map.get(&id) {
-            // A ghost hit goes to M; re-admitting a tracked object is remove + admit (to S).
-            if self.slab[slot].data.queue == Queue::Ghost {
-                queue = Queue::Main;
-            }
+        let found = self.map.get(id);
+        if let Some(slot) = found {
             self.unlink(slot);
-            self.free(slot);
-        }
-        if size > self.capacity {
+            if size > self.capacity {
+                self.free(slot);
+                return false;
+            }
+        } else if size > self.capacity {
             return false;
         }
-        let slot = self.slab.alloc(id, size, Meta { queue, freq: 0 });
-        match queue {
+        let slot = match found {
+            Some(slot) => {
+                // A ghost hit goes to M; re-admitting a tracked object is remove + admit (to S).
+                let n = &mut self.slab[slot];
+                let queue = if n.data.queue == Queue::Ghost {
+                    Queue::Main
+                } else {
+                    Queue::Small
+                };
+                n.size = size;
+                n.data = Meta { queue, freq: 0 };
+                slot
+            }
+            None => {
+                let slot = self.slab.alloc(
+                    id,
+                    size,
+                    Meta {
+                        queue: Queue::Small,
+                        freq: 0,
+                    },
+                );
+                self.map.insert(id, slot);
+                slot
+            }
+        };
+        match self.slab[slot].data.queue {
             Queue::Main => self.main.push_front(&mut self.slab, slot),
             _ => self.small.push_front(&mut self.slab, slot),
         }
-        self.map.insert(id, slot);
         self.incoming = slot;
         true
     }
 
     fn touch(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             let meta = &mut self.slab[slot].data;
             if meta.queue != Queue::Ghost {
                 meta.freq = (meta.freq + 1).min(FREQ_CAP);
@@ -219,7 +242,7 @@ impl Evictor for S3Fifo {
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.incoming = NIL;
             self.unlink(slot);
             self.free(slot);
@@ -254,7 +277,7 @@ mod tests {
     use super::*;
 
     fn queue_of(p: &S3Fifo, id: ObjectId) -> Option<Queue> {
-        p.map.get(&id).map(|&s| p.slab[s].data.queue)
+        p.map.get(id).map(|s| p.slab[s].data.queue)
     }
 
     // Capacity 100: S's share is 10 bytes, M's 90. Every object is 5 bytes. Queues head → tail.

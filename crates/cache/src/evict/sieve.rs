@@ -7,7 +7,8 @@
 //! tail. Objects are never moved, so survivors stay in insertion order. As in the paper, removal
 //! of the object under the hand moves the hand to that neighbour. Not size-aware (nor is SIEVE).
 
-use super::slab::{IdMap, List, Slab, NIL};
+use super::idmap::IdMap;
+use super::slab::{List, Slab, NIL};
 use super::{Evictor, ObjectId};
 
 pub(crate) struct Sieve {
@@ -36,7 +37,7 @@ impl Sieve {
             self.hand = self.slab[slot].prev;
         }
         self.queue.unlink(&mut self.slab, slot);
-        self.map.remove(&self.slab[slot].id);
+        self.map.remove(self.slab[slot].id);
         self.slab.release(slot);
     }
 }
@@ -58,13 +59,13 @@ impl Evictor for Sieve {
     }
 
     fn touch(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.slab[slot].data = true;
         }
     }
 
     fn remove(&mut self, id: ObjectId) {
-        if let Some(&slot) = self.map.get(&id) {
+        if let Some(slot) = self.map.get(id) {
             self.forget(slot);
         }
     }

@@ -1,43 +1,15 @@
-//! The storage every policy shares: slab-allocated nodes addressed by `u32` slots, intrusive
-//! doubly linked lists threaded through them, and the id → slot map.
+//! The storage every policy shares: slab-allocated nodes addressed by `u32` slots, and intrusive
+//! doubly linked lists threaded through them. (The id → slot map is in `idmap`.)
 //!
 //! Lists run from `head` (newest: just inserted, or most recently used) to `tail` (oldest); `next`
 //! points towards the tail and `prev` towards the head. A node is in at most one list at a time.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Index, IndexMut};
 
 use super::ObjectId;
 
 /// "No slot": the end of a list, or an empty hand/marker.
 pub(crate) const NIL: u32 = u32::MAX;
-
-/// Hashes an [`ObjectId`] with one 64×64→128-bit multiply folded back to 64 bits, so both the low
-/// bits (bucket index) and the high bits (control bytes) depend on every input bit. Ids come from
-/// the store, not from clients, so no keyed (DoS-resistant) hash is needed here.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let p = u128::from(x ^ self.0) * u128::from(MIX);
-        self.0 = (p as u64) ^ ((p >> 64) as u64);
-    }
-}
-
-/// Id → slot.
-pub(crate) type IdMap = HashMap<ObjectId, u32, BuildHasherDefault<IdHasher>>;
 
 /// One tracked (or remembered) object.
 pub(crate) struct Node<T> {

@@ -9,7 +9,7 @@
 //! this one uses the store's cost (the miss latency, as in Cherkasova's GDSF) and breaks ties by
 //! keying order (earliest first). A size of 0 counts as 1 byte.
 
-use super::heap::{IndexedHeap, Key};
+use super::heap::IndexedHeap;
 use super::idmap::IdMap;
 use super::slab::Slab;
 use super::{Evictor, ObjectId};
@@ -21,7 +21,6 @@ pub(crate) struct Gdsf {
     heap: IndexedHeap,
     /// The inflation value L: the H of the last evicted object.
     age: f64,
-    seq: u64,
     bytes: u64,
 }
 
@@ -38,21 +37,16 @@ impl Gdsf {
             slab: Slab::new(),
             heap: IndexedHeap::new(),
             age: 0.0,
-            seq: 0,
             bytes: 0,
         }
     }
 
     /// H = L + f × c / s, as a heap key. H is finite and ≥ 0, and the bit patterns of non-negative
     /// IEEE doubles sort like the numbers, so the bits serve as the integer priority.
-    fn key_for(&mut self, slot: u32) -> Key {
+    fn key_for(&self, slot: u32) -> u64 {
         let n = &self.slab[slot];
         let h = self.age + n.data.freq as f64 * n.data.cost as f64 / n.size.max(1) as f64;
-        self.seq += 1;
-        Key {
-            priority: h.to_bits(),
-            seq: self.seq,
-        }
+        h.to_bits()
     }
 }
 
@@ -100,7 +94,7 @@ impl Evictor for Gdsf {
 
     fn victim(&mut self) -> Option<ObjectId> {
         let (k, slot) = self.heap.pop()?;
-        self.age = f64::from_bits(k.priority);
+        self.age = f64::from_bits(k);
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;

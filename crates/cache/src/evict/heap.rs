@@ -1,24 +1,25 @@
 //! An indexed 4-ary min-heap of slots, for the priority-key policies (LFU-DA, GDSF): push, pop,
 //! re-key and remove any slot in O(log n), because each slot's position is tracked. Four children
-//! per node halve the depth of a binary heap, and the four sit next to each other in memory.
+//! per node halve the depth of a binary heap, and with 16-byte items they share a cache line or two.
 //!
-//! A key is a policy's priority plus a sequence number, compared in that order, so equal
-//! priorities are broken by age (the least recently keyed goes first) and every key is distinct.
+//! Items are ordered by the policy's priority, then by when they were (re)keyed: among equal
+//! priorities the least recently keyed comes first. That order is a 32-bit sequence number; when
+//! it runs out, the items are renumbered in order (sorting the array, which leaves a valid heap),
+//! once per 2^32 keyings.
 
 use super::slab::NIL;
 
 const ARITY: usize = 4;
 
-/// Priority, then sequence number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Key {
-    pub priority: u64,
-    pub seq: u64,
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Order {
+    priority: u64,
+    seq: u32,
 }
 
 #[derive(Clone, Copy)]
 struct Item {
-    key: Key,
+    order: Order,
     slot: u32,
 }
 
@@ -26,6 +27,9 @@ pub(crate) struct IndexedHeap {
     items: Vec<Item>,
     /// Slot → index in `items`, or NIL when the slot is not in the heap.
     pos: Vec<u32>,
+    next_seq: u32,
+    /// The sequence number that triggers renumbering (lowered by tests).
+    seq_limit: u32,
 }
 
 impl IndexedHeap {
@@ -33,6 +37,8 @@ impl IndexedHeap {
         IndexedHeap {
             items: Vec::new(),
             pos: Vec::new(),
+            next_seq: 0,
+            seq_limit: u32::MAX,
         }
     }
 
@@ -40,42 +46,61 @@ impl IndexedHeap {
         self.items.len()
     }
 
-    pub fn push(&mut self, slot: u32, key: Key) {
+    pub fn push(&mut self, slot: u32, priority: u64) {
         let s = slot as usize;
         if s >= self.pos.len() {
             self.pos.resize(s + 1, NIL);
         }
         debug_assert_eq!(self.pos[s], NIL, "slot already in the heap");
+        let order = self.order(priority);
         let i = self.items.len();
-        self.items.push(Item { key, slot });
+        self.items.push(Item { order, slot });
         self.sift_up(i);
     }
 
-    /// The smallest key and its slot, removed from the heap.
-    pub fn pop(&mut self) -> Option<(Key, u32)> {
+    /// The smallest item's priority and slot, removed from the heap.
+    pub fn pop(&mut self) -> Option<(u64, u32)> {
         let top = *self.items.first()?;
         self.remove_at(0);
-        Some((top.key, top.slot))
+        Some((top.order.priority, top.slot))
     }
 
-    /// Removes `slot` (which must be in the heap); returns its key.
-    pub fn remove(&mut self, slot: u32) -> Key {
+    /// Removes `slot` (which must be in the heap).
+    pub fn remove(&mut self, slot: u32) {
         let i = self.pos[slot as usize] as usize;
-        let key = self.items[i].key;
         self.remove_at(i);
-        key
     }
 
-    /// Gives `slot` (in the heap) a new key.
-    pub fn rekey(&mut self, slot: u32, key: Key) {
+    /// Gives `slot` (in the heap) a new priority; it now counts as the most recently keyed.
+    pub fn rekey(&mut self, slot: u32, priority: u64) {
+        let order = self.order(priority);
         let i = self.pos[slot as usize] as usize;
-        let old = self.items[i].key;
-        self.items[i].key = key;
-        if key < old {
+        let old = self.items[i].order;
+        self.items[i].order = order;
+        if order < old {
             self.sift_up(i);
         } else {
             self.sift_down(i);
         }
+    }
+
+    fn order(&mut self, priority: u64) -> Order {
+        if self.next_seq >= self.seq_limit {
+            self.renumber();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Order { priority, seq }
+    }
+
+    /// Renumbers the sequence from 0 in the current order. A sorted array is a valid heap.
+    fn renumber(&mut self) {
+        self.items.sort_unstable_by_key(|item| item.order);
+        for (i, item) in self.items.iter_mut().enumerate() {
+            item.order.seq = i as u32;
+            self.pos[item.slot as usize] = i as u32;
+        }
+        self.next_seq = self.items.len() as u32;
     }
 
     fn remove_at(&mut self, i: usize) {
@@ -97,7 +122,7 @@ impl IndexedHeap {
         let item = self.items[i];
         while i > 0 {
             let parent = (i - 1) / ARITY;
-            if self.items[parent].key <= item.key {
+            if self.items[parent].order <= item.order {
                 break;
             }
             self.place(i, self.items[parent]);
@@ -116,11 +141,11 @@ impl IndexedHeap {
             }
             let mut child = first;
             for c in first + 1..(first + ARITY).min(n) {
-                if self.items[c].key < self.items[child].key {
+                if self.items[c].order < self.items[child].order {
                     child = c;
                 }
             }
-            if self.items[child].key >= item.key {
+            if self.items[child].order >= item.order {
                 break;
             }
             self.place(i, self.items[child]);
@@ -135,88 +160,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pops_in_key_order_after_rekeys_and_removals() {
+    fn equal_priorities_leave_in_keying_order() {
         let mut h = IndexedHeap::new();
-        // slot s gets key 100 - 7s mod 97: a scrambled order.
-        for s in 0..50u32 {
-            h.push(
-                s,
-                Key {
-                    priority: u64::from((100 + 97 * 7 - 7 * s) % 97),
-                    seq: u64::from(s),
-                },
-            );
+        for s in 0..10 {
+            h.push(s, 5);
         }
-        h.rekey(
-            3,
-            Key {
-                priority: 0,
-                seq: 0,
-            },
-        );
-        h.rekey(
-            10,
-            Key {
-                priority: 1000,
-                seq: 0,
-            },
-        );
-        let k7 = h.remove(7);
-        assert_eq!(k7.priority, (100 + 97 * 7 - 49) % 97);
-        assert_eq!(h.len(), 49);
-        let mut last = Key {
-            priority: 0,
-            seq: 0,
-        };
-        let mut slots = Vec::new();
-        while let Some((k, s)) = h.pop() {
-            assert!(k >= last);
-            last = k;
-            slots.push(s);
-        }
-        assert_eq!(slots.len(), 49);
-        assert_eq!(slots[0], 3);
-        assert_eq!(*slots.last().unwrap(), 10);
-        assert!(!slots.contains(&7));
+        h.rekey(0, 5);
+        h.rekey(3, 1);
+        h.remove(7);
+        let order: Vec<u32> = std::iter::from_fn(|| h.pop().map(|(_, s)| s)).collect();
+        assert_eq!(order, [3, 1, 2, 4, 5, 6, 8, 9, 0]);
     }
 
-    /// Random pushes, re-keys, removals and pops against a sorted model.
+    /// Random pushes, re-keys, removals and pops against a sorted model of (priority, keying
+    /// time), with renumbering forced every 1000 keyings.
     #[test]
-    fn matches_a_sorted_model() {
+    fn matches_a_sorted_model_across_renumbering() {
         use std::collections::BTreeSet;
         let mut h = IndexedHeap::new();
-        let mut model: BTreeSet<(Key, u32)> = BTreeSet::new();
-        let mut keys = vec![None; 300];
+        h.seq_limit = 1000;
+        let mut model: BTreeSet<(u64, u64, u32)> = BTreeSet::new();
+        let mut keys: Vec<Option<(u64, u64)>> = vec![None; 300];
         let mut x = 12345u64;
-        for seq in 0..50_000u64 {
+        for time in 0..50_000u64 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let slot = (x % 300) as u32;
-            let key = Key {
-                priority: (x >> 20) % 50,
-                seq,
-            };
+            let priority = (x >> 20) % 50;
             match (keys[slot as usize], (x >> 40) % 4) {
                 (None, _) => {
-                    h.push(slot, key);
-                    model.insert((key, slot));
-                    keys[slot as usize] = Some(key);
+                    h.push(slot, priority);
+                    model.insert((priority, time, slot));
+                    keys[slot as usize] = Some((priority, time));
                 }
-                (Some(old), 0 | 1) => {
-                    h.rekey(slot, key);
-                    model.remove(&(old, slot));
-                    model.insert((key, slot));
-                    keys[slot as usize] = Some(key);
+                (Some((p, t)), 0 | 1) => {
+                    h.rekey(slot, priority);
+                    model.remove(&(p, t, slot));
+                    model.insert((priority, time, slot));
+                    keys[slot as usize] = Some((priority, time));
                 }
-                (Some(old), 2) => {
-                    assert_eq!(h.remove(slot), old);
-                    model.remove(&(old, slot));
+                (Some((p, t)), 2) => {
+                    h.remove(slot);
+                    model.remove(&(p, t, slot));
                     keys[slot as usize] = None;
                 }
                 (Some(_), _) => {
-                    let (k, s) = h.pop().unwrap();
-                    assert_eq!(Some((k, s)), model.pop_first());
+                    let (p, s) = h.pop().unwrap();
+                    let (mp, _, ms) = model.pop_first().unwrap();
+                    assert_eq!((p, s), (mp, ms), "at {time}");
                     keys[s as usize] = None;
                 }
             }

@@ -44,6 +44,7 @@ impl Default for IdMap {
 }
 
 impl IdMap {
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -154,10 +155,9 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let id = (x >> 3) % 3000;
-            if (x >> 50) % 3 == 0 {
-                assert_eq!(m.remove(id), model.remove(&id), "step {step}");
-            } else {
-                assert_eq!(m.insert(id, step), model.insert(id, step), "step {step}");
+            match (x >> 50) % 3 {
+                0 => assert_eq!(m.remove(id), model.remove(&id), "step {step}"),
+                _ => assert_eq!(m.insert(id, step), model.insert(id, step), "step {step}"),
             }
             assert_eq!(m.len(), model.len());
             let probe = (x >> 20) % 3000;

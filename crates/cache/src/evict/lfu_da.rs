@@ -11,7 +11,7 @@
 //! (a sequence number), which is the same order without the time. Keys are integers, not doubles.
 //! Not size-aware (Squid's LFUDA is not either).
 
-use super::heap::{IndexedHeap, Key};
+use super::heap::IndexedHeap;
 use super::idmap::IdMap;
 use super::slab::Slab;
 use super::{Evictor, ObjectId};
@@ -24,8 +24,6 @@ pub(crate) struct LfuDa {
     heap: IndexedHeap,
     /// The cache age L: the key of the last evicted object.
     age: u64,
-    /// Tie-breaker: bumped every time a key is computed.
-    seq: u64,
     bytes: u64,
 }
 
@@ -37,17 +35,12 @@ impl LfuDa {
             slab: Slab::new(),
             heap: IndexedHeap::new(),
             age: 0,
-            seq: 0,
             bytes: 0,
         }
     }
 
-    fn key_for(&mut self, refs: u64) -> Key {
-        self.seq += 1;
-        Key {
-            priority: self.age.saturating_add(refs),
-            seq: self.seq,
-        }
+    fn key_for(&self, refs: u64) -> u64 {
+        self.age.saturating_add(refs)
     }
 }
 
@@ -88,7 +81,7 @@ impl Evictor for LfuDa {
 
     fn victim(&mut self) -> Option<ObjectId> {
         let (k, slot) = self.heap.pop()?;
-        self.age = k.priority;
+        self.age = k;
         let node = &self.slab[slot];
         let id = node.id;
         self.bytes -= node.size;

@@ -4,8 +4,9 @@
 //! To evict, the hand starts where it stopped last time (the tail at first) and moves towards the
 //! head, clearing visited bits as it passes, until it finds an unvisited object: that one is
 //! evicted and the hand rests on its neighbour towards the head. Past the head it wraps to the
-//! tail. Objects are never moved, so survivors stay in insertion order. As in the paper, removal
-//! of the object under the hand moves the hand to that neighbour. Not size-aware (nor is SIEVE).
+//! tail. Objects are never moved, so survivors stay in insertion order. As in libCacheSim, the
+//! removal of the object under the hand (by `remove`) moves the hand to that neighbour too.
+//! No departures; not size-aware (nor is SIEVE).
 
 use super::idmap::IdMap;
 use super::slab::{List, Slab, NIL};

@@ -106,26 +106,25 @@ impl Clfus {
         value(n.data.hits, n.size)
     }
 
-    fn list_of(&mut self, state: State) -> &mut List {
-        match state {
+    /// The list that holds entries in `state`, with the slab to walk it.
+    fn list(&mut self, state: State) -> (&mut List, &mut Slab<Entry>) {
+        let list = match state {
             State::Cached => &mut self.cached,
             State::Pending => &mut self.pending,
             State::History => &mut self.history,
-        }
+        };
+        (list, &mut self.slab)
     }
 
     fn unlink(&mut self, slot: u32) {
-        let state = self.slab[slot].data.state;
-        let mut list = *self.list_of(state);
-        list.unlink(&mut self.slab, slot);
-        *self.list_of(state) = list;
+        let (list, slab) = self.list(self.slab[slot].data.state);
+        list.unlink(slab, slot);
     }
 
     fn push(&mut self, slot: u32, state: State) {
         self.slab[slot].data.state = state;
-        let mut list = *self.list_of(state);
-        list.push_front(&mut self.slab, slot);
-        *self.list_of(state) = list;
+        let (list, slab) = self.list(state);
+        list.push_front(slab, slot);
     }
 
     /// Drops an entry (unlinked) altogether.

@@ -11,6 +11,8 @@
 //! - `evictS`: take S's tail t. If t.freq > 1 (move-to-main threshold 2, as in Algorithm 1 and
 //!   `S3FIFOv0.c`), move it to M's head with freq 0 and, if M is now over its 90 % share,
 //!   `evictM`; otherwise t goes to G and is the victim. Repeat until something is evicted.
+//!   (Summaries of the paper, and several ports, promote on any hit, freq > 0; the algorithm and
+//!   the authors' code need two hits in S. `MOVE_TO_MAIN_THRESHOLD` is the one place to change.)
 //! - `evictM`: take M's tail t. If t.freq > 0, reinsert it at M's head with freq − 1; otherwise it
 //!   is the victim.
 //! - G remembers ids whose recorded sizes sum to at most M's share (90 % of the capacity; the
@@ -19,7 +21,7 @@
 //!
 //! Mapping onto `admit` + `victim`: Algorithm 1 evicts *before* inserting the new object x, so x
 //! takes no part in those evictions. Here the store admits x first and then calls `victim()`; until
-//! the next `admit`/`touch`/`remove`, x is left out of the "S ≥ 10 %" test and skipped by the
+//! the next `admit`, or `touch`/`remove` of a tracked id, x is left out of the "S ≥ 10 %" test and skipped by the
 //! scans, and is chosen only if nothing else is tracked. Algorithm 1's `evictS` may call `evictM`
 //! and then still evict from S in the same call; here the object `evictM` evicted is returned and
 //! the store's next `victim()` call (if it still needs room) carries on, so no more is evicted

@@ -1,97 +1,141 @@
 //! Eviction (replacement) policies behind one trait.
 //!
-//! PLACEHOLDER until the eviction work merges: the contract with a plain LRU only.
+//! The store owns the objects; a policy only sees ids, sizes and fetch costs, and answers "which
+//! one goes next". Policies are pure: no clock, no I/O, no locks (the store serialises calls), so
+//! the simulator replays traces through the same code as the switch.
+//!
+//! The store's loop: on a miss it calls [`Evictor::admit`] (and keeps the object only if that
+//! returns true), then calls [`Evictor::victim`] and drops what it names while
+//! [`Evictor::bytes`] exceeds its budget; on a hit it calls [`Evictor::touch`]; when it drops an
+//! object for its own reasons (purge, expiry, replacement) it calls [`Evictor::remove`].
+//!
+//! | kind | from | what it keeps |
+//! |---|---|---|
+//! | `lru` | — | the most recently used |
+//! | `lfu-da` | Arlitt et al.; Squid `heap LFUDA` | the most often used, aged by the last victim's key |
+//! | `gdsf` | Cherkasova; Squid `heap GDSF` | high frequency × cost / size, aged likewise |
+//! | `clfus` | Traffic Server's RAM cache | high (hits + 1) / (size + 256), admitted by value, with a history of the recently seen |
+//! | `s3-fifo` | Yang et al., SOSP'23 | objects reused while in a small probation FIFO, then a 2-bit CLOCK main FIFO |
+//! | `sieve` | Zhang et al., NSDI'24 | objects visited since the hand last passed them |
+//!
+//! Every policy declines an object larger than its `capacity_bytes`; CLFUS may also decline by
+//! value. Each policy's file says exactly what it implements and where it departs from its source.
+//!
+//! Data structures: an id → slot map over a slab of nodes; intrusive doubly linked lists through
+//! the slab (LRU, CLFUS, S3-FIFO, SIEVE) or an indexed binary heap (LFU-DA, GDSF). Every operation
+//! is O(1) (amortised, for the CLOCK-style sweeps) or O(log n).
 
-/// Identifies one stored object (one variant of one URL) to a policy.
+use std::fmt;
+use std::str::FromStr;
+
+mod clfus;
+mod gdsf;
+mod heap;
+mod idmap;
+mod lfu_da;
+mod lru;
+mod s3fifo;
+mod sieve;
+mod slab;
+#[cfg(test)]
+mod tests;
+
+/// Identifies one stored object (one variant of one URL) to a policy. Chosen by the store.
 pub type ObjectId = u64;
 
-/// A replacement policy; the store serialises calls.
+/// A replacement policy. Pure: no clock, no I/O, no locks inside; the store serialises calls.
 pub trait Evictor: Send {
     fn name(&self) -> &'static str;
+    /// A new object of `size` bytes whose fetch cost is `cost` (≥ 1; the store passes the miss's
+    /// latency in microseconds or 1). Returns false when the policy declines to admit it (CLFUS's
+    /// admission by value, or size > capacity); the store then does not keep it. Admitting an id
+    /// that is already tracked replaces its size (treat as remove + admit).
     fn admit(&mut self, id: ObjectId, size: u64, cost: u64) -> bool;
+    /// A hit on a tracked object (unknown ids are ignored).
     fn touch(&mut self, id: ObjectId);
+    /// The store dropped the object for its own reasons (purge, expiry, replaced); unknown ids ignored.
     fn remove(&mut self, id: ObjectId);
+    /// Chooses the next object to evict, forgets it and returns it; None when nothing is tracked.
+    /// The store calls this repeatedly while `bytes()` exceeds its budget.
     fn victim(&mut self) -> Option<ObjectId>;
+    /// Objects tracked (admitted and not yet evicted/removed); ghost/history entries not counted.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Sum of sizes of tracked objects.
     fn bytes(&self) -> u64;
 }
 
+/// The replacement policies, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EvictionKind {
     Lru,
+    LfuDa,
+    Gdsf,
+    Clfus,
+    S3Fifo,
+    Sieve,
 }
 
 impl EvictionKind {
-    pub const ALL: [EvictionKind; 1] = [EvictionKind::Lru];
+    pub const ALL: [EvictionKind; 6] = [
+        EvictionKind::Lru,
+        EvictionKind::LfuDa,
+        EvictionKind::Gdsf,
+        EvictionKind::Clfus,
+        EvictionKind::S3Fifo,
+        EvictionKind::Sieve,
+    ];
+
+    /// The name used in configuration, reports and `FromStr`.
     pub fn name(self) -> &'static str {
-        "lru"
+        match self {
+            EvictionKind::Lru => "lru",
+            EvictionKind::LfuDa => "lfu-da",
+            EvictionKind::Gdsf => "gdsf",
+            EvictionKind::Clfus => "clfus",
+            EvictionKind::S3Fifo => "s3-fifo",
+            EvictionKind::Sieve => "sieve",
+        }
     }
 }
 
-impl std::str::FromStr for EvictionKind {
+impl fmt::Display for EvictionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for EvictionKind {
     type Err = String;
+
+    /// Accepts the names of [`EvictionKind::name`], in any ASCII case.
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "lru" => Ok(EvictionKind::Lru),
-            _ => Err(format!("unknown eviction policy `{s}` (known: lru)")),
-        }
+        let s = s.trim();
+        EvictionKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let names: Vec<&str> = EvictionKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown eviction policy {s:?}; expected one of: {}",
+                    names.join(", ")
+                )
+            })
     }
 }
 
-struct Lru {
-    order: Vec<(ObjectId, u64)>,
-    bytes: u64,
-    capacity: u64,
-}
-
-impl Evictor for Lru {
-    fn name(&self) -> &'static str {
-        "lru"
+/// A new, empty policy of `kind`. `capacity_bytes` sizes policies that partition the space
+/// (S3-FIFO's small queue, ghost sizes, CLFUS's history) and bounds the largest admissible object.
+pub fn new_evictor(kind: EvictionKind, capacity_bytes: u64) -> Box<dyn Evictor> {
+    match kind {
+        EvictionKind::Lru => Box::new(lru::Lru::new(capacity_bytes)),
+        EvictionKind::LfuDa => Box::new(lfu_da::LfuDa::new(capacity_bytes)),
+        EvictionKind::Gdsf => Box::new(gdsf::Gdsf::new(capacity_bytes)),
+        EvictionKind::Clfus => Box::new(clfus::Clfus::new(capacity_bytes)),
+        EvictionKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(capacity_bytes)),
+        EvictionKind::Sieve => Box::new(sieve::Sieve::new(capacity_bytes)),
     }
-    fn admit(&mut self, id: ObjectId, size: u64, _cost: u64) -> bool {
-        self.remove(id);
-        if size > self.capacity {
-            return false;
-        }
-        self.order.push((id, size));
-        self.bytes += size;
-        true
-    }
-    fn touch(&mut self, id: ObjectId) {
-        if let Some(i) = self.order.iter().position(|e| e.0 == id) {
-            let e = self.order.remove(i);
-            self.order.push(e);
-        }
-    }
-    fn remove(&mut self, id: ObjectId) {
-        if let Some(i) = self.order.iter().position(|e| e.0 == id) {
-            self.bytes -= self.order.remove(i).1;
-        }
-    }
-    fn victim(&mut self) -> Option<ObjectId> {
-        if self.order.is_empty() {
-            return None;
-        }
-        let (id, size) = self.order.remove(0);
-        self.bytes -= size;
-        Some(id)
-    }
-    fn len(&self) -> usize {
-        self.order.len()
-    }
-    fn bytes(&self) -> u64 {
-        self.bytes
-    }
-}
-
-pub fn new_evictor(_kind: EvictionKind, capacity_bytes: u64) -> Box<dyn Evictor> {
-    Box::new(Lru {
-        order: Vec::new(),
-        bytes: 0,
-        capacity: capacity_bytes,
-    })
 }

@@ -64,7 +64,10 @@ fn cpu_time() -> Option<Duration> {
         fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
     }
     const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec (two 64-bit fields on 64-bit Linux).
     let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     (rc == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
@@ -147,7 +150,12 @@ fn workload() -> Workload {
             cdf.partition_point(|&c| c < u).min(UNIVERSE - 1) as u32
         })
         .collect();
-    Workload { trace, size, cost, budget: (mean * CACHED_OBJECTS as f64) as u64 }
+    Workload {
+        trace,
+        size,
+        cost,
+        budget: (mean * CACHED_OBJECTS as f64) as u64,
+    }
 }
 
 /// The store's side: which ranks are cached, and the policy.
@@ -188,12 +196,20 @@ impl<'w> Driver<'w> {
     #[inline]
     fn request(&mut self) {
         let rank = self.w.trace[self.pos] as usize;
-        self.pos = if self.pos + 1 == self.w.trace.len() { 0 } else { self.pos + 1 };
+        self.pos = if self.pos + 1 == self.w.trace.len() {
+            0
+        } else {
+            self.pos + 1
+        };
         let id = (rank as u64).wrapping_mul(SCATTER);
         if self.present[rank] {
             self.hits += 1;
             self.p.touch(id);
-        } else if self.p.admit(id, u64::from(self.w.size[rank]), u64::from(self.w.cost[rank])) {
+        } else if self.p.admit(
+            id,
+            u64::from(self.w.size[rank]),
+            u64::from(self.w.cost[rank]),
+        ) {
             self.present[rank] = true;
             self.make_room();
         }
@@ -206,7 +222,11 @@ impl<'w> Driver<'w> {
         self.next_unseen += 1;
         let like = (rank as usize * 7919) % UNIVERSE;
         let id = rank.wrapping_mul(SCATTER);
-        if self.p.admit(id, u64::from(self.w.size[like]), u64::from(self.w.cost[like])) {
+        if self.p.admit(
+            id,
+            u64::from(self.w.size[like]),
+            u64::from(self.w.cost[like]),
+        ) {
             self.make_room();
         }
     }
@@ -220,7 +240,10 @@ fn bench(c: &mut Criterion) {
         w.budget
     );
     let policies = || {
-        let baseline: Box<dyn Evictor> = Box::new(Baseline { ring: Default::default(), bytes: 0 });
+        let baseline: Box<dyn Evictor> = Box::new(Baseline {
+            ring: Default::default(),
+            bytes: 0,
+        });
         std::iter::once(baseline).chain(EvictionKind::ALL.map(|k| new_evictor(k, w.budget)))
     };
     let mut zipf = c.benchmark_group("evict/zipf");

@@ -569,32 +569,36 @@ async fn an_object_over_max_object_passes_through_whole_and_uncached() {
 }
 
 #[tokio::test]
-async fn eviction_keeps_the_store_within_its_budget() {
-    let origin = Origin::start().await;
-    let sw = {
+async fn eviction_keeps_the_store_within_its_budget_under_every_policy() {
+    for policy in ["lru", "lfu-da", "gdsf", "clfus", "s3-fifo", "sieve"] {
+        let origin = Origin::start().await;
         let toml = format!(
             "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
-             [cache]\nmemory = \"1MiB\"\nmax_object = \"200KB\"\npolicy = \"lru\"\n\
+             [cache]\nmemory = \"1MiB\"\nmax_object = \"200KB\"\npolicy = \"{policy}\"\n\
              [[node]]\naddress = \"{}\"\n",
             origin.addr
         );
-        start_switch(&toml).await
-    };
-    let addr = sw.listen_addrs[0];
-    for i in 0..30 {
-        let path = format!("/obj{i}");
-        origin.script(
-            &path,
-            Script::ok(&"o".repeat(100_000), &[("cache-control", "max-age=60")]),
-        );
-        get(addr, &path).await;
+        let sw = start_switch(&toml).await;
+        let addr = sw.listen_addrs[0];
+        for round in 0..2 {
+            for i in 0..30 {
+                let path = format!("/obj{i}");
+                let body = "o".repeat(100_000);
+                origin.script(&path, Script::ok(&body, &[("cache-control", "max-age=60")]));
+                let a = get(addr, &path).await;
+                assert_eq!(a.body.len(), 100_000, "{policy} round {round}");
+            }
+        }
+        let st = status_json(sw.admin_addr.unwrap()).await;
+        let mem = &st["cache"]["memory"];
+        assert!(mem["bytes"].as_u64().unwrap() <= 1 << 20, "{policy}: {mem}");
+        assert!(mem["objects"].as_u64().unwrap() <= 10, "{policy}: {mem}");
+        if policy == "lru" {
+            assert!(mem["evictions"].as_u64().unwrap() >= 20, "{mem}");
+            assert!(is_hit(&get(addr, "/obj29").await), "the newest is kept");
+            assert!(!is_hit(&get(addr, "/obj0").await), "the oldest went first");
+        }
     }
-    let st = status_json(sw.admin_addr.unwrap()).await;
-    let mem = &st["cache"]["memory"];
-    assert!(mem["bytes"].as_u64().unwrap() <= 1 << 20, "{mem}");
-    assert!(mem["evictions"].as_u64().unwrap() >= 20, "{mem}");
-    assert!(is_hit(&get(addr, "/obj29").await), "the newest is kept");
-    assert!(!is_hit(&get(addr, "/obj0").await), "the oldest went first");
 }
 
 #[tokio::test]

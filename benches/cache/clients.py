@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Small HTTP clients for benches/cache.sh (standard library only, loopback only).
+
+  served URL                        the origin's request count (/_capstan/load "served")
+  headers PORT PATH                 the cache-related headers of a second request for PATH
+  burst PORT PATH CLIENTS           CLIENTS connections opened first, then one request each at
+                                    once; JSON with every client's time to first byte
+  probe PORT PREFIX N SAMPLE SEED   SAMPLE random paths PREFIX1..PREFIXN over one keep-alive
+                                    connection; JSON with status counts
+"""
+import asyncio
+import http.client
+import json
+import random
+import sys
+import time
+import urllib.request
+
+CACHE_HEADERS = ("cache-status", "x-cache", "age", "x-varnish", "via", "x-capstan-cache")
+
+
+def served(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        print(json.load(r)["served"])
+
+
+def headers(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    for _ in range(2):
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+    found = [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() in CACHE_HEADERS]
+    print(f"{resp.status} " + ("; ".join(found) if found else "(no cache headers)"))
+
+
+async def one_client(port, request, start, results, index):
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as e:
+        results[index] = {"error": f"connect: {e}"}
+        return
+    await start.wait()
+    sent = time.perf_counter()
+    writer.write(request)
+    try:
+        await writer.drain()
+        first = await reader.read(1)
+        ttfb = time.perf_counter()
+        head = first + await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        fields = {k.strip().lower(): v.strip() for k, v in
+                  (line.split(":", 1) for line in lines[1:] if ":" in line)}
+        length = int(fields.get("content-length", "0"))
+        await reader.readexactly(length)
+        done = time.perf_counter()
+        results[index] = {"sent": sent, "ttfb": ttfb, "done": done, "status": status,
+                          "cache": "; ".join(f"{k}: {fields[k]}" for k in CACHE_HEADERS if k in fields)}
+    except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
+        results[index] = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        writer.close()
+
+
+async def burst_async(port, path, clients):
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    start = asyncio.Event()
+    results = [None] * clients
+    tasks = [asyncio.create_task(one_client(port, request, start, results, i)) for i in range(clients)]
+    # Let every connection finish its handshake before the first request goes out.
+    await asyncio.sleep(0.5)
+    t0 = time.perf_counter()
+    start.set()
+    await asyncio.gather(*tasks)
+    ok = [r for r in results if r and "error" not in r]
+    errors = [r["error"] for r in results if r and "error" in r]
+    ttfb = sorted((r["ttfb"] - t0) * 1e3 for r in ok)
+    statuses = {}
+    for r in ok:
+        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+    caches = {}
+    for r in ok:
+        caches[r["cache"]] = caches.get(r["cache"], 0) + 1
+    return {
+        "clients": clients,
+        "ok": len(ok),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "statuses": statuses,
+        "ttfb_first_ms": ttfb[0] if ttfb else None,
+        "ttfb_median_ms": ttfb[len(ttfb) // 2] if ttfb else None,
+        "ttfb_last_ms": ttfb[-1] if ttfb else None,
+        "send_spread_ms": (max(r["sent"] for r in ok) - t0) * 1e3 if ok else None,
+        "cache_headers": caches,
+    }
+
+
+def burst(port, path, clients):
+    print(json.dumps(asyncio.run(burst_async(int(port), path, int(clients)))))
+
+
+def probe(port, prefix, n, sample, seed):
+    rng = random.Random(int(seed))
+    conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    statuses = {}
+    for _ in range(int(sample)):
+        conn.request("GET", f"{prefix}{rng.randint(1, int(n))}")
+        resp = conn.getresponse()
+        resp.read()
+        statuses[resp.status] = statuses.get(resp.status, 0) + 1
+        if resp.will_close:
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    print(json.dumps({"sample": int(sample), "statuses": statuses}))
+
+
+COMMANDS = {"served": served, "headers": headers, "burst": burst, "probe": probe}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.exit(__doc__)
+    try:
+        COMMANDS[sys.argv[1]](*sys.argv[2:])
+    except TypeError:
+        sys.exit(__doc__)
+    except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+        sys.exit(f"clients.py {sys.argv[1]}: {type(e).__name__}: {e}")

@@ -201,7 +201,7 @@ start_varnish() {
 
 start_trafficserver() {
   local dir=$1 f span=$(($3 * 2 > 2048 ? $3 * 2 : 2048))
-  mkdir -p "$dir/etc" "$dir/run" "$dir/stdout.log" "$dir/cache"
+  mkdir -p "$dir/etc" "$dir/run" "$dir/log" "$dir/cache"
   render "$here/trafficserver/runroot.yaml" "$dir/runroot.yaml" DIR="$dir"
   render "$here/trafficserver/records.config" "$dir/etc/records.config" PORT="${port[trafficserver]}" \
     THREADS="$THREADS" CACHE_BYTES=$(($3 * 1048576))
@@ -248,7 +248,7 @@ start() {  # NAME SECTION ORIGIN_PORT CACHE_MB: 0 when it serves
   if ! wait_http "${port[$name]}" "$started" 60; then
     skipped[$name]="did not serve $probe_path on port ${port[$name]} within 60 s"
     echo "SKIP $name: ${skipped[$name]}; its log:" >&2
-    tail -n 20 "$dir/stdout.log" "$dir"/*.log "$dir"/log/diags.log 2>/dev/null | sed 's/^/    /' >&2 || true
+    tail -n 20 "$dir"/*.log "$dir"/log/diags.log 2>/dev/null | sed 's/^/    /' >&2 || true
     stop "$name"
     return 1
   fi

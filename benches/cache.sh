@@ -352,7 +352,7 @@ miss_section() {
   local c round path s0 s1
   echo "== miss: starting contenders in front of the slow origin ($MISS_DELAY_MS ms per response)" >&2
   for c in $(active); do start "$c" miss "$slow_origin_port" "$CACHE_MB" || true; done
-  printf 'round\tproxy\tclients\tok\terrors\tnon200\torigin_requests\tttfb_first_ms\tttfb_median_ms\tttfb_last_ms\tsend_spread_ms\tcache_headers\tfirst_error\n' > "$OUT/miss.tsv"
+  printf 'round\tproxy\tclients\tok\terrors\tnon200\torigin_requests\tttfb_first_ms\tttfb_median_ms\tttfb_last_ms\tsend_spread_ms\tverdicts\tmiss_headers\tfirst_error\n' > "$OUT/miss.tsv"
   for round in $(seq "$ROUNDS"); do
     for c in $(active); do
       path="$miss_path?cold=$round-$c-$RANDOM$RANDOM"

@@ -16,7 +16,22 @@ import sys
 import time
 import urllib.request
 
-CACHE_HEADERS = ("cache-status", "x-cache", "age", "x-varnish", "via", "x-capstan-cache")
+CACHE_HEADERS = ("cache-status", "x-cache", "age", "x-varnish", "via")
+
+
+def verdict(fields):
+    """hit, miss or unknown, from whichever cache header the proxy sends (lower-case names)."""
+    status = fields.get("cache-status", "").lower()
+    if status:  # RFC 9211, Capstan: "capstan; hit" or "capstan; fwd=miss"
+        return "hit" if "; hit" in status or status.endswith(";hit") else "miss"
+    xcache = fields.get("x-cache", "").upper()  # Varnish (our VCL), nginx, Squid
+    if xcache:
+        return "hit" if xcache.startswith("HIT") else "miss"
+    via = fields.get("via", "")
+    if "[c" in via:  # Traffic Server's Via codes: [cH…] fresh hit, [cR…] RAM hit, [cM…] miss
+        code = via.split("[c", 1)[1][:1]
+        return "hit" if code in "HR" else "miss"
+    return "unknown"
 
 
 def served(url):
@@ -30,8 +45,9 @@ def headers(port, path):
         conn.request("GET", path)
         resp = conn.getresponse()
         resp.read()
-    found = [f"{k}: {v}" for k, v in resp.getheaders() if k.lower() in CACHE_HEADERS]
-    print(f"{resp.status} " + ("; ".join(found) if found else "(no cache headers)"))
+    fields = {k.lower(): v for k, v in resp.getheaders()}
+    found = [f"{k}: {fields[k]}" for k in CACHE_HEADERS if k in fields]
+    print(f"{resp.status} {verdict(fields)} by headers: " + ("; ".join(found) if found else "(no cache headers)"))
 
 
 async def one_client(port, request, start, results, index):
@@ -56,6 +72,7 @@ async def one_client(port, request, start, results, index):
         await reader.readexactly(length)
         done = time.perf_counter()
         results[index] = {"sent": sent, "ttfb": ttfb, "done": done, "status": status,
+                          "verdict": verdict(fields),
                           "cache": "; ".join(f"{k}: {fields[k]}" for k in CACHE_HEADERS if k in fields)}
     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
         results[index] = {"error": f"{type(e).__name__}: {e}"}
@@ -79,9 +96,11 @@ async def burst_async(port, path, clients):
     statuses = {}
     for r in ok:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    caches = {}
+    verdicts = {}
     for r in ok:
-        caches[r["cache"]] = caches.get(r["cache"], 0) + 1
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    # The headers of one answer the proxy says went to the origin (or of the first answer).
+    example = next((r["cache"] for r in ok if r["verdict"] == "miss"), ok[0]["cache"] if ok else "")
     return {
         "clients": clients,
         "ok": len(ok),
@@ -92,7 +111,8 @@ async def burst_async(port, path, clients):
         "ttfb_median_ms": ttfb[len(ttfb) // 2] if ttfb else None,
         "ttfb_last_ms": ttfb[-1] if ttfb else None,
         "send_spread_ms": (max(r["sent"] for r in ok) - t0) * 1e3 if ok else None,
-        "cache_headers": caches,
+        "verdicts": verdicts,
+        "miss_headers": example,
     }
 
 

@@ -50,11 +50,11 @@ def burst_row(path, rnd, proxy, origin_requests):
     b = json.load(open(path))
     non200 = sum(n for s, n in b["statuses"].items() if s != "200")
     fmt = lambda v: "" if v is None else f"{v:.1f}"
-    caches = ", ".join(f"{k or '(none)'} ×{n}" for k, n in sorted(b["cache_headers"].items(), key=lambda kv: -kv[1]))
+    verdicts = " ".join(f"{k}={n}" for k, n in sorted(b["verdicts"].items()))
     print("\t".join(str(x) for x in (
         rnd, proxy, b["clients"], b["ok"], b["errors"], non200, origin_requests,
         fmt(b["ttfb_first_ms"]), fmt(b["ttfb_median_ms"]), fmt(b["ttfb_last_ms"]),
-        fmt(b["send_spread_ms"]), caches.replace("\t", " "), (b["first_error"] or "").replace("\t", " "))))
+        fmt(b["send_spread_ms"]), verdicts, b["miss_headers"].replace("\t", " "), (b["first_error"] or "").replace("\t", " "))))
 
 
 def rows(path):
@@ -105,7 +105,7 @@ def miss_table(out, clients, delay):
         return
     print(f"### Miss path with coalescing ({clients} clients, one cold object, origin {delay} ms)\n")
     print("| proxy | origin requests median (range) | TTFB last client ms | TTFB median client ms "
-          "| non-200 + errors | responses' cache headers (last round) | |")
+          "| non-200 + errors | answers by their cache header (last round) | |")
     print("|---|---:|---:|---:|---:|---|---|")
     for proxy in dict.fromkeys(r["proxy"] for r in data):
         cell = [r for r in data if r["proxy"] == proxy]
@@ -115,11 +115,13 @@ def miss_table(out, clients, delay):
         flag = []
         if bad:
             flag.append(f"**{bad} failed** ({cell[-1]['first_error'] or 'non-200'})")
-        if max(origin) > 1:
+        if min(origin) >= int(cell[0]["clients"]):
+            flag.append("**no coalescing**: every client reached the origin")
+        elif max(origin) > 1:
             flag.append("not fully coalesced")
         last = f("ttfb_last_ms")
         print(f"| {proxy} | {spread(origin)} | {spread(last) if last else '–'} "
-              f"| {spread(f('ttfb_median_ms')) if last else '–'} | {bad} | {cell[-1]['cache_headers']} "
+              f"| {spread(f('ttfb_median_ms')) if last else '–'} | {bad} | {cell[-1]['verdicts'] or '–'} "
               f"| {'; '.join(flag)} |")
     print()
 

@@ -45,6 +45,7 @@ MEM_CACHE_MB=${MEM_CACHE_MB:-4096}
 MEM_SAMPLE=${MEM_SAMPLE:-1000}
 MEM_FILL_TIMEOUT=${MEM_FILL_TIMEOUT:-1800}
 CAPSTAN_CACHE=${CAPSTAN_CACHE:-auto}
+ATS_SPAN=${ATS_SPAN:-tmpfs}
 BASE_PORT=${BASE_PORT:-18400}
 OUT=${OUT:-target/bench-cache}
 ORIGIN_FILES=${ORIGIN_FILES:-5000}
@@ -56,6 +57,7 @@ for v in ROUNDS SECONDS_PER_RUN THREADS CONNECTIONS WRK_THREADS CACHE_MB MISS_CL
 done
 [[ $HIT_SIZES =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "HIT_SIZES must be sizes in bytes separated by commas, not '$HIT_SIZES'"
 [[ $CAPSTAN_CACHE =~ ^(auto|on|off)$ ]] || die "CAPSTAN_CACHE must be auto, on or off, not '$CAPSTAN_CACHE'"
+[[ $ATS_SPAN =~ ^(tmpfs|disk)$ ]] || die "ATS_SPAN must be tmpfs or disk, not '$ATS_SPAN'"
 IFS=, read -r -a sections <<<"$SECTIONS"
 for s in "${sections[@]}"; do [[ $s =~ ^(hit|miss|mem)$ ]] || die "unknown section '$s' (hit, miss, mem)"; done
 IFS=, read -r -a wanted <<<"$CONTENDERS"
@@ -102,7 +104,7 @@ done
 mkdir -p "$OUT"
 rm -f "$OUT/hit.tsv" "$OUT/miss.tsv" "$OUT/mem.tsv" "$OUT/hit-headers.txt"
 work=$(mktemp -d /tmp/capstan-cachebench.XXXXXX)
-shm=$(mktemp -d /dev/shm/capstan-cachebench.XXXXXX)  # nginx's cache files (tmpfs = memory)
+shm=$(mktemp -d /dev/shm/capstan-cachebench.XXXXXX)  # nginx's cache files, ATS's span (tmpfs = memory)
 chmod 755 "$work" "$shm"  # proxies drop to their own users
 pids=()
 declare -A running=()  # contender → pid of its main process
@@ -200,13 +202,18 @@ start_varnish() {
 }
 
 start_trafficserver() {
-  local dir=$1 f span=$(($3 * 2 > 2048 ? $3 * 2 : 2048))
-  mkdir -p "$dir/etc" "$dir/run" "$dir/log" "$dir/cache"
+  local dir=$1 f span_dir=$1/cache
+  # Its objects live in the span (the RAM cache holds copies of those read back): on tmpfs by
+  # default, so that like every other contender it keeps them in memory (ATS_SPAN=disk: a
+  # sparse file under /tmp). The span holds as many bytes as every other contender's cache.
+  [ "$ATS_SPAN" = tmpfs ] && span_dir=$(mktemp -d "$shm/trafficserver.XXXXXX")
+  echo "$span_dir" > "$dir/span_dir"
+  mkdir -p "$dir/etc" "$dir/run" "$dir/log" "$span_dir"
   render "$here/trafficserver/runroot.yaml" "$dir/runroot.yaml" DIR="$dir"
   render "$here/trafficserver/records.config" "$dir/etc/records.config" PORT="${port[trafficserver]}" \
     THREADS="$THREADS" CACHE_BYTES=$(($3 * 1048576))
   render "$here/trafficserver/remap.config" "$dir/etc/remap.config" ORIGIN_PORT="$2"
-  render "$here/trafficserver/storage.config" "$dir/etc/storage.config" DIR="$dir" SPAN_MB="$span"
+  render "$here/trafficserver/storage.config" "$dir/etc/storage.config" SPAN_DIR="$span_dir" SPAN_MB="$3"
   cp "$here/trafficserver/ip_allow.yaml" "$dir/etc/"
   # The other files it reads at start, empty: defaults.
   for f in plugin.config cache.config hosting.config parent.config volume.config splitdns.config \
@@ -366,15 +373,29 @@ miss_section() {
   for c in $(active); do stop "$c"; done
 }
 
+# Bytes a contender keeps outside its processes: nginx's cache files, Traffic Server's span
+# (allocated blocks of the sparse file), and what they are.
+beside_bytes() {  # NAME DIR
+  local where
+  case $1 in
+    nginx) echo "$(du -sB1 "$(cat "$2/cache_dir")" | cut -f1) cache files on tmpfs" ;;
+    trafficserver)
+      if [ "$ATS_SPAN" = tmpfs ]; then where="span on tmpfs (allocated)"; else where="span on disk (allocated, not memory)"; fi
+      echo "$(du -sB1 "$(cat "$2/span_dir")" | cut -f1) $where" ;;
+    *) echo "0 -" ;;
+  esac
+}
+
 mem_section() {
-  local c dir m0 m1 s0 s1 s2 s3 extra filled
-  printf 'proxy\tobjects\tobject_bytes\tfill_responses\tfill_non200\tfill_origin_requests\tfill_s\tsample\tsample_misses\tpss_before_kb\tpss_after_kb\textra_bytes\textra_what\n' > "$OUT/mem.tsv"
+  local c dir m0 m1 s0 s1 s2 s3 extra extra0 what filled
+  printf 'proxy\tobjects\tobject_bytes\tfill_responses\tfill_non200\tfill_origin_requests\tfill_s\tsample\tsample_misses\tpss_before_kb\tpss_after_kb\textra_before_bytes\textra_bytes\textra_what\n' > "$OUT/mem.tsv"
   for c in $(active); do
     echo "== mem: $c alone, $MEM_OBJECTS objects of $mem_bytes B (cache ${MEM_CACHE_MB} MiB)" >&2
     start "$c" mem "$fast_origin_port" "$MEM_CACHE_MB" || continue
     dir=$work/mem/$c
     sleep 1
     m0=$(pss_kb "${running[$c]}")
+    read -r extra0 _ < <(beside_bytes "$c" "$dir")
     s0=$(served "$fast_origin_port")
     rm -f "$work/fill.out"
     local t0=$SECONDS
@@ -385,16 +406,12 @@ mem_section() {
     filled="0 0"; [ -f "$work/fill.out" ] && filled=$(cat "$work/fill.out")
     sleep 2  # let background writers (ATS, nginx's cache manager) settle
     m1=$(pss_kb "${running[$c]}")
-    extra=0; local what=-
-    case $c in
-      nginx) extra=$(du -sb "$(cat "$dir/cache_dir")" | cut -f1); what="cache files on tmpfs" ;;
-      trafficserver) extra=$(du -sB1 "$dir/cache" | cut -f1); what="disk span (allocated, not memory)" ;;
-    esac
+    read -r extra what < <(beside_bytes "$c" "$dir")
     s2=$(served "$fast_origin_port")
     python3 "$here/clients.py" probe "${port[$c]}" "$mem_path?fill=" "$MEM_OBJECTS" "$MEM_SAMPLE" 7 > "$work/probe.json"
     s3=$(served "$fast_origin_port")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$MEM_OBJECTS" "$mem_bytes" \
-      ${filled} "$((s1 - s0))" "$fill_s" "$MEM_SAMPLE" "$((s3 - s2))" "$m0" "$m1" "$extra" "$what" >> "$OUT/mem.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$MEM_OBJECTS" "$mem_bytes" \
+      ${filled} "$((s1 - s0))" "$fill_s" "$MEM_SAMPLE" "$((s3 - s2))" "$m0" "$m1" "$extra0" "$extra" "$what" >> "$OUT/mem.tsv"
     stop "$c"
   done
 }

@@ -137,13 +137,16 @@ def mem_table(out, mem_cache):
     per = {}
     for r in data:
         stored = int(r["objects"]) * (1 - int(r["sample_misses"]) / max(int(r["sample"]), 1))
-        extra = int(r["extra_bytes"]) if r["extra_what"].startswith("cache files on tmpfs") else 0
+        in_memory = "tmpfs" in r["extra_what"]
+        extra = int(r["extra_bytes"]) if in_memory else 0
+        extra0 = int(r["extra_before_bytes"]) if in_memory else 0
         total = int(r["pss_after_kb"]) * 1024 + extra
-        per[r["proxy"]] = (r, stored, total)
+        before = int(r["pss_before_kb"]) * 1024 + extra0
+        per[r["proxy"]] = (r, stored, total, before)
     base = per.get("varnish")
-    for proxy, (r, stored, total) in per.items():
+    for proxy, (r, stored, total, before) in per.items():
         bpo = total / stored if stored else float("nan")
-        delta = (total - int(r["pss_before_kb"]) * 1024) / stored if stored else float("nan")
+        delta = (total - before) / stored if stored else float("nan")
         ratio = "–"
         if base and base[1] and stored:
             ratio = f"{bpo / (base[2] / base[1]):.2f}"

@@ -183,7 +183,10 @@ start_capstan() {  # ===== CAPSTAN BLOCK: adjust here when the cache lands =====
     sed -i '/^\[cache\]/,$d' "$conf"
     capstan_note="CAPSTAN_CACHE=off: plain proxy, no [cache]"
   elif ! "$CAPSTAN" check "$conf" > "$dir/check.out" 2>&1; then
-    [ "$CAPSTAN_CACHE" = on ] && { cat "$dir/check.out" >&2; return 1; }
+    if [ "$CAPSTAN_CACHE" = on ]; then
+      reason="CAPSTAN_CACHE=on but this build refuses its config: $(head -1 "$dir/check.out")"
+      return 1
+    fi
     sed -i '/^\[cache\]/,$d' "$conf"
     capstan_note="this build refuses [cache] ($(head -1 "$dir/check.out")): running as a plain proxy"
   fi
@@ -245,15 +248,20 @@ start() {  # NAME SECTION ORIGIN_PORT CACHE_MB: 0 when it serves
   local name=$1 dir=$work/$2/$1
   [ -n "${skipped[$name]:-}" ] && return 1
   mkdir -p "$dir"
+  reason=
   if ! "start_$name" "$dir" "$3" "$4"; then
-    skipped[$name]="could not be configured (see above)"
+    skipped[$name]=${reason:-could not be configured}
     echo "SKIP $name: ${skipped[$name]}" >&2
     return 1
   fi
   pids+=("$started")
   running[$name]=$started
   if ! wait_http "${port[$name]}" "$started" 60; then
-    skipped[$name]="did not serve $probe_path on port ${port[$name]} within 60 s"
+    if kill -0 "$started" 2>/dev/null; then
+      skipped[$name]="did not serve $probe_path on port ${port[$name]} within 60 s"
+    else
+      skipped[$name]="exited at start"
+    fi
     echo "SKIP $name: ${skipped[$name]}; its log:" >&2
     tail -n 20 "$dir"/*.log "$dir"/log/diags.log 2>/dev/null | sed 's/^/    /' >&2 || true
     stop "$name"

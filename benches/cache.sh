@@ -15,8 +15,10 @@
 #         per response so the requests overlap: origin requests (1 = coalesced) and the time to
 #         first byte of the last client.
 #   mem   MEM_OBJECTS distinct small objects stored, one contender running at a time: memory
-#         (PSS of its processes, plus nginx's cache files on tmpfs) per stored object; the stored
-#         count is estimated by re-asking a random sample and counting what reaches the origin.
+#         (PSS of its processes, plus nginx's cache files and Traffic Server's span on tmpfs) per
+#         stored object; the stored count is estimated by re-asking a random sample and counting
+#         what reaches the origin. Its cache is MEM_CACHE_MB (8 GiB), enough for every contender
+#         to keep them all (Squid needs ~8 KB per 1 KB object).
 #
 # Contenders (CONTENDERS=capstan,varnish,trafficserver,nginx,squid): each missing Debian package
 # is installed with apt-get (as root); a contender that cannot be installed or started is
@@ -41,7 +43,7 @@ MISS_CLIENTS=${MISS_CLIENTS:-500}
 MISS_DELAY_MS=${MISS_DELAY_MS:-1000}
 MEM_OBJECTS=${MEM_OBJECTS:-1000000}
 MEM_SIZE=${MEM_SIZE:-1024}
-MEM_CACHE_MB=${MEM_CACHE_MB:-4096}
+MEM_CACHE_MB=${MEM_CACHE_MB:-8192}
 MEM_SAMPLE=${MEM_SAMPLE:-1000}
 MEM_FILL_TIMEOUT=${MEM_FILL_TIMEOUT:-1800}
 CAPSTAN_CACHE=${CAPSTAN_CACHE:-auto}
@@ -94,6 +96,15 @@ if [ -z "${CAPSTAN:-}" ]; then
   CAPSTAN=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
 fi
 [ -x "$CAPSTAN" ] || die "no capstan binary at $CAPSTAN"
+
+# The memory section's hungriest contender (Squid: a 4 KiB memory page per small object, and
+# more) needs about 8 KB per object; warn rather than let the machine swap or kill something.
+if has_section mem; then
+  avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+  if [ $((MEM_OBJECTS * 10)) -gt "$avail_kb" ]; then
+    echo "WARNING: the mem section may need ~$((MEM_OBJECTS * 10 / 1024)) MiB and $((avail_kb / 1024)) MiB are available" >&2
+  fi
+fi
 
 for p in "${port[@]}" "$capstan_admin_port" "$fast_origin_port" "$slow_origin_port"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then die "port $p is in use (set BASE_PORT)"; fi

@@ -71,7 +71,7 @@ def spread(values, fmt="{:.0f}"):
     return f"{fmt.format(m)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
 
 
-def hit_table(out):
+def hit_table(out, goals):
     data = rows(os.path.join(out, "hit.tsv"))
     if not data:
         return
@@ -92,6 +92,9 @@ def hit_table(out):
             ratios = [f"{med[proxy] / med[p]:.2f}" if p in med and med[p] else "–" for p in PEERS]
             flag = "" if hit >= MIN_HIT_RATIO else "**NOT CACHING**"
             size = cell[0]["bytes"]
+            goals.setdefault(("hit", obj, size), {})[proxy] = {
+                "rps": med[proxy], "p99": statistics.median(f("p99_ms")),
+                "cpu": statistics.median(f("cpu_us_per_req")), "caching": hit >= MIN_HIT_RATIO}
             print(f"| {obj} ({size} B) | {proxy} | {spread(f('rps'))} | {ratios[0]} | {ratios[1]} "
                   f"| {statistics.median(f('p50_ms')):.2f} | {spread(f('p99_ms'), '{:.2f}')} "
                   f"| {statistics.median(f('cpu_us_per_req')):.1f} | {hit:.1%} "
@@ -99,7 +102,7 @@ def hit_table(out):
     print()
 
 
-def miss_table(out, clients, delay):
+def miss_table(out, clients, delay, goals):
     data = rows(os.path.join(out, "miss.tsv"))
     if not data:
         return
@@ -120,13 +123,15 @@ def miss_table(out, clients, delay):
         elif max(origin) > 1:
             flag.append("not fully coalesced")
         last = f("ttfb_last_ms")
+        goals.setdefault(("miss",), {})[proxy] = {
+            "origin": statistics.median(origin), "last": statistics.median(last) if last else None}
         print(f"| {proxy} | {spread(origin)} | {spread(last) if last else '–'} "
               f"| {spread(f('ttfb_median_ms')) if last else '–'} | {bad} | {cell[-1]['verdicts'] or '–'} "
               f"| {'; '.join(flag)} |")
     print()
 
 
-def mem_table(out, mem_cache):
+def mem_table(out, mem_cache, goals):
     data = rows(os.path.join(out, "mem.tsv"))
     if not data:
         return
@@ -158,6 +163,7 @@ def mem_table(out, mem_cache):
             flags.append(f"**{r['fill_non200']} non-200**")
         if stored < 0.95 * int(r["objects"]):
             flags.append("**did not keep them all**")
+        goals.setdefault(("mem",), {})[proxy] = {"bpo": bpo, "stored_all": stored >= 0.95 * int(r["objects"])}
         print(f"| {proxy} | {int(r['objects']):,} | {r['fill_s']} | {stored:,.0f} | {total / 2**20:.0f} "
               f"| {bpo:,.0f} | {delta:,.0f} | {ratio} | {beside} | {'; '.join(flags)} |")
     print()
@@ -169,9 +175,52 @@ def report(out, rounds, secs, threads, wrk_threads, conns, cache_mb, clients, de
     info = os.path.join(out, "run-info.txt")
     if os.path.exists(info):
         print("```\n" + open(info).read().strip() + "\n```\n")
-    hit_table(out)
-    miss_table(out, clients, delay)
-    mem_table(out, mem_cache)
+    goals = {}
+    hit_table(out, goals)
+    miss_table(out, clients, delay, goals)
+    mem_table(out, mem_cache, goals)
+    goal_lines(goals)
+
+
+def verdict(ok):
+    return "met" if ok else "**NOT met**"
+
+
+def goal_lines(goals):
+    """Capstan against the issue's goals, from this run's medians (peers measured alongside)."""
+    lines = []
+    for key, cell in goals.items():
+        me = cell.get("capstan")
+        if me is None:
+            continue
+        if key[0] == "hit":
+            what = f"hit {key[1]} ({key[2]} B)"
+            if not me["caching"]:
+                lines.append(f"- {what}: not evaluated — Capstan did not cache")
+                continue
+            for peer in PEERS:
+                if peer in cell:
+                    p = cell[peer]
+                    ok = me["rps"] >= p["rps"] and me["p99"] <= p["p99"]
+                    lines.append(f"- {what} vs {peer} (req/s ≥ 1.0×, p99 no worse): {verdict(ok)} — "
+                                 f"{me['rps'] / p['rps']:.2f}×, p99 {me['p99']:.2f} vs {p['p99']:.2f} ms, "
+                                 f"CPU {me['cpu']:.1f} vs {p['cpu']:.1f} µs/req")
+        elif key[0] == "miss":
+            lines.append(f"- miss coalescing (1 origin request): {verdict(me['origin'] <= 1)} — "
+                         f"{me['origin']:.0f} origin requests; last client's TTFB "
+                         + (f"{me['last']:.0f} ms" if me["last"] is not None else "–")
+                         + "".join(f", {p} {c['last']:.0f} ms" for p, c in cell.items()
+                                   if p in PEERS and c["last"] is not None))
+        elif key[0] == "mem":
+            if not me["stored_all"]:
+                lines.append("- memory per object: not evaluated — Capstan did not keep the objects")
+            elif "varnish" in cell:
+                v = cell["varnish"]["bpo"]
+                lines.append(f"- memory per object below Varnish's: {verdict(me['bpo'] < v)} — "
+                             f"{me['bpo']:,.0f} vs {v:,.0f} B")
+    if lines:
+        print("### Capstan against the goals\n")
+        print("\n".join(lines) + "\n")
 
 
 COMMANDS = {"wrk": wrk_row, "burst": burst_row, "report": report}

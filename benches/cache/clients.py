@@ -3,8 +3,9 @@
 
   served URL                        the origin's request count (/_capstan/load "served")
   headers PORT PATH                 the cache-related headers of a second request for PATH
-  burst PORT PATH CLIENTS           CLIENTS connections opened first, then one request each at
-                                    once; JSON with every client's time to first byte
+  burst PORT PATH CLIENTS           CLIENTS connections opened and all but the last byte of a
+                                    request sent on each, then the last bytes at once; JSON
+                                    with the clients' times to first byte
   probe PORT PREFIX N SAMPLE SEED   SAMPLE random paths PREFIX1..PREFIXN over one keep-alive
                                     connection; JSON with status counts
 """
@@ -50,17 +51,20 @@ def headers(port, path):
     print(f"{resp.status} {verdict(fields)} by headers: " + ("; ".join(found) if found else "(no cache headers)"))
 
 
-async def one_client(port, request, start, results, index):
+async def one_client(port, request, ready, start, results, index):
+    """Connect, send all of the request but its last byte, report ready, then read the answer
+    once the burst (the caller) has sent the last byte."""
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request[:-1])
+        await writer.drain()
     except OSError as e:
         results[index] = {"error": f"connect: {e}"}
+        ready.put_nowait(None)
         return
+    ready.put_nowait((index, writer))
     await start.wait()
-    sent = time.perf_counter()
-    writer.write(request)
     try:
-        await writer.drain()
         first = await reader.read(1)
         ttfb = time.perf_counter()
         head = first + await reader.readuntil(b"\r\n\r\n")
@@ -71,7 +75,7 @@ async def one_client(port, request, start, results, index):
         length = int(fields.get("content-length", "0"))
         await reader.readexactly(length)
         done = time.perf_counter()
-        results[index] = {"sent": sent, "ttfb": ttfb, "done": done, "status": status,
+        results[index] = {"ttfb": ttfb, "done": done, "status": status,
                           "verdict": verdict(fields),
                           "cache": "; ".join(f"{k}: {fields[k]}" for k in CACHE_HEADERS if k in fields)}
     except (OSError, asyncio.IncompleteReadError, ValueError, IndexError) as e:
@@ -82,12 +86,16 @@ async def one_client(port, request, start, results, index):
 
 async def burst_async(port, path, clients):
     request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-    start = asyncio.Event()
+    ready, start = asyncio.Queue(), asyncio.Event()
     results = [None] * clients
-    tasks = [asyncio.create_task(one_client(port, request, start, results, i)) for i in range(clients)]
-    # Let every connection finish its handshake before the first request goes out.
-    await asyncio.sleep(0.5)
+    tasks = [asyncio.create_task(one_client(port, request, ready, start, results, i)) for i in range(clients)]
+    writers = [w for w in [await ready.get() for _ in range(clients)] if w is not None]
+    # The burst: one tight loop of 1-byte writes (each goes straight to the socket), no task
+    # switches between clients.
     t0 = time.perf_counter()
+    for _, writer in writers:
+        writer.write(request[-1:])
+    spread = (time.perf_counter() - t0) * 1e3
     start.set()
     await asyncio.gather(*tasks)
     ok = [r for r in results if r and "error" not in r]
@@ -110,7 +118,7 @@ async def burst_async(port, path, clients):
         "ttfb_first_ms": ttfb[0] if ttfb else None,
         "ttfb_median_ms": ttfb[len(ttfb) // 2] if ttfb else None,
         "ttfb_last_ms": ttfb[-1] if ttfb else None,
-        "send_spread_ms": (max(r["sent"] for r in ok) - t0) * 1e3 if ok else None,
+        "send_spread_ms": spread,
         "verdicts": verdicts,
         "miss_headers": example,
     }

@@ -108,8 +108,8 @@ def miss_table(out, clients, delay, goals):
         return
     print(f"### Miss path with coalescing ({clients} clients, one cold object, origin {delay} ms)\n")
     print("| proxy | origin requests median (range) | TTFB last client ms | TTFB median client ms "
-          "| non-200 + errors | answers by their cache header (last round) | |")
-    print("|---|---:|---:|---:|---:|---|---|")
+          "| non-200 + errors | burst spread ms | answers by their cache header (last round) | |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
     for proxy in dict.fromkeys(r["proxy"] for r in data):
         cell = [r for r in data if r["proxy"] == proxy]
         f = lambda k: [float(r[k]) for r in cell if r[k] != ""]
@@ -126,7 +126,7 @@ def miss_table(out, clients, delay, goals):
         goals.setdefault(("miss",), {})[proxy] = {
             "origin": statistics.median(origin), "last": statistics.median(last) if last else None}
         print(f"| {proxy} | {spread(origin)} | {spread(last) if last else '–'} "
-              f"| {spread(f('ttfb_median_ms')) if last else '–'} | {bad} | {cell[-1]['verdicts'] or '–'} "
+              f"| {spread(f('ttfb_median_ms')) if last else '–'} | {bad} | {statistics.median(f('send_spread_ms')):.0f} | {cell[-1]['verdicts'] or '–'} "
               f"| {'; '.join(flag)} |")
     print()
 

@@ -322,7 +322,7 @@ render "$here/slow-origin.toml" "$work/slow-origin.toml" MISS_DELAY_MS="$MISS_DE
 pids+=($!)
 slow_pid=$!
 wait_http "$fast_origin_port" "$origin_pid" 60 || die "the origin did not start: $(cat "$work/fast-origin.log")"
-for _ in $(seq 100); do port_open "$slow_origin_port" && break; sleep 0.1; done
+for _ in $(seq 100); do port_open "$slow_origin_port" && break; kill -0 "$slow_pid" 2>/dev/null || break; sleep 0.1; done
 port_open "$slow_origin_port" || die "the slow origin did not start: $(cat "$work/slow-origin.log")"
 
 {
@@ -406,7 +406,7 @@ beside_bytes() {  # NAME DIR
 }
 
 mem_section() {
-  local c dir m0 m1 s0 s1 s2 s3 extra extra0 what filled
+  local c dir m0 m1 s0 s1 s2 s3 extra extra0 what fill_responses fill_bad
   printf 'proxy\tobjects\tobject_bytes\tfill_responses\tfill_non200\tfill_origin_requests\tfill_s\tsample\tsample_misses\tpss_before_kb\tpss_after_kb\textra_before_bytes\textra_bytes\textra_what\n' > "$OUT/mem.tsv"
   for c in $(active); do
     echo "== mem: $c alone, $MEM_OBJECTS objects of $mem_bytes B (cache ${MEM_CACHE_MB} MiB)" >&2
@@ -422,7 +422,8 @@ mem_section() {
       run wrk -t1 -c64 -d"${MEM_FILL_TIMEOUT}s" -s "$here/fill.lua" "http://127.0.0.1:${port[$c]}/" > "$work/fill.wrk" 2>&1 || true
     local fill_s=$((SECONDS - t0))
     s1=$(served "$fast_origin_port")
-    filled="0 0"; [ -f "$work/fill.out" ] && filled=$(cat "$work/fill.out")
+    fill_responses=0; fill_bad=0
+    [ -f "$work/fill.out" ] && read -r fill_responses fill_bad < "$work/fill.out"
     sleep 2  # let background writers (ATS, nginx's cache manager) settle
     m1=$(pss_kb "${running[$c]}")
     read -r extra what < <(beside_bytes "$c" "$dir")
@@ -430,7 +431,7 @@ mem_section() {
     python3 "$here/clients.py" probe "${port[$c]}" "$mem_path?fill=" "$MEM_OBJECTS" "$MEM_SAMPLE" 7 > "$work/probe.json"
     s3=$(served "$fast_origin_port")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$MEM_OBJECTS" "$mem_bytes" \
-      ${filled} "$((s1 - s0))" "$fill_s" "$MEM_SAMPLE" "$((s3 - s2))" "$m0" "$m1" "$extra0" "$extra" "$what" >> "$OUT/mem.tsv"
+      "$fill_responses" "$fill_bad" "$((s1 - s0))" "$fill_s" "$MEM_SAMPLE" "$((s3 - s2))" "$m0" "$m1" "$extra0" "$extra" "$what" >> "$OUT/mem.tsv"
     stop "$c"
   done
 }

@@ -164,8 +164,9 @@ def mem_table(out, mem_cache, goals):
         if stored < 0.95 * int(r["objects"]):
             flags.append("**did not keep them all**")
         goals.setdefault(("mem",), {})[proxy] = {"bpo": bpo, "stored_all": stored >= 0.95 * int(r["objects"])}
+        num = lambda v: "–" if v != v else f"{v:,.0f}"  # NaN when nothing was stored
         print(f"| {proxy} | {int(r['objects']):,} | {r['fill_s']} | {stored:,.0f} | {total / 2**20:.0f} "
-              f"| {bpo:,.0f} | {delta:,.0f} | {ratio} | {beside} | {'; '.join(flags)} |")
+              f"| {num(bpo)} | {num(delta)} | {ratio} | {beside} | {'; '.join(flags)} |")
     print()
 
 

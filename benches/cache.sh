@@ -119,6 +119,7 @@ shm=$(mktemp -d /dev/shm/capstan-cachebench.XXXXXX)  # nginx's cache files, ATS'
 chmod 755 "$work" "$shm"  # proxies drop to their own users
 pids=()
 declare -A running=()  # contender → pid of its main process
+declare -A running_dir=()  # contender → its directory in $work
 cleanup() {
   trap - INT TERM
   local p live=()
@@ -267,6 +268,7 @@ start() {  # NAME SECTION ORIGIN_PORT CACHE_MB: 0 when it serves
   fi
   pids+=("$started")
   running[$name]=$started
+  running_dir[$name]=$dir
   if ! wait_http "${port[$name]}" "$started" 60; then
     if kill -0 "$started" 2>/dev/null; then
       skipped[$name]="did not serve $probe_path on port ${port[$name]} within 60 s"
@@ -287,7 +289,12 @@ stop() {
   for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$p" 2>/dev/null || true
   wait "$p" 2>/dev/null || true
-  unset "running[$1]"
+  # Its cache on tmpfs is memory: give it back before the next contender fills its own.
+  local f
+  for f in cache_dir span_dir; do
+    [ -f "${running_dir[$1]}/$f" ] && rm -rf "$(cat "${running_dir[$1]}/$f")"
+  done
+  unset "running[$1]" "running_dir[$1]"
 }
 
 active() {  # the wanted contenders not skipped

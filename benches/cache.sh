@@ -297,6 +297,12 @@ stop() {
   unset "running[$1]" "running_dir[$1]"
 }
 
+give_up() {  # NAME REASON: a contender that broke during a section is skipped from then on
+  skipped[$1]=$2
+  echo "SKIP $1: $2" >&2
+  stop "$1"
+}
+
 active() {  # the wanted contenders not skipped
   local c
   for c in "${wanted[@]}"; do [ -z "${skipped[$c]:-}" ] && echo "$c"; done
@@ -370,11 +376,18 @@ hit_section() {
       for c in $(active); do
         echo "hit round $round/$ROUNDS  $path ($bytes B)  $c" >&2
         s0=$(served "$fast_origin_port"); c0=$(cpu_ticks "${running[$c]}")
-        run wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency \
-          "http://127.0.0.1:${port[$c]}$path" > "$work/wrk.out"
-        c1=$(cpu_ticks "${running[$c]}"); s1=$(served "$fast_origin_port")
-        python3 "$here/summary.py" wrk "$work/wrk.out" "$round" "$path" "$bytes" "$c" "$((c1 - c0))" \
-          "$clk_tck" "$((s1 - s0))" >> "$OUT/hit.tsv"
+        if run wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency \
+             "http://127.0.0.1:${port[$c]}$path" > "$work/wrk.out" 2>&1 && kill -0 "${running[$c]}" 2>/dev/null; then
+          c1=$(cpu_ticks "${running[$c]}"); s1=$(served "$fast_origin_port")
+          python3 "$here/summary.py" wrk "$work/wrk.out" "$round" "$path" "$bytes" "$c" "$((c1 - c0))" \
+            "$clk_tck" "$((s1 - s0))" >> "$OUT/hit.tsv"
+        else
+          if kill -0 "${running[$c]}" 2>/dev/null; then
+            give_up "$c" "wrk failed against it in the hit section: $(grep -v '^ ' "$work/wrk.out" | tail -n 1)"
+          else
+            give_up "$c" "exited during the hit section"
+          fi
+        fi
       done
     done
   done
@@ -391,9 +404,12 @@ miss_section() {
       path="$miss_path?cold=$round-$c-$RANDOM$RANDOM"
       echo "miss round $round/$ROUNDS  $c  $MISS_CLIENTS clients → $path" >&2
       s0=$(served "$slow_origin_port")
-      run python3 "$here/clients.py" burst "${port[$c]}" "$path" "$MISS_CLIENTS" > "$work/burst.json"
-      s1=$(served "$slow_origin_port")
-      python3 "$here/summary.py" burst "$work/burst.json" "$round" "$c" "$((s1 - s0))" >> "$OUT/miss.tsv"
+      if run python3 "$here/clients.py" burst "${port[$c]}" "$path" "$MISS_CLIENTS" > "$work/burst.json"; then
+        s1=$(served "$slow_origin_port")
+        python3 "$here/summary.py" burst "$work/burst.json" "$round" "$c" "$((s1 - s0))" >> "$OUT/miss.tsv"
+      else
+        give_up "$c" "failed in the miss section"
+      fi
     done
   done
   for c in $(active); do stop "$c"; done
@@ -435,7 +451,10 @@ mem_section() {
     m1=$(pss_kb "${running[$c]}")
     read -r extra what < <(beside_bytes "$c" "$dir")
     s2=$(served "$fast_origin_port")
-    python3 "$here/clients.py" probe "${port[$c]}" "$mem_path?fill=" "$MEM_OBJECTS" "$MEM_SAMPLE" 7 > "$work/probe.json"
+    if ! python3 "$here/clients.py" probe "${port[$c]}" "$mem_path?fill=" "$MEM_OBJECTS" "$MEM_SAMPLE" 7 > "$work/probe.json"; then
+      give_up "$c" "failed in the mem section (sampling after the fill)"
+      continue
+    fi
     s3=$(served "$fast_origin_port")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$MEM_OBJECTS" "$mem_bytes" \
       "$fill_responses" "$fill_bad" "$((s1 - s0))" "$fill_s" "$MEM_SAMPLE" "$((s3 - s2))" "$m0" "$m1" "$extra0" "$extra" "$what" >> "$OUT/mem.tsv"

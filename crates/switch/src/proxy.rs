@@ -342,8 +342,9 @@ async fn proxy(
     };
     let cache = crate::caching::Route::of(switch, cluster, class, &parts);
     if let crate::caching::Route::Lookup = cache {
-        rewrite_request_headers(&mut parts.headers, peer, forward.client_version);
-        return crate::caching::serve(forward, parts).await;
+        // A hit never leaves the switch: the forwarding headers are added only on the way to
+        // a node (see `caching::forwarded_headers`).
+        return crate::caching::serve(forward, parts, peer).await;
     }
     if let crate::caching::Route::Purge = cache {
         return Err(crate::caching::client_purge(&forward, &parts, peer));

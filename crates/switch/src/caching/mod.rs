@@ -304,6 +304,7 @@ impl Key {
 pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
+    peer: &HeaderValue,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
@@ -354,7 +355,8 @@ pub(crate) async fn serve(
                 }
                 Decision::StaleWhileRevalidate => {
                     bump(&layer.counters.stale_hits);
-                    refresh_in_background(&forward, &parts, &key, &entry, cfg.clone());
+                    let upstream = forwarded_headers(req, peer, forward.client_version);
+                    refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
                     let status = CacheStatus::hit(ttl_of(&entry.times, now));
                     return Err(with_debug(
                         &forward,
@@ -381,17 +383,17 @@ pub(crate) async fn serve(
         // A range of an object the cache does not hold goes to the node as asked (partials
         // are never stored); the next full request fills the cache.
         bump(&layer.counters.passes);
-        return pass(forward, parts, Fwd::Miss, Some("range")).await;
+        return pass(forward, parts, peer, Fwd::Miss, Some("range")).await;
     }
     if rfc::CacheControl::parse_request(req).no_store {
         bump(&layer.counters.passes);
-        return pass(forward, parts, Fwd::Request, Some("no-store")).await;
+        return pass(forward, parts, peer, Fwd::Request, Some("no-store")).await;
     }
     match stale {
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
-    through_fill(forward, parts, key, stale, cfg, rules, fwd_kind).await
+    through_fill(forward, parts, peer, key, stale, cfg, rules, fwd_kind).await
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
@@ -413,12 +415,14 @@ fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<R
 async fn pass(
     forward: Forward,
     parts: Parts,
+    peer: &HeaderValue,
     fwd: Fwd,
     detail: Option<&'static str>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let status = CacheStatus::forward(fwd, false, false, detail);
+    let headers = forwarded_headers(&parts.headers, peer, forward.client_version);
     let answer = forward
-        .dispatch(parts.headers, UpstreamBody::Empty, true, None)
+        .dispatch(headers, UpstreamBody::Empty, true, None)
         .await;
     let mark = |mut r: Response<ResponseBody>| {
         r.headers_mut().insert(&CACHE_STATUS, status.header_value());
@@ -427,10 +431,20 @@ async fn pass(
     answer.map(mark).map_err(mark)
 }
 
+/// The client's headers as a node should see them (hop-by-hop out; `Via`,
+/// `X-Forwarded-For`, `X-Forwarded-Proto` in).
+fn forwarded_headers(client: &HeaderMap, peer: &HeaderValue, version: http::Version) -> HeaderMap {
+    let mut headers = client.clone();
+    crate::proxy::rewrite_request_headers(&mut headers, peer, version);
+    headers
+}
+
 /// Joins the fill in flight for the key, or starts one; answers from it.
+#[allow(clippy::too_many_arguments)]
 async fn through_fill(
     forward: Forward,
     parts: Parts,
+    peer: &HeaderValue,
     key: Key,
     stale: Option<Arc<Entry>>,
     cfg: &CacheConfig,
@@ -447,7 +461,7 @@ async fn through_fill(
     });
     if let Some(Some(reader)) = joined {
         bump(&layer.counters.coalesced);
-        return follow(forward, parts, reader, cfg, fwd_kind).await;
+        return follow(forward, parts, peer, reader, cfg, fwd_kind).await;
     }
     let fill = Fill::new();
     let reader = fill
@@ -507,20 +521,21 @@ fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
 async fn follow(
     forward: Forward,
     parts: Parts,
+    peer: &HeaderValue,
     reader: FillReader,
     cfg: &CacheConfig,
     fwd_kind: Fwd,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let Some(head) = reader.fill().head(cfg.coalesce_timeout).await else {
         drop(reader);
-        return pass(forward, parts, fwd_kind, Some("coalesce-timeout")).await;
+        return pass(forward, parts, peer, fwd_kind, Some("coalesce-timeout")).await;
     };
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
         rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
     });
     if varies_otherwise {
         drop(reader);
-        return pass(forward, parts, Fwd::VaryMiss, None).await;
+        return pass(forward, parts, peer, Fwd::VaryMiss, None).await;
     }
     let mut status = leader_status(&head, fwd_kind);
     status.collapsed = true;
@@ -533,7 +548,7 @@ async fn follow(
 /// Serves stale and refreshes once in the background (unless a fill for the key is running).
 fn refresh_in_background(
     forward: &Forward,
-    parts: &Parts,
+    upstream: HeaderMap,
     key: &Key,
     entry: &Arc<Entry>,
     cfg: CacheConfig,
@@ -557,7 +572,7 @@ fn refresh_in_background(
     };
     spawn_fill(
         forward,
-        parts.headers.clone(),
+        upstream,
         key,
         Some(Arc::clone(entry)),
         cfg,

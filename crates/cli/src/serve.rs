@@ -15,6 +15,8 @@ const SERVE_EXAMPLES: &str = "Examples:
                 --policy cap --class cpu=/cgi-bin/*
   capstan serve --listen 127.0.0.1:8080 --node a=127.0.0.1:9001@2 --node b=127.0.0.1:9002 \\
                 --policy lard --policy-param t_low=10 --policy-param t_high=30 --admin 127.0.0.1:9900
+  capstan serve --listen 127.0.0.1:8080 --node 127.0.0.1:9001 --cache 256MiB
+  capstan serve --config examples/cache.toml          # every cache setting, commented
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
@@ -54,6 +56,11 @@ pub struct ServeArgs {
     /// Admin listener for /status, /metrics, the status page and POST /reload.
     #[arg(long, value_name = "HOST:PORT")]
     pub admin: Option<String>,
+
+    /// Turn the HTTP cache on with a memory tier of SIZE (e.g. `256MiB`, `1GB`), RFC 9111
+    /// rules and the other `[cache]` defaults; with --config, sets its `cache.memory`.
+    #[arg(long, value_name = "SIZE")]
+    pub cache: Option<String>,
 
     /// Add X-Capstan-Node and X-Capstan-Class headers to responses.
     #[arg(long)]
@@ -134,6 +141,15 @@ fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     add_class_flags(&mut config, &args.class)?;
     if args.debug_headers {
         config.debug_headers = true;
+    }
+    if let Some(size) = &args.cache {
+        let memory = size
+            .parse::<capstan_switch::cache_config::ByteSize>()
+            .map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
+        let mut cache = config.cache.take().unwrap_or_default();
+        cache.memory = memory;
+        cache.max_object = cache.max_object.min(memory);
+        config.cache = Some(cache);
     }
     config.validate()?;
     Ok(config)

@@ -22,6 +22,7 @@ fn serve_and_check_help_describe_every_option() {
         "--class",
         "--admin",
         "--debug-headers",
+        "--cache",
         "--threads",
         "--dry-run",
         "SIGHUP",
@@ -176,6 +177,30 @@ fn bad_flags_are_one_line_errors() {
             "NAME=PATTERN",
         ),
         (&["serve", "--bogus"][..], "--bogus"),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+                "--cache",
+                "lots",
+            ][..],
+            "--cache",
+        ),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+                "--cache",
+                "100KB",
+            ][..],
+            "at least 1MiB",
+        ),
     ] {
         let out = run(args);
         assert!(!out.status.success(), "{args:?}");

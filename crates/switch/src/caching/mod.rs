@@ -731,7 +731,7 @@ fn revalidated(
         return Arc::clone(entry);
     }
     let mut headers = entry.headers.clone();
-    rfc::merge_not_modified(&mut headers, &fresh);
+    rfc::merge_not_modified(&mut headers, &owned_headers(&fresh));
     let mut times = entry.times;
     times.refresh(
         entry.status,
@@ -875,6 +875,18 @@ async fn stream_and_store(
     stored
 }
 
+/// A copy of `headers` that owns its bytes. Header values parsed by hyper are slices of the
+/// connection's read buffer; a stored entry must not keep that buffer alive.
+fn owned_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut owned = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        owned.append(name.clone(), copy);
+    }
+    owned
+}
+
 /// Puts a completely received response into the store.
 fn store(
     layer: &CacheLayer,
@@ -894,7 +906,7 @@ fn store(
         &key.extra,
         vary,
         parts.status,
-        rfc::headers_to_store(&parts.headers),
+        owned_headers(&rfc::headers_to_store(&parts.headers)),
         body,
         times,
     );

@@ -14,5 +14,6 @@
 pub mod disk;
 pub mod evict;
 pub mod key;
+pub mod packed;
 pub mod rfc;
 pub mod store;

@@ -204,9 +204,7 @@ impl CacheLayer {
         let disk = Arc::clone(self.disk.as_ref()?);
         let (url, extra, req) = (key.url.clone(), key.extra.clone(), req.clone());
         let found = tokio::task::spawn_blocking(move || {
-            disk.lookup(&url, &extra, |e| {
-                rfc::vary_key(&e.headers, &req).is_some_and(|k| k == e.vary)
-            })
+            disk.lookup(&url, &extra, |e| e.vary_matches(&req))
         })
         .await
         .ok()?
@@ -316,9 +314,9 @@ pub(crate) async fn serve(
     let key = Key::of(&forward, cfg, &parts);
     let now = SystemTime::now();
     let req = &parts.headers;
-    let found = layer.store.lookup(&key.url, &key.extra, |e| {
-        rfc::vary_key(&e.headers, req).is_some_and(|k| k == e.vary)
-    });
+    let found = layer
+        .store
+        .lookup(&key.url, &key.extra, |e| e.vary_matches(req));
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
@@ -329,39 +327,26 @@ pub(crate) async fn serve(
     let vary_miss = matches!(found, Lookup::VaryMiss);
     let stale = match found {
         Lookup::Hit(entry) => {
-            match rfc::decide(
-                &parts.method,
-                req,
-                &entry.headers,
-                &entry.times,
-                now,
-                &rules,
-            ) {
+            let stored = entry.headers();
+            let serve_stored = |stored: HeaderMap| {
+                let status = CacheStatus::hit(ttl_of(&entry.times, now));
+                let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
+                Err(with_debug(&forward, resp))
+            };
+            match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
-                    let status = CacheStatus::hit(ttl_of(&entry.times, now));
-                    return Err(with_debug(
-                        &forward,
-                        respond::from_entry(&entry, &parts.method, req, now, &status),
-                    ));
+                    return serve_stored(stored);
                 }
                 Decision::StaleAllowed { .. } => {
                     bump(&layer.counters.stale_hits);
-                    let status = CacheStatus::hit(ttl_of(&entry.times, now));
-                    return Err(with_debug(
-                        &forward,
-                        respond::from_entry(&entry, &parts.method, req, now, &status),
-                    ));
+                    return serve_stored(stored);
                 }
                 Decision::StaleWhileRevalidate => {
                     bump(&layer.counters.stale_hits);
                     let upstream = forwarded_headers(req, peer, forward.client_version);
                     refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
-                    let status = CacheStatus::hit(ttl_of(&entry.times, now));
-                    return Err(with_debug(
-                        &forward,
-                        respond::from_entry(&entry, &parts.method, req, now, &status),
-                    ));
+                    return serve_stored(stored);
                 }
                 Decision::Revalidate => Some(entry),
             }
@@ -625,7 +610,7 @@ fn fill_request_headers(client: &HeaderMap, stale: Option<&Entry>) -> HeaderMap 
         headers.remove(name);
     }
     if let Some(entry) = stale {
-        headers.extend(rfc::revalidation_headers(&entry.headers));
+        headers.extend(rfc::revalidation_headers(&entry.headers()));
     }
     headers
 }
@@ -656,7 +641,7 @@ async fn run_fill(
             status.is_none_or(|s| s.is_server_error())
                 && rfc::stale_if_error_allows(
                     &client_headers,
-                    &e.headers,
+                    &e.headers(),
                     &e.times,
                     response_time,
                     rules,
@@ -726,11 +711,11 @@ fn revalidated(
 ) -> Arc<Entry> {
     let mut fresh = not_modified.clone();
     rfc::ensure_date(&mut fresh, response_time);
-    if !rfc::not_modified_applies(&entry.headers, &fresh) {
+    if !rfc::not_modified_applies(&entry.headers(), &fresh) {
         layer.remove(entry);
         return Arc::clone(entry);
     }
-    let mut headers = entry.headers.clone();
+    let mut headers = entry.headers();
     rfc::merge_not_modified(&mut headers, &owned_headers(&fresh));
     let mut times = entry.times;
     times.refresh(
@@ -760,7 +745,7 @@ fn revalidated(
 
 /// Publishes a stored entry as the fill's whole answer.
 fn publish_entry(fill: &Fill, entry: &Entry, outcome: FillOutcome, now: SystemTime) {
-    let mut headers = entry.headers.clone();
+    let mut headers = entry.headers();
     headers.insert(header::AGE, entry.times.age_header(now));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(entry.body.len()));
     let head = FillHead {

@@ -21,26 +21,33 @@ fn set_cache_status(headers: &mut HeaderMap, status: &CacheStatus) {
 }
 
 /// The answer to a request from a stored entry.
+/// `stored` is the entry's header fields, unpacked once by the caller.
 pub fn from_entry(
     entry: &Entry,
+    stored: HeaderMap,
     method: &Method,
     req: &HeaderMap,
     now: SystemTime,
     status: &CacheStatus,
 ) -> Response<ResponseBody> {
-    let mut headers = entry.headers.clone();
-    headers.insert(header::AGE, entry.times.age_header(now));
-    set_cache_status(&mut headers, status);
-    match rfc::client_conditional(method, req, &entry.headers) {
-        Conditional::NotModified => return not_modified(&entry.headers, status),
+    match rfc::client_conditional(method, req, &stored) {
+        Conditional::NotModified => return not_modified(&stored, status),
         Conditional::PreconditionFailed => {
             return bare(StatusCode::PRECONDITION_FAILED, HeaderMap::new(), status)
         }
         Conditional::None => {}
     }
     let full_len = entry.body.len() as u64;
-    if entry.status == StatusCode::OK && *method == Method::GET {
-        match rfc::parse_range(method, req, &entry.headers, full_len) {
+    let range = if entry.status == StatusCode::OK && *method == Method::GET {
+        rfc::parse_range(method, req, &stored, full_len)
+    } else {
+        RangeAnswer::Full
+    };
+    let mut headers = stored;
+    headers.insert(header::AGE, entry.times.age_header(now));
+    set_cache_status(&mut headers, status);
+    {
+        match range {
             RangeAnswer::Full => {}
             RangeAnswer::Unsatisfiable => {
                 let mut h = HeaderMap::new();
@@ -83,7 +90,8 @@ fn partial(
             "capstan-{:016x}",
             entry.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)
         );
-        let content_type = entry.headers.get(header::CONTENT_TYPE);
+        let content_type = headers.get(header::CONTENT_TYPE).cloned();
+        let content_type = content_type.as_ref();
         let Ok(multipart) = rfc::Multipart::new(ranges, full_len, content_type, &boundary) else {
             // Ranges the parser let through but that cannot be framed: answer in full.
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));

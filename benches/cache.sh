@@ -33,6 +33,9 @@ here=$PWD/benches/cache
 ROUNDS=${1:-${ROUNDS:-3}}
 SECONDS_PER_RUN=${2:-${SECONDS_PER_RUN:-10}}
 SECTIONS=${SECTIONS:-hit,miss,mem}
+# Hit section: after each closed-loop wrk run, the same object at this fixed rate (req/s) with
+# `capstan bench` (open loop, keep-alive, CONNECTIONS connections); 0 skips it.
+FIXED_RATE=${FIXED_RATE:-5000}
 CONTENDERS=${CONTENDERS:-capstan,varnish,trafficserver,nginx,squid}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
@@ -370,6 +373,7 @@ hit_section() {
     done
   done
   printf 'round\tobject\tbytes\tproxy\trps\tp50_ms\tp99_ms\terrors\tcpu_us_per_req\trequests\torigin_requests\n' > "$OUT/hit.tsv"
+  printf 'round\tobject\tbytes\tproxy\trate\tcompleted_rps\tp50_ms\tp99_ms\tp999_ms\terrors\n' > "$OUT/hit-fixed.tsv"
   for round in $(seq "$ROUNDS"); do
     for obj in "${hit_objects[@]}"; do
       path=${obj%%:*}; bytes=${obj##*:}
@@ -381,6 +385,14 @@ hit_section() {
           c1=$(cpu_ticks "${running[$c]}"); s1=$(served "$fast_origin_port")
           python3 "$here/summary.py" wrk "$work/wrk.out" "$round" "$path" "$bytes" "$c" "$((c1 - c0))" \
             "$clk_tck" "$((s1 - s0))" >> "$OUT/hit.tsv"
+          # The same object at a fixed rate below every contender's capacity (open loop, latency
+          # from each request's intended start): the tail a user sees, not a saturated queue.
+          if [ "$FIXED_RATE" -gt 0 ] && run "$CAPSTAN" bench "http://127.0.0.1:${port[$c]}$path" \
+               --rate "$FIXED_RATE" -k -c "$CONNECTIONS" -d "${SECONDS_PER_RUN}s" -q \
+               --json "$work/fixed.json" > "$work/fixed.out" 2>&1; then
+            python3 "$here/summary.py" fixed "$work/fixed.json" "$round" "$path" "$bytes" "$c" \
+              "$FIXED_RATE" >> "$OUT/hit-fixed.tsv"
+          fi
         else
           if kill -0 "${running[$c]}" 2>/dev/null; then
             give_up "$c" "wrk failed against it in the hit section: $(grep -v '^ ' "$work/wrk.out" | tail -n 1)"

@@ -3,6 +3,7 @@
 
   wrk WRK_OUT ROUND PATH BYTES PROXY CPU_TICKS CLK_TCK ORIGIN_REQUESTS   one hit.tsv row
   burst BURST_JSON ROUND PROXY ORIGIN_REQUESTS                          one miss.tsv row
+  fixed BENCH_JSON ROUND PATH BYTES PROXY RATE                          one hit-fixed.tsv row
   report OUT_DIR ROUNDS SECONDS THREADS WRK_THREADS CONNECTIONS CACHE_MB CLIENTS DELAY_MS MEM_CACHE_MB
 """
 import csv
@@ -55,6 +56,36 @@ def burst_row(path, rnd, proxy, origin_requests):
         rnd, proxy, b["clients"], b["ok"], b["errors"], non200, origin_requests,
         fmt(b["ttfb_first_ms"]), fmt(b["ttfb_median_ms"]), fmt(b["ttfb_last_ms"]),
         fmt(b["send_spread_ms"]), verdicts, b["miss_headers"].replace("\t", " "), (b["first_error"] or "").replace("\t", " "))))
+
+
+def fixed_row(path, rnd, obj, size, proxy, rate):
+    b = json.load(open(path))
+    lat = b["latency_ms"]["corrected"]
+    print("\t".join(str(x) for x in (
+        rnd, obj, size, proxy, rate, f"{b['completed_rps']:.0f}", f"{lat['p50']:.3f}",
+        f"{lat['p99']:.3f}", f"{lat.get('p999', lat['p99']):.3f}", b["errors_total"])))
+
+
+def fixed_table(out, goals):
+    data = rows(os.path.join(out, "hit-fixed.tsv"))
+    if not data:
+        return
+    print("### Hit latency at a fixed rate (open loop, `capstan bench -k`, from each request's intended start)\n")
+    print("| object | proxy | rate req/s | completed req/s | p50 ms | p99 ms median (range) | p99.9 ms | errors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for obj in dict.fromkeys(r["object"] for r in data):
+        for proxy in dict.fromkeys(r["proxy"] for r in data):
+            cell = [r for r in data if r["object"] == obj and r["proxy"] == proxy]
+            if not cell:
+                continue
+            f = lambda k: [float(r[k]) for r in cell]
+            goals.setdefault(("fixed", obj, cell[0]["bytes"], cell[0]["rate"]), {})[proxy] = {
+                "p99": statistics.median(f("p99_ms"))}
+            print(f"| {obj} ({cell[0]['bytes']} B) | {proxy} | {cell[0]['rate']} "
+                  f"| {statistics.median(f('completed_rps')):.0f} | {statistics.median(f('p50_ms')):.2f} "
+                  f"| {spread(f('p99_ms'), '{:.2f}')} | {statistics.median(f('p999_ms')):.2f} "
+                  f"| {sum(int(r['errors']) for r in cell)} |")
+    print()
 
 
 def rows(path):
@@ -178,6 +209,7 @@ def report(out, rounds, secs, threads, wrk_threads, conns, cache_mb, clients, de
         print("```\n" + open(info).read().strip() + "\n```\n")
     goals = {}
     hit_table(out, goals)
+    fixed_table(out, goals)
     miss_table(out, clients, delay, goals)
     mem_table(out, mem_cache, goals)
     goal_lines(goals)
@@ -206,6 +238,12 @@ def goal_lines(goals):
                     lines.append(f"- {what} vs {peer} (req/s ≥ 1.0×, p99 no worse): {verdict(ok)} — "
                                  f"{me['rps'] / p['rps']:.2f}×, p99 {me['p99']:.2f} vs {p['p99']:.2f} ms, "
                                  f"CPU {me['cpu']:.1f} vs {p['cpu']:.1f} µs/req")
+        elif key[0] == "fixed":
+            for peer in PEERS:
+                if peer in cell:
+                    p = cell[peer]["p99"]
+                    lines.append(f"- hit {key[1]} ({key[2]} B) at {key[3]} req/s vs {peer} (p99 no worse): "
+                                 f"{verdict(me['p99'] <= p)} — {me['p99']:.2f} vs {p:.2f} ms")
         elif key[0] == "miss":
             lines.append(f"- miss coalescing (1 origin request): {verdict(me['origin'] <= 1)} — "
                          f"{me['origin']:.0f} origin requests; last client's TTFB "
@@ -224,7 +262,7 @@ def goal_lines(goals):
         print("\n".join(lines) + "\n")
 
 
-COMMANDS = {"wrk": wrk_row, "burst": burst_row, "report": report}
+COMMANDS = {"wrk": wrk_row, "burst": burst_row, "fixed": fixed_row, "report": report}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:

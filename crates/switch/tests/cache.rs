@@ -693,3 +693,22 @@ async fn metrics_and_status_page_show_the_cache() {
     let page = get(admin, "/").await.text();
     assert!(page.contains("hit ratio"), "{page}");
 }
+
+#[tokio::test]
+async fn a_get_with_a_body_is_proxied_without_the_cache() {
+    let origin = Origin::start().await;
+    origin.script("/g", Script::ok("g", &[("cache-control", "max-age=60")]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    for _ in 0..2 {
+        let a = send(
+            addr,
+            Request::get("/g").header("host", "site.test"),
+            Bytes::from_static(b"body"),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(cache_status(&a), "", "not looked up");
+    }
+    assert_eq!(origin.hits("/g"), 2);
+}

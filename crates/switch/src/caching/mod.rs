@@ -239,6 +239,9 @@ impl Route {
             return Route::Pass;
         };
         match parts.method {
+            // A GET with a body is unusual enough not to be the cache's business (and its body
+            // would be lost on the way to a fill).
+            Method::GET | Method::HEAD if has_body(&parts.headers) => Route::Pass,
             Method::GET | Method::HEAD => {
                 let name = &cluster.classifier.classes()[class].name;
                 let cachable = cfg.classes.as_ref().is_none_or(|c| c.contains(name));
@@ -253,6 +256,13 @@ impl Route {
             _ => Route::Invalidate,
         }
     }
+}
+
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
 }
 
 /// The host a request names: the absolute-form authority, else `Host`, lower-cased later.
@@ -832,6 +842,9 @@ async fn stream_and_store(
     let mut total = 0u64;
     loop {
         if !fill.room().await {
+            // Nobody reads and nothing is stored: stop fetching. A reader that joins now finds
+            // the fill ended rather than waiting for bytes that will never come.
+            fill.finish(Err("the fill was abandoned: no reader left".into()));
             return false;
         }
         match body.frame().await {

@@ -300,6 +300,21 @@ fn environment(state: &State) -> Vec<(String, String)> {
     env
 }
 
+/// Replaces `$NAME` and `${NAME}` of the set-up's variables in a (single-quoted) argument, so
+/// `curl 'http://$CAPSTAN_WAN_SERVER/'` works without a shell.
+fn expand(arg: &str, env: &[(String, String)]) -> String {
+    let mut vars: Vec<&(String, String)> = env.iter().collect();
+    // Longest names first: $CAPSTAN_WAN_CLIENT is a prefix of $CAPSTAN_WAN_CLIENTS_….
+    vars.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+    let mut out = arg.to_string();
+    for (k, v) in vars {
+        out = out
+            .replace(&format!("${{{k}}}"), v)
+            .replace(&format!("${k}"), v);
+    }
+    out
+}
+
 /// Starts `argv` inside network namespace `ns` (via `ip netns exec`).
 fn spawn_in(ns: &str, argv: &[String], env: &[(String, String)]) -> Result<Child> {
     let mut cmd = Command::new("ip");
@@ -338,7 +353,8 @@ fn run(args: RunArgs) -> Result<i32> {
         if let (Some(port), Some(ns)) = (args.server_port, &state.server_namespace) {
             wait_for_listener(ns, port, server.as_mut())?;
         }
-        let client = spawn_in(&state.client_namespace, &args.cmd, &env)?;
+        let argv: Vec<String> = args.cmd.iter().map(|a| expand(a, &env)).collect();
+        let client = spawn_in(&state.client_namespace, &argv, &env)?;
         supervise(client, &running.router)
     })();
     if let Some(s) = server.as_mut() {
@@ -590,4 +606,79 @@ fn stats(args: StatsArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State {
+            server: "198.18.4.1".into(),
+            client_namespace: "cwan-1-0".into(),
+            paths: vec![
+                ("lan".into(), vec!["198.18.4.2".into()]),
+                (
+                    "far-away".into(),
+                    vec!["198.18.4.3".into(), "198.18.4.4".into()],
+                ),
+            ],
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn environment_names_the_server_and_each_paths_clients() {
+        let env = environment(&state());
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("CAPSTAN_WAN_SERVER"), Some("198.18.4.1"));
+        assert_eq!(get("CAPSTAN_WAN_CLIENT"), Some("198.18.4.2"));
+        assert_eq!(
+            get("CAPSTAN_WAN_CLIENTS_FAR_AWAY"),
+            Some("198.18.4.3 198.18.4.4")
+        );
+    }
+
+    #[test]
+    fn arguments_name_the_set_up_without_a_shell() {
+        let env = environment(&state());
+        assert_eq!(
+            expand("http://$CAPSTAN_WAN_SERVER:8080/", &env),
+            "http://198.18.4.1:8080/"
+        );
+        assert_eq!(expand("${CAPSTAN_WAN_CLIENT}", &env), "198.18.4.2");
+        assert_eq!(expand("$CAPSTAN_WAN_CLIENTS_LAN", &env), "198.18.4.2");
+        assert_eq!(expand("$HOME", &env), "$HOME");
+    }
+
+    #[test]
+    fn flags_and_path_specs_combine() {
+        let flags = PathFlags {
+            rtt: Some("100ms".into()),
+            paths: vec!["name=a".into(), "name=b,rtt=10ms,clients=3".into()],
+            ..PathFlags::default()
+        };
+        let c = flags.to_config().unwrap();
+        assert_eq!(c.paths[0].up.latency, Duration::from_millis(50));
+        assert_eq!(c.paths[1].up.latency, Duration::from_millis(5));
+        assert_eq!(c.paths[1].clients, 3);
+        let both = PathFlags {
+            rtt: Some("1ms".into()),
+            config: Some("x.toml".into()),
+            ..PathFlags::default()
+        };
+        assert!(both
+            .to_config()
+            .unwrap_err()
+            .to_string()
+            .contains("not both"));
+        let bad = PathFlags {
+            bandwidth: Some("fast".into()),
+            ..PathFlags::default()
+        };
+        assert_eq!(
+            bad.to_config().unwrap_err().to_string(),
+            "--bandwidth: bad rate 'fast'"
+        );
+    }
 }

@@ -48,9 +48,11 @@ impl LossModel {
             [p, r] => (p, r, 1.0, 0.0),
             [p, r, b] => (p, r, b, 0.0),
             [p, r, b, g] => (p, r, b, g),
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "bad Gilbert-Elliott loss '{text}' (ge:P,R[,LOSS_BAD[,LOSS_GOOD]], e.g. ge:1%,30%)"
-            )),
+            ))
+            }
         };
         if r == 0.0 && p > 0.0 {
             return Err(format!(

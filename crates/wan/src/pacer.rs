@@ -184,6 +184,16 @@ pub fn tune_router_thread(realtime: bool) -> bool {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
 }
 
+/// CPU time (user + system) the calling thread has used, in seconds.
+pub fn thread_cpu_seconds() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value; getrusage fills it and keeps no pointer.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the call.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,7 @@ pub struct RouterPlan {
 /// Largest packet the router reads (the devices' MTU is 1500).
 const BUFFER_SIZE: usize = 2048;
 /// Packets read from one device before due packets are sent again.
-const READ_BATCH: usize = 64;
+const READ_BATCH: usize = 16;
 /// Most packets held at once (≈ 200 MB of buffers); beyond it arrivals count as overflow.
 const MAX_IN_ROUTER: usize = 100_000;
 /// How often the published report is refreshed.
@@ -64,7 +64,7 @@ impl Router {
         let report = Arc::new(Mutex::new(Report::default()));
         let mut engine = Engine::new(&plan, [client, server]);
         *report.lock().unwrap_or_else(|e| e.into_inner()) =
-            engine.report(&plan, now_ns(), &Lead::new(0, 0, 0), false);
+            engine.report(&plan, now_ns(), &Lead::new(0, 0, 0), false, 0.0);
         let (stop2, report2) = (stop.clone(), report.clone());
         let thread = std::thread::Builder::new()
             .name("wan-router".into())
@@ -190,14 +190,26 @@ impl Engine {
             let now = now_ns();
             if now - published >= PUBLISH_NS {
                 published = now;
-                let r = self.report(plan, now, &pacer.lead, realtime);
+                let r = self.report(
+                    plan,
+                    now,
+                    &pacer.lead,
+                    realtime,
+                    pacer::thread_cpu_seconds(),
+                );
                 *report.lock().unwrap_or_else(|e| e.into_inner()) = r;
             }
             pacer
                 .wait(self.line.next_departure())
                 .context("router wait failed")?;
         }
-        let r = self.report(plan, now_ns(), &pacer.lead, realtime);
+        let r = self.report(
+            plan,
+            now_ns(),
+            &pacer.lead,
+            realtime,
+            pacer::thread_cpu_seconds(),
+        );
         *report.lock().unwrap_or_else(|e| e.into_inner()) = r;
         Ok(())
     }
@@ -289,7 +301,15 @@ impl Engine {
         }
     }
 
-    fn report(&mut self, plan: &RouterPlan, now: u64, lead: &Lead, realtime: bool) -> Report {
+    /// The report as of `now`; `cpu_s` is the router thread's CPU time so far.
+    fn report(
+        &mut self,
+        plan: &RouterPlan,
+        now: u64,
+        lead: &Lead,
+        realtime: bool,
+        cpu_s: f64,
+    ) -> Report {
         let mut paths = Vec::new();
         for (i, p) in plan.paths.iter().enumerate() {
             let mut dir_report = |dir: Dir| {
@@ -318,6 +338,7 @@ impl Engine {
                 lateness_p50_us: lead.lateness_quantile(0.5) as f64 / 1e3,
                 lateness_p99_us: lead.lateness_quantile(0.99) as f64 / 1e3,
                 realtime,
+                router_cpu_s: cpu_s,
             },
             paths,
         }

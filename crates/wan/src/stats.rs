@@ -135,6 +135,8 @@ pub struct PacerReport {
     pub lateness_p99_us: f64,
     /// Real-time scheduling was granted to the router thread.
     pub realtime: bool,
+    /// CPU time the router thread has used (user + system), seconds.
+    pub router_cpu_s: f64,
 }
 
 /// Everything `capstan wan stats` shows for one set-up.
@@ -154,12 +156,13 @@ impl Report {
     /// The per-path table `capstan wan stats` prints.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{} (pid {}, server {}, up {:.0} s, unrouted {}, timer lead {:.1} µs, wake-up lateness p50 {:.1} / p99 {:.1} µs{})\n",
+            "{} (pid {}, server {}, up {:.0} s, unrouted {}, router CPU {:.2} s, timer lead {:.1} µs, wake-up lateness p50 {:.1} / p99 {:.1} µs{})\n",
             self.name,
             self.pid,
             self.server,
             self.uptime_s,
             self.unrouted,
+            self.pacer.router_cpu_s,
             self.pacer.lead_us,
             self.pacer.lateness_p50_us,
             self.pacer.lateness_p99_us,

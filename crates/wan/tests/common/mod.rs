@@ -91,6 +91,14 @@ impl Emulation {
     }
 }
 
+/// Gives the calling test thread real-time priority (below the router's), so that on a loaded
+/// machine the test measures the router rather than how long its own threads wait for a CPU.
+pub fn realtime() {
+    let param = libc::sched_param { sched_priority: 5 };
+    // SAFETY: pid 0 is the calling thread; `param` is valid for the call. Failure is harmless.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+}
+
 /// A UDP echo server in this (root) namespace; stops when dropped.
 pub struct Echo {
     pub addr: SocketAddr,
@@ -107,6 +115,7 @@ impl Echo {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         std::thread::spawn(move || {
+            realtime();
             let mut buf = [0u8; 2048];
             while !stop2.load(Ordering::Relaxed) {
                 if let Ok((n, from)) = socket.recv_from(&mut buf) {
@@ -127,6 +136,7 @@ impl Drop for Echo {
 /// `n` UDP round trips from `client` (inside namespace `ns`) to `server`, in milliseconds.
 pub fn udp_rtts(ns: &str, client: Ipv4Addr, server: SocketAddr, n: usize) -> Vec<f64> {
     capstan_wan::netns::spawn_in(ns, move || {
+        realtime();
         let s = UdpSocket::bind((client, 0)).expect("bind client");
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut out = Vec::new();

@@ -351,6 +351,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_is_valid() {
+        let c = WanConfig::from_toml(include_str!("../../../examples/wan.toml")).unwrap();
+        let names: Vec<&str> = c.paths.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["lan", "modem", "backbone", "wireless"]);
+        assert_eq!(c.paths[1].up.bandwidth, Some(33_600));
+    }
+
+    #[test]
     fn errors_are_one_line_and_name_the_problem() {
         let cases = [
             ("[[path]]\nbandwidth = \"fast\"", "bad rate 'fast'"),

@@ -7,6 +7,12 @@
 //! The lead follows the measured wake-up lateness: it is the 95th percentile of the last
 //! [`WINDOW`] timed wake-ups, so on a quiet machine the router spins a few microseconds and on a
 //! loaded one it wakes earlier instead of sending late.
+//!
+//! Spinning is paid for in CPU. When the router thread has used more than [`BUSY_SHARE`] of a
+//! core over the last interval, the spin is cut to the minimum lead until its share falls below
+//! [`CALM_SHARE`]: departures may then be a timer wake-up late, but the CPU goes to the
+//! programs the router serves, and a real-time router never runs into the kernel's real-time
+//! throttling (which would stop it for 50 ms of every second).
 
 use std::io;
 use std::os::fd::RawFd;
@@ -24,6 +30,11 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Share of a core above which the router stops spinning before departures.
+pub const BUSY_SHARE: f64 = 0.8;
+/// Share of a core below which it spins again.
+pub const CALM_SHARE: f64 = 0.6;
+
 /// Wake-ups between recomputations of the lead.
 pub const WINDOW: usize = 256;
 
@@ -32,6 +43,9 @@ pub const WINDOW: usize = 256;
 pub struct Lead {
     window: Vec<u64>,
     lead: u64,
+    /// The spin is cut to `min` while the router is busy.
+    busy: bool,
+    busy_intervals: u64,
     min: u64,
     max: u64,
     all: Histogram<u64>,
@@ -42,6 +56,8 @@ impl Lead {
         Lead {
             window: Vec::with_capacity(WINDOW),
             lead: initial.clamp(min, max),
+            busy: false,
+            busy_intervals: 0,
             min,
             max,
             all: Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("static bounds"),
@@ -61,7 +77,26 @@ impl Lead {
     }
 
     pub fn lead(&self) -> u64 {
-        self.lead
+        if self.busy {
+            self.min
+        } else {
+            self.lead
+        }
+    }
+
+    /// Tells the lead what share of a core the router used over the last interval.
+    pub fn cpu_share(&mut self, share: f64) {
+        if share > BUSY_SHARE {
+            self.busy = true;
+        } else if share < CALM_SHARE {
+            self.busy = false;
+        }
+        self.busy_intervals += u64::from(self.busy);
+    }
+
+    /// Intervals in which the spin was cut because the router was busy.
+    pub fn busy_intervals(&self) -> u64 {
+        self.busy_intervals
     }
 
     pub fn wakeups(&self) -> u64 {
@@ -211,6 +246,24 @@ mod tests {
             lead.record(3_000);
         }
         assert_eq!(lead.lead(), 4_000);
+    }
+
+    #[test]
+    fn a_busy_router_stops_spinning_until_it_calms_down() {
+        let mut lead = Lead::new(30_000, 1_000, 200_000);
+        lead.cpu_share(0.5);
+        assert_eq!(lead.lead(), 30_000);
+        lead.cpu_share(0.9);
+        assert_eq!(lead.lead(), 1_000);
+        lead.cpu_share(0.7);
+        assert_eq!(
+            lead.lead(),
+            1_000,
+            "hysteresis: still busy between the thresholds"
+        );
+        lead.cpu_share(0.5);
+        assert_eq!(lead.lead(), 30_000);
+        assert_eq!(lead.busy_intervals(), 2);
     }
 
     #[test]

@@ -183,6 +183,7 @@ impl Engine {
         let raw = [self.fds[0].as_raw_fd(), self.fds[1].as_raw_fd()];
         let mut pacer = Pacer::new(&raw, lead);
         let mut published = 0;
+        let mut cpu_before = (now_ns(), pacer::thread_cpu_seconds());
         while !stop.load(Ordering::Relaxed) {
             self.read_arrivals(Dir::Up)?;
             self.read_arrivals(Dir::Down)?;
@@ -190,6 +191,10 @@ impl Engine {
             let now = now_ns();
             if now - published >= PUBLISH_NS {
                 published = now;
+                let cpu = pacer::thread_cpu_seconds();
+                let wall = now.saturating_sub(cpu_before.0).max(1) as f64 / 1e9;
+                pacer.lead.cpu_share((cpu - cpu_before.1) / wall);
+                cpu_before = (now, cpu);
                 let r = self.report(
                     plan,
                     now,
@@ -339,6 +344,7 @@ impl Engine {
                 lateness_p99_us: lead.lateness_quantile(0.99) as f64 / 1e3,
                 realtime,
                 router_cpu_s: cpu_s,
+                busy_intervals: lead.busy_intervals(),
             },
             paths,
         }

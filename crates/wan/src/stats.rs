@@ -137,6 +137,8 @@ pub struct PacerReport {
     pub realtime: bool,
     /// CPU time the router thread has used (user + system), seconds.
     pub router_cpu_s: f64,
+    /// 100 ms intervals in which the router used > 80 % of a core and so did not spin.
+    pub busy_intervals: u64,
 }
 
 /// Everything `capstan wan stats` shows for one set-up.

@@ -12,18 +12,36 @@ use capstan_wan::router::{Router, RouterPlan};
 use capstan_wan::stats::Report;
 use capstan_wan::{Setup, WanConfig};
 
-/// True when the tests can make namespaces; otherwise prints why the test is skipped.
+/// True when the tests can make namespaces and TUN devices; otherwise prints why the test is
+/// skipped (not root, no iproute2, no /dev/net/tun, namespaces not allowed in this container).
 pub fn can_run(test: &str) -> bool {
-    // SAFETY: geteuid(2) takes no arguments and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let tools = std::process::Command::new("ip").arg("-V").output().is_ok();
-    if !root || !tools {
-        eprintln!(
-            "skipped {test}: needs root and iproute2 (network namespaces, TUN devices){}",
-            if root { "" } else { " — not root" }
-        );
+    match missing() {
+        None => true,
+        Some(why) => {
+            eprintln!("skipped {test}: {why}");
+            false
+        }
     }
-    root && tools
+}
+
+fn missing() -> Option<&'static str> {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (network namespaces, TUN devices)");
+    }
+    if std::process::Command::new("ip").arg("-V").output().is_err() {
+        return Some("needs iproute2 (ip)");
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("needs /dev/net/tun");
+    }
+    // SAFETY: unshare(CLONE_NEWNET) only moves this short-lived probe thread into a new,
+    // empty network namespace; the thread ends right after.
+    let probe = std::thread::spawn(|| unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0);
+    if !probe.join().unwrap_or(false) {
+        return Some("cannot make network namespaces here (no CAP_SYS_ADMIN?)");
+    }
+    None
 }
 
 /// Serialises the tests of one binary that carry traffic: two at once on a 2-core machine

@@ -297,3 +297,58 @@ fn two_client_groups_get_their_own_paths() {
     assert_eq!(r.paths[0].up.packets_out, 10);
     assert_eq!(r.paths[1].up.packets_out, 10);
 }
+
+/// Sends `n` numbered UDP packets through a jittery path and returns the order they came in.
+fn arrival_order(jitter_config: &str, n: u32) -> Vec<u32> {
+    let emu = Emulation::start(jitter_config);
+    let sink = UdpSocket::bind((emu.server(), 0)).unwrap();
+    sink.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    big_receive_buffer(&sink);
+    let addr = sink.local_addr().unwrap();
+    let client = emu.clients(0)[0];
+    capstan_wan::netns::spawn_in(&emu.client_ns(), move || {
+        let s = UdpSocket::bind((client, 0)).unwrap();
+        for i in 0..n {
+            s.send_to(&i.to_be_bytes(), addr).unwrap();
+            if i % 10 == 9 {
+                // ~10 packets per ms: far closer together than the ±5 ms jitter.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let mut buf = [0u8; 16];
+    let mut order = Vec::new();
+    while let Ok(4) = sink.recv(&mut buf) {
+        order.push(u32::from_be_bytes(buf[..4].try_into().unwrap()));
+        if order.len() == n as usize {
+            break;
+        }
+    }
+    order
+}
+
+#[test]
+fn jitter_keeps_a_flow_in_order_unless_reordering_is_asked_for() {
+    if !can_run("jitter_keeps_a_flow_in_order_unless_reordering_is_asked_for") {
+        return;
+    }
+    let _serial = serial();
+    let base = "[[path]]\nrtt = \"20ms\"\njitter = \"5ms\"\n";
+    let kept = arrival_order(base, 500);
+    assert_eq!(kept.len(), 500, "no loss configured");
+    assert!(
+        kept.windows(2).all(|w| w[0] < w[1]),
+        "a flow was reordered: {kept:?}"
+    );
+    let shuffled = arrival_order(&format!("{base}reorder = true\n"), 500);
+    assert_eq!(shuffled.len(), 500);
+    let inversions = shuffled.windows(2).filter(|w| w[0] > w[1]).count();
+    eprintln!("with reorder = true: {inversions} of 499 neighbours out of order");
+    assert!(
+        inversions > 10,
+        "reorder = true should let jitter reorder packets"
+    );
+}

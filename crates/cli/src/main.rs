@@ -9,6 +9,7 @@ mod lab;
 mod origin;
 mod serve;
 mod sim;
+mod wan;
 
 // The request path allocates small, short-lived objects on many threads; mimalloc's per-thread
 // free lists serve that pattern with less contention than the system allocator.
@@ -44,6 +45,8 @@ enum Command {
     Sim(sim::SimArgs),
     /// Run an experiment per policy (nodes, switch, load) and write a report with plots.
     Lab(lab::LabArgs),
+    /// Emulate WAN paths (delay, bandwidth, queueing, loss) between network namespaces.
+    Wan(wan::WanArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(*args),
         Command::Sim(args) => sim::run(args),
         Command::Lab(args) => lab::run(args),
+        Command::Wan(args) => wan::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -48,7 +48,9 @@ fn check_accepts_every_example() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        // `wan.toml` configures `capstan wan`, not the switch (its own test parses it).
+        let switch_config = path.file_name().is_some_and(|n| n != "wan.toml");
+        if switch_config && path.extension().is_some_and(|e| e == "toml") {
             let out = run(&["check", path.to_str().unwrap()]);
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(

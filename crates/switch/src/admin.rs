@@ -47,7 +47,7 @@ pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
 async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<ResponseBody> {
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         if let Some(token) = &switch.cluster.load().config.admin_token {
-            if let Err(refused) = crate::admin_auth::authorize(token, req.headers()) {
+            if let Some(refused) = crate::admin_auth::refusal(token, req.headers()) {
                 return refused;
             }
         }

@@ -80,11 +80,8 @@ impl AdminToken {
 
 const REALM: &str = "Bearer realm=\"capstan-admin\"";
 
-/// `Ok` when the request carries the token; else the `401` to send.
-pub(crate) fn authorize(
-    token: &AdminToken,
-    headers: &HeaderMap,
-) -> Result<(), Response<ResponseBody>> {
+/// `None` when the request carries the token; else the `401` to send.
+pub(crate) fn refusal(token: &AdminToken, headers: &HeaderMap) -> Option<Response<ResponseBody>> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes())
@@ -95,7 +92,7 @@ pub(crate) fn authorize(
                 .then(|| rest.trim_ascii())
         });
     let (challenge, cause) = match presented {
-        Some(p) if token.matches(p) => return Ok(()),
+        Some(p) if token.matches(p) => return None,
         Some(_) => (
             format!("{REALM}, error=\"invalid_token\""),
             "the bearer token is wrong",
@@ -110,7 +107,7 @@ pub(crate) fn authorize(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_str(&challenge).expect("an ASCII challenge"),
     );
-    Err(resp)
+    Some(resp)
 }
 
 impl Config {
@@ -174,17 +171,17 @@ mod tests {
             h.insert(header::AUTHORIZATION, HeaderValue::from_static(v));
             h
         };
-        assert!(authorize(&t, &with("Bearer s3cret-token-0123456789")).is_ok());
-        assert!(authorize(&t, &with("bearer  s3cret-token-0123456789")).is_ok());
-        let wrong = authorize(&t, &with("Bearer nope")).unwrap_err();
+        assert!(refusal(&t, &with("Bearer s3cret-token-0123456789")).is_none());
+        assert!(refusal(&t, &with("bearer  s3cret-token-0123456789")).is_none());
+        let wrong = refusal(&t, &with("Bearer nope")).unwrap();
         assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
         assert!(wrong.headers()[header::WWW_AUTHENTICATE]
             .to_str()
             .unwrap()
             .contains("invalid_token"));
-        let basic = authorize(&t, &with("Basic czNjcmV0")).unwrap_err();
+        let basic = refusal(&t, &with("Basic czNjcmV0")).unwrap();
         assert_eq!(basic.headers()[header::WWW_AUTHENTICATE], REALM);
-        assert!(authorize(&t, &HeaderMap::new()).is_err());
+        assert!(refusal(&t, &HeaderMap::new()).is_some());
     }
 
     #[test]

@@ -316,7 +316,9 @@ async fn proxy(
     mut req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let config = &cluster.config;
-    crate::strict::check_request(&mut req)?;
+    if let Some(refusal) = crate::strict::check_request(&mut req) {
+        return Err(refusal);
+    }
     if let Some(refusal) = check_limits(&req, config) {
         return Err(refusal);
     }

@@ -16,11 +16,14 @@ use crate::body::ResponseBody;
 use crate::proxy::error_response;
 
 /// Checks a request head before anything else looks at it; rewrites `Host` from an
-/// absolute-form target. `Err` is the refusal to send (the connection closes after it).
-pub(crate) fn check_request<B>(req: &mut Request<B>) -> Result<(), Response<ResponseBody>> {
-    check_host(req).map_err(|cause| refusal(StatusCode::BAD_REQUEST, &cause))?;
+/// absolute-form target. Returns the refusal to send, if any (the connection closes after it).
+pub(crate) fn check_request<B>(req: &mut Request<B>) -> Option<Response<ResponseBody>> {
+    if let Err(cause) = check_host(req) {
+        return Some(refusal(StatusCode::BAD_REQUEST, &cause));
+    }
     check_transfer_coding(req.headers())
-        .map_err(|cause| refusal(StatusCode::NOT_IMPLEMENTED, &cause))
+        .err()
+        .map(|cause| refusal(StatusCode::NOT_IMPLEMENTED, &cause))
 }
 
 fn refusal(status: StatusCode, cause: &str) -> Response<ResponseBody> {
@@ -191,14 +194,14 @@ mod tests {
 
     #[test]
     fn host_rules() {
-        assert!(check_request(&mut request(Version::HTTP_11, "/", &[])).is_err());
-        assert!(check_request(&mut request(Version::HTTP_10, "/", &[])).is_ok());
-        assert!(check_request(&mut request(Version::HTTP_11, "/", &["a", "a"])).is_err());
+        assert!(check_request(&mut request(Version::HTTP_11, "/", &[])).is_some());
+        assert!(check_request(&mut request(Version::HTTP_10, "/", &[])).is_none());
+        assert!(check_request(&mut request(Version::HTTP_11, "/", &["a", "a"])).is_some());
         let mut absolute = request(Version::HTTP_11, "http://node.example:81/x", &["other"]);
-        assert!(check_request(&mut absolute).is_ok());
+        assert!(check_request(&mut absolute).is_none());
         assert_eq!(absolute.headers()[header::HOST], "node.example:81");
         let mut refused = request(Version::HTTP_11, "/", &[]);
-        let resp = check_request(&mut refused).unwrap_err();
+        let resp = check_request(&mut refused).unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
         assert_eq!(resp.headers()[header::CONNECTION], "close");
     }

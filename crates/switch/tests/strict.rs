@@ -153,7 +153,7 @@ async fn host_rules_get_400_from_the_switch() {
         ),
         (
             "two Hosts on HTTP/1.0",
-            format!("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n"),
+            format!("GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\nConnection: keep-alive\r\n\r\n{next}"),
         ),
         (
             "absolute-form with userinfo",

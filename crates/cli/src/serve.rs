@@ -62,6 +62,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE")]
     pub cache: Option<String>,
 
+    /// File holding the admin bearer token (its whole content, without the final line break;
+    /// at least 16 characters of A-Z a-z 0-9 - . _ ~ + /). With it, POST /reload,
+    /// POST /cache/purge and every other non-GET admin request need
+    /// `Authorization: Bearer TOKEN`. Overrides admin_token / admin_token_file in --config.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+
     /// Add X-Capstan-Node and X-Capstan-Class headers to responses.
     #[arg(long)]
     pub debug_headers: bool,
@@ -127,6 +134,11 @@ fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(admin) = &args.admin {
         config.admin = Some(resolve_address(admin).map_err(|e| anyhow::anyhow!("--admin: {e}"))?);
+    }
+    if let Some(path) = &args.admin_token_file {
+        let token = capstan_switch::config::AdminToken::from_file(path)
+            .map_err(|e| anyhow::anyhow!("--admin-token-file: {e}"))?;
+        config.admin_token = Some(token);
     }
     if !args.node.is_empty() {
         config.nodes = args

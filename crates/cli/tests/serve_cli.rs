@@ -21,6 +21,7 @@ fn serve_and_check_help_describe_every_option() {
         "--policy-param",
         "--class",
         "--admin",
+        "--admin-token-file",
         "--debug-headers",
         "--cache",
         "--threads",
@@ -99,6 +100,9 @@ fn check_names_file_line_and_column_of_each_mistake() {
         (format!("listen = [\"127.0.0.1:8080\"]\n{node}[[rule]]\nclass = \"cpu\"\nregex = \"(\"\n"), "4:1:"),
         (format!("listen = [\"127.0.0.1:8080\"]\n{node}[limits]\nmax_headers = -1\n"), "5:15:"),
         (format!("listen = [\"127.0.0.1:8080\"]\n{node}[timeouts]\nupstream = \"fast\"\n"), "5:12:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[upstream]\nretry_budget_percent = 101\n"), "5:24:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\nadmin_token_file = \"/no/such/token\"\n{node}"), "2:20:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\nadmin_token = \"too short\"\n{node}"), "2:15:"),
     ];
     for (text, location) in cases {
         let (rest, code) = check_error(&text);
@@ -202,6 +206,18 @@ fn bad_flags_are_one_line_errors() {
                 "100KB",
             ][..],
             "at least 1MiB",
+        ),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:1",
+                "--node",
+                "127.0.0.1:2",
+                "--admin-token-file",
+                "/no/such/token",
+            ][..],
+            "--admin-token-file: cannot read /no/such/token",
         ),
     ] {
         let out = run(args);
@@ -392,4 +408,89 @@ fn a_port_in_use_is_a_clear_error_even_with_several_workers() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+fn token_file(name: &str, token: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("capstan-cli-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    path
+}
+
+/// An admin address beyond loopback without a token is called out; with one it is not.
+#[test]
+fn an_exposed_admin_without_a_token_is_warned_about() {
+    let base = [
+        "serve",
+        "--dry-run",
+        "--listen",
+        "127.0.0.1:1",
+        "--node",
+        "127.0.0.1:2",
+        "--admin",
+        "0.0.0.0:9900",
+    ];
+    let out = run(&base);
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("warning   the admin listener 0.0.0.0:9900 is not on loopback"),
+        "{stdout}"
+    );
+    let token = token_file("dry-run.token", "dry-run-token-0123456789");
+    let mut args = base.to_vec();
+    args.extend(["--admin-token-file", token.to_str().unwrap()]);
+    let out = run(&args);
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains("warning"), "{stdout}");
+    assert!(stdout.contains("need the bearer token"), "{stdout}");
+    assert!(
+        !stdout.contains("dry-run-token"),
+        "the token is not printed: {stdout}"
+    );
+}
+
+/// `--admin-token-file` guards the mutating admin endpoints of a running switch.
+#[test]
+fn admin_token_file_flag_guards_reload() {
+    let (_node, node_addr) = origin(&[]);
+    let listen = free_addr();
+    let admin = free_addr();
+    let token = token_file("serve.token", "serve-token-0123456789");
+    let (l, a, n) = (listen.to_string(), admin.to_string(), node_addr.to_string());
+    let _switch = spawn(
+        &[
+            "serve",
+            "--listen",
+            &l,
+            "--admin",
+            &a,
+            "--node",
+            &n,
+            "--admin-token-file",
+            token.to_str().unwrap(),
+        ],
+        listen,
+    );
+    let refused = http(admin, "POST", "/reload");
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    assert_eq!(
+        refused.header("www-authenticate").as_deref(),
+        Some("Bearer realm=\"capstan-admin\"")
+    );
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    write!(
+        s,
+        "POST /reload HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer serve-token-0123456789\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 400") && answer.contains("without a configuration file"),
+        "past the token, to the reload itself: {answer}"
+    );
+    assert_eq!(get(admin, "/status").status, 200, "reads stay open");
 }

@@ -1,5 +1,6 @@
 //! The admin listener: `/status` (JSON), `/metrics` (Prometheus text), `POST /reload`, and a
-//! small status page at `/`.
+//! small status page at `/`. With an admin token, everything but `GET` needs it
+//! ([`crate::admin_auth`]).
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
@@ -44,6 +45,13 @@ pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
 }
 
 async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<ResponseBody> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        if let Some(token) = &switch.cluster.load().config.admin_token {
+            if let Some(refused) = crate::admin_auth::refusal(token, req.headers()) {
+                return refused;
+            }
+        }
+    }
     let path = req.uri().path().to_string();
     match (req.method(), path.as_str()) {
         (&Method::GET, "/status") => json(&status(switch)),
@@ -94,6 +102,7 @@ pub struct Status {
     pub accepted_connections: u64,
     pub reloads: u64,
     pub classes: Vec<String>,
+    pub retry_budget: RetryBudgetStatus,
     pub nodes: Vec<NodeStatus>,
     /// The HTTP cache, when it is on.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,9 +122,23 @@ pub struct NodeStatus {
     pub load_reports: u64,
     pub load_report_failures: u64,
     pub errors: NodeErrors,
+    /// Requests this node failed that were sent to another node.
+    pub retries: u64,
     pub latency_ms: LatencySummary,
     /// Requests placed on this node per class.
     pub classes: std::collections::BTreeMap<String, u64>,
+}
+
+/// The retry budget and what its 10 s window holds now.
+#[derive(Serialize)]
+pub struct RetryBudgetStatus {
+    pub percent: u32,
+    pub min_per_second: u32,
+    pub window_s: u64,
+    pub window_requests: u64,
+    pub window_retries: u64,
+    /// Retries refused since start because the budget was spent.
+    pub exhausted: u64,
 }
 
 #[derive(Serialize)]
@@ -174,6 +197,7 @@ fn status(switch: &Switch) -> Status {
                     timeout: node.timeout_errors.load(Ordering::Relaxed),
                     other: node.other_errors.load(Ordering::Relaxed),
                 },
+                retries: node.retries.load(Ordering::Relaxed),
                 latency_ms: latency.unwrap_or(LatencySummary {
                     count: 0,
                     mean: 0.0,
@@ -190,6 +214,15 @@ fn status(switch: &Switch) -> Status {
             }
         })
         .collect();
+    let window = switch.retry_budget.window(now);
+    let retry_budget = RetryBudgetStatus {
+        percent: cluster.config.upstream.retry_budget_percent,
+        min_per_second: cluster.config.upstream.retry_budget_min_per_second,
+        window_s: crate::retry::WINDOW_S,
+        window_requests: window.requests,
+        window_retries: window.retries,
+        exhausted: switch.retry_budget.exhausted.load(Ordering::Relaxed),
+    };
     Status {
         policy: cluster.config.policy.name().to_string(),
         generation: cluster.generation,
@@ -198,6 +231,7 @@ fn status(switch: &Switch) -> Status {
         accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
         reloads: switch.reloads.load(Ordering::Relaxed),
         classes,
+        retry_budget,
         nodes,
         cache: switch.cache.as_ref().map(|c| c.report()),
     }
@@ -306,6 +340,7 @@ struct ClusterSnapshot {
     cache: Option<crate::caching::report::CacheReport>,
     open_connections: i64,
     accepted_connections: u64,
+    retries_refused: u64,
     now_nanos: u64,
 }
 
@@ -403,6 +438,23 @@ impl Collector for SwitchCollector {
             }
         }
         let mut family = encoder.encode_descriptor(
+            "capstan_node_retries",
+            "Requests the node failed (connect failure, or closed without a response) that were retried on another node",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstCounter::new(node.retries.load(Ordering::Relaxed))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        ConstCounter::new(snap.retries_refused).encode(encoder.encode_descriptor(
+            "capstan_retries_refused",
+            "Retries not made because the retry budget was spent",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut family = encoder.encode_descriptor(
             "capstan_requests_placed",
             "Requests placed on each node, by class",
             None,
@@ -452,6 +504,7 @@ fn metrics(switch: &Switch) -> String {
             cache: switch.cache.as_ref().map(|c| c.report()),
             open_connections: switch.open_connections.load(Ordering::Relaxed) as i64,
             accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
+            retries_refused: switch.retry_budget.exhausted.load(Ordering::Relaxed),
             now_nanos: switch.epoch.now_nanos(),
         }),
     }));

@@ -51,6 +51,9 @@ pub struct NodeRuntime {
     pub connect_errors: AtomicU64,
     pub timeout_errors: AtomicU64,
     pub other_errors: AtomicU64,
+    /// Requests sent to another node after this one failed them (connect failure, or the
+    /// connection closed before a response head).
+    pub retries: AtomicU64,
     consecutive_connect_failures: AtomicU32,
     /// `Epoch` nanoseconds until which passive health keeps the node out.
     down_until: AtomicU64,
@@ -80,6 +83,7 @@ impl NodeRuntime {
             connect_errors: AtomicU64::new(0),
             timeout_errors: AtomicU64::new(0),
             other_errors: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
             consecutive_connect_failures: AtomicU32::new(0),
             down_until: AtomicU64::new(0),
             class_placed: (0..classes).map(|_| AtomicU64::new(0)).collect(),

@@ -14,6 +14,7 @@ use capstan_core::{
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+pub use crate::admin_auth::AdminToken;
 pub use crate::cache_config::CacheConfig;
 
 /// A validated configuration.
@@ -26,6 +27,10 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// Admin listener (`/status`, `/metrics`, `POST /reload`), if any.
     pub admin: Option<SocketAddr>,
+    /// Bearer token the admin's mutating endpoints require (`admin_token`, or read from
+    /// `admin_token_file` at load and on every reload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<AdminToken>,
     /// Add `X-Capstan-Node` and `X-Capstan-Class` to every proxied response.
     pub debug_headers: bool,
     pub policy: PolicySpec,
@@ -170,8 +175,13 @@ pub struct Upstream {
     /// An idle pooled connection is closed after this.
     #[serde(with = "humantime_serde")]
     pub pool_idle_timeout: Duration,
-    /// Retry an idempotent request without a body once on another node when connecting fails.
+    /// Retry an idempotent request without a body once on another node when connecting fails,
+    /// or when the node closes or resets the connection before a response head.
     pub retry: bool,
+    /// Retries may add at most this share (in %) to the requests of the last 10 s …
+    pub retry_budget_percent: u32,
+    /// … plus this many per second of that window, so that a quiet switch can still retry.
+    pub retry_budget_min_per_second: u32,
     /// The locality key of a request.
     pub key: KeyKind,
 }
@@ -182,6 +192,8 @@ impl Default for Upstream {
             pool_max_idle_per_node: 256,
             pool_idle_timeout: Duration::from_secs(60),
             retry: true,
+            retry_budget_percent: 20,
+            retry_budget_min_per_second: 3,
             key: KeyKind::Path,
         }
     }
@@ -213,6 +225,8 @@ struct RawConfig {
     #[serde(default)]
     listen: Vec<Spanned<String>>,
     admin: Option<Spanned<String>>,
+    admin_token: Option<Spanned<String>>,
+    admin_token_file: Option<Spanned<String>>,
     #[serde(default)]
     debug_headers: bool,
     policy: Option<Spanned<toml::Table>>,
@@ -253,6 +267,8 @@ fn default_weight() -> u32 {
 struct Locator<'a> {
     file: Option<String>,
     text: &'a str,
+    /// Where relative paths in the file (`admin_token_file`) are taken from.
+    base_dir: Option<&'a Path>,
 }
 
 impl Locator<'_> {
@@ -287,22 +303,23 @@ impl Config {
             column: 1,
             message: format!("cannot read: {e}"),
         })?;
-        let mut config = Config::parse(&text, Some(&path.display().to_string()))?;
+        let loc = Locator {
+            file: Some(path.display().to_string()),
+            text: &text,
+            base_dir: path.parent(),
+        };
+        let mut config = parse_located(&loc)?;
         config.source = Some(path.to_path_buf());
         Ok(config)
     }
 
     /// Parses and validates configuration text; `file` names it in errors.
     pub fn parse(text: &str, file: Option<&str>) -> Result<Config, ConfigError> {
-        let loc = Locator {
+        parse_located(&Locator {
             file: Some(file.unwrap_or("<config>").to_string()),
             text,
-        };
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let message = e.message().trim().replace('\n', " ");
-            loc.error(e.span(), message)
-        })?;
-        resolve(raw, &loc)
+            base_dir: None,
+        })
     }
 
     /// A configuration with every default, for building from command-line flags.
@@ -312,6 +329,7 @@ impl Config {
             source: None,
             listen,
             admin: None,
+            admin_token: None,
             debug_headers: false,
             policy: PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
             nodes,
@@ -354,6 +372,7 @@ impl Config {
             .map_err(|e| plain(format!("policy {}: {e}", self.policy.name())))?;
         check_limits(&self.limits).map_err(plain)?;
         check_load(&self.load).map_err(plain)?;
+        check_upstream(&self.upstream).map_err(|(_, e)| plain(e))?;
         if let Some(cache) = &self.cache {
             cache
                 .check(&class_names(&classifier))
@@ -394,7 +413,14 @@ impl Config {
         let _ = writeln!(out, "listen    {}", listen.join(", "));
         match self.admin {
             Some(admin) => {
-                let _ = writeln!(out, "admin     {admin}");
+                let token = match &self.admin_token {
+                    Some(_) => " (POST endpoints need the bearer token)",
+                    None => " (no token: POST endpoints are open)",
+                };
+                let _ = writeln!(out, "admin     {admin}{token}");
+                if let Some(warning) = self.admin_exposure_warning() {
+                    let _ = writeln!(out, "warning   {warning}");
+                }
             }
             None => {
                 let _ = writeln!(out, "admin     (none)");
@@ -473,6 +499,18 @@ impl Config {
                 format!("{} B", l.max_body_bytes)
             },
             l.max_connections
+        );
+        let u = &self.upstream;
+        let _ = writeln!(
+            out,
+            "retry     {}, budget {} % of requests over 10 s plus {}/s",
+            if u.retry {
+                "once, on connect failure or an empty reply"
+            } else {
+                "off"
+            },
+            u.retry_budget_percent,
+            u.retry_budget_min_per_second
         );
         let _ = writeln!(
             out,
@@ -565,6 +603,26 @@ fn check_load(l: &LoadGathering) -> Result<(), String> {
     Ok(())
 }
 
+/// The `upstream` key at fault and why.
+fn check_upstream(u: &Upstream) -> Result<(), (&'static str, String)> {
+    if u.retry_budget_percent > 100 {
+        return Err((
+            "retry_budget_percent",
+            format!(
+                "upstream.retry_budget_percent is {}; it must be 0 to 100",
+                u.retry_budget_percent
+            ),
+        ));
+    }
+    if u.retry_budget_min_per_second > 10_000 {
+        return Err((
+            "retry_budget_min_per_second",
+            "upstream.retry_budget_min_per_second must be at most 10000".into(),
+        ));
+    }
+    Ok(())
+}
+
 fn check_limits(l: &Limits) -> Result<(), String> {
     if l.max_request_line < 16 {
         return Err("limits.max_request_line must be at least 16".into());
@@ -605,6 +663,41 @@ pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
     }
 }
 
+fn parse_located(loc: &Locator<'_>) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(loc.text).map_err(|e| {
+        let message = e.message().trim().replace('\n', " ");
+        loc.error(e.span(), message)
+    })?;
+    resolve(raw, loc)
+}
+
+/// `admin_token` or `admin_token_file` (not both), validated; located errors.
+fn resolve_admin_token(
+    raw: &RawConfig,
+    loc: &Locator<'_>,
+) -> Result<Option<AdminToken>, ConfigError> {
+    match (&raw.admin_token, &raw.admin_token_file) {
+        (Some(_), Some(file)) => Err(loc.error(
+            Some(file.span()),
+            "give admin_token or admin_token_file, not both",
+        )),
+        (Some(token), None) => AdminToken::new(token.get_ref())
+            .map(Some)
+            .map_err(|e| loc.error(Some(token.span()), format!("admin_token: {e}"))),
+        (None, Some(file)) => {
+            let path = Path::new(file.get_ref());
+            let path = match loc.base_dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.to_path_buf(),
+            };
+            AdminToken::from_file(&path)
+                .map(Some)
+                .map_err(|e| loc.error(Some(file.span()), format!("admin_token_file: {e}")))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     let mut listen = Vec::new();
     for addr in &raw.listen {
@@ -617,6 +710,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         Some(a) => Some(resolve_address(a.get_ref()).map_err(|e| loc.error(Some(a.span()), e))?),
         None => None,
     };
+    let admin_token = resolve_admin_token(&raw, loc)?;
     if raw.nodes.is_empty() {
         return Err(loc.error(None, "no node: add at least one [[node]] with an address"));
     }
@@ -683,6 +777,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         source: None,
         listen,
         admin,
+        admin_token,
         debug_headers: raw.debug_headers,
         policy,
         nodes,
@@ -722,6 +817,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
     check_load(&config.load).map_err(|e| loc.error(find_key(loc.text, "load"), e))?;
+    check_upstream(&config.upstream).map_err(|(key, e)| {
+        let span = value_span(loc.text, &["upstream", key]).or(find_key(loc.text, "upstream"));
+        loc.error(span, e)
+    })?;
     if let Some(cache) = &config.cache {
         cache.check(&class_names(&classifier)).map_err(|(key, e)| {
             let span = value_span(loc.text, &["cache", key]).or(find_key(loc.text, "cache"));
@@ -900,6 +999,65 @@ address = "127.0.0.1:9001"
         assert!(e.message.contains("no node"), "{e}");
         let e = Config::parse("[[node]]\naddress = \"127.0.0.1:1\"\n", None).unwrap_err();
         assert!(e.message.contains("no listener"), "{e}");
+    }
+
+    #[test]
+    fn retry_budget_defaults_and_bad_values_are_located() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(
+            (
+                c.upstream.retry_budget_percent,
+                c.upstream.retry_budget_min_per_second
+            ),
+            (20, 3)
+        );
+        let text = format!("{MINIMAL}[upstream]\nretry = true\nretry_budget_percent = 150\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (7, 24), "{e}");
+        assert!(e.message.contains("0 to 100"), "{e}");
+        let text = format!("{MINIMAL}[upstream]\nretry_budget_percent = -1\n");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+    }
+
+    #[test]
+    fn admin_token_inline_or_from_a_file_next_to_the_config() {
+        let text = format!("admin_token = \"abcdefghijklmnop\"\n{MINIMAL}");
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(
+            c.admin_token,
+            Some(AdminToken::new("abcdefghijklmnop").unwrap())
+        );
+        let text = format!("admin_token = \"short\"\n{MINIMAL}");
+        let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 15), "{e}");
+        assert!(e.message.contains("at least 16"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("capstan-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t"), "from-a-file-0123456789\n").unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(&path, format!("admin_token_file = \"t\"\n{MINIMAL}")).unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(
+            c.admin_token,
+            Some(AdminToken::new("from-a-file-0123456789").unwrap())
+        );
+        std::fs::write(&path, format!("admin_token_file = \"missing\"\n{MINIMAL}")).unwrap();
+        let e = Config::load(&path).unwrap_err();
+        assert_eq!((e.line, e.column), (1, 20), "{e}");
+        assert!(e.message.contains("cannot read"), "{e}");
+        std::fs::write(dir.join("empty"), "\n").unwrap();
+        std::fs::write(&path, format!("admin_token_file = \"empty\"\n{MINIMAL}")).unwrap();
+        assert!(Config::load(&path)
+            .unwrap_err()
+            .message
+            .contains("is empty"));
+        let both =
+            format!("admin_token = \"abcdefghijklmnop\"\nadmin_token_file = \"t\"\n{MINIMAL}");
+        let e = Config::parse(&both, None).unwrap_err();
+        assert!(e.message.contains("not both"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! connections.
 
 pub mod admin;
+pub mod admin_auth;
 pub mod body;
 pub mod cache_config;
 pub mod caching;
@@ -11,7 +12,9 @@ pub mod config;
 pub mod gather;
 pub mod io;
 pub mod proxy;
+pub mod retry;
 pub mod server;
+pub mod strict;
 
 pub use config::{Config, ConfigError, NodeConfig};
 pub use server::{run, start, Running, Switch};

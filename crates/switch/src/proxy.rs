@@ -313,9 +313,12 @@ async fn proxy(
     cluster: &Arc<Cluster>,
     conn: &Arc<ConnState>,
     peer: &HeaderValue,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let config = &cluster.config;
+    if let Some(refusal) = crate::strict::check_request(&mut req) {
+        return Err(refusal);
+    }
     if let Some(refusal) = check_limits(&req, config) {
         return Err(refusal);
     }
@@ -400,7 +403,8 @@ impl Forward {
     }
 
     /// Picks a node with the policy and sends the request there (once more elsewhere when
-    /// connecting fails and `retryable`). `Ok` is the node's response, `Err` the switch's own.
+    /// `retryable`, connecting fails or the node closes without a response, and the retry
+    /// budget allows). `Ok` is the node's response, `Err` the switch's own.
     pub(crate) async fn dispatch(
         &self,
         mut headers: HeaderMap,
@@ -421,6 +425,9 @@ impl Forward {
         let mut last_failure: Option<String> = None;
         for attempt in 0..2 {
             let now = switch.epoch.now_nanos();
+            if attempt == 0 {
+                switch.retry_budget.record_request(now);
+            }
             let view = LiveView {
                 now_nanos: now,
                 nodes: &cluster.nodes,
@@ -462,7 +469,7 @@ impl Forward {
 
             let sent =
                 tokio::time::timeout(config.timeouts.upstream, send_upstream(config, up_req)).await;
-            let (kind, cause) = match sent {
+            let (kind, cause, empty_reply) = match sent {
                 Ok(Ok(resp)) => {
                     node.record_response();
                     return Ok(forward_response(
@@ -487,38 +494,29 @@ impl Forward {
                         ),
                     )));
                 }
-                Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e)),
-                Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e)),
-                Err(_elapsed) => (FailureKind::Timeout, String::new()),
+                Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e), false),
+                Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e), is_empty_reply(&e)),
+                Err(_elapsed) => (FailureKind::Timeout, String::new(), false),
             };
             placement.settle(false);
-            node.record_failure(kind, switch.epoch.now_nanos(), &config.health);
-            let (name, addr) = (&node.config.name, node.config.address);
-            let failure = match kind {
-                FailureKind::Connect => {
-                    format!("could not connect to node {name} ({addr}): {cause}")
-                }
-                FailureKind::Timeout => format!(
-                    "node {name} ({addr}) sent no response within {}",
-                    humantime::format_duration(config.timeouts.upstream)
-                ),
-                FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
-            };
-            match kind {
-                FailureKind::Connect if keep_for_retry => {
-                    tracing::debug!("{failure}; retrying on another node");
-                    last_failure = Some(failure);
-                    exclude = Some(node_id);
-                }
-                FailureKind::Timeout => {
-                    return Err(
-                        self.with_class(error_response(StatusCode::GATEWAY_TIMEOUT, &failure))
-                    );
-                }
-                FailureKind::Connect | FailureKind::Other => {
-                    return Err(self.with_class(error_response(StatusCode::BAD_GATEWAY, &failure)));
-                }
+            let now = switch.epoch.now_nanos();
+            node.record_failure(kind, now, &config.health);
+            let failure = describe_failure(kind, empty_reply, node, &cause, config);
+            // HAProxy's `retry-on conn-failure empty-response`: the node cannot have acted on
+            // a request it never answered, and an idempotent one may be sent again anyway.
+            let worth_retrying = kind == FailureKind::Connect || empty_reply;
+            if keep_for_retry && worth_retrying && self.retry_allowed(now) {
+                node.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("{failure}; retrying on another node");
+                last_failure = Some(failure);
+                exclude = Some(node_id);
+                continue;
             }
+            let status = match kind {
+                FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+                FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
+            };
+            return Err(self.with_class(error_response(status, &failure)));
         }
         Err(self.with_class(error_response(
             StatusCode::BAD_GATEWAY,
@@ -527,6 +525,65 @@ impl Forward {
                 .unwrap_or("no node could take the request"),
         )))
     }
+}
+
+impl Forward {
+    /// Whether the retry budget has a retry left, counting it if so.
+    fn retry_allowed(&self, now_nanos: u64) -> bool {
+        let upstream = &self.cluster.config.upstream;
+        let granted = self.switch.retry_budget.try_retry(
+            now_nanos,
+            upstream.retry_budget_percent,
+            upstream.retry_budget_min_per_second,
+        );
+        if !granted {
+            tracing::debug!("retry budget spent; the failure goes to the client");
+        }
+        granted
+    }
+}
+
+/// The cause of a failed request to `node`, as the client reads it.
+fn describe_failure(
+    kind: FailureKind,
+    empty_reply: bool,
+    node: &NodeRuntime,
+    cause: &str,
+    config: &Config,
+) -> String {
+    let (name, addr) = (&node.config.name, node.config.address);
+    match kind {
+        FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
+        FailureKind::Timeout => format!(
+            "node {name} ({addr}) sent no response within {}",
+            humantime::format_duration(config.timeouts.upstream)
+        ),
+        FailureKind::Other if empty_reply => {
+            format!("node {name} ({addr}) closed the connection without a response: {cause}")
+        }
+        FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
+    }
+}
+
+/// Whether a node closed or reset the connection before a whole response head arrived.
+/// (hyper reports a head cut short the same way as no head at all; either way the request is
+/// idempotent by the time this matters.)
+fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+            return matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
+        }
+        cause = err.source();
+    }
+    false
 }
 
 /// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.

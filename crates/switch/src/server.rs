@@ -30,6 +30,8 @@ pub struct Switch {
     pub open_connections: AtomicUsize,
     pub accepted_connections: AtomicU64,
     pub reloads: AtomicU64,
+    /// Keeps retries to a share of the requests (see [`crate::retry`]).
+    pub retry_budget: crate::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
     pub cache: Option<crate::caching::CacheLayer>,
     /// One permit per open client connection, up to `limits.max_connections`.
@@ -51,6 +53,9 @@ impl Switch {
             .await
             .map_err(|e| format!("reload failed: {e}"))?;
         let config = loaded.map_err(|e| e.to_string())?;
+        if let Some(warning) = config.admin_exposure_warning() {
+            tracing::warn!("{warning}");
+        }
         let mut note = String::new();
         if config.listen != current.config.listen || config.admin != current.config.admin {
             note = " (listener changes take effect on restart)".into();
@@ -273,6 +278,9 @@ impl Switch {
     /// A switch for a validated configuration, not yet serving.
     pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
         config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(warning) = config.admin_exposure_warning() {
+            tracing::warn!("{warning}");
+        }
         let max_connections = config.limits.max_connections;
         let cache = config
             .cache
@@ -287,6 +295,7 @@ impl Switch {
             open_connections: AtomicUsize::new(0),
             accepted_connections: AtomicU64::new(0),
             reloads: AtomicU64::new(0),
+            retry_budget: Default::default(),
             cache,
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             reload_lock: tokio::sync::Mutex::new(()),

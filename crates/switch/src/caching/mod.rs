@@ -341,22 +341,22 @@ pub(crate) async fn serve(
             let serve_stored = |stored: HeaderMap| {
                 let status = CacheStatus::hit(ttl_of(&entry.times, now));
                 let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
-                Err(with_debug(&forward, resp))
+                with_debug(&forward, resp)
             };
             match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
-                    return serve_stored(stored);
+                    return Err(serve_stored(stored));
                 }
                 Decision::StaleAllowed { .. } => {
                     bump(&layer.counters.stale_hits);
-                    return serve_stored(stored);
+                    return Err(serve_stored(stored));
                 }
                 Decision::StaleWhileRevalidate => {
                     bump(&layer.counters.stale_hits);
                     let upstream = forwarded_headers(req, peer, forward.client_version);
                     refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
-                    return serve_stored(stored);
+                    return Err(serve_stored(stored));
                 }
                 Decision::Revalidate => Some(entry),
             }

@@ -28,7 +28,7 @@ capstan sim commerce --policies cap,weighted-round-robin,lard,round-robin,random
 capstan sim publishing-static --policies 'lard:t_low=10,t_high=30,cap' --out out/pub\n  \
 capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies cap --out out/fig3\n  \
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
-capstan sim cache --zipf 0.8 --objects 100000 --requests 1000000   # eviction policies, see `sim cache --help`\n\n\
+capstan sim cache --zipf 0.8 --report out/cache   # eviction policies (sim cache --help)\n\n\
 Policy parameters follow a colon (commas separate parameters too): the switch's own parameters \
 (t_low, t_high, epsilon, max_load, seed, …), plus gather=SECONDS (T_gat for this policy; 0 = live \
 state) and, for weighted-round-robin, metric=active|service-time|static."
@@ -338,13 +338,13 @@ cache_sizes: [{percent, bytes}], policies: [{policy, requests_per_s, points: [{p
 cache_bytes, hits, byte_hits, dhr, bhr, cpu_s, requests_per_s}]}], run: {threads, wall_s}}. \
 Only the timing fields (cpu_s, requests_per_s, run) change between runs of the same input."
 )]
-#[command(group(ArgGroup::new("source").required(true).args(["trace", "zipf"])))]
+#[command(group(ArgGroup::new("source").args(["trace", "zipf"])))]
 pub struct CacheArgs {
     /// A Common Log Format access log to replay (see TRACE FORMATS).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Generate the trace instead: Zipf popularity exponent (0 = uniform).
-    #[arg(long, value_name = "ALPHA")]
+    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
     zipf: Option<f64>,
     /// Objects of the generated trace.
     #[arg(
@@ -412,17 +412,23 @@ fn load_trace(args: &CacheArgs) -> Result<simcache::Trace> {
         return simcache::trace::from_clf(&text, &path.display().to_string())
             .map_err(anyhow::Error::msg);
     }
+    let Some(alpha) = args.zipf else {
+        bail!("no trace: give --trace FILE or --zipf ALPHA (see capstan sim cache --help)");
+    };
     let sizes = ObjectSizes::parse(&args.object_sizes)
         .map_err(|e| anyhow::anyhow!("--object-sizes: {e}"))?;
     let g = Generated {
-        alpha: args.zipf.unwrap_or_default(),
+        alpha,
         objects: args.objects,
         requests: args.requests,
         seed: args.seed,
         sizes,
         recurrence: args.recurrence,
     };
-    simcache::trace::generate(&g).map_err(anyhow::Error::msg)
+    simcache::trace::generate(&g).map_err(|e| {
+        let flag = if e.starts_with("zipf") { "--zipf: " } else { "" };
+        anyhow::anyhow!("{flag}{e}")
+    })
 }
 
 fn cache_study(args: &CacheArgs) -> Result<Study> {

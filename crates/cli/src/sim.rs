@@ -426,7 +426,11 @@ fn load_trace(args: &CacheArgs) -> Result<simcache::Trace> {
         recurrence: args.recurrence,
     };
     simcache::trace::generate(&g).map_err(|e| {
-        let flag = if e.starts_with("zipf") { "--zipf: " } else { "" };
+        let flag = if e.starts_with("zipf") {
+            "--zipf: "
+        } else {
+            ""
+        };
         anyhow::anyhow!("{flag}{e}")
     })
 }

@@ -78,6 +78,7 @@ pub fn ratio_svg(report: &CacheReport, ratio: Ratio) -> Result<String, String> {
         chart
             .configure_mesh()
             .x_desc("cache size (% of the working set, log scale)")
+            .x_label_formatter(&|x| percent_label(*x))
             .y_desc(ratio.title())
             .draw()
             .map_err(err)?;
@@ -112,6 +113,15 @@ pub fn ratio_svg(report: &CacheReport, ratio: Ratio) -> Result<String, String> {
         root.present().map_err(err)?;
     }
     Ok(svg)
+}
+
+/// Whole percents without a decimal point; the log axis puts its ticks at 1, 2, … 10, 20, ….
+fn percent_label(x: f64) -> String {
+    if (x - x.round()).abs() < 1e-9 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {

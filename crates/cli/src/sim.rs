@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
+use capstan_sim::cache::{self as simcache, Contender, Generated, ObjectSizes, Study};
 use capstan_sim::scenario::{Scenario, NAMES};
 use capstan_sim::{Experiment, PolicyChoice};
-use clap::Args;
+use clap::{ArgGroup, Args, Subcommand};
 
 const DEFAULT_POLICIES: &str = "cap,weighted-round-robin,weighted-round-robin:metric=service-time,\
 lard,static-partitioning,round-robin,random";
@@ -26,12 +27,16 @@ capstan sim commerce --policies cap,weighted-round-robin,lard,round-robin,random
 --nodes 8 --rate 200 --duration 10m --replications 5 --seed 1 --out out/commerce\n  \
 capstan sim publishing-static --policies 'lard:t_low=10,t_high=30,cap' --out out/pub\n  \
 capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies cap --out out/fig3\n  \
-capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n\n\
+capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
+capstan sim cache --zipf 0.8 --report out/cache   # eviction policies (sim cache --help)\n\n\
 Policy parameters follow a colon (commas separate parameters too): the switch's own parameters \
 (t_low, t_high, epsilon, max_load, seed, …), plus gather=SECONDS (T_gat for this policy; 0 = live \
 state) and, for weighted-round-robin, metric=active|service-time|static."
 )]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SimArgs {
+    #[command(subcommand)]
+    command: Option<SimCommand>,
     /// Scenario name (see --list) or path to a scenario TOML file.
     #[arg(value_name = "SCENARIO", required_unless_present = "list")]
     scenario: Option<String>,
@@ -158,6 +163,9 @@ fn list() {
 }
 
 pub fn run(args: SimArgs) -> Result<()> {
+    if let Some(SimCommand::Cache(cache)) = args.command {
+        return run_cache(*cache);
+    }
     if args.list {
         list();
         return Ok(());
@@ -275,6 +283,302 @@ pub fn run(args: SimArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[derive(Subcommand, Debug)]
+enum SimCommand {
+    /// Compare the HTTP cache's eviction policies (and Belady's MIN) on a request trace.
+    Cache(Box<CacheArgs>),
+}
+
+const DEFAULT_CACHE_POLICIES: &str = "belady,lru,lfu-da,gdsf,clfus,s3-fifo,sieve";
+
+#[derive(Args, Debug)]
+#[command(
+    about = "Compare the cache's eviction policies on a request trace: hit ratios by cache size",
+    long_about = "Replay a request trace through every eviction policy of the HTTP cache (lru, \
+lfu-da, gdsf, clfus, s3-fifo, sieve — the very code the switch runs, driven as its store drives \
+it: a hit touches, a miss admits and evicts victims until the policy is back within the budget) \
+and through Belady's offline MIN, at cache sizes given as percents of the trace's working set \
+(the bytes of the distinct cachable objects it requests).\n\n\
+Belady (`belady`): evict the object whose next request is furthest in the future, and do not \
+admit an object needed later than every object it would displace. Optimal for the document hit \
+ratio when all objects have the same size; with variable sizes it is a heuristic upper reference \
+that a size-aware policy (gdsf, clfus) can beat on DHR.\n\n\
+Reports the document hit ratio (DHR = hits / requests) and byte hit ratio (BHR = bytes of hits / \
+bytes requested) per policy and size as a table on stdout, and optionally as JSON (--json) and an \
+HTML report with SVG plots (--report). Replays run in parallel on --jobs threads; each policy's \
+speed is given in requests per CPU-second of its threads.\n\n\
+TRACE FORMATS\n\
+--trace FILE: a Common Log Format or Combined Log Format access log, one request per line:\n  \
+127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] \"GET /a.gif HTTP/1.0\" 200 2326\n\
+The object is the path (query included); its size is the largest response byte count logged for \
+it. Only GET requests are replayed; lines with another method, a \"-\" request, or a path whose \
+every response was 0 bytes are counted as skipped. Lines that are not Common Log Format are \
+counted and reported (with the first one's number), never fatal.\n\n\
+--zipf ALPHA: a generated trace of --requests requests over --objects objects with Zipf(ALPHA) \
+popularity (0 = uniform; object 0 most popular), seeded by --seed. Object sizes (--object-sizes):\n  \
+cap        the CAP paper's Table 1 law: lognormal body (mu 7.640, sigma 1.705) spliced with a \
+Pareto tail (alpha 1.383, k 2924 B), clamped to 1 B..1 GiB (default)\n  \
+polygraph  Web Polygraph's content mix from the Bakhtiyari thesis: image exp(4.5 KB) 65 %, HTML \
+exp(8.5 KB) 15 %, download logn(300 KB, 300 KB) 0.5 %, other logn(25 KB, 10 KB); 80/90/95/72 % of \
+each type cachable, the rest always miss\n  \
+unit       every object 1 byte (DHR = BHR; Belady is then the exact optimum)\n  \
+const:N    every object N bytes\n\
+--recurrence R (Polygraph's recurrence ratio): a request revisits an already requested object \
+with probability R (chosen by popularity among those), else asks for a new one.",
+    after_help = "Examples:\n  \
+capstan sim cache --zipf 0.8 --objects 100000 --requests 2000000 --seed 1\n  \
+capstan sim cache --zipf 0.9 --object-sizes polygraph --recurrence 0.55 --report out/polycache\n  \
+capstan sim cache --zipf 0.8 --object-sizes unit --policies belady,lru,sieve --json unit.json\n  \
+capstan sim cache --trace access.log --cache-sizes 0.5,1,2,5,10,20,50 --json out/log.json --report out/log\n\n\
+JSON (--json FILE): {trace: {source, description, requests, objects, working_set_bytes, \
+requested_bytes, uncachable_requests, lines, bad_lines, skipped_lines, first_bad_line}, \
+cache_sizes: [{percent, bytes}], policies: [{policy, requests_per_s, points: [{percent, \
+cache_bytes, hits, byte_hits, dhr, bhr, cpu_s, requests_per_s}]}], run: {threads, wall_s}}. \
+Only the timing fields (cpu_s, requests_per_s, run) change between runs of the same input."
+)]
+#[command(group(ArgGroup::new("source").args(["trace", "zipf"])))]
+pub struct CacheArgs {
+    /// A Common Log Format access log to replay (see TRACE FORMATS).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Generate the trace instead: Zipf popularity exponent (0 = uniform).
+    #[arg(long, value_name = "ALPHA", allow_negative_numbers = true)]
+    zipf: Option<f64>,
+    /// Objects of the generated trace.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        conflicts_with = "trace"
+    )]
+    objects: u64,
+    /// Requests of the generated trace.
+    #[arg(
+        long,
+        value_name = "M",
+        default_value_t = 1_000_000,
+        conflicts_with = "trace"
+    )]
+    requests: u64,
+    /// Seed of the generated trace (same seed, same trace).
+    #[arg(long, value_name = "S", default_value_t = 1, conflicts_with = "trace")]
+    seed: u64,
+    /// Object size law of the generated trace: cap, polygraph, unit or const:BYTES.
+    #[arg(
+        long,
+        value_name = "LAW",
+        default_value = "cap",
+        conflicts_with = "trace"
+    )]
+    object_sizes: String,
+    /// Polygraph recurrence ratio in [0, 1] for the generated trace (default: none).
+    #[arg(long, value_name = "R", conflicts_with = "trace")]
+    recurrence: Option<f64>,
+    /// Policies to compare, comma-separated: belady and the cache's lru, lfu-da, gdsf, clfus,
+    /// s3-fifo, sieve.
+    #[arg(long, default_value = DEFAULT_CACHE_POLICIES)]
+    policies: String,
+    /// Cache sizes in percent of the working set, comma-separated, each in (0, 100].
+    #[arg(
+        long,
+        value_name = "PERCENTS",
+        value_delimiter = ',',
+        default_value = "1,2,5,10,20,50"
+    )]
+    cache_sizes: Vec<f64>,
+    /// Write the results as JSON to FILE (field names below).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the HTML report (SVG plots of DHR and BHR vs cache size) to FILE.html, or to
+    /// DIR/report.html for any other path.
+    #[arg(long, value_name = "DIR|FILE")]
+    report: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// No progress on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn load_trace(args: &CacheArgs) -> Result<simcache::Trace> {
+    if let Some(path) = &args.trace {
+        let text =
+            std::fs::read(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+        // Logs are ASCII in practice; a stray byte spoils one line, not the file.
+        let text = String::from_utf8_lossy(&text);
+        return simcache::trace::from_clf(&text, &path.display().to_string())
+            .map_err(anyhow::Error::msg);
+    }
+    let Some(alpha) = args.zipf else {
+        bail!("no trace: give --trace FILE or --zipf ALPHA (see capstan sim cache --help)");
+    };
+    let sizes = ObjectSizes::parse(&args.object_sizes)
+        .map_err(|e| anyhow::anyhow!("--object-sizes: {e}"))?;
+    let g = Generated {
+        alpha,
+        objects: args.objects,
+        requests: args.requests,
+        seed: args.seed,
+        sizes,
+        recurrence: args.recurrence,
+    };
+    simcache::trace::generate(&g).map_err(|e| {
+        let flag = if e.starts_with("zipf") {
+            "--zipf: "
+        } else {
+            ""
+        };
+        anyhow::anyhow!("{flag}{e}")
+    })
+}
+
+fn cache_study(args: &CacheArgs) -> Result<Study> {
+    let mut contenders = Vec::new();
+    for name in args
+        .policies
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let c = Contender::parse(name).map_err(|e| anyhow::anyhow!("--policies: {e}"))?;
+        if !contenders.contains(&c) {
+            contenders.push(c);
+        }
+    }
+    if contenders.is_empty() {
+        bail!("--policies is empty");
+    }
+    let threads = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    if threads == 0 {
+        bail!("--jobs must be at least 1");
+    }
+    let study = Study {
+        contenders,
+        percents: args.cache_sizes.clone(),
+        threads,
+    };
+    study
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--cache-sizes: {e}"))?;
+    Ok(study)
+}
+
+fn run_cache(args: CacheArgs) -> Result<()> {
+    let study = cache_study(&args)?;
+    let trace = load_trace(&args)?;
+    if trace.info.bad_lines > 0 {
+        eprintln!(
+            "capstan: warning: {} of {} lines are not Common Log Format and were not replayed \
+             (first: {})",
+            trace.info.bad_lines,
+            trace.info.lines,
+            trace.info.first_bad_line.as_deref().unwrap_or("?")
+        );
+    }
+    let total =
+        trace.requests.len() as u64 * (study.contenders.len() * study.percents.len()) as u64;
+    let bar = if args.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(total);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {human_pos}/{human_len} requests replayed, eta {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    };
+    let report = study
+        .run(&trace, &|done, _| bar.set_position(done))
+        .map_err(anyhow::Error::msg)?;
+    bar.finish_and_clear();
+    print_cache_tables(&report);
+    eprintln!(
+        "{} replays of {} requests in {:.2} s wall on {} thread(s)",
+        report.policies.len() * report.cache_sizes.len(),
+        report.trace.requests,
+        report.run.wall_s,
+        report.run.threads
+    );
+    write_cache_outputs(&args, &report)
+}
+
+fn print_cache_tables(r: &simcache::CacheReport) {
+    let t = &r.trace;
+    println!("{}", t.description);
+    println!(
+        "{} requests, {} objects, working set {}, requested {}{}",
+        t.requests,
+        t.objects,
+        simcache::report::human_bytes(t.working_set_bytes),
+        simcache::report::human_bytes(t.requested_bytes),
+        if t.source == "clf" {
+            format!(
+                "; {} lines, {} bad, {} skipped",
+                t.lines, t.bad_lines, t.skipped_lines
+            )
+        } else {
+            String::new()
+        }
+    );
+    for (title, bhr) in [
+        ("DHR (document hit ratio)", false),
+        ("BHR (byte hit ratio)", true),
+    ] {
+        print!("\n{title:<26}");
+        for s in &r.cache_sizes {
+            print!(" {:>7}", format!("{}%", s.percent));
+        }
+        println!("{}", if bhr { "" } else { "  M req/s" });
+        for p in &r.policies {
+            print!("{:<26}", p.policy);
+            for x in &p.points {
+                print!(" {:>7.4}", if bhr { x.bhr } else { x.dhr });
+            }
+            if bhr {
+                println!();
+            } else {
+                println!("  {:>7.2}", p.requests_per_s / 1e6);
+            }
+        }
+    }
+}
+
+fn write_cache_outputs(args: &CacheArgs, report: &simcache::CacheReport) -> Result<()> {
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string_pretty(report)? + "\n";
+        write_creating_parent(path, &json)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.report {
+        let file = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("html"))
+        {
+            path.clone()
+        } else {
+            path.join("report.html")
+        };
+        let html = simcache::report::html(report).map_err(anyhow::Error::msg)?;
+        write_creating_parent(&file, &html)?;
+        eprintln!("wrote {}", file.display());
+    }
+    Ok(())
+}
+
+fn write_creating_parent(path: &std::path::Path, text: &str) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

@@ -106,3 +106,173 @@ fn bad_input_is_one_line() {
         assert!(err.starts_with("capstan: "), "{err}");
     }
 }
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("capstan-simcache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn cache_help_documents_formats_and_flags() {
+    let out = capstan(&["sim", "cache", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "--trace",
+        "--zipf",
+        "--objects",
+        "--requests",
+        "--seed",
+        "--object-sizes",
+        "--recurrence",
+        "--policies",
+        "--cache-sizes",
+        "--json",
+        "--report",
+        "--jobs",
+        "--quiet",
+        "Common Log Format",
+        "polygraph",
+        "Belady",
+        "working_set_bytes",
+    ] {
+        assert!(help.contains(needle), "sim cache --help lacks {needle}");
+    }
+    let out = capstan(&["sim", "--help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cache"));
+}
+
+#[test]
+fn cache_zipf_run_writes_json_and_a_report() {
+    let dir = scratch("zipf");
+    let json = dir.join("r.json");
+    let out = capstan(&[
+        "sim",
+        "cache",
+        "--zipf",
+        "0.8",
+        "--objects",
+        "3000",
+        "--requests",
+        "60000",
+        "--object-sizes",
+        "unit",
+        "--cache-sizes",
+        "1,5,20",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        dir.join("rep").to_str().unwrap(),
+        "-q",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("DHR") && stdout.contains("BHR") && stdout.contains("s3-fifo"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["trace"]["requests"], 60000);
+    let policies = v["policies"].as_array().unwrap();
+    assert_eq!(policies.len(), 7, "belady and the six policies");
+    assert_eq!(policies[0]["policy"], "belady");
+    for (i, size) in v["cache_sizes"].as_array().unwrap().iter().enumerate() {
+        assert!(size["bytes"].as_u64().unwrap() >= 1);
+        let belady = policies[0]["points"][i]["dhr"].as_f64().unwrap();
+        for p in policies {
+            let pt = &p["points"][i];
+            for key in ["dhr", "bhr"] {
+                let r = pt[key].as_f64().unwrap();
+                assert!((0.0..=1.0).contains(&r), "{} {key} {r}", p["policy"]);
+            }
+            let dhr = pt["dhr"].as_f64().unwrap();
+            assert!(dhr <= belady, "{} beats belady at unit sizes", p["policy"]);
+        }
+    }
+    let html = std::fs::read_to_string(dir.join("rep/report.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), 2, "DHR and BHR plots");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cache_clf_trace_counts_bad_lines() {
+    let dir = scratch("clf");
+    let log = dir.join("access.log");
+    let good = |i: usize, path: &str, bytes: u64| {
+        format!(
+            "10.0.0.{i} - - [10/Oct/2000:13:55:{:02} -0700] \"GET {path} HTTP/1.0\" 200 {bytes}\n",
+            i % 60
+        )
+    };
+    let mut text = String::new();
+    for i in 0..200 {
+        text += &good(i, &format!("/obj{}", i % 7), 1000 + (i % 7) as u64);
+        if i % 50 == 0 {
+            text += "garbage that is not a log line\n";
+        }
+    }
+    std::fs::write(&log, text).unwrap();
+    let json = dir.join("clf.json");
+    let out = capstan(&[
+        "sim",
+        "cache",
+        "--trace",
+        log.to_str().unwrap(),
+        "--policies",
+        "lru,sieve,belady",
+        "--json",
+        json.to_str().unwrap(),
+        "--report",
+        dir.join("clf.html").to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 of 204 lines"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let t = &v["trace"];
+    assert_eq!(
+        (t["requests"].as_u64(), t["bad_lines"].as_u64()),
+        (Some(200), Some(4))
+    );
+    assert_eq!(t["objects"], 7);
+    assert!(dir.join("clf.html").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cache_bad_input_is_one_line() {
+    let dir = scratch("bad");
+    let empty = dir.join("empty.log");
+    std::fs::write(&empty, "").unwrap();
+    let (empty, missing) = (empty.to_str().unwrap(), dir.join("none.log"));
+    let missing = missing.to_str().unwrap();
+    for args in [
+        &["sim", "cache"][..],
+        &["sim", "cache", "--trace", missing],
+        &["sim", "cache", "--trace", empty],
+        &["sim", "cache", "--trace", empty, "--zipf", "1"],
+        &["sim", "cache", "--zipf", "1", "--policies", "fifo"],
+        &["sim", "cache", "--zipf", "1", "--cache-sizes", "0,10"],
+        &["sim", "cache", "--zipf", "1", "--cache-sizes", "ten"],
+        &["sim", "cache", "--zipf", "1", "--object-sizes", "huge"],
+        &["sim", "cache", "--zipf", "-1"],
+        &["sim", "cache", "--zipf", "1", "--objects", "0"],
+        &["sim", "cache", "--zipf", "1", "--recurrence", "2"],
+        &["sim", "cache", "--zipf", "1", "--jobs", "0"],
+    ] {
+        let out = capstan(args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("capstan: "), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

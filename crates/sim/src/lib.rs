@@ -9,7 +9,10 @@
 //! - [`run`]: policies × replications in parallel, summaries with confidence intervals.
 //! - [`queueing`]: the same event core on textbook queues, for validation.
 //! - [`report`]: the HTML report with SVG plots.
+//! - [`cache`]: `capstan sim cache` — the HTTP cache's eviction policies (the switch's own code)
+//!   and Belady's MIN replayed on request traces: hit ratios by cache size.
 
+pub mod cache;
 pub mod engine;
 pub mod event;
 pub mod policy;

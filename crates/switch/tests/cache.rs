@@ -712,3 +712,61 @@ async fn a_get_with_a_body_is_proxied_without_the_cache() {
     }
     assert_eq!(origin.hits("/g"), 2);
 }
+
+#[tokio::test]
+async fn must_revalidate_is_never_served_stale_and_max_stale_is_honoured_otherwise() {
+    let origin = Origin::start().await;
+    origin.script(
+        "/strict",
+        Script::ok("s", &[("cache-control", "max-age=1, must-revalidate, stale-while-revalidate=60")]),
+    );
+    origin.script("/lenient", Script::ok("l", &[("cache-control", "max-age=1")]));
+    let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/strict").await;
+    get(addr, "/lenient").await;
+    // Wait until the lenient entry is stale (a plain request would go to the node) ...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = get_with(addr, "/lenient", &[("cache-control", "max-stale")]).await;
+        if cache_status(&a).contains("ttl=-") {
+            assert!(is_hit(&a), "max-stale accepts a stale entry: {}", cache_status(&a));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never went stale");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(origin.hits("/lenient"), 1);
+    // ... then must-revalidate refuses max-stale and stale-while-revalidate alike.
+    let strict = get_with(addr, "/strict", &[("cache-control", "max-stale")]).await;
+    assert!(!is_hit(&strict), "{}", cache_status(&strict));
+    assert_eq!(origin.hits("/strict"), 2);
+    let fresh_enough = get_with(addr, "/lenient", &[("cache-control", "min-fresh=30")]).await;
+    assert!(!is_hit(&fresh_enough), "min-fresh=30 refuses an entry about to expire");
+}
+
+#[tokio::test]
+async fn heuristic_freshness_comes_from_last_modified() {
+    let origin = Origin::start().await;
+    // Modified ten days ago: 10 % of that is a day of heuristic freshness (capped by default
+    // at one day), so the entry is fresh without any explicit lifetime.
+    let ten_days_ago = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
+    let last_modified = httpdate::fmt_http_date(ten_days_ago);
+    origin.script("/old", Script::ok("old", &[("last-modified", last_modified.as_str())]));
+    origin.script("/none", Script::ok("none", &[]));
+    let sw = switch_with_cache(&origin, "").await;
+    let addr = sw.listen_addrs[0];
+    get(addr, "/old").await;
+    let again = get(addr, "/old").await;
+    assert!(is_hit(&again), "{}", cache_status(&again));
+    let ttl: i64 = cache_status(&again)
+        .split("ttl=")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .and_then(|t| t.trim().parse().ok())
+        .expect("a ttl");
+    assert!((86_000..=86_400).contains(&ttl), "about a day: {ttl}");
+    get(addr, "/none").await;
+    get(addr, "/none").await;
+    assert_eq!(origin.hits("/none"), 2, "no validator, no lifetime: not reused");
+}

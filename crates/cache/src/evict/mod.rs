@@ -22,18 +22,26 @@
 //! value. Each policy's file says exactly what it implements and where it departs from its source.
 //!
 //! Data structures: an id → slot map over a slab of nodes; intrusive doubly linked lists through
-//! the slab (LRU, CLFUS, S3-FIFO, SIEVE) or an indexed binary heap (LFU-DA, GDSF). Every operation
-//! is O(1) (amortised, for the CLOCK-style sweeps) or O(log n).
+//! the slab (LRU, CLFUS, S3-FIFO, SIEVE); a ring of per-key FIFOs (LFU-DA, `bucket_queue`) and a
+//! radix heap with a small exact heap in front (GDSF, `radix_queue`), which pop in the same order
+//! as the indexed heap they replaced (kept for tests as `heap` and `reference`). Every operation
+//! is O(1), amortised for the CLOCK-style sweeps and the radix heap's splits, except the hot
+//! heap's O(log h) over its few hundred objects and LFU-DA's ordered map of keys beyond the ring.
 
 use std::fmt;
 use std::str::FromStr;
 
+mod bucket_queue;
 mod clfus;
 mod gdsf;
+#[cfg(test)]
 mod heap;
 mod idmap;
 mod lfu_da;
 mod lru;
+mod radix_queue;
+#[cfg(test)]
+mod reference;
 mod s3fifo;
 mod sieve;
 mod slab;

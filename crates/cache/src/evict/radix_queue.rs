@@ -5,9 +5,11 @@
 //! and L is the last popped H), and so ≥ `base`, a key popped earlier. A key k ≥ base lives in
 //! bucket `bits(k ^ base)` (0 for k = base, else the position of the highest bit in which k
 //! differs from base, plus one), and a lower bucket holds only smaller keys. Cold buckets are
-//! unsorted `Vec`s of slots — push, remove and re-key cost one write to the slot's node and at
-//! most one to the node moved by `swap_remove`, with no search — so a hit does not wander through
-//! a big heap as it did, each level a likely cache miss.
+//! unsorted `Vec`s of (keying sequence, slot), and leaving one only marks the node (its entry goes
+//! stale: its sequence no longer matches the node's). So push, remove and re-key touch only the
+//! node, which the policy has just read, and the end of a `Vec`: a hit does not wander through a
+//! big heap as it did, each level a likely cache miss. Stale entries are dropped when their
+//! bucket is next read, or all at once when they outnumber its live ones.
 //!
 //! Only the lowest buckets are ever ordered: when the hot heap runs dry, the lowest non-empty
 //! bucket is either moved into it whole (when it holds at most `HOT_BATCH` objects), or, as in
@@ -35,11 +37,9 @@ const NOWHERE: u8 = 255;
 #[derive(Clone, Copy)]
 pub(crate) struct Place {
     key: u64,
-    /// When it was keyed: the order among equal keys, and what tells a live hot entry from a
-    /// stale one (each keying gets a new number).
+    /// When it was keyed: the order among equal keys, and what tells a live entry from a stale
+    /// one (each keying gets a new number).
     seq: u64,
-    /// Its position in its cold bucket.
-    index: u32,
     /// Its cold bucket, HOT or NOWHERE.
     tier: u8,
 }
@@ -48,7 +48,6 @@ impl Place {
     pub const NEW: Place = Place {
         key: 0,
         seq: 0,
-        index: 0,
         tier: NOWHERE,
     };
 }
@@ -62,10 +61,26 @@ pub(crate) trait Queued {
 /// A hot-heap entry: (key, seq, slot), smallest first.
 type Entry = Reverse<(u64, u64, u32)>;
 
+/// A cold-bucket entry: live while the node's tier is this bucket and its seq is `seq`.
+#[derive(Clone, Copy)]
+struct Cold {
+    seq: u64,
+    slot: u32,
+}
+
+impl Cold {
+    fn is_live<T: Queued>(self, slab: &Slab<T>, bucket: usize) -> bool {
+        let place = slab[self.slot].data.place();
+        place.seq == self.seq && usize::from(place.tier) == bucket
+    }
+}
+
 pub(crate) struct RadixQueue {
     base: u64,
-    cold: Vec<Vec<u32>>,
-    /// Bit b: `cold[b]` is non-empty.
+    cold: Vec<Vec<Cold>>,
+    /// Live entries per cold bucket (the rest are stale).
+    cold_live: [u32; BUCKETS],
+    /// Bit b: `cold[b]` has live entries.
     occupied: u128,
     hot: BinaryHeap<Entry>,
     /// The highest bucket whose keys go to the hot heap; None while it is empty.
@@ -81,6 +96,7 @@ impl RadixQueue {
         RadixQueue {
             base: 0,
             cold: vec![Vec::new(); BUCKETS],
+            cold_live: [0; BUCKETS],
             occupied: 0,
             hot: BinaryHeap::new(),
             hot_max: None,
@@ -113,9 +129,7 @@ impl RadixQueue {
             self.hot_live += 1;
         } else {
             place.tier = b as u8;
-            place.index = self.cold[b].len() as u32;
-            self.cold[b].push(slot);
-            self.occupied |= 1 << b;
+            self.file(b, Cold { seq, slot });
         }
         self.len += 1;
     }
@@ -123,20 +137,14 @@ impl RadixQueue {
     /// Takes `slot` (queued) out of the queue.
     pub fn remove<T: Queued>(&mut self, slab: &mut Slab<T>, slot: u32) {
         let place = slab[slot].data.place_mut();
-        let (tier, index) = (place.tier, place.index as usize);
+        let tier = place.tier;
         debug_assert_ne!(tier, NOWHERE, "slot is queued");
         place.tier = NOWHERE;
         if tier == HOT {
             self.hot_live -= 1;
-            self.drop_stale(slab);
+            self.drop_stale_hot(slab);
         } else {
-            let b = tier as usize;
-            self.cold[b].swap_remove(index);
-            if let Some(&moved) = self.cold[b].get(index) {
-                slab[moved].data.place_mut().index = index as u32;
-            } else if self.cold[b].is_empty() {
-                self.occupied &= !(1 << b);
-            }
+            self.forget_cold(slab, tier.into());
         }
         self.len -= 1;
     }
@@ -158,7 +166,7 @@ impl RadixQueue {
                 return None;
             }
             let b = self.occupied.trailing_zeros() as usize;
-            if b == 0 || self.cold[b].len() <= HOT_BATCH {
+            if b == 0 || self.cold_live[b] as usize <= HOT_BATCH {
                 self.heat(slab, b);
             } else {
                 self.split(slab, b);
@@ -168,45 +176,70 @@ impl RadixQueue {
 
     /// Moves cold bucket `b` (the lowest non-empty one; the hot heap is empty) into the hot heap.
     fn heat<T: Queued>(&mut self, slab: &mut Slab<T>, b: usize) {
-        let mut slots = std::mem::take(&mut self.cold[b]);
-        for &slot in &slots {
-            let place = slab[slot].data.place_mut();
-            place.tier = HOT;
-            self.hot.push(Reverse((place.key, place.seq, slot)));
+        let mut entries = self.take_bucket(b);
+        for &e in &entries {
+            if e.is_live(slab, b) {
+                let place = slab[e.slot].data.place_mut();
+                place.tier = HOT;
+                self.hot.push(Reverse((place.key, place.seq, e.slot)));
+                self.hot_live += 1;
+            }
         }
-        self.hot_live += slots.len();
         self.hot_max = Some(b);
-        self.occupied &= !(1 << b);
-        slots.clear();
-        self.cold[b] = slots;
+        entries.clear();
+        self.cold[b] = entries;
     }
 
     /// Re-bases on the smallest key of bucket `b` (the lowest non-empty one; nothing is in the
     /// hot heap) and spreads the bucket over the buckets below it. Higher buckets keep their
     /// objects: the new base agrees with the old one above bit b - 1.
     fn split<T: Queued>(&mut self, slab: &mut Slab<T>, b: usize) {
-        let mut slots = std::mem::take(&mut self.cold[b]);
-        self.occupied &= !(1 << b);
-        self.base = slots
+        let mut entries = self.take_bucket(b);
+        entries.retain(|e| e.is_live(slab, b));
+        self.base = entries
             .iter()
-            .map(|&slot| slab[slot].data.place().key)
+            .map(|e| slab[e.slot].data.place().key)
             .min()
-            .expect("a non-empty bucket");
-        for &slot in &slots {
-            let place = slab[slot].data.place_mut();
+            .expect("a bucket with live entries");
+        for &e in &entries {
+            let place = slab[e.slot].data.place_mut();
             let to = (u64::BITS - (place.key ^ self.base).leading_zeros()) as usize;
             debug_assert!(to < b);
             place.tier = to as u8;
-            place.index = self.cold[to].len() as u32;
-            self.cold[to].push(slot);
-            self.occupied |= 1 << to;
+            self.file(to, e);
         }
-        slots.clear();
-        self.cold[b] = slots;
+        entries.clear();
+        self.cold[b] = entries;
+    }
+
+    fn file(&mut self, b: usize, entry: Cold) {
+        self.cold[b].push(entry);
+        self.cold_live[b] += 1;
+        self.occupied |= 1 << b;
+    }
+
+    /// Empties bucket `b`, returning its entries (live and stale).
+    fn take_bucket(&mut self, b: usize) -> Vec<Cold> {
+        self.cold_live[b] = 0;
+        self.occupied &= !(1 << b);
+        std::mem::take(&mut self.cold[b])
+    }
+
+    /// One of bucket `b`'s entries went stale: empty the bucket when nothing in it is live (no
+    /// need to read the nodes), or sweep it when the stale entries outnumber the live ones.
+    fn forget_cold<T: Queued>(&mut self, slab: &Slab<T>, b: usize) {
+        self.cold_live[b] -= 1;
+        let live = self.cold_live[b] as usize;
+        if live == 0 {
+            self.cold[b].clear();
+            self.occupied &= !(1 << b);
+        } else if self.cold[b].len() > 2 * live + 64 {
+            self.cold[b].retain(|e| e.is_live(slab, b));
+        }
     }
 
     /// Drops the hot heap's stale entries once they outnumber the live ones, so it stays small.
-    fn drop_stale<T: Queued>(&mut self, slab: &Slab<T>) {
+    fn drop_stale_hot<T: Queued>(&mut self, slab: &Slab<T>) {
         if self.hot.len() > 2 * self.hot_live + 64 {
             self.hot.retain(|&Reverse((_, seq, slot))| {
                 let place = slab[slot].data.place();

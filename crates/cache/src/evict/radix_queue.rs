@@ -4,20 +4,21 @@
 //! It relies on GDSF being monotone: every key pushed is ≥ the last popped key (H = L + f·c/s
 //! and L is the last popped H), and so ≥ `base`, a key popped earlier. A key k ≥ base lives in
 //! bucket `bits(k ^ base)` (0 for k = base, else the position of the highest bit in which k
-//! differs from base, plus one), and a lower bucket holds only smaller keys. Cold buckets are
-//! unsorted `Vec`s of (keying sequence, slot), and leaving one only marks the node (its entry goes
-//! stale: its sequence no longer matches the node's). So push, remove and re-key touch only the
-//! node, which the policy has just read, and the end of a `Vec`: a hit does not wander through a
-//! big heap as it did, each level a likely cache miss. Stale entries are dropped when their
-//! bucket is next read, or all at once when they outnumber its live ones.
+//! differs from base, plus one), and a lower bucket holds only smaller keys.
+//!
+//! Buckets are unsorted `Vec`s of entries (key, keying sequence, slot) that carry everything the
+//! queue orders by, so moving them never reads a node: only a pop reads one, the victim's, which
+//! the policy reads anyway. Leaving the queue (a re-key or a removal) only marks the node; its
+//! entry goes stale — its sequence no longer matches the node's — and is skipped when it
+//! surfaces, or dropped in a sweep once stale entries outnumber live ones. So a hit touches the
+//! node the policy has just read and the end of a `Vec`, where a heap sifted through levels that
+//! are each a likely cache miss.
 //!
 //! Only the lowest buckets are ever ordered: when the hot heap runs dry, the lowest non-empty
-//! bucket is either moved into it whole (when it holds at most `HOT_BATCH` objects), or, as in
-//! a radix heap, `base` becomes its smallest key and its objects are spread over the buckets
-//! below. Every key pushed while the hot heap holds bucket b's objects goes to the hot heap if
-//! its bucket is ≤ b, so the hot heap always holds the smallest keys. Objects leaving the hot
-//! heap (re-keyed or removed) are only marked; their entries are dropped when they surface, or
-//! all at once when they outnumber the live ones.
+//! bucket is either moved into it whole (when it holds at most `HOT_BATCH` entries), or, as in a
+//! radix heap, `base` becomes its smallest key and its entries are spread over the buckets
+//! below. While the hot heap holds bucket b's entries, every key pushed goes to the hot heap if
+//! its bucket is ≤ b, so the hot heap always holds the smallest keys.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -28,27 +29,20 @@ use super::slab::Slab;
 const BUCKETS: usize = 65;
 /// Buckets this size or smaller move into the hot heap whole; larger ones are split first.
 const HOT_BATCH: usize = 256;
-/// `Place::tier` of an object in the hot heap.
-const HOT: u8 = 254;
-/// `Place::tier` of an object in no queue.
-const NOWHERE: u8 = 255;
 
-/// Where a node is queued: kept in the node, which the policy touches anyway.
+/// A node's side of the queue: which keying of it is current, if it is queued.
 #[derive(Clone, Copy)]
 pub(crate) struct Place {
-    key: u64,
-    /// When it was keyed: the order among equal keys, and what tells a live entry from a stale
-    /// one (each keying gets a new number).
+    /// When it was last keyed: the order among equal keys, and what tells its live entry from
+    /// stale ones (each keying gets a new number).
     seq: u64,
-    /// Its cold bucket, HOT or NOWHERE.
-    tier: u8,
+    queued: bool,
 }
 
 impl Place {
     pub const NEW: Place = Place {
-        key: 0,
         seq: 0,
-        tier: NOWHERE,
+        queued: false,
     };
 }
 
@@ -58,36 +52,26 @@ pub(crate) trait Queued {
     fn place_mut(&mut self) -> &mut Place;
 }
 
-/// A hot-heap entry: (key, seq, slot), smallest first.
-type Entry = Reverse<(u64, u64, u32)>;
+/// (key, seq, slot): ordered by key, then keying order. Live while the slot is queued with `seq`.
+type Entry = (u64, u64, u32);
 
-/// A cold-bucket entry: live while the node's tier is this bucket and its seq is `seq`.
-#[derive(Clone, Copy)]
-struct Cold {
-    seq: u64,
-    slot: u32,
-}
-
-impl Cold {
-    fn is_live<T: Queued>(self, slab: &Slab<T>, bucket: usize) -> bool {
-        let place = slab[self.slot].data.place();
-        place.seq == self.seq && usize::from(place.tier) == bucket
-    }
+fn is_live<T: Queued>(slab: &Slab<T>, &(_, seq, slot): &Entry) -> bool {
+    let place = slab[slot].data.place();
+    place.queued && place.seq == seq
 }
 
 pub(crate) struct RadixQueue {
     base: u64,
-    cold: Vec<Vec<Cold>>,
-    /// Live entries per cold bucket (the rest are stale).
-    cold_live: [u32; BUCKETS],
-    /// Bit b: `cold[b]` has live entries.
+    cold: Vec<Vec<Entry>>,
+    /// Bit b: `cold[b]` is non-empty.
     occupied: u128,
-    hot: BinaryHeap<Entry>,
+    hot: BinaryHeap<Reverse<Entry>>,
     /// The highest bucket whose keys go to the hot heap; None while it is empty.
     hot_max: Option<usize>,
-    /// Entries of `hot` whose object is still there.
-    hot_live: usize,
+    /// Entries, live and stale, in the buckets and the hot heap.
+    entries: usize,
     next_seq: u64,
+    /// Queued slots (live entries).
     len: usize,
 }
 
@@ -96,11 +80,10 @@ impl RadixQueue {
         RadixQueue {
             base: 0,
             cold: vec![Vec::new(); BUCKETS],
-            cold_live: [0; BUCKETS],
             occupied: 0,
             hot: BinaryHeap::new(),
             hot_max: None,
-            hot_live: 0,
+            entries: 0,
             next_seq: 0,
             len: 0,
         }
@@ -115,137 +98,123 @@ impl RadixQueue {
         (u64::BITS - (key ^ self.base).leading_zeros()) as usize
     }
 
-    /// Queues `slot` (in no queue) under `key`, which must be ≥ the last popped key.
+    /// Queues `slot` (not queued) under `key`, which must be ≥ the last popped key.
     pub fn push<T: Queued>(&mut self, slab: &mut Slab<T>, slot: u32, key: u64) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let b = self.bucket(key);
         let place = slab[slot].data.place_mut();
-        place.key = key;
-        place.seq = seq;
+        debug_assert!(!place.queued, "slot is not queued");
+        *place = Place { seq, queued: true };
+        let b = self.bucket(key);
         if self.hot_max.is_some_and(|h| b <= h) {
-            place.tier = HOT;
             self.hot.push(Reverse((key, seq, slot)));
-            self.hot_live += 1;
         } else {
-            place.tier = b as u8;
-            self.file(b, Cold { seq, slot });
+            self.file(b, (key, seq, slot));
         }
+        self.entries += 1;
         self.len += 1;
     }
 
-    /// Takes `slot` (queued) out of the queue.
+    /// Takes `slot` (queued) out of the queue; its entry goes stale.
     pub fn remove<T: Queued>(&mut self, slab: &mut Slab<T>, slot: u32) {
         let place = slab[slot].data.place_mut();
-        let tier = place.tier;
-        debug_assert_ne!(tier, NOWHERE, "slot is queued");
-        place.tier = NOWHERE;
-        if tier == HOT {
-            self.hot_live -= 1;
-            self.drop_stale_hot(slab);
-        } else {
-            self.forget_cold(slab, tier.into());
-        }
+        debug_assert!(place.queued, "slot is queued");
+        place.queued = false;
         self.len -= 1;
+        if self.entries > 2 * self.len + 1024 {
+            self.sweep(slab);
+        }
     }
 
     /// Removes the earliest keyed of the smallest key; returns its key and slot.
     pub fn pop<T: Queued>(&mut self, slab: &mut Slab<T>) -> Option<(u64, u32)> {
+        if self.len == 0 {
+            self.clear();
+            return None;
+        }
         loop {
-            while let Some(Reverse((key, seq, slot))) = self.hot.pop() {
-                let place = slab[slot].data.place_mut();
-                if place.tier == HOT && place.seq == seq {
-                    place.tier = NOWHERE;
-                    self.hot_live -= 1;
+            while let Some(Reverse(entry)) = self.hot.pop() {
+                self.entries -= 1;
+                if is_live(slab, &entry) {
+                    let (key, _, slot) = entry;
+                    slab[slot].data.place_mut().queued = false;
                     self.len -= 1;
                     return Some((key, slot));
                 }
             }
             self.hot_max = None;
-            if self.occupied == 0 {
-                return None;
-            }
+            debug_assert_ne!(self.occupied, 0, "a live entry is somewhere");
             let b = self.occupied.trailing_zeros() as usize;
-            if b == 0 || self.cold_live[b] as usize <= HOT_BATCH {
-                self.heat(slab, b);
+            if b == 0 || self.cold[b].len() <= HOT_BATCH {
+                self.heat(b);
             } else {
-                self.split(slab, b);
+                self.split(b);
             }
         }
     }
 
     /// Moves cold bucket `b` (the lowest non-empty one; the hot heap is empty) into the hot heap.
-    fn heat<T: Queued>(&mut self, slab: &mut Slab<T>, b: usize) {
-        let mut entries = self.take_bucket(b);
-        for &e in &entries {
-            if e.is_live(slab, b) {
-                let place = slab[e.slot].data.place_mut();
-                place.tier = HOT;
-                self.hot.push(Reverse((place.key, place.seq, e.slot)));
-                self.hot_live += 1;
-            }
-        }
+    fn heat(&mut self, b: usize) {
+        let mut bucket = self.take_bucket(b);
+        self.hot.extend(bucket.drain(..).map(Reverse));
         self.hot_max = Some(b);
-        entries.clear();
-        self.cold[b] = entries;
+        self.cold[b] = bucket;
     }
 
     /// Re-bases on the smallest key of bucket `b` (the lowest non-empty one; nothing is in the
     /// hot heap) and spreads the bucket over the buckets below it. Higher buckets keep their
-    /// objects: the new base agrees with the old one above bit b - 1.
-    fn split<T: Queued>(&mut self, slab: &mut Slab<T>, b: usize) {
-        let mut entries = self.take_bucket(b);
-        entries.retain(|e| e.is_live(slab, b));
-        self.base = entries
+    /// entries: the new base agrees with the old one above bit b - 1. Stale entries are spread
+    /// too (their keys may be the smallest; that only makes the base lower, which is safe).
+    fn split(&mut self, b: usize) {
+        let mut bucket = self.take_bucket(b);
+        self.base = bucket
             .iter()
-            .map(|e| slab[e.slot].data.place().key)
+            .map(|&(key, _, _)| key)
             .min()
-            .expect("a bucket with live entries");
-        for &e in &entries {
-            let place = slab[e.slot].data.place_mut();
-            let to = (u64::BITS - (place.key ^ self.base).leading_zeros()) as usize;
+            .expect("a non-empty bucket");
+        for entry in bucket.drain(..) {
+            let to = self.bucket(entry.0);
             debug_assert!(to < b);
-            place.tier = to as u8;
-            self.file(to, e);
+            self.file(to, entry);
         }
-        entries.clear();
-        self.cold[b] = entries;
+        self.cold[b] = bucket;
     }
 
-    fn file(&mut self, b: usize, entry: Cold) {
+    fn file(&mut self, b: usize, entry: Entry) {
         self.cold[b].push(entry);
-        self.cold_live[b] += 1;
         self.occupied |= 1 << b;
     }
 
-    /// Empties bucket `b`, returning its entries (live and stale).
-    fn take_bucket(&mut self, b: usize) -> Vec<Cold> {
-        self.cold_live[b] = 0;
+    /// Empties bucket `b`, returning its entries; the `Vec` is meant to be put back, emptied.
+    fn take_bucket(&mut self, b: usize) -> Vec<Entry> {
         self.occupied &= !(1 << b);
         std::mem::take(&mut self.cold[b])
     }
 
-    /// One of bucket `b`'s entries went stale: empty the bucket when nothing in it is live (no
-    /// need to read the nodes), or sweep it when the stale entries outnumber the live ones.
-    fn forget_cold<T: Queued>(&mut self, slab: &Slab<T>, b: usize) {
-        self.cold_live[b] -= 1;
-        let live = self.cold_live[b] as usize;
-        if live == 0 {
-            self.cold[b].clear();
-            self.occupied &= !(1 << b);
-        } else if self.cold[b].len() > 2 * live + 64 {
-            self.cold[b].retain(|e| e.is_live(slab, b));
+    /// Drops the stale entries left when nothing is queued, without reading them, and re-bases
+    /// on 0: a split may have based the buckets on a stale key above the last popped one.
+    fn clear(&mut self) {
+        for bucket in &mut self.cold {
+            bucket.clear();
         }
+        self.hot.clear();
+        self.occupied = 0;
+        self.hot_max = None;
+        self.entries = 0;
+        self.base = 0;
     }
 
-    /// Drops the hot heap's stale entries once they outnumber the live ones, so it stays small.
-    fn drop_stale_hot<T: Queued>(&mut self, slab: &Slab<T>) {
-        if self.hot.len() > 2 * self.hot_live + 64 {
-            self.hot.retain(|&Reverse((_, seq, slot))| {
-                let place = slab[slot].data.place();
-                place.tier == HOT && place.seq == seq
-            });
+    /// Drops every stale entry (reading each entry's node: paid for by the ≥ 1024 + len
+    /// removals since the last sweep).
+    fn sweep<T: Queued>(&mut self, slab: &Slab<T>) {
+        for b in 0..BUCKETS {
+            self.cold[b].retain(|e| is_live(slab, e));
+            if self.cold[b].is_empty() {
+                self.occupied &= !(1 << b);
+            }
         }
+        self.hot.retain(|Reverse(e)| is_live(slab, e));
+        self.entries = self.len;
     }
 }
 

@@ -25,8 +25,10 @@
 //! the slab (LRU, CLFUS, S3-FIFO, SIEVE); a ring of per-key FIFOs (LFU-DA, `bucket_queue`) and a
 //! radix heap with a small exact heap in front (GDSF, `radix_queue`), which pop in the same order
 //! as the indexed heap they replaced (kept for tests as `heap` and `reference`). Every operation
-//! is O(1), amortised for the CLOCK-style sweeps and the radix heap's splits, except the hot
-//! heap's O(log h) over its few hundred objects and LFU-DA's ordered map of keys beyond the ring.
+//! is O(1), amortised for the CLOCK-style sweeps and the radix heap's splits and sweeps, except a
+//! pop from GDSF's hot heap (O(log h) over the lowest bucket's entries, at most a few hundred
+//! unless many keys are equal) and LFU-DA's ordered map of the keys 16 384 or more above the last
+//! victim's (objects hit about that many times).
 
 use std::fmt;
 use std::str::FromStr;

@@ -8,9 +8,12 @@
 //! Departures from Squid: Squid's key uses cost 1 (refcount / size) and a clock-based tie-breaker;
 //! this one uses the store's cost (the miss latency, as in Cherkasova's GDSF) and breaks ties by
 //! keying order (earliest first). A size of 0 counts as 1 byte.
+//!
+//! The queue is a radix heap with a small exact heap in front (`radix_queue`), not one big heap:
+//! H never falls below L, which is what a radix heap needs, and the victims are the same.
 
-use super::heap::IndexedHeap;
 use super::idmap::IdMap;
+use super::radix_queue::{Place, Queued, RadixQueue};
 use super::slab::Slab;
 use super::{Evictor, ObjectId};
 
@@ -18,7 +21,7 @@ pub(crate) struct Gdsf {
     capacity: u64,
     map: IdMap,
     slab: Slab<Meta>,
-    heap: IndexedHeap,
+    queue: RadixQueue,
     /// The inflation value L: the H of the last evicted object.
     age: f64,
     bytes: u64,
@@ -27,6 +30,16 @@ pub(crate) struct Gdsf {
 struct Meta {
     freq: u64,
     cost: u64,
+    place: Place,
+}
+
+impl Queued for Meta {
+    fn place(&self) -> &Place {
+        &self.place
+    }
+    fn place_mut(&mut self) -> &mut Place {
+        &mut self.place
+    }
 }
 
 impl Gdsf {
@@ -35,13 +48,13 @@ impl Gdsf {
             capacity,
             map: IdMap::default(),
             slab: Slab::new(),
-            heap: IndexedHeap::new(),
+            queue: RadixQueue::new(),
             age: 0.0,
             bytes: 0,
         }
     }
 
-    /// H = L + f × c / s, as a heap key. H is finite and ≥ 0, and the bit patterns of non-negative
+    /// H = L + f × c / s, as a queue key. H is finite and ≥ 0, and the bit patterns of non-negative
     /// IEEE doubles sort like the numbers, so the bits serve as the integer priority.
     fn key_for(&self, slot: u32) -> u64 {
         let n = &self.slab[slot];
@@ -66,10 +79,11 @@ impl Evictor for Gdsf {
             Meta {
                 freq: 1,
                 cost: cost.max(1),
+                place: Place::NEW,
             },
         );
         let k = self.key_for(slot);
-        self.heap.push(slot, k);
+        self.queue.push(&mut self.slab, slot, k);
         self.map.insert(id, slot);
         self.bytes += size;
         true
@@ -80,20 +94,21 @@ impl Evictor for Gdsf {
             let m = &mut self.slab[slot].data;
             m.freq = m.freq.saturating_add(1);
             let k = self.key_for(slot);
-            self.heap.rekey(slot, k);
+            self.queue.remove(&mut self.slab, slot);
+            self.queue.push(&mut self.slab, slot, k);
         }
     }
 
     fn remove(&mut self, id: ObjectId) {
         if let Some(slot) = self.map.remove(id) {
-            self.heap.remove(slot);
+            self.queue.remove(&mut self.slab, slot);
             self.bytes -= self.slab[slot].size;
             self.slab.release(slot);
         }
     }
 
     fn victim(&mut self) -> Option<ObjectId> {
-        let (k, slot) = self.heap.pop()?;
+        let (k, slot) = self.queue.pop(&mut self.slab)?;
         self.age = f64::from_bits(k);
         let node = &self.slab[slot];
         let id = node.id;
@@ -104,7 +119,7 @@ impl Evictor for Gdsf {
     }
 
     fn len(&self) -> usize {
-        self.heap.len()
+        self.queue.len()
     }
 
     fn bytes(&self) -> u64 {

@@ -10,8 +10,11 @@
 //! clock (last reference time); this policy has no clock, so ties go to the object keyed earliest
 //! (a sequence number), which is the same order without the time. Keys are integers, not doubles.
 //! Not size-aware (Squid's LFUDA is not either).
+//!
+//! Because keys are integers that never fall below L, the queue is a ring of FIFOs indexed by key
+//! (`bucket_queue`) rather than a heap: a hit or a miss is a few list operations, not a sift.
 
-use super::heap::IndexedHeap;
+use super::bucket_queue::{BucketQueue, Keyed};
 use super::idmap::IdMap;
 use super::slab::Slab;
 use super::{Evictor, ObjectId};
@@ -19,12 +22,25 @@ use super::{Evictor, ObjectId};
 pub(crate) struct LfuDa {
     capacity: u64,
     map: IdMap,
-    /// Node data: the reference count.
-    slab: Slab<u64>,
-    heap: IndexedHeap,
+    slab: Slab<Meta>,
+    queue: BucketQueue,
     /// The cache age L: the key of the last evicted object.
     age: u64,
     bytes: u64,
+}
+
+struct Meta {
+    refs: u64,
+    key: u64,
+}
+
+impl Keyed for Meta {
+    fn key(&self) -> u64 {
+        self.key
+    }
+    fn set_key(&mut self, key: u64) {
+        self.key = key;
+    }
 }
 
 impl LfuDa {
@@ -33,7 +49,7 @@ impl LfuDa {
             capacity,
             map: IdMap::default(),
             slab: Slab::new(),
-            heap: IndexedHeap::new(),
+            queue: BucketQueue::new(),
             age: 0,
             bytes: 0,
         }
@@ -54,9 +70,9 @@ impl Evictor for LfuDa {
         if size > self.capacity {
             return false;
         }
-        let slot = self.slab.alloc(id, size, 1);
+        let slot = self.slab.alloc(id, size, Meta { refs: 1, key: 0 });
         let k = self.key_for(1);
-        self.heap.push(slot, k);
+        self.queue.push(&mut self.slab, slot, k);
         self.map.insert(id, slot);
         self.bytes += size;
         true
@@ -64,23 +80,24 @@ impl Evictor for LfuDa {
 
     fn touch(&mut self, id: ObjectId) {
         if let Some(slot) = self.map.get(id) {
-            let refs = self.slab[slot].data.saturating_add(1);
-            self.slab[slot].data = refs;
+            let refs = self.slab[slot].data.refs.saturating_add(1);
+            self.slab[slot].data.refs = refs;
             let k = self.key_for(refs);
-            self.heap.rekey(slot, k);
+            self.queue.remove(&mut self.slab, slot);
+            self.queue.push(&mut self.slab, slot, k);
         }
     }
 
     fn remove(&mut self, id: ObjectId) {
         if let Some(slot) = self.map.remove(id) {
-            self.heap.remove(slot);
+            self.queue.remove(&mut self.slab, slot);
             self.bytes -= self.slab[slot].size;
             self.slab.release(slot);
         }
     }
 
     fn victim(&mut self) -> Option<ObjectId> {
-        let (k, slot) = self.heap.pop()?;
+        let (k, slot) = self.queue.pop(&mut self.slab)?;
         self.age = k;
         let node = &self.slab[slot];
         let id = node.id;
@@ -91,7 +108,7 @@ impl Evictor for LfuDa {
     }
 
     fn len(&self) -> usize {
-        self.heap.len()
+        self.queue.len()
     }
 
     fn bytes(&self) -> u64 {

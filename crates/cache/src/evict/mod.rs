@@ -22,18 +22,28 @@
 //! value. Each policy's file says exactly what it implements and where it departs from its source.
 //!
 //! Data structures: an id → slot map over a slab of nodes; intrusive doubly linked lists through
-//! the slab (LRU, CLFUS, S3-FIFO, SIEVE) or an indexed binary heap (LFU-DA, GDSF). Every operation
-//! is O(1) (amortised, for the CLOCK-style sweeps) or O(log n).
+//! the slab (LRU, CLFUS, S3-FIFO, SIEVE); a ring of per-key FIFOs (LFU-DA, `bucket_queue`) and a
+//! radix heap with a small exact heap in front (GDSF, `radix_queue`), which pop in the same order
+//! as the indexed heap they replaced (kept for tests as `heap` and `reference`). Every operation
+//! is O(1), amortised for the CLOCK-style sweeps and the radix heap's splits and sweeps, except a
+//! pop from GDSF's hot heap (O(log h) over the lowest bucket's entries, at most a few hundred
+//! unless many keys are equal) and LFU-DA's ordered map of the keys 16 384 or more above the last
+//! victim's (objects hit about that many times).
 
 use std::fmt;
 use std::str::FromStr;
 
+mod bucket_queue;
 mod clfus;
 mod gdsf;
+#[cfg(test)]
 mod heap;
 mod idmap;
 mod lfu_da;
 mod lru;
+mod radix_queue;
+#[cfg(test)]
+mod reference;
 mod s3fifo;
 mod sieve;
 mod slab;

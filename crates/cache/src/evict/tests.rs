@@ -338,3 +338,76 @@ fn skewed_traffic_hit_ratios_are_plausible() {
         assert!((0.3..0.8).contains(&ratio), "{kind:?}: hit ratio {ratio}");
     }
 }
+
+/// Drives `new` and `old` through the same long random trace — admits (re-admits too), hits with
+/// one object hit far more than the others, removals, and evictions down to a budget — and
+/// requires the same victim at every step. `sizes` and `costs` bound the random sizes and costs;
+/// small bounds make many equal keys, so the tie order is checked as well.
+fn same_victims(mut new: Box<dyn Evictor>, mut old: Box<dyn Evictor>, sizes: u64, costs: u64) {
+    const HOT: ObjectId = 0;
+    let budget = 2000 * sizes / 2;
+    let mut rng = Rng(0x5eed);
+    assert_eq!(new.admit(HOT, 1, 1), old.admit(HOT, 1, 1));
+    let mut victims = 0;
+    for step in 0..400_000 {
+        let id = 1 + rng.below(5000);
+        match rng.below(20) {
+            0..=6 => {
+                let (size, cost) = (1 + rng.below(sizes), 1 + rng.below(costs));
+                assert_eq!(new.admit(id, size, cost), old.admit(id, size, cost));
+                while new.bytes() > budget {
+                    assert_eq!(new.victim(), old.victim(), "{}: step {step}", new.name());
+                    victims += 1;
+                }
+            }
+            7..=8 => {
+                new.touch(HOT);
+                old.touch(HOT);
+            }
+            9..=18 => {
+                new.touch(id);
+                old.touch(id);
+            }
+            _ => {
+                new.remove(id);
+                old.remove(id);
+            }
+        }
+        assert_eq!((new.len(), new.bytes()), (old.len(), old.bytes()));
+    }
+    assert!(victims > 50_000, "{}: only {victims} victims", new.name());
+    while let Some(v) = old.victim() {
+        assert_eq!(new.victim(), Some(v), "{}: draining", new.name());
+    }
+    assert_eq!(new.victim(), None);
+}
+
+/// LFU-DA's bucket ring evicts exactly what the indexed heap it replaced evicted (the hot object
+/// gets ~40 000 hits, so keys beyond the ring's window are exercised too).
+#[test]
+fn lfu_da_victims_match_the_heap_implementation() {
+    use super::{lfu_da::LfuDa, reference::HeapLfuDa};
+    let capacity = 1 << 30;
+    same_victims(
+        Box::new(LfuDa::new(capacity)),
+        Box::new(HeapLfuDa::new(capacity)),
+        64 * 1024,
+        5000,
+    );
+}
+
+/// GDSF's radix queue evicts exactly what the indexed heap it replaced evicted, with distinct
+/// priorities (random sizes and costs) and with many equal ones (few sizes, cost 1).
+#[test]
+fn gdsf_victims_match_the_heap_implementation() {
+    use super::{gdsf::Gdsf, reference::HeapGdsf};
+    let capacity = 1 << 30;
+    for (sizes, costs) in [(64 * 1024, 5000), (4, 1)] {
+        same_victims(
+            Box::new(Gdsf::new(capacity)),
+            Box::new(HeapGdsf::new(capacity)),
+            sizes,
+            costs,
+        );
+    }
+}

@@ -718,9 +718,18 @@ async fn must_revalidate_is_never_served_stale_and_max_stale_is_honoured_otherwi
     let origin = Origin::start().await;
     origin.script(
         "/strict",
-        Script::ok("s", &[("cache-control", "max-age=1, must-revalidate, stale-while-revalidate=60")]),
+        Script::ok(
+            "s",
+            &[(
+                "cache-control",
+                "max-age=1, must-revalidate, stale-while-revalidate=60",
+            )],
+        ),
     );
-    origin.script("/lenient", Script::ok("l", &[("cache-control", "max-age=1")]));
+    origin.script(
+        "/lenient",
+        Script::ok("l", &[("cache-control", "max-age=1")]),
+    );
     let sw = switch_with_cache(&origin, "grace = \"0s\"").await;
     let addr = sw.listen_addrs[0];
     get(addr, "/strict").await;
@@ -730,7 +739,11 @@ async fn must_revalidate_is_never_served_stale_and_max_stale_is_honoured_otherwi
     loop {
         let a = get_with(addr, "/lenient", &[("cache-control", "max-stale")]).await;
         if cache_status(&a).contains("ttl=-") {
-            assert!(is_hit(&a), "max-stale accepts a stale entry: {}", cache_status(&a));
+            assert!(
+                is_hit(&a),
+                "max-stale accepts a stale entry: {}",
+                cache_status(&a)
+            );
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "never went stale");
@@ -742,7 +755,10 @@ async fn must_revalidate_is_never_served_stale_and_max_stale_is_honoured_otherwi
     assert!(!is_hit(&strict), "{}", cache_status(&strict));
     assert_eq!(origin.hits("/strict"), 2);
     let fresh_enough = get_with(addr, "/lenient", &[("cache-control", "min-fresh=30")]).await;
-    assert!(!is_hit(&fresh_enough), "min-fresh=30 refuses an entry about to expire");
+    assert!(
+        !is_hit(&fresh_enough),
+        "min-fresh=30 refuses an entry about to expire"
+    );
 }
 
 #[tokio::test]
@@ -752,7 +768,10 @@ async fn heuristic_freshness_comes_from_last_modified() {
     // at one day), so the entry is fresh without any explicit lifetime.
     let ten_days_ago = std::time::SystemTime::now() - Duration::from_secs(10 * 86_400);
     let last_modified = httpdate::fmt_http_date(ten_days_ago);
-    origin.script("/old", Script::ok("old", &[("last-modified", last_modified.as_str())]));
+    origin.script(
+        "/old",
+        Script::ok("old", &[("last-modified", last_modified.as_str())]),
+    );
     origin.script("/none", Script::ok("none", &[]));
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
@@ -768,5 +787,9 @@ async fn heuristic_freshness_comes_from_last_modified() {
     assert!((86_000..=86_400).contains(&ttl), "about a day: {ttl}");
     get(addr, "/none").await;
     get(addr, "/none").await;
-    assert_eq!(origin.hits("/none"), 2, "no validator, no lifetime: not reused");
+    assert_eq!(
+        origin.hits("/none"),
+        2,
+        "no validator, no lifetime: not reused"
+    );
 }

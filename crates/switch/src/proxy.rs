@@ -402,6 +402,43 @@ impl Forward {
         resp
     }
 
+    /// Counts a request placed on `node_id`; the placement settles the count when it ends.
+    fn place(&self, node_id: NodeId, now: u64) -> Placement {
+        let node = &self.cluster.nodes[node_id];
+        node.active.fetch_add(1, Ordering::Relaxed);
+        node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
+        Placement {
+            switch: Arc::clone(&self.switch),
+            cluster: Arc::clone(&self.cluster),
+            node_id,
+            class: self.class,
+            key: self.pq.clone(),
+            started_nanos: now,
+            conn: Arc::clone(&self.conn),
+        }
+    }
+
+    /// The policy found no node: 502 with the last failure when a retry found none, else 503.
+    fn no_node(&self, last_failure: Option<&str>) -> Response<ResponseBody> {
+        self.with_class(match last_failure {
+            Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
+            None => error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no node available (all are down or backed off)",
+            ),
+        })
+    }
+
+    fn body_too_large(&self) -> Response<ResponseBody> {
+        self.with_class(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "request body exceeds the limit of {} bytes",
+                self.cluster.config.limits.max_body_bytes
+            ),
+        ))
+    }
+
     /// Picks a node with the policy and sends the request there (once more elsewhere when
     /// `retryable`, connecting fails or the node closes without a response, and the retry
     /// budget allows). `Ok` is the node's response, `Err` the switch's own.
@@ -438,26 +475,10 @@ impl Forward {
                 .pick(&info, &view)
                 .filter(|&id| id < cluster.nodes.len())
             else {
-                return Err(self.with_class(match &last_failure {
-                    Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
-                    None => error_response(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "no node available (all are down or backed off)",
-                    ),
-                }));
+                return Err(self.no_node(last_failure.as_deref()));
             };
             let node = &cluster.nodes[node_id];
-            node.active.fetch_add(1, Ordering::Relaxed);
-            node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
-            let placement = Placement {
-                switch: Arc::clone(switch),
-                cluster: Arc::clone(cluster),
-                node_id,
-                class: self.class,
-                key: self.pq.clone(),
-                started_nanos: now,
-                conn: Arc::clone(&self.conn),
-            };
+            let placement = self.place(node_id, now);
             let keep_for_retry = retryable && attempt == 0;
             let attempt_headers = if keep_for_retry {
                 headers.clone()
@@ -486,13 +507,7 @@ impl Forward {
                         .is_some_and(|f| f.load(Ordering::Relaxed)) =>
                 {
                     placement.settle(false);
-                    return Err(self.with_class(error_response(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        &format!(
-                            "request body exceeds the limit of {} bytes",
-                            config.limits.max_body_bytes
-                        ),
-                    )));
+                    return Err(self.body_too_large());
                 }
                 Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e), false),
                 Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e), is_empty_reply(&e)),

@@ -214,30 +214,7 @@ fn bench_counts_the_switchs_hits() {
 fn a_gigabyte_passes_through_the_cache_in_bounded_memory() {
     use std::io::{Read, Write};
     const TOTAL: u64 = 1 << 30;
-    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let backend_addr = backend.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in backend.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: {TOTAL}\r\n\r\n"
-                );
-                let chunk = vec![b'z'; 256 * 1024];
-                let mut left = TOTAL;
-                while left > 0 {
-                    let n = left.min(chunk.len() as u64) as usize;
-                    if s.write_all(&chunk[..n]).is_err() {
-                        return;
-                    }
-                    left -= n as u64;
-                }
-            });
-        }
-    });
+    let backend_addr = big_body_backend(TOTAL, "Cache-Control: max-age=60\r\n");
     let dir = temp_dir("gigabyte");
     let config = dir.join("c.toml");
     std::fs::write(
@@ -285,13 +262,7 @@ fn a_gigabyte_passes_through_the_cache_in_bounded_memory() {
             "head and all {TOTAL} body bytes: {received}"
         );
     }
-    let status = std::fs::read_to_string(format!("/proc/{}/status", switch.pid())).unwrap();
-    let peak_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
+    let peak_kb = peak_rss_kb(switch.pid());
     assert!(
         peak_kb < 64 * 1024,
         "peak resident memory {peak_kb} KiB for two 1 GiB bodies"

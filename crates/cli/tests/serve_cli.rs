@@ -3,7 +3,6 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::time::Duration;
 
 use support::*;
@@ -335,27 +334,7 @@ fn sighup_reloads_and_a_bad_file_keeps_the_old_configuration() {
 #[test]
 fn a_gigabyte_streams_through_in_bounded_memory() {
     const TOTAL: u64 = 1 << 30;
-    let backend = TcpListener::bind("127.0.0.1:0").unwrap();
-    let backend_addr = backend.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in backend.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let _ = s.read(&mut buf);
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {TOTAL}\r\n\r\n");
-                let chunk = vec![b'z'; 256 * 1024];
-                let mut left = TOTAL;
-                while left > 0 {
-                    let n = left.min(chunk.len() as u64) as usize;
-                    if s.write_all(&chunk[..n]).is_err() {
-                        return;
-                    }
-                    left -= n as u64;
-                }
-            });
-        }
-    });
+    let backend_addr = big_body_backend(TOTAL, "");
     let listen = free_addr();
     let (l, b) = (listen.to_string(), backend_addr.to_string());
     let switch = spawn(&["serve", "--listen", &l, "--node", &b], listen);
@@ -378,13 +357,7 @@ fn a_gigabyte_streams_through_in_bounded_memory() {
         received > TOTAL,
         "head and all {TOTAL} body bytes: {received}"
     );
-    let status = std::fs::read_to_string(format!("/proc/{}/status", switch.pid())).unwrap();
-    let peak_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
+    let peak_kb = peak_rss_kb(switch.pid());
     assert!(
         peak_kb < 64 * 1024,
         "peak resident memory {peak_kb} KiB for a 1 GiB body"

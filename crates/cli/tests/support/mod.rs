@@ -185,3 +185,44 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A back-end answering every request with `total` bytes of `z` after `head_fields` (extra
+/// header lines, each ending in CRLF), streamed in 256 KiB writes; for memory-bound tests.
+pub fn big_body_backend(total: u64, head_fields: &'static str) -> SocketAddr {
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = backend.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in backend.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\n{head_fields}Content-Length: {total}\r\n\r\n"
+                );
+                let chunk = vec![b'z'; 256 * 1024];
+                let mut left = total;
+                while left > 0 {
+                    let n = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n as u64;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Peak resident memory of a process, in KiB (`VmHWM`).
+pub fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}

@@ -1,5 +1,6 @@
 //! A scriptable origin for the cache's tests: each path answers as the test says (status,
-//! headers, body, delay, a body in pieces released by the test, a body cut short), answers
+//! headers, body, an answer held until the test releases it, a body in pieces released by
+//! the test, a body cut short once the test has seen its first bytes), answers
 //! conditional requests with `304` when asked to, and counts and records what it was sent.
 #![allow(dead_code)]
 
@@ -27,13 +28,15 @@ pub struct Script {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
-    pub delay: Duration,
+    /// Answer only once the test calls [`Origin::release`].
+    pub hold: bool,
     /// Answer `304` (with these headers) when `If-None-Match` carries this entity tag.
     pub not_modified_for: Option<String>,
     pub not_modified_headers: Vec<(String, String)>,
     /// Send the first this-many body bytes, then wait for [`Origin::release`] before the rest.
     pub gate_after: Option<usize>,
-    /// Send only this many body bytes (with the full `Content-Length`), then fail.
+    /// Send only this many body bytes (with the full `Content-Length`), then fail once the
+    /// test calls [`Origin::release`].
     pub cut_after: Option<usize>,
 }
 
@@ -142,15 +145,35 @@ impl Origin {
 
     /// Polls until `path` has received `n` requests, at most 10 s.
     pub async fn wait_hits(&self, path: &str, n: u64) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let poll = Poll::new(&format!("{path} to receive {n} requests"));
         while self.hits(path) < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{path}: {} requests, waited for {n}",
-                self.hits(path)
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            poll.next().await;
         }
+    }
+}
+
+/// Waiting for a condition: every call to [`Poll::next`] pauses one polling interval and
+/// fails the test once the deadline (10 s) has passed.
+pub struct Poll {
+    what: String,
+    deadline: tokio::time::Instant,
+}
+
+impl Poll {
+    pub fn new(what: &str) -> Poll {
+        Poll {
+            what: what.to_string(),
+            deadline: tokio::time::Instant::now() + Duration::from_secs(10),
+        }
+    }
+
+    pub async fn next(&self) {
+        assert!(
+            tokio::time::Instant::now() < self.deadline,
+            "timed out waiting for {}",
+            self.what
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -180,7 +203,9 @@ async fn answer(
         *r.status_mut() = StatusCode::NOT_FOUND;
         return Ok(r);
     };
-    tokio::time::sleep(script.delay).await;
+    if script.hold {
+        shared.wait_for_release().await;
+    }
     let inm = req
         .headers()
         .get("if-none-match")
@@ -225,16 +250,17 @@ fn full(bytes: Vec<u8>) -> BoxBody {
 fn body_of(script: &Script, shared: &Arc<Shared>) -> BoxBody {
     let body = Bytes::from(script.body.clone());
     if let Some(cut) = script.cut_after {
-        // The head and the first bytes go out; the origin dies a moment later, as a node
-        // that crashes mid-body does.
+        // The head and the first bytes go out; the origin dies once the test has seen them,
+        // as a node that crashes mid-body does.
+        let shared = Arc::clone(shared);
         let first = body.slice(..cut.min(body.len()));
         let stream = futures_util::stream::unfold(0u8, move |step| {
-            let first = first.clone();
+            let (shared, first) = (Arc::clone(&shared), first.clone());
             async move {
                 match step {
                     0 => Some((Ok(Frame::data(first)), 1)),
                     1 => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        shared.wait_for_release().await;
                         Some((Err(std::io::Error::other("origin dies mid-body")), 2))
                     }
                     _ => None,

@@ -19,7 +19,8 @@ use crate::rfc::{StoredTimes, VaryKey};
 
 /// Bytes charged per object beyond its body, its packed header fields and its key: the entry,
 /// its map slots and the eviction policy's bookkeeping. Measured: 522 resident bytes per object
-/// with no header fields and a 40-byte URL (`store::memory`, run by hand), so the budget counts
+/// with no header fields and a 40-byte URL (`cargo bench -p capstan-cache --bench memory`), so
+/// the budget counts
 /// what the process really holds.
 pub const ENTRY_OVERHEAD: u64 = 480;
 
@@ -528,79 +529,5 @@ mod tests {
         assert_eq!(s.purge("http://h/a"), 0);
         assert_eq!(s.stats().objects, 0);
         assert_eq!(s.stats().bytes, 0);
-    }
-}
-
-#[cfg(test)]
-mod memory {
-    use super::*;
-    use crate::rfc::{CacheRules, StoredTimes};
-    use std::time::SystemTime;
-
-    fn rss_kb() -> u64 {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse().ok())
-            })
-            .unwrap_or(0)
-    }
-
-    /// Resident memory per stored object beyond its body, for a typical small response
-    /// (six header fields, a 40-byte URL, a shared 1 KB body so bodies do not count). The
-    /// number backs [`ENTRY_OVERHEAD`] and BENCHMARKS.md:
-    /// `cargo test --release -p capstan-cache store::memory -- --ignored --nocapture`
-    #[test]
-    #[ignore = "a measurement, not a check; run by hand"]
-    fn resident_bytes_per_object() {
-        const N: usize = 200_000;
-        let store = Store::new(StoreConfig {
-            budget_bytes: 1 << 40,
-            max_object_bytes: 1 << 20,
-            policy: EvictionKind::Lru,
-            shards: 0,
-        });
-        let body = Bytes::from(vec![b'x'; 1024]);
-        let now = SystemTime::now();
-        let mut headers = HeaderMap::new();
-        let fields = std::env::var("FIELDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(6);
-        for (k, v) in [
-            ("content-type", "text/html"),
-            ("cache-control", "public, max-age=86400"),
-            ("etag", "\"5f3a-1024\""),
-            ("last-modified", "Mon, 23 Nov 2026 01:00:00 GMT"),
-            ("date", "Mon, 23 Nov 2026 02:00:00 GMT"),
-            ("via", "1.1 capstan"),
-        ]
-        .into_iter()
-        .take(fields)
-        {
-            headers.insert(k, http::HeaderValue::from_static(v));
-        }
-        let times = StoredTimes::new(StatusCode::OK, &headers, now, now, &CacheRules::default());
-        let before = rss_kb();
-        for i in 0..N {
-            let url = format!("http://www.example.com/objects/{i:010}.html");
-            let e = Entry::new(
-                &url,
-                "",
-                VaryKey::default(),
-                StatusCode::OK,
-                headers.clone(),
-                body.clone(),
-                times,
-            );
-            assert!(store.insert(e, 1).stored.is_ok());
-        }
-        let after = rss_kb();
-        let per_object = (after - before) as f64 * 1024.0 / N as f64;
-        println!("{per_object:.0} bytes resident per object (beyond the shared body)");
-        assert_eq!(store.stats().objects, N as u64);
     }
 }

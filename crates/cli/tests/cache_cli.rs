@@ -15,6 +15,22 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// `capstan serve` on a configuration written to `dir` (its `listen` replaced by a free port).
+fn serve_config(dir: &std::path::Path, text: &str) -> (Proc, std::net::SocketAddr) {
+    let config = dir.join("serve.toml");
+    std::fs::write(&config, text).unwrap();
+    let listen = free_addr();
+    let l = listen.to_string();
+    let args = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        &l,
+    ];
+    (spawn(&args, listen), listen)
+}
+
 #[test]
 fn check_rejects_bad_cache_sections_with_file_line_and_column() {
     let dir = temp_dir("check");
@@ -162,23 +178,9 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
 fn bench_counts_the_switchs_hits() {
     let (_node, node_addr) = origin(&[]);
     let dir = temp_dir("bench");
-    let config = dir.join("c.toml");
-    std::fs::write(
-        &config,
-        format!("listen = [\"127.0.0.1:1\"]\n[[node]]\naddress = \"{node_addr}\"\n[cache]\n"),
-    )
-    .unwrap();
-    let listen = free_addr();
-    let l = listen.to_string();
-    let _switch = spawn(
-        &[
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &l,
-        ],
-        listen,
+    let (_switch, listen) = serve_config(
+        &dir,
+        &format!("listen = [\"127.0.0.1:1\"]\n[[node]]\naddress = \"{node_addr}\"\n[cache]\n"),
     );
     let json = dir.join("b.json");
     let url = format!("http://{listen}/file500.html");
@@ -212,48 +214,17 @@ fn bench_counts_the_switchs_hits() {
 /// cache layer while the switch's peak memory stays small (it is neither stored nor buffered).
 #[test]
 fn a_gigabyte_passes_through_the_cache_in_bounded_memory() {
-    use std::io::{Read, Write};
     const TOTAL: u64 = 1 << 30;
     let backend_addr = big_body_backend(TOTAL, "Cache-Control: max-age=60\r\n");
     let dir = temp_dir("gigabyte");
-    let config = dir.join("c.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let (switch, listen) = serve_config(
+        &dir,
+        &format!(
             "listen = [\"127.0.0.1:1\"]\n[[node]]\naddress = \"{backend_addr}\"\n\
              [cache]\nmemory = \"64MiB\"\nmax_object = \"8MiB\"\n"
         ),
-    )
-    .unwrap();
-    let listen = free_addr();
-    let l = listen.to_string();
-    let switch = spawn(
-        &[
-            "serve",
-            "--config",
-            config.to_str().unwrap(),
-            "--listen",
-            &l,
-        ],
-        listen,
     );
-    let download = move || {
-        let mut s = std::net::TcpStream::connect(listen).unwrap();
-        write!(
-            s,
-            "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut received = 0u64;
-        loop {
-            let n = s.read(&mut buf).unwrap();
-            if n == 0 {
-                return received;
-            }
-            received += n as u64;
-        }
-    };
+    let download = move || download_size(listen, "/big");
     let clients: Vec<_> = (0..2).map(|_| std::thread::spawn(download)).collect();
     for c in clients {
         let received = c.join().unwrap();

@@ -338,21 +338,7 @@ fn a_gigabyte_streams_through_in_bounded_memory() {
     let listen = free_addr();
     let (l, b) = (listen.to_string(), backend_addr.to_string());
     let switch = spawn(&["serve", "--listen", &l, "--node", &b], listen);
-    let mut s = std::net::TcpStream::connect(listen).unwrap();
-    write!(
-        s,
-        "GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut received = 0u64;
-    loop {
-        let n = s.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        received += n as u64;
-    }
+    let received = download_size(listen, "/big");
     assert!(
         received > TOTAL,
         "head and all {TOTAL} body bytes: {received}"

@@ -226,3 +226,23 @@ pub fn peak_rss_kb(pid: u32) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap()
 }
+
+/// Downloads `path` on a fresh connection (`Connection: close`) without keeping it; returns
+/// the bytes received, head included.
+pub fn download_size(addr: SocketAddr, path: &str) -> u64 {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut received = 0u64;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            return received;
+        }
+        received += n as u64;
+    }
+}

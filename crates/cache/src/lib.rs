@@ -5,8 +5,10 @@
 //!   invalidation. Pure functions: every clock reading is an argument.
 //! - [`evict`]: replacement policies behind one trait (LRU, LFU-DA, GDSF, CLFUS, S3-FIFO,
 //!   SIEVE). Pure and size-aware; the simulator replays traces through the same code.
-//! - [`store`]: the storage tiers (memory with a byte budget; an optional disk directory that
-//!   survives a restart) keyed by primary key and `Vary` variant.
+//! - [`key`]: the primary key (scheme, host, path, query) and its per-class rules.
+//! - [`store`]: the memory tier with a byte budget, keyed by URL, key extra and `Vary` variant;
+//!   [`packed`] keeps each entry's header fields in one allocation.
+//! - [`disk`]: the optional disk tier, a directory with a byte budget that survives a restart.
 //!
 //! The async glue (request coalescing, streaming fills, background revalidation) lives in the
 //! switch, which owns the runtime.

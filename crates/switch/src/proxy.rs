@@ -369,11 +369,13 @@ async fn proxy(
             exceeded: Arc::clone(flag),
         },
     };
-    let host = crate::caching::request_host(&parts);
+    // Only an unsafe method through the cache needs the host (after the headers are gone).
+    let host =
+        (cache == crate::caching::Route::Invalidate).then(|| crate::caching::request_host(&parts));
     let answer = forward
         .dispatch(parts.headers, up_body, retryable, body_limit_hit)
         .await;
-    if let (crate::caching::Route::Invalidate, Ok(resp)) = (cache, &answer) {
+    if let (Some(host), Ok(resp)) = (host, &answer) {
         crate::caching::invalidate(&forward, &host, resp);
     }
     answer

@@ -48,7 +48,11 @@ fn bench_policies(c: &mut Criterion) {
                 nodes: (0..node_count)
                     .map(|i| NodeState {
                         active: (i as u32 * 7) % 5,
-                        load: 0.1 * (i % 10) as f64,
+                        gathered: capstan_core::Gathered {
+                            at_nanos: Some(0),
+                            cpu: 0.1 * (i % 10) as f64,
+                            ..Default::default()
+                        },
                         ..NodeState::default()
                     })
                     .collect(),

@@ -5,17 +5,21 @@
 //! That is what lets the live switch and the discrete-event simulator run the very same policy code.
 
 pub mod class;
+pub mod gather;
 pub mod policy;
+pub mod report;
 pub mod view;
 
 pub use class::{
     ClassDef, ClassId, ClassSpec, Classifier, ClassifierError, HeaderLookup, NoHeaders,
     RequestFacts, ResourceProfile, RuleSpec,
 };
+pub use gather::{GatherRules, Gatherer, Needs, WeightSource};
 pub use policy::{
     build_policy, Outcome, Policy, PolicyContext, PolicyError, PolicySpec, RequestInfo,
 };
-pub use view::{ClusterView, NodeId, NodeState, StaticView};
+pub use report::LoadReport;
+pub use view::{ClusterView, Gathered, NodeId, NodeState, StaticView};
 
 /// A stable 64-bit hash (FNV-1a) of a request key, the same on every platform and every run, so
 /// hash-based placement is reproducible in the simulator and across switch restarts.

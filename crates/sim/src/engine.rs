@@ -10,7 +10,8 @@
 use std::collections::VecDeque;
 
 use capstan_core::{
-    build_policy, NodeState, Outcome, Policy, PolicyContext, PolicySpec, StaticView,
+    build_policy, GatherRules, Gatherer, LoadReport, NodeState, Outcome, Policy, PolicyContext,
+    PolicySpec, StaticView, WeightSource,
 };
 use capstan_model::{CpuPs, Disk, LruBytes, Nic, NodeParams};
 use capstan_workload::dist::uniform01;
@@ -19,7 +20,7 @@ use capstan_workload::{stream, Dist, WorkloadRng};
 use rand::SeedableRng;
 
 use crate::event::{nanos_ceil, nanos_round, secs, EventQueue, Nanos};
-use crate::policy::{request, Metric, PolicyChoice};
+use crate::policy::{request, PolicyChoice};
 use crate::scenario::{Kind, Layer, Scenario, CLASS_NAMES};
 use crate::site::Site;
 
@@ -62,6 +63,8 @@ pub struct RunResult {
     pub cache_hits: u64,
     pub sessions: u64,
     pub events: u64,
+    /// The layer the switch dispatched at (resolved from the policy's needs when `auto`).
+    pub layer: Option<Layer>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -150,7 +153,10 @@ pub struct Engine {
     params: NodeParams,
     site: Site,
     policy: Box<dyn Policy>,
-    metric: Metric,
+    /// Where the policy's weights come from (its declared needs).
+    weights: WeightSource,
+    /// Turns the nodes' simulated load reports into the state the policy sees, as in the switch.
+    gatherer: Gatherer,
     layer: Layer,
     gather_ns: Nanos,
     q: EventQueue<Ev>,
@@ -287,12 +293,18 @@ impl Engine {
             .map(|_| Disk::new(params.disk, params.speed))
             .collect();
         let gather_s = cfg.policy.gather_s.unwrap_or(sc.switch.gather_interval_s);
-        let layer = cfg.policy.layer(sc.switch.layer);
+        let needs = policy.needs();
+        let layer = match sc.switch.layer {
+            Layer::Auto if needs.request_content => Layer::L7,
+            Layer::Auto => Layer::L4,
+            other => other,
+        };
         let w = &sc.workload;
         let warmup = nanos_round(cfg.warmup_s.max(0.0));
         let end = nanos_round(cfg.duration_s);
         Ok(Engine {
-            metric: cfg.policy.metric,
+            weights: needs.weights,
+            gatherer: Gatherer::new(cfg.nodes, GatherRules::default(), 0),
             layer,
             gather_ns: nanos_round(gather_s),
             q: EventQueue::new(),
@@ -311,6 +323,7 @@ impl Engine {
             warmup,
             result: RunResult {
                 nodes: vec![NodeUse::default(); cfg.nodes],
+                layer: Some(layer),
                 ..RunResult::default()
             },
             trace: None,
@@ -469,10 +482,7 @@ impl Engine {
     fn dispatch(&mut self, now: Nanos, page: u32) {
         let p = self.pages[page as usize];
         if self.gather_ns == 0 {
-            self.view.nodes.copy_from_slice(&self.live);
-            if self.metric == Metric::Active {
-                set_active_weights(&mut self.view.nodes);
-            }
+            self.show_live_state(now);
         }
         self.view.now_nanos = now;
         let key = &self.site.page_keys[p.page as usize];
@@ -670,67 +680,85 @@ impl Engine {
         }
     }
 
+    /// Each node's load report over the last `interval`, built from its models as
+    /// `capstan origin` builds it from its counters, then fed to the gatherer.
     fn gather(&mut self, now: Nanos) {
         let interval = if self.gather_ns == 0 {
             1_000_000_000
         } else {
             self.gather_ns
         };
-        let t = secs(now);
-        let dt = secs(interval);
-        let cores = f64::from(self.params.cores);
-        let mut mean_s = 0.0;
-        let mut with = 0;
         for i in 0..self.nodes.len() {
             self.settle_cpu(now, i);
         }
-        for (i, n) in self.nodes.iter_mut().enumerate() {
-            let cpu = n.cpu.busy_core_seconds();
-            let disk = n.disk.busy_seconds(t);
-            let nic = n.nic.busy_seconds(t);
-            if now > 0 {
-                let load = ((cpu - n.last_cpu) / (cores * dt))
-                    .max((disk - n.last_disk) / dt)
-                    .max((nic - n.last_nic) / dt);
-                self.live[i].load = load;
-            }
-            n.last_cpu = cpu;
-            n.last_disk = disk;
-            n.last_nic = nic;
-            if n.window_n > 0 {
-                mean_s += n.window_s / n.window_n as f64;
-                with += 1;
-            }
-        }
-        if self.gather_ns != 0 {
-            self.view.nodes.copy_from_slice(&self.live);
-            match self.metric {
-                Metric::Static => {}
-                Metric::Active => set_active_weights(&mut self.view.nodes),
-                Metric::ServiceTime => {
-                    let mean = if with > 0 { mean_s / with as f64 } else { 0.0 };
-                    for (state, n) in self.view.nodes.iter_mut().zip(&self.nodes) {
-                        state.weight = if n.window_n == 0 || mean <= 0.0 {
-                            WEIGHT_SCALE
-                        } else {
-                            let t = n.window_s / n.window_n as f64;
-                            ((f64::from(WEIGHT_SCALE) * mean / t).round() as u32).clamp(1, 1000)
-                        };
-                    }
-                }
-            }
-        } else {
-            for (state, live) in self.view.nodes.iter_mut().zip(&self.live) {
-                state.load = live.load;
+        if now > 0 {
+            for i in 0..self.nodes.len() {
+                let report = self.load_report(now, i, interval);
+                self.gatherer.record(i, &report, now);
             }
         }
         for n in &mut self.nodes {
             n.window_n = 0;
             n.window_s = 0.0;
         }
+        if self.gather_ns != 0 {
+            let live_active: Vec<u32> = self.live.iter().map(|n| n.active).collect();
+            let configured: Vec<u32> = self.live.iter().map(|n| n.weight).collect();
+            self.gatherer
+                .end_round(now, self.weights, &live_active, &configured);
+            self.view.nodes.copy_from_slice(&self.live);
+            for (i, state) in self.view.nodes.iter_mut().enumerate() {
+                self.gatherer.apply(i, state, self.weights);
+            }
+        }
         if now < self.end {
             self.q.after(interval, Ev::Gather);
         }
+    }
+
+    /// Live mode (T_gat = 0): the policy sees the dispatcher's counts now, weights derived from
+    /// them now, and the gathered utilisations of the last second.
+    fn show_live_state(&mut self, now: Nanos) {
+        let live_active: Vec<u32> = self.live.iter().map(|n| n.active).collect();
+        let configured: Vec<u32> = self.live.iter().map(|n| n.weight).collect();
+        self.gatherer
+            .end_round(now, self.weights, &live_active, &configured);
+        self.view.nodes.copy_from_slice(&self.live);
+        for (i, state) in self.view.nodes.iter_mut().enumerate() {
+            self.gatherer.apply(i, state, self.weights);
+        }
+    }
+
+    /// Node `i`'s report for the window of length `interval` ending `now`.
+    fn load_report(&mut self, now: Nanos, i: usize, interval: Nanos) -> LoadReport {
+        let t = secs(now);
+        let dt = secs(interval);
+        let cores = f64::from(self.params.cores);
+        let n = &mut self.nodes[i];
+        let cpu = n.cpu.busy_core_seconds();
+        let disk = n.disk.busy_seconds(t);
+        let nic = n.nic.busy_seconds(t);
+        let report = LoadReport {
+            active_requests: u64::from(self.live[i].active),
+            interval: capstan_core::report::Window {
+                length_s: dt,
+                cpu_util: ((cpu - n.last_cpu) / (cores * dt)).clamp(0.0, 1.0),
+                disk_util: ((disk - n.last_disk) / dt).clamp(0.0, 1.0),
+                nic_util: ((nic - n.last_nic) / dt).clamp(0.0, 1.0),
+                served: n.window_n,
+                mean_service_ms: if n.window_n == 0 {
+                    0.0
+                } else {
+                    n.window_s / n.window_n as f64 * 1e3
+                },
+                ..Default::default()
+            },
+            ..LoadReport::default()
+        };
+        n.last_cpu = cpu;
+        n.last_disk = disk;
+        n.last_nic = nic;
+        report
     }
 
     fn take_readings(&mut self, now: Nanos, end: bool) {
@@ -793,18 +821,6 @@ impl Engine {
         }
         self.result.events = self.q.popped();
         self.result
-    }
-}
-
-const WEIGHT_SCALE: u32 = 10;
-
-/// WRR_num weights: inversely proportional to active connections (+1 so an idle node has a
-/// finite weight), scaled so a node at the mean gets `WEIGHT_SCALE`.
-fn set_active_weights(nodes: &mut [NodeState]) {
-    let mean = nodes.iter().map(|n| f64::from(n.active)).sum::<f64>() / nodes.len().max(1) as f64;
-    for n in nodes {
-        let w = f64::from(WEIGHT_SCALE) * (1.0 + mean) / (1.0 + f64::from(n.active));
-        n.weight = (w.round() as u32).clamp(1, 1000);
     }
 }
 

@@ -2,25 +2,16 @@
 //! `lard:t_low=10,t_high=30`, `weighted-round-robin:metric=service-time,gather=2`.
 //!
 //! Parameters the core policy knows go to `core`'s `PolicySpec` unchanged (so a name or
-//! parameter the switch accepts, the simulator accepts). Two parameters are the simulator's:
-//! `gather` (T_gat in seconds for this policy, overriding the scenario's; 0 = live state) and, for
-//! `weighted-round-robin`, `metric` — `active` (the paper's WRR_num, default), `service-time`
-//! (WRR_time) or `static` (the configured weights). Core's WRR takes weights from the view, so the
-//! load-derived weights are computed here, at each gather, and fed through the view.
+//! parameter the switch accepts, the simulator accepts). One parameter is the simulator's:
+//! `gather` (T_gat in seconds for this policy, overriding the scenario's; 0 = live state). Where
+//! the paper is the reference the simulator changes one default: `weighted-round-robin` without
+//! a `metric` is the CAP paper's WRR_num (`metric=active`), not the switch's static weights. The
+//! weights themselves are derived by `core`'s gatherer, as in the switch.
 
 use capstan_core::{PolicySpec, RequestInfo};
-use serde::Serialize;
 
-use crate::scenario::Layer;
-
-/// How WRR's weights are derived from gathered server state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Metric {
-    Static,
-    Active,
-    ServiceTime,
-}
+/// How WRR's weights are derived from gathered server state (`core`'s `metric`).
+pub use capstan_core::policy::WrrMetric as Metric;
 
 /// A policy as chosen for a run.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +67,7 @@ impl PolicyChoice {
                 "metric" if name == "weighted-round-robin" => {
                     metric = parse_metric(v)
                         .ok_or_else(|| format!("policy `{name}`: {METRIC_ERROR}, got `{v}`"))?;
+                    table.insert(k, toml::Value::String(metric_name(metric).into()));
                 }
                 _ => {
                     if k == "seed" {
@@ -84,6 +76,12 @@ impl PolicyChoice {
                     table.insert(k, parse_value(v));
                 }
             }
+        }
+        if name == "weighted-round-robin" && !table.contains_key("metric") {
+            table.insert(
+                "metric".into(),
+                toml::Value::String(metric_name(metric).into()),
+            );
         }
         let spec: PolicySpec =
             toml::Value::Table(table)
@@ -98,27 +96,6 @@ impl PolicyChoice {
             gather_s,
             seed_given,
         })
-    }
-
-    /// Whether the policy reads the request's content (so needs a layer-7 switch).
-    pub fn content_aware(&self) -> bool {
-        matches!(
-            self.spec,
-            PolicySpec::Cap {}
-                | PolicySpec::CapLoad { .. }
-                | PolicySpec::Lard { .. }
-                | PolicySpec::LardR { .. }
-                | PolicySpec::StaticPartitioning { .. }
-                | PolicySpec::ConsistentHash { .. }
-        )
-    }
-
-    pub fn layer(&self, configured: Layer) -> Layer {
-        match configured {
-            Layer::Auto if self.content_aware() => Layer::L7,
-            Layer::Auto => Layer::L4,
-            other => other,
-        }
     }
 
     /// The spec for one replication: random policies get a seed derived from the run's unless
@@ -136,6 +113,14 @@ impl PolicyChoice {
 }
 
 const METRIC_ERROR: &str = "metric must be active, service-time or static";
+
+fn metric_name(m: Metric) -> &'static str {
+    match m {
+        Metric::Static => "static",
+        Metric::Active => "active",
+        Metric::ServiceTime => "service-time",
+    }
+}
 
 fn parse_metric(v: &str) -> Option<Metric> {
     match v {
@@ -177,8 +162,8 @@ mod tests {
         assert!(matches!(
             p.spec,
             PolicySpec::Lard {
-                t_low: 10,
-                t_high: 30,
+                t_low: Some(10.0),
+                t_high: Some(30.0),
                 ..
             }
         ));

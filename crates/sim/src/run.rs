@@ -253,8 +253,8 @@ impl Experiment {
     }
 
     fn summarise(&self, p: &PolicyChoice, runs: &[&RunResult]) -> PolicySummary {
-        let layer = match p.layer(self.scenario.switch.layer) {
-            Layer::L7 => "l7",
+        let layer = match runs.first().and_then(|r| r.layer) {
+            Some(Layer::L7) => "l7",
             _ => "l4",
         };
         let cdf = cdf_grid()

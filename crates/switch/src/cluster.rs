@@ -244,7 +244,12 @@ impl ClusterView for LiveView<'_> {
             available: node.is_up(self.now_nanos) && self.exclude != Some(id),
             weight: node.config.weight,
             active: node.active.load(Ordering::Relaxed),
-            load: node.load(),
+            gathered: capstan_core::Gathered {
+                cpu: node.load(),
+                disk: 0.0,
+                net: 0.0,
+                ..Default::default()
+            },
         }
     }
 }

@@ -1,5 +1,5 @@
 use super::support::Rotor;
-use super::{Policy, RequestInfo};
+use super::{Needs, Policy, RequestInfo};
 use crate::class::ClassId;
 use crate::view::{ClusterView, NodeId};
 
@@ -40,6 +40,13 @@ impl Cap {
 }
 
 impl Policy for Cap {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "cap"
     }

@@ -1,5 +1,5 @@
 use super::cap::Cap;
-use super::{Policy, PolicyError, RequestInfo};
+use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
 /// CAP combined with server state, as the Jones thesis suggests for future work: each class keeps
@@ -28,6 +28,14 @@ impl CapLoad {
 }
 
 impl Policy for CapLoad {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            gathered_load: true,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "cap-load"
     }
@@ -37,7 +45,7 @@ impl Policy for CapLoad {
             view.node_count(),
             |id| {
                 let state = view.node(id);
-                state.available && state.load < self.max_load
+                state.available && state.load() < self.max_load
             },
             |id| view.node(id).available,
         )
@@ -54,10 +62,10 @@ mod tests {
     fn skips_nodes_over_the_bound() {
         let policy = CapLoad::new(2, 0.9).unwrap();
         let mut view = StaticView::uniform(3);
-        view.nodes[1].load = 0.95;
-        view.nodes[2].load = 0.9;
+        view.set_load(1, 0.95);
+        view.set_load(2, 0.9);
         assert!(picks(&policy, &view, 6).iter().all(|&id| id == 0));
-        view.nodes[2].load = 0.5;
+        view.set_load(2, 0.5);
         let fresh = CapLoad::new(2, 0.9).unwrap();
         assert_eq!(picks(&fresh, &view, 4), vec![0, 2, 0, 2]);
     }
@@ -75,7 +83,7 @@ mod tests {
         let policy = CapLoad::new(1, 0.5).unwrap();
         let mut view = StaticView::uniform(3);
         for node in &mut view.nodes {
-            node.load = 0.99;
+            node.gathered.cpu = 0.99;
         }
         view.nodes[0].available = false;
         assert_eq!(picks(&policy, &view, 4), vec![1, 2, 1, 2]);

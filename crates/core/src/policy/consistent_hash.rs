@@ -1,5 +1,5 @@
 use super::support::{known_nodes, mix64};
-use super::{Policy, PolicyError, RequestInfo};
+use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
 /// Consistent hashing (Karger et al.) with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA
@@ -56,6 +56,13 @@ impl ConsistentHash {
 }
 
 impl Policy for ConsistentHash {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "consistent-hash"
     }

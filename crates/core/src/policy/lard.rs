@@ -1,34 +1,82 @@
 use super::support::{known_nodes, least_loaded, Rotor};
 use super::target_table::TargetTable;
-use super::{Policy, PolicyError, RequestInfo};
+use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId, NodeState};
 
-/// LARD's load thresholds on a node's active requests (Pai et al., ASPLOS '98).
+/// What LARD's thresholds measure on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadMeasure {
+    /// The dispatcher's live count of active requests (Pai et al.: T_low 25, T_high 65).
+    #[default]
+    Active,
+    /// The gathered load index, the busiest resource's utilisation in [0, 1] (the CAP paper's
+    /// LARD: T_low 0.3, T_high 0.7), as of the last report.
+    Utilisation,
+}
+
+impl LoadMeasure {
+    /// The thresholds the measure's paper uses: (T_low, T_high).
+    pub fn paper_thresholds(self) -> (f64, f64) {
+        match self {
+            LoadMeasure::Active => (25.0, 65.0),
+            LoadMeasure::Utilisation => (0.3, 0.7),
+        }
+    }
+
+    /// The node's load under this measure.
+    pub fn of(self, state: &NodeState) -> f64 {
+        match self {
+            LoadMeasure::Active => f64::from(state.active),
+            LoadMeasure::Utilisation => state.load(),
+        }
+    }
+}
+
+/// LARD's load thresholds (Pai et al., ASPLOS '98; the CAP paper's on utilisation).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Thresholds {
+    pub measure: LoadMeasure,
     /// Below this a node is lightly loaded.
-    pub t_low: u32,
+    pub t_low: f64,
     /// Above this a node is heavily loaded; at twice this it is overloaded outright.
-    pub t_high: u32,
+    pub t_high: f64,
 }
 
 impl Thresholds {
-    /// Checks `t_low < t_high`; `policy` names the policy in the error message.
-    pub fn new(policy: &str, t_low: u32, t_high: u32) -> Result<Self, PolicyError> {
-        if t_high == 0 || t_low >= t_high {
+    /// Checks `0 ≤ t_low < t_high` (and `t_high ≤ 1` for utilisation); `policy` names the policy
+    /// in the error message.
+    pub fn new(
+        policy: &str,
+        measure: LoadMeasure,
+        t_low: f64,
+        t_high: f64,
+    ) -> Result<Self, PolicyError> {
+        let (paper_low, paper_high) = measure.paper_thresholds();
+        let bounded = measure == LoadMeasure::Active || t_high <= 1.0;
+        if !(t_low.is_finite() && t_high.is_finite() && t_low >= 0.0 && t_low < t_high && bounded) {
             return Err(PolicyError::Invalid(format!(
-                "{policy}: t_low must be below t_high and t_high above 0 (got t_low = {t_low}, \
-                 t_high = {t_high}; Pai et al. use 25 and 65)"
+                "{policy}: t_low must be below t_high, both ≥ 0{} (got t_low = {t_low}, \
+                 t_high = {t_high}; the paper uses {paper_low} and {paper_high})",
+                if measure == LoadMeasure::Utilisation {
+                    " and at most 1 for utilisation"
+                } else {
+                    ""
+                }
             )));
         }
-        Ok(Thresholds { t_low, t_high })
+        Ok(Thresholds {
+            measure,
+            t_low,
+            t_high,
+        })
     }
 
     /// Pai et al.'s rule for leaving a target: it is heavily loaded while some node is lightly
     /// loaded, or it has reached twice the high threshold regardless.
-    pub(crate) fn should_move(&self, target_active: u32, least_active: u32) -> bool {
-        (target_active > self.t_high && least_active < self.t_low)
-            || u64::from(target_active) >= 2 * u64::from(self.t_high)
+    pub(crate) fn should_move(&self, target: &NodeState, least: &NodeState) -> bool {
+        let (t, l) = (self.measure.of(target), self.measure.of(least));
+        (t > self.t_high && l < self.t_low) || t >= 2.0 * self.t_high
     }
 }
 
@@ -46,9 +94,38 @@ pub(crate) fn least_loaded_known(
     view: &dyn ClusterView,
     built_for: usize,
     tie_break: &Rotor,
+    measure: LoadMeasure,
 ) -> Option<(NodeId, NodeState)> {
     let n = known_nodes(view, built_for);
-    least_loaded(view, n, tie_break.spin(n))
+    let start = tie_break.spin(n);
+    match measure {
+        LoadMeasure::Active => least_loaded(view, n, start),
+        LoadMeasure::Utilisation => least_utilised(view, n, start),
+    }
+}
+
+/// The available node with the lowest gathered load index; ties (nodes that report the same, or
+/// have not reported) go to fewer live active requests, then rotate.
+fn least_utilised(
+    view: &dyn ClusterView,
+    limit: usize,
+    start: usize,
+) -> Option<(NodeId, NodeState)> {
+    let mut best: Option<(NodeId, NodeState)> = None;
+    for i in 0..limit {
+        let id = (start + i) % limit;
+        let state = view.node(id);
+        if !state.available {
+            continue;
+        }
+        let better = best.is_none_or(|(_, b)| {
+            state.load() < b.load() || (state.load() == b.load() && state.active < b.active)
+        });
+        if better {
+            best = Some((id, state));
+        }
+    }
+    best
 }
 
 /// Locality-aware request distribution (Pai et al., ASPLOS '98), basic version:
@@ -60,7 +137,8 @@ pub(crate) fn least_loaded_known(
 /// send to server[target]
 /// ```
 ///
-/// Load is the node's `active` requests. The target is the request's key (`key_hash`). A target
+/// Load is the node's live `active` requests (Pai et al.) or its gathered utilisation (the CAP
+/// paper), as [`Thresholds::measure`] says. The target is the request's key (`key_hash`). A target
 /// whose node is unavailable (or gone after a reload) is reassigned as if it were new.
 ///
 /// Memory: at most `max_targets` keys are remembered, about 16 bytes each in the hash table (so
@@ -90,12 +168,22 @@ impl Lard {
 }
 
 impl Policy for Lard {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            gathered_load: self.thresholds.measure == LoadMeasure::Utilisation,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "lard"
     }
 
     fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
-        let (least, least_state) = least_loaded_known(view, self.built_for, &self.tie_break)?;
+        let measure = self.thresholds.measure;
+        let (least, least_state) =
+            least_loaded_known(view, self.built_for, &self.tie_break, measure)?;
         let n = known_nodes(view, self.built_for);
         let chosen = self.targets.update(req.key_hash, |target, fresh| {
             let current = *target as NodeId;
@@ -103,7 +191,7 @@ impl Policy for Lard {
             let chosen = if usable
                 && !self
                     .thresholds
-                    .should_move(view.node(current).active, least_state.active)
+                    .should_move(&view.node(current), &least_state)
             {
                 current
             } else {
@@ -123,7 +211,8 @@ mod tests {
     use crate::view::StaticView;
 
     fn lard(t_low: u32, t_high: u32) -> Lard {
-        Lard::new(3, Thresholds::new("lard", t_low, t_high).unwrap(), 1000).unwrap()
+        let t = Thresholds::new("lard", LoadMeasure::Active, t_low.into(), t_high.into());
+        Lard::new(3, t.unwrap(), 1000).unwrap()
     }
 
     #[test]
@@ -191,18 +280,50 @@ mod tests {
 
     #[test]
     fn parameters_are_validated() {
-        let e = Thresholds::new("lard", 65, 25).unwrap_err().to_string();
+        let active = |low, high| Thresholds::new("lard", LoadMeasure::Active, low, high);
+        let e = active(65.0, 25.0).unwrap_err().to_string();
         assert!(e.starts_with("lard: t_low must be below t_high"), "{e}");
-        assert!(Thresholds::new("lard", 0, 0).is_err());
-        assert!(Thresholds::new("lard", 0, 1).is_ok());
-        let t = Thresholds::new("lard", 25, 65).unwrap();
+        assert!(active(0.0, 0.0).is_err());
+        assert!(active(0.0, 1.0).is_ok());
+        assert!(active(f64::NAN, 1.0).is_err());
+        let util = |low, high| Thresholds::new("lard", LoadMeasure::Utilisation, low, high);
+        assert!(util(0.3, 0.7).is_ok());
+        let e = util(0.3, 2.0).unwrap_err().to_string();
+        assert!(e.contains("at most 1") && e.contains("0.3 and 0.7"), "{e}");
+        let t = active(25.0, 65.0).unwrap();
         let e = Lard::new(2, t, 1).err().unwrap().to_string();
         assert!(e.contains("max_targets"), "{e}");
     }
 
     #[test]
     fn shared_behaviour() {
-        let t = Thresholds::new("lard", 25, 65).unwrap();
+        let t = Thresholds::new("lard", LoadMeasure::Active, 25.0, 65.0).unwrap();
         check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
+        let t = Thresholds::new("lard", LoadMeasure::Utilisation, 0.3, 0.7).unwrap();
+        check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
+    }
+
+    /// The CAP paper's LARD: thresholds on gathered utilisation, not on active requests.
+    #[test]
+    fn utilisation_thresholds_move_a_key_off_a_busy_node() {
+        let t = Thresholds::new("lard", LoadMeasure::Utilisation, 0.3, 0.7).unwrap();
+        let policy = Lard::new(3, t, 1000).unwrap();
+        let mut view = StaticView::uniform(3);
+        view.set_load(0, 0.5);
+        view.set_load(1, 0.4);
+        view.set_load(2, 0.6);
+        // A new key goes to the least utilised node, whatever the active counts say.
+        view.nodes[1].active = 50;
+        assert_eq!(policy.pick(&request(0, "/a"), &view), Some(1));
+        // Heavily loaded (0.8 > 0.7) but nobody is light (< 0.3): the key stays.
+        view.set_load(1, 0.8);
+        assert_eq!(policy.pick(&request(0, "/a"), &view), Some(1));
+        // Node 0 drops to 0.2: the key moves there.
+        view.set_load(0, 0.2);
+        assert_eq!(policy.pick(&request(0, "/a"), &view), Some(0));
+        // Active counts alone never move it.
+        view.nodes[0].active = 500;
+        assert_eq!(policy.pick(&request(0, "/a"), &view), Some(0));
+        assert!(policy.needs().gathered_load && policy.needs().request_content);
     }
 }

@@ -1,8 +1,8 @@
-use super::lard::{check_max_targets, least_loaded_known, Thresholds};
+use super::lard::{check_max_targets, least_loaded_known, LoadMeasure, Thresholds};
 use super::support::{known_nodes, Rotor};
 use super::target_table::TargetTable;
-use super::{Policy, PolicyError, RequestInfo};
-use crate::view::{ClusterView, NodeId};
+use super::{Needs, Policy, PolicyError, RequestInfo};
+use crate::view::{ClusterView, NodeId, NodeState};
 
 /// The nodes serving one target under LARD/R.
 #[derive(Debug, Default)]
@@ -64,40 +64,45 @@ impl LardR {
 }
 
 impl Policy for LardR {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            gathered_load: self.thresholds.measure == LoadMeasure::Utilisation,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "lard-r"
     }
 
     fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
-        let (least, least_state) = least_loaded_known(view, self.built_for, &self.tie_break)?;
+        let measure = self.thresholds.measure;
+        let (least, least_state) =
+            least_loaded_known(view, self.built_for, &self.tie_break, measure)?;
         let n = known_nodes(view, self.built_for);
         let now = view.now_nanos();
         let chosen = self.sets.update(req.key_hash, |set, _fresh| {
             set.members.retain(|&m| (m as NodeId) < n);
             // Least loaded available member, and the member to shed (unavailable ones first,
             // then the most loaded).
-            let mut lightest: Option<(NodeId, u32)> = None;
-            let mut heaviest: Option<(NodeId, u64)> = None;
+            let mut lightest: Option<(NodeId, NodeState)> = None;
+            let mut heaviest: Option<(NodeId, f64)> = None;
             for &member in &set.members {
                 let id = member as NodeId;
                 let state = view.node(id);
-                let weight_to_shed = if state.available {
-                    u64::from(state.active)
-                } else {
-                    u64::MAX
-                };
+                let load = measure.of(&state);
+                let weight_to_shed = if state.available { load } else { f64::INFINITY };
                 if heaviest.is_none_or(|(_, w)| weight_to_shed > w) {
                     heaviest = Some((id, weight_to_shed));
                 }
-                if state.available && lightest.is_none_or(|(_, a)| state.active < a) {
-                    lightest = Some((id, state.active));
+                if state.available && lightest.is_none_or(|(_, l)| load < measure.of(&l)) {
+                    lightest = Some((id, state));
                 }
             }
             let mut changed = false;
             let chosen = match lightest {
-                Some((id, active)) if !self.thresholds.should_move(active, least_state.active) => {
-                    id
-                }
+                Some((id, state)) if !self.thresholds.should_move(&state, &least_state) => id,
                 _ => {
                     if !set.members.contains(&(least as u32)) {
                         set.members.push(least as u32);
@@ -131,7 +136,7 @@ mod tests {
     const SECOND: u64 = 1_000_000_000;
 
     fn lard_r(nodes: usize, shrink_after_secs: f64) -> LardR {
-        let t = Thresholds::new("lard-r", 25, 65).unwrap();
+        let t = Thresholds::new("lard-r", LoadMeasure::Active, 25.0, 65.0).unwrap();
         LardR::new(nodes, t, shrink_after_secs, 1000).unwrap()
     }
 
@@ -197,7 +202,7 @@ mod tests {
 
     #[test]
     fn parameters_are_validated() {
-        let t = Thresholds::new("lard-r", 25, 65).unwrap();
+        let t = Thresholds::new("lard-r", LoadMeasure::Active, 25.0, 65.0).unwrap();
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             let e = LardR::new(2, t, bad, 10).err().unwrap().to_string();
             assert!(e.starts_with("lard-r: shrink_after_secs"), "{e}");

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::class::ClassId;
+pub use crate::gather::{Needs, WeightSource};
 use crate::view::{ClusterView, NodeId};
 
 mod cap;
@@ -35,7 +36,7 @@ mod spec_tests;
 pub use cap::Cap;
 pub use cap_load::CapLoad;
 pub use consistent_hash::ConsistentHash;
-pub use lard::{Lard, Thresholds};
+pub use lard::{Lard, LoadMeasure, Thresholds};
 pub use lard_r::LardR;
 pub use least_connections::LeastConnections;
 pub use peak_ewma::PeakEwma;
@@ -75,6 +76,10 @@ pub trait Policy: Send + Sync {
     fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId>;
     /// Told when a request it placed has finished (for policies that learn).
     fn on_done(&self, _node: NodeId, _req: &RequestInfo<'_>, _outcome: &Outcome) {}
+    /// What the policy reads, so the switch and the simulator feed it without knowing its name.
+    fn needs(&self) -> Needs {
+        Needs::default()
+    }
 }
 
 /// A policy and its parameters as written in the configuration (`[policy]` table, `name` key).
@@ -96,9 +101,14 @@ pub enum PolicySpec {
     },
     /// A circular pointer over the nodes.
     RoundRobin {},
-    /// Smooth weighted round robin (as nginx does it) on each node's configured `weight`, so a
-    /// node of weight 3 next to one of weight 1 gets `a a b a`, not `a a a b`.
-    WeightedRoundRobin {},
+    /// Smooth weighted round robin (as nginx does it), so a node of weight 3 next to one of
+    /// weight 1 gets `a a b a`, not `a a a b`. Weights are the configured ones (`static`,
+    /// default) or derived from gathered state every T_gat (`active`: the CAP paper's WRR_num;
+    /// `service-time`: its WRR_time).
+    WeightedRoundRobin {
+        #[serde(default)]
+        metric: WrrMetric,
+    },
     /// Fewest active requests; ties go to the larger weight, then rotate.
     LeastConnections {},
     /// The power of two choices: two distinct random available nodes, the one with fewer active
@@ -128,15 +138,19 @@ pub enum PolicySpec {
         default: Option<Vec<String>>,
     },
     /// Locality-aware request distribution (Pai et al., ASPLOS '98): one target node per object
-    /// key, moved to the least loaded node when the target has more than `t_high` active requests
-    /// and some node has fewer than `t_low`, or when the target reaches `2 × t_high`.
+    /// key, moved to the least loaded node when the target's load is above `t_high` and some
+    /// node's is below `t_low`, or when the target reaches `2 × t_high`.
     Lard {
-        /// Below this many active requests a node is lightly loaded (default 25, Pai et al.).
-        #[serde(default = "default_t_low")]
-        t_low: u32,
-        /// Above this many active requests a node is heavily loaded (default 65, Pai et al.).
-        #[serde(default = "default_t_high")]
-        t_high: u32,
+        /// What the thresholds measure: `active` requests (Pai et al., default) or gathered
+        /// `utilisation` (the CAP paper).
+        #[serde(default)]
+        load: LoadMeasure,
+        /// Below this a node is lightly loaded (default 25 active, or 0.3 utilisation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_low: Option<f64>,
+        /// Above this a node is heavily loaded (default 65 active, or 0.7 utilisation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_high: Option<f64>,
         /// Most object keys remembered (default 1,000,000); see [`Lard`] for the eviction.
         #[serde(default = "default_max_targets")]
         max_targets: usize,
@@ -146,12 +160,15 @@ pub enum PolicySpec {
     /// loaded member leaves once the set has not changed for `shrink_after_secs` (Pai et al.'s
     /// K).
     LardR {
-        /// Below this many active requests a node is lightly loaded (default 25).
-        #[serde(default = "default_t_low")]
-        t_low: u32,
-        /// Above this many active requests a node is heavily loaded (default 65).
-        #[serde(default = "default_t_high")]
-        t_high: u32,
+        /// What the thresholds measure, as for `lard`.
+        #[serde(default)]
+        load: LoadMeasure,
+        /// Below this a node is lightly loaded (default 25 active, or 0.3 utilisation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_low: Option<f64>,
+        /// Above this a node is heavily loaded (default 65 active, or 0.7 utilisation).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t_high: Option<f64>,
         /// Pai et al.'s K: seconds without a change before a server set shrinks (default 20).
         #[serde(default = "default_shrink_after_secs")]
         shrink_after_secs: f64,
@@ -191,12 +208,6 @@ fn default_seed() -> u64 {
 }
 fn default_decay_time_secs() -> f64 {
     10.0
-}
-fn default_t_low() -> u32 {
-    25
-}
-fn default_t_high() -> u32 {
-    65
 }
 fn default_max_targets() -> usize {
     1_000_000
@@ -238,7 +249,9 @@ impl PolicySpec {
                 seed: default_seed(),
             },
             "round-robin" => PolicySpec::RoundRobin {},
-            "weighted-round-robin" => PolicySpec::WeightedRoundRobin {},
+            "weighted-round-robin" => PolicySpec::WeightedRoundRobin {
+                metric: WrrMetric::default(),
+            },
             "least-connections" => PolicySpec::LeastConnections {},
             "two-choices" => PolicySpec::TwoChoices {
                 seed: default_seed(),
@@ -251,13 +264,15 @@ impl PolicySpec {
                 default: None,
             },
             "lard" => PolicySpec::Lard {
-                t_low: default_t_low(),
-                t_high: default_t_high(),
+                load: LoadMeasure::default(),
+                t_low: None,
+                t_high: None,
                 max_targets: default_max_targets(),
             },
             "lard-r" => PolicySpec::LardR {
-                t_low: default_t_low(),
-                t_high: default_t_high(),
+                load: LoadMeasure::default(),
+                t_low: None,
+                t_high: None,
                 shrink_after_secs: default_shrink_after_secs(),
                 max_targets: default_max_targets(),
             },
@@ -277,7 +292,7 @@ impl PolicySpec {
         match self {
             PolicySpec::Random { .. } => "random",
             PolicySpec::RoundRobin {} => "round-robin",
-            PolicySpec::WeightedRoundRobin {} => "weighted-round-robin",
+            PolicySpec::WeightedRoundRobin { .. } => "weighted-round-robin",
             PolicySpec::LeastConnections {} => "least-connections",
             PolicySpec::TwoChoices { .. } => "two-choices",
             PolicySpec::PeakEwma { .. } => "peak-ewma",
@@ -317,7 +332,9 @@ pub fn build_policy(
     Ok(match spec {
         PolicySpec::Random { seed } => Box::new(Random::new(*seed)),
         PolicySpec::RoundRobin {} => Box::new(RoundRobin::new()),
-        PolicySpec::WeightedRoundRobin {} => Box::new(WeightedRoundRobin::new(node_count)),
+        PolicySpec::WeightedRoundRobin { metric } => {
+            Box::new(WeightedRoundRobin::new(node_count, metric.weights()))
+        }
         PolicySpec::LeastConnections {} => Box::new(LeastConnections::new()),
         PolicySpec::TwoChoices { seed } => Box::new(TwoChoices::new(*seed)),
         PolicySpec::PeakEwma { decay_time_secs } => {
@@ -332,22 +349,24 @@ pub fn build_policy(
             default.as_deref(),
         )?),
         PolicySpec::Lard {
+            load,
             t_low,
             t_high,
             max_targets,
         } => Box::new(Lard::new(
             node_count,
-            Thresholds::new("lard", *t_low, *t_high)?,
+            thresholds("lard", *load, *t_low, *t_high)?,
             *max_targets,
         )?),
         PolicySpec::LardR {
+            load,
             t_low,
             t_high,
             shrink_after_secs,
             max_targets,
         } => Box::new(LardR::new(
             node_count,
-            Thresholds::new("lard-r", *t_low, *t_high)?,
+            thresholds("lard-r", *load, *t_low, *t_high)?,
             *shrink_after_secs,
             *max_targets,
         )?),
@@ -358,6 +377,39 @@ pub fn build_policy(
         PolicySpec::Cap {} => Box::new(Cap::new(ctx.classes.len())),
         PolicySpec::CapLoad { max_load } => Box::new(CapLoad::new(ctx.classes.len(), *max_load)?),
     })
+}
+
+fn thresholds(
+    policy: &str,
+    load: LoadMeasure,
+    t_low: Option<f64>,
+    t_high: Option<f64>,
+) -> Result<Thresholds, PolicyError> {
+    let (low, high) = load.paper_thresholds();
+    Thresholds::new(policy, load, t_low.unwrap_or(low), t_high.unwrap_or(high))
+}
+
+/// How `weighted-round-robin` gets its weights (the configuration's `metric`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WrrMetric {
+    /// The nodes' configured weights (nginx, HAProxy).
+    #[default]
+    Static,
+    /// WRR_num: from the active requests at each gather.
+    Active,
+    /// WRR_time: from the nodes' reported mean service times.
+    ServiceTime,
+}
+
+impl WrrMetric {
+    pub fn weights(self) -> WeightSource {
+        match self {
+            WrrMetric::Static => WeightSource::Configured,
+            WrrMetric::Active => WeightSource::ActiveRequests,
+            WrrMetric::ServiceTime => WeightSource::ServiceTime,
+        }
+    }
 }
 
 /// Class name → the names of the nodes that serve it (static partitioning).

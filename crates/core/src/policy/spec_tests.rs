@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::support::testing::check_common_behaviour;
-use super::{build_policy, PolicyContext, PolicyError, PolicySpec};
+use super::{build_policy, LoadMeasure, PolicyContext, PolicyError, PolicySpec};
 
 #[derive(Debug, Deserialize, Serialize, PartialEq)]
 struct Config {
@@ -51,8 +51,9 @@ fn a_bare_name_gets_the_papers_defaults() {
     assert_eq!(
         parse("[policy]\nname = \"lard-r\"").unwrap(),
         PolicySpec::LardR {
-            t_low: 25,
-            t_high: 65,
+            load: LoadMeasure::Active,
+            t_low: None,
+            t_high: None,
             shrink_after_secs: 20.0,
             max_targets: 1_000_000
         }

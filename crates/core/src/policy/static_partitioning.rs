@@ -1,5 +1,5 @@
 use super::support::Rotor;
-use super::{Partitions, Policy, PolicyContext, PolicyError, RequestInfo};
+use super::{Needs, Partitions, Policy, PolicyContext, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
 /// Static partitioning (the CAP paper's rival, how commercial layer-7 switches dedicate servers
@@ -80,6 +80,13 @@ fn resolve(
 }
 
 impl Policy for StaticPartitioning {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            ..Needs::default()
+        }
+    }
+
     fn name(&self) -> &'static str {
         "static-partitioning"
     }

@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use super::support::known_nodes;
-use super::{Policy, RequestInfo};
+use super::{Needs, Policy, RequestInfo, WeightSource};
 use crate::view::{ClusterView, NodeId};
 
 /// Smooth weighted round robin, as nginx does it: every pick adds each available node's weight to
@@ -9,20 +9,24 @@ use crate::view::{ClusterView, NodeId};
 /// of `Σ weights` picks each node gets exactly its weight, and heavy nodes' turns are spread out
 /// (`a b a c a` for 3:1:1) instead of bunched.
 ///
-/// Weights are read from the view at each pick (`NodeState::weight`, below 1 counts as 1), so
-/// weights derived from gathered load can later be fed through the view without a new policy.
+/// Weights are read from the view at each pick (`NodeState::weight`, below 1 counts as 1): the
+/// configured ones, or those the gatherer derived every T_gat when the policy declares a derived
+/// [`WeightSource`] in its [`Needs`].
 #[derive(Debug)]
 pub struct WeightedRoundRobin {
     /// Running credit per node, sized to the cluster the policy was built for. A lock, not
     /// atomics: the credits of all nodes must change together for the cycle to stay exact, and
     /// the critical section is a few additions.
     credit: Mutex<Vec<i64>>,
+    weights: WeightSource,
 }
 
 impl WeightedRoundRobin {
-    pub fn new(node_count: usize) -> Self {
+    /// `weights`: configured, or derived by the gatherer (the caller puts them in the view).
+    pub fn new(node_count: usize, weights: WeightSource) -> Self {
         WeightedRoundRobin {
             credit: Mutex::new(vec![0; node_count]),
+            weights,
         }
     }
 }
@@ -30,6 +34,14 @@ impl WeightedRoundRobin {
 impl Policy for WeightedRoundRobin {
     fn name(&self) -> &'static str {
         "weighted-round-robin"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: false,
+            gathered_load: self.weights == WeightSource::ServiceTime,
+            weights: self.weights,
+        }
     }
 
     fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
@@ -69,7 +81,11 @@ mod tests {
         view.nodes[1].weight = 1;
         view.nodes[2].weight = 1;
         // nginx's documented sequence for weights 5, 1, 1.
-        let chosen = picks(&WeightedRoundRobin::new(3), &view, 7);
+        let chosen = picks(
+            &WeightedRoundRobin::new(3, WeightSource::Configured),
+            &view,
+            7,
+        );
         assert_eq!(chosen, vec![0, 0, 1, 0, 2, 0, 0]);
     }
 
@@ -79,7 +95,11 @@ mod tests {
         for (node, weight) in view.nodes.iter_mut().zip([3, 1, 2, 4]) {
             node.weight = weight;
         }
-        let chosen = picks(&WeightedRoundRobin::new(4), &view, 100);
+        let chosen = picks(
+            &WeightedRoundRobin::new(4, WeightSource::Configured),
+            &view,
+            100,
+        );
         for (node, weight) in [3, 1, 2, 4].into_iter().enumerate() {
             let count = chosen.iter().filter(|&&id| id == node).count();
             assert_eq!(count, weight * 10, "node {node}");
@@ -88,12 +108,16 @@ mod tests {
 
     #[test]
     fn equal_weights_are_plain_round_robin() {
-        let chosen = picks(&WeightedRoundRobin::new(3), &StaticView::uniform(3), 6);
+        let chosen = picks(
+            &WeightedRoundRobin::new(3, WeightSource::Configured),
+            &StaticView::uniform(3),
+            6,
+        );
         assert_eq!(chosen, vec![0, 1, 2, 0, 1, 2]);
     }
 
     #[test]
     fn shared_behaviour() {
-        check_common_behaviour(&WeightedRoundRobin::new(4), 4);
+        check_common_behaviour(&WeightedRoundRobin::new(4, WeightSource::Configured), 4);
     }
 }

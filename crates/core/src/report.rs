@@ -1,0 +1,145 @@
+//! The load report a node serves (`GET /_capstan/load`): one typed wire format shared by
+//! `capstan origin` (which writes it), `capstan agent` (which writes it for nginx or Apache), the
+//! switch's gatherer and the lab (which read it). The simulator builds the same type from its
+//! models, so the gatherer sees identical input in both worlds.
+//!
+//! Field names are stable; fields added later get `#[serde(default)]` so an older node's report
+//! still parses.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Utilisations and counts over one window of the node's history.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    pub length_s: f64,
+    pub cpu_util: f64,
+    pub disk_util: f64,
+    pub nic_util: f64,
+    #[serde(default)]
+    pub cpu_busy_s: f64,
+    #[serde(default)]
+    pub disk_busy_s: f64,
+    #[serde(default)]
+    pub nic_busy_s: f64,
+    #[serde(default)]
+    pub served: u64,
+    #[serde(default)]
+    pub mean_service_ms: f64,
+}
+
+/// Requests of one kind the node served, and their mean service time (per-class feedback).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassWindow {
+    pub served: u64,
+    pub mean_service_ms: f64,
+}
+
+/// An emulated node's memory file cache.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheReport {
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+/// Accuracy of an emulated node's waits for modelled completions (disk, CPU, NIC), since start.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimerReport {
+    pub waits: u64,
+    /// Mean and largest time past the deadline (an early wake-up counts as 0).
+    pub mean_late_us: f64,
+    pub max_late_us: f64,
+    /// Waits that ended before their deadline.
+    pub early_waits: u64,
+    /// How far ahead of their deadlines waits are set now, to make up for wake-up delay.
+    pub lead_us: f64,
+}
+
+/// The whole report. Only `interval` is required of a node; everything else has a default, so a
+/// minimal load daemon can answer `{"interval":{"length_s":1,"cpu_util":0.4,"disk_util":0,
+/// "nic_util":0}}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    #[serde(default)]
+    pub node: String,
+    /// `emulated`, `real` (capstan origin) or `agent` (capstan agent beside a real server).
+    #[serde(default)]
+    pub resources: String,
+    #[serde(default)]
+    pub tree: String,
+    #[serde(default)]
+    pub cores: u32,
+    #[serde(default)]
+    pub speed: f64,
+    #[serde(default)]
+    pub uptime_s: f64,
+    /// Requests being served now (the load request itself excluded).
+    #[serde(default)]
+    pub active_requests: u64,
+    #[serde(default)]
+    pub served: u64,
+    #[serde(default)]
+    pub mean_service_ms: f64,
+    /// The last interval: what the gatherer turns into utilisations.
+    pub interval: Window,
+    #[serde(default)]
+    pub since_start: Window,
+    /// Per request kind over the last interval (`static`, `cgi`, …), when the node tells.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, ClassWindow>,
+    /// Which share of the document tree this node holds locally (`--partition K/N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<Partition>,
+    /// Memory file cache; only in emulated mode (real mode has the OS page cache).
+    #[serde(default)]
+    pub cache: Option<CacheReport>,
+    /// How late the node's modelled waits ended past their deadlines; only in emulated mode.
+    #[serde(default)]
+    pub timer: Option<TimerReport>,
+}
+
+/// Node `index` of `count` owns the files whose key hashes to it (`hash % count == index`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Partition {
+    /// Whether the object with this locality key lives on this partition's node.
+    pub fn holds(&self, key_hash: u64) -> bool {
+        self.count <= 1 || key_hash % u64::from(self.count) == u64::from(self.index)
+    }
+}
+
+/// Why a report body is not a load report.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ReportError {
+    #[error("not a load report: {0}")]
+    Malformed(String),
+    #[error("load report has a utilisation that is not a number in [0, 1]: {field} = {value}")]
+    OutOfRange { field: &'static str, value: f64 },
+}
+
+impl LoadReport {
+    /// Parses a report body (JSON) and checks its utilisations.
+    pub fn parse(body: &[u8]) -> Result<LoadReport, ReportError> {
+        let report: LoadReport =
+            serde_json::from_slice(body).map_err(|e| ReportError::Malformed(e.to_string()))?;
+        for (field, value) in [
+            ("interval.cpu_util", report.interval.cpu_util),
+            ("interval.disk_util", report.interval.disk_util),
+            ("interval.nic_util", report.interval.nic_util),
+        ] {
+            // A report a little over 1 (rounding in a busy-time sum) is clamped later; NaN,
+            // negatives and wild values mean the daemon is broken.
+            if !value.is_finite() || !(0.0..=1.5).contains(&value) {
+                return Err(ReportError::OutOfRange { field, value });
+            }
+        }
+        Ok(report)
+    }
+}

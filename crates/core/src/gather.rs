@@ -87,6 +87,13 @@ impl Gatherer {
         self.feeds.len()
     }
 
+    /// Restores what was known of node `node` (a reload keeps the state of nodes that stay).
+    pub fn seed(&mut self, node: NodeId, gathered: Gathered) {
+        if let Some(feed) = self.feeds.get_mut(node) {
+            feed.gathered = gathered;
+        }
+    }
+
     /// Node `node` answered with `report` at `now_nanos`.
     pub fn record(&mut self, node: NodeId, report: &LoadReport, now_nanos: u64) {
         let Some(feed) = self.feeds.get_mut(node) else {

@@ -10,22 +10,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Utilisations and counts over one window of the node's history.
+/// Utilisations and counts over one window of the node's history. Every field defaults to 0, so
+/// a minimal daemon may send only the utilisations.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Window {
     pub length_s: f64,
     pub cpu_util: f64,
     pub disk_util: f64,
     pub nic_util: f64,
-    #[serde(default)]
     pub cpu_busy_s: f64,
-    #[serde(default)]
     pub disk_busy_s: f64,
-    #[serde(default)]
     pub nic_busy_s: f64,
-    #[serde(default)]
     pub served: u64,
-    #[serde(default)]
     pub mean_service_ms: f64,
 }
 
@@ -59,8 +56,7 @@ pub struct TimerReport {
 }
 
 /// The whole report. Only `interval` is required of a node; everything else has a default, so a
-/// minimal load daemon can answer `{"interval":{"length_s":1,"cpu_util":0.4,"disk_util":0,
-/// "nic_util":0}}`.
+/// minimal load daemon can answer `{"interval":{"cpu_util":0.4,"disk_util":0,"nic_util":0}}`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
     #[serde(default)]
@@ -141,5 +137,53 @@ impl LoadReport {
             }
         }
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_report_parses() {
+        let r = LoadReport::parse(br#"{"interval":{"cpu_util":0.4}}"#).unwrap();
+        assert_eq!(r.interval.cpu_util, 0.4);
+        assert_eq!(r.active_requests, 0);
+    }
+
+    #[test]
+    fn bad_reports_are_refused_with_the_reason() {
+        let e = LoadReport::parse(b"{}").unwrap_err().to_string();
+        assert!(e.contains("interval"), "{e}");
+        assert!(LoadReport::parse(b"<html>").is_err());
+        let e = LoadReport::parse(br#"{"interval":{"cpu_util":-3}}"#).unwrap_err();
+        assert_eq!(
+            e,
+            ReportError::OutOfRange {
+                field: "interval.cpu_util",
+                value: -3.0
+            }
+        );
+    }
+
+    #[test]
+    fn a_report_round_trips_through_json() {
+        let r = LoadReport {
+            node: "n1".into(),
+            partition: Some(Partition { index: 1, count: 3 }),
+            ..LoadReport::default()
+        };
+        let back = LoadReport::parse(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_partition_holds_its_share_of_keys() {
+        let p = |index| Partition { index, count: 3 };
+        for h in 0..30u64 {
+            let holders = (0..3).filter(|&i| p(i).holds(h)).count();
+            assert_eq!(holders, 1, "every key has exactly one home");
+        }
+        assert!(Partition { index: 0, count: 1 }.holds(7));
     }
 }

@@ -109,6 +109,19 @@ pub struct Status {
     pub cache: Option<crate::caching::report::CacheReport>,
 }
 
+/// A node's gathered state, as `/status` shows it.
+#[derive(Serialize)]
+pub struct GatheredStatus {
+    pub cpu: f64,
+    pub disk: f64,
+    pub net: f64,
+    pub active: u32,
+    pub mean_service_ms: f64,
+    pub served: u64,
+    /// Age of the report, milliseconds.
+    pub age_ms: f64,
+}
+
 #[derive(Serialize)]
 pub struct NodeStatus {
     pub name: String,
@@ -119,6 +132,13 @@ pub struct NodeStatus {
     pub served: u64,
     /// Utilisation the node last reported (0–1); 0 when load is not gathered.
     pub load: f64,
+    /// The weight the policy uses now: configured, or derived from gathered state.
+    pub effective_weight: u32,
+    /// Gathered from the node's last load report (absent before the first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gathered: Option<GatheredStatus>,
+    /// The node's reports stopped: it is out until they resume.
+    pub silent: bool,
     pub load_reports: u64,
     pub load_report_failures: u64,
     pub errors: NodeErrors,
@@ -171,6 +191,7 @@ fn status(switch: &Switch) -> Status {
         .nodes
         .iter()
         .map(|node| {
+            let feedback = node.feedback();
             let latency = node.latency_us.lock().map(|h| {
                 let ms = |us: u64| us as f64 / 1000.0;
                 LatencySummary {
@@ -186,10 +207,24 @@ fn status(switch: &Switch) -> Status {
                 name: node.config.name.clone(),
                 address: node.config.address.to_string(),
                 weight: node.config.weight,
-                available: node.is_up(now),
+                available: node.is_up(now) && !feedback.silent,
                 active: node.active.load(Ordering::Relaxed),
                 served: node.served.load(Ordering::Relaxed),
-                load: node.load(),
+                load: feedback.gathered.load(),
+                effective_weight: match cluster.needs.weights {
+                    capstan_core::WeightSource::Configured => node.config.weight,
+                    _ => feedback.weight,
+                },
+                gathered: feedback.gathered.at_nanos.map(|at| GatheredStatus {
+                    cpu: feedback.gathered.cpu,
+                    disk: feedback.gathered.disk,
+                    net: feedback.gathered.net,
+                    active: feedback.gathered.active,
+                    mean_service_ms: feedback.gathered.mean_service_ms,
+                    served: feedback.gathered.served,
+                    age_ms: now.saturating_sub(at) as f64 / 1e6,
+                }),
+                silent: feedback.silent,
                 load_reports: node.load_reports.load(Ordering::Relaxed),
                 load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
                 errors: NodeErrors {

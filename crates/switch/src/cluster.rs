@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use capstan_core::{Classifier, ClusterView, NodeId, NodeState, Policy};
+use arc_swap::ArcSwap;
+use capstan_core::{
+    Classifier, ClusterView, Gathered, Needs, NodeId, NodeState, Policy, WeightSource,
+};
 use hdrhistogram::Histogram;
 use http::uri::Authority;
 use http::HeaderValue;
@@ -61,8 +64,9 @@ pub struct NodeRuntime {
     pub class_placed: Vec<AtomicU64>,
     /// Response times in microseconds, from dispatch to the end of the body.
     pub latency_us: Mutex<Histogram<u64>>,
-    /// Utilisation the node last reported (busiest resource, 0–1), as `f64` bits.
-    reported_load: AtomicU64,
+    /// What the gatherer last published for the node (gathered state, derived weight, silence).
+    /// Swapped whole once per gathering round; a pick reads it without a lock.
+    feedback: ArcSwap<Feedback>,
     /// Load reports gathered, and gathering attempts that failed.
     pub load_reports: AtomicU64,
     pub load_report_failures: AtomicU64,
@@ -90,7 +94,7 @@ impl NodeRuntime {
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
-            reported_load: AtomicU64::new(0f64.to_bits()),
+            feedback: ArcSwap::from_pointee(Feedback::default()),
             load_reports: AtomicU64::new(0),
             load_report_failures: AtomicU64::new(0),
         })
@@ -140,24 +144,43 @@ impl NodeRuntime {
         }
     }
 
-    /// The utilisation the node last reported, 0 when it never has.
+    /// The utilisation the node last reported (busiest resource), 0 when it never has.
     pub fn load(&self) -> f64 {
-        f64::from_bits(self.reported_load.load(Ordering::Relaxed))
+        self.feedback.load().gathered.load()
     }
 
-    pub fn set_load(&self, load: f64) {
-        let load = if load.is_finite() {
-            load.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        self.reported_load.store(load.to_bits(), Ordering::Relaxed);
-        self.load_reports.fetch_add(1, Ordering::Relaxed);
+    /// What the gatherer last published for the node.
+    pub fn feedback(&self) -> Feedback {
+        **self.feedback.load()
+    }
+
+    pub(crate) fn publish(&self, feedback: Feedback) {
+        self.feedback.store(Arc::new(feedback));
     }
 
     pub fn record_latency(&self, micros: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
             h.saturating_record(micros.max(1));
+        }
+    }
+}
+
+/// The gathered side of a node's state as the gatherer publishes it after each round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Feedback {
+    pub gathered: Gathered,
+    /// Weight derived from gathered state (used when the policy asks for derived weights).
+    pub weight: u32,
+    /// The node's reports stopped for longer than `load.silent_after`: it is unavailable.
+    pub silent: bool,
+}
+
+impl Default for Feedback {
+    fn default() -> Self {
+        Feedback {
+            gathered: Gathered::default(),
+            weight: 1,
+            silent: false,
         }
     }
 }
@@ -168,6 +191,8 @@ pub struct Cluster {
     pub config: Arc<Config>,
     pub classifier: Classifier,
     pub policy: Box<dyn Policy>,
+    /// What the policy reads (its own declaration), so the gatherer knows what to feed it.
+    pub needs: Needs,
     pub nodes: Vec<Arc<NodeRuntime>>,
     pub class_headers: Vec<HeaderValue>,
 }
@@ -214,6 +239,7 @@ impl Cluster {
             generation,
             config: Arc::new(config),
             classifier,
+            needs: policy.needs(),
             policy,
             nodes,
             class_headers,
@@ -227,6 +253,8 @@ pub struct LiveView<'a> {
     pub now_nanos: u64,
     pub nodes: &'a [Arc<NodeRuntime>],
     pub exclude: Option<NodeId>,
+    /// Where weights come from (the policy's declared needs).
+    pub weights: WeightSource,
 }
 
 impl ClusterView for LiveView<'_> {
@@ -240,16 +268,15 @@ impl ClusterView for LiveView<'_> {
 
     fn node(&self, id: NodeId) -> NodeState {
         let node = &self.nodes[id];
+        let feedback = node.feedback.load();
         NodeState {
-            available: node.is_up(self.now_nanos) && self.exclude != Some(id),
-            weight: node.config.weight,
-            active: node.active.load(Ordering::Relaxed),
-            gathered: capstan_core::Gathered {
-                cpu: node.load(),
-                disk: 0.0,
-                net: 0.0,
-                ..Default::default()
+            available: node.is_up(self.now_nanos) && !feedback.silent && self.exclude != Some(id),
+            weight: match self.weights {
+                WeightSource::Configured => node.config.weight,
+                _ => feedback.weight,
             },
+            active: node.active.load(Ordering::Relaxed),
+            gathered: feedback.gathered,
         }
     }
 }

@@ -134,17 +134,24 @@ impl Default for Health {
     }
 }
 
-/// Gathering each node's reported load (the papers' "collector"), for the policies that use it
-/// (`cap-load`). Off unless `path` is set; `capstan origin` reports at `/_capstan/load`.
+/// Gathering each node's load report (the papers' "collector", SWEB's loadd), for the policies
+/// that read gathered state (`cap-load`, `sweb`, `lard` on utilisation, `weighted-round-robin`
+/// with `metric = "service-time"`). Reports are fetched only when `path` is set;
+/// `capstan origin` and `capstan agent` report at `/_capstan/load`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoadGathering {
     /// Path of the node's JSON load report; its busiest `interval` utilisation (`cpu_util`,
     /// `disk_util`, `nic_util`) becomes the node's load.
     pub path: Option<String>,
-    /// How often to gather (T_gat in the CAP paper; SWEB's load daemon used 2–3 s).
+    /// How often to gather (T_gat in the CAP paper; SWEB's load daemon used 2–3 s). WRR's
+    /// derived weights are recomputed at the same pace.
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// A node whose last report is older than this is taken out until it reports again (SWEB's
+    /// loadd). Default: three intervals.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub silent_after: Option<Duration>,
 }
 
 impl Default for LoadGathering {
@@ -152,6 +159,7 @@ impl Default for LoadGathering {
         LoadGathering {
             path: None,
             interval: Duration::from_secs(2),
+            silent_after: None,
         }
     }
 }
@@ -518,18 +526,28 @@ impl Config {
             self.health.fail_threshold,
             humantime::format_duration(self.health.backoff)
         );
+        let needs = self
+            .classifier()
+            .ok()
+            .and_then(|c| self.build_policy_for(&c).ok())
+            .map(|p| p.needs())
+            .unwrap_or_default();
         match &self.load.path {
             Some(path) => {
                 let _ = writeln!(
                     out,
-                    "load      gathered from {path} every {}",
-                    humantime::format_duration(self.load.interval)
+                    "load      gathered from {path} every {}, silent nodes out after {}",
+                    humantime::format_duration(self.load.interval),
+                    humantime::format_duration(
+                        self.load.silent_after.unwrap_or(self.load.interval * 3)
+                    )
                 );
             }
-            None if self.policy.name() == "cap-load" => {
+            None if needs.gathered_load => {
                 let _ = writeln!(
                     out,
-                    "load      not gathered: cap-load sees every node at load 0 (set [load] path)"
+                    "load      not gathered: {} sees every node at load 0 (set [load] path)",
+                    self.policy.name()
                 );
             }
             None => {
@@ -599,6 +617,9 @@ fn check_load(l: &LoadGathering) -> Result<(), String> {
     }
     if l.interval < Duration::from_millis(10) {
         return Err("load.interval must be at least 10ms".into());
+    }
+    if l.silent_after.is_some_and(|s| s < l.interval) {
+        return Err("load.silent_after must be at least load.interval".into());
     }
     Ok(())
 }

@@ -1,16 +1,23 @@
-//! The load collector: every `load.interval`, each node's load report is fetched and its
-//! busiest resource's utilisation becomes the load the policies see.
+//! The gathering task: every `load.interval` (T_gat) each node's load report is fetched and fed
+//! to `core`'s [`Gatherer`], which turns reports into the gathered state policies see, takes
+//! silent nodes out and derives WRR weights; the result is published to each node whole, so a
+//! pick reads it without a lock or a clock.
+//!
+//! The task runs only when the policy needs gathered state or derived weights, or reports are
+//! configured (`load.path`), so a plain round-robin switch does no gathering at all.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use capstan_core::{GatherRules, Gatherer, LoadReport, WeightSource};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::cluster::NodeRuntime;
+use crate::cluster::{Cluster, Feedback, NodeRuntime};
 use crate::server::Switch;
 
 type ReportClient = Client<HttpConnector, Empty<Bytes>>;
@@ -23,22 +30,19 @@ pub(crate) async fn gather_loads(switch: Arc<Switch>) {
     connector.set_connect_timeout(Some(Duration::from_secs(1)));
     let client: ReportClient = Client::builder(TokioExecutor::new()).build(connector);
     let mut stop = switch.shutdown_signal();
+    let mut current: Option<(u64, Gatherer)> = None;
     loop {
         let cluster = switch.cluster.load_full();
         let interval = cluster.config.load.interval;
-        if let Some(path) = cluster.config.load.path.clone() {
-            let mut fetches = tokio::task::JoinSet::new();
-            for node in &cluster.nodes {
-                let (client, node, path) = (client.clone(), Arc::clone(node), path.clone());
-                fetches.spawn(async move {
-                    match tokio::time::timeout(interval, fetch_load(&client, &node, &path)).await {
-                        Ok(Ok(load)) => node.set_load(load),
-                        Ok(Err(why)) => failed(&node, &why),
-                        Err(_) => failed(&node, "no report within the gathering interval"),
-                    }
-                });
-            }
-            while fetches.join_next().await.is_some() {}
+        if gathers(&cluster) {
+            let gatherer = match &mut current {
+                Some((generation, g)) if *generation == cluster.generation => g,
+                _ => {
+                    let fresh = seeded_gatherer(&cluster, switch.epoch.now_nanos());
+                    &mut current.insert((cluster.generation, fresh)).1
+                }
+            };
+            gather_round(&switch, &cluster, &client, gatherer).await;
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -47,13 +51,107 @@ pub(crate) async fn gather_loads(switch: Arc<Switch>) {
     }
 }
 
+/// Whether this cluster's policy or configuration asks for gathering.
+fn gathers(cluster: &Cluster) -> bool {
+    cluster.config.load.path.is_some()
+        || cluster.needs.gathered_load
+        || cluster.needs.weights != WeightSource::Configured
+}
+
+/// A gatherer for a newly loaded configuration that remembers what was known of nodes that stay
+/// (their state is carried with the node across a reload).
+fn seeded_gatherer(cluster: &Cluster, now_nanos: u64) -> Gatherer {
+    let load = &cluster.config.load;
+    let rules = GatherRules {
+        silent_after_nanos: load
+            .path
+            .as_ref()
+            .map(|_| nanos(load.silent_after.unwrap_or(load.interval * 3))),
+    };
+    let mut gatherer = Gatherer::new(cluster.nodes.len(), rules, now_nanos);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        gatherer.seed(i, node.feedback().gathered);
+    }
+    gatherer
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One round: fetch every report at once (each bounded by the interval), record them, end the
+/// round and publish.
+async fn gather_round(
+    switch: &Switch,
+    cluster: &Cluster,
+    client: &ReportClient,
+    gatherer: &mut Gatherer,
+) {
+    let interval = cluster.config.load.interval;
+    if let Some(path) = &cluster.config.load.path {
+        let mut fetches = tokio::task::JoinSet::new();
+        for (i, node) in cluster.nodes.iter().enumerate() {
+            let (client, node, path) = (client.clone(), Arc::clone(node), path.clone());
+            fetches.spawn(async move {
+                let fetched = tokio::time::timeout(interval, fetch_report(&client, &node, &path))
+                    .await
+                    .unwrap_or_else(|_| Err("no report within the gathering interval".into()));
+                (i, node, fetched)
+            });
+        }
+        while let Some(Ok((i, node, fetched))) = fetches.join_next().await {
+            match fetched {
+                Ok(report) => {
+                    gatherer.record(i, &report, switch.epoch.now_nanos());
+                    node.load_reports.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(why) => {
+                    gatherer.record_failure(i);
+                    failed(&node, &why);
+                }
+            }
+        }
+    }
+    let live: Vec<u32> = cluster
+        .nodes
+        .iter()
+        .map(|n| n.active.load(Ordering::Relaxed))
+        .collect();
+    let configured: Vec<u32> = cluster.nodes.iter().map(|n| n.config.weight).collect();
+    let now = switch.epoch.now_nanos();
+    gatherer.end_round(now, cluster.needs.weights, &live, &configured);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        publish(node, gatherer, i);
+    }
+}
+
+fn publish(node: &NodeRuntime, gatherer: &Gatherer, i: usize) {
+    let feedback = Feedback {
+        gathered: gatherer.gathered(i),
+        weight: gatherer.weight(i),
+        silent: gatherer.is_silent(i),
+    };
+    let before = node.feedback();
+    if feedback.silent != before.silent {
+        if feedback.silent {
+            tracing::warn!(node = %node.config.name, "node's load reports stopped: taken out");
+        } else {
+            tracing::info!(node = %node.config.name, "node reports again: back in");
+        }
+    }
+    node.publish(feedback);
+}
+
 fn failed(node: &NodeRuntime, why: &str) {
-    node.load_report_failures
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    node.load_report_failures.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(node = %node.config.name, "load report failed: {why}");
 }
 
-async fn fetch_load(client: &ReportClient, node: &NodeRuntime, path: &str) -> Result<f64, String> {
+async fn fetch_report(
+    client: &ReportClient,
+    node: &NodeRuntime,
+    path: &str,
+) -> Result<LoadReport, String> {
     let uri = format!("http://{}{path}", node.authority);
     let resp = client
         .get(
@@ -70,36 +168,5 @@ async fn fetch_load(client: &ReportClient, node: &NodeRuntime, path: &str) -> Re
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
-    load_from_report(&body)
-}
-
-/// The busiest resource's utilisation over the node's last interval.
-pub fn load_from_report(body: &[u8]) -> Result<f64, String> {
-    let report: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-    let interval = report
-        .get("interval")
-        .ok_or("no `interval` object in the report")?;
-    let load = ["cpu_util", "disk_util", "nic_util"]
-        .iter()
-        .filter_map(|k| interval.get(k).and_then(serde_json::Value::as_f64))
-        .fold(None, |max: Option<f64>, u| {
-            Some(max.map_or(u, |m| m.max(u)))
-        })
-        .ok_or("no utilisation in the report's `interval`")?;
-    Ok(load)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::load_from_report;
-
-    #[test]
-    fn busiest_resource_is_the_load() {
-        let report = br#"{"interval":{"cpu_util":0.25,"disk_util":0.75,"nic_util":0.1}}"#;
-        assert_eq!(load_from_report(report), Ok(0.75));
-        assert!(load_from_report(b"{}").is_err());
-        assert!(load_from_report(b"<html>").is_err());
-        assert!(load_from_report(br#"{"interval":{}}"#).is_err());
-    }
+    LoadReport::parse(&body).map_err(|e| e.to_string())
 }

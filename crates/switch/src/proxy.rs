@@ -471,6 +471,7 @@ impl Forward {
                 now_nanos: now,
                 nodes: &cluster.nodes,
                 exclude,
+                weights: cluster.needs.weights,
             };
             let Some(node_id) = cluster
                 .policy

@@ -224,9 +224,7 @@ async fn cap_load_skips_nodes_reporting_high_load() {
     let sw = start_switch(&config_for(&refs(&nodes), extra)).await;
     let admin = sw.admin_addr.unwrap();
     let addr = sw.listen_addrs[0];
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let status = status_json(admin).await;
-    assert_eq!(status["nodes"][1]["load"], 0.97, "{status}");
+    wait_for_load(admin, 1, 0.97).await;
     let seen = tally(&placements(addr, &["/cgi-bin/cpu_light.cgi"; 12]).await);
     assert!(
         !seen.contains_key("n1"),
@@ -236,7 +234,23 @@ async fn cap_load_skips_nodes_reporting_high_load() {
     nodes[1]
         .load_percent
         .store(10, std::sync::atomic::Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_for_load(admin, 1, 0.1).await;
     let seen = tally(&placements(addr, &["/cgi-bin/cpu_light.cgi"; 12]).await);
     assert_eq!(seen.get("n1"), Some(&4), "back in rotation: {seen:?}");
+}
+
+/// Polls `/status` until node `node` shows `load` (gathered), failing after 10 s.
+async fn wait_for_load(admin: std::net::SocketAddr, node: usize, load: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = status_json(admin).await;
+        if status["nodes"][node]["load"] == load {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {node} never showed load {load}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

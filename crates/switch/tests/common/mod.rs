@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,13 +26,18 @@ type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 /// Paths: `/slow?ms=N` answers after N ms; `/big?bytes=N` streams N bytes; `/upload` counts
 /// the request body's bytes; `/headers` returns the request head as `name: value` lines;
 /// `/chunked` answers with a chunked body; `/_capstan/load` reports `load_percent` as CPU
-/// utilisation; anything else answers with the back-end's name.
+/// utilisation and `service_ms` as mean service time (503 while `reports_off`); anything else
+/// answers with the back-end's name.
 pub struct Backend {
     pub name: String,
     pub addr: SocketAddr,
     pub hits: Arc<AtomicU64>,
     /// CPU utilisation in percent this back-end reports at `/_capstan/load`.
     pub load_percent: Arc<AtomicU64>,
+    /// Mean service time, milliseconds, it reports.
+    pub service_ms: Arc<AtomicU64>,
+    /// While set, `/_capstan/load` answers 503 (the node's load daemon has stopped).
+    pub reports_off: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -52,10 +57,14 @@ impl Backend {
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicU64::new(0));
         let load_percent = Arc::new(AtomicU64::new(0));
+        let service_ms = Arc::new(AtomicU64::new(0));
+        let reports_off = Arc::new(AtomicBool::new(false));
         let task = {
             let name = name.to_string();
             let hits = Arc::clone(&hits);
             let load = Arc::clone(&load_percent);
+            let service = Arc::clone(&service_ms);
+            let off = Arc::clone(&reports_off);
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -64,13 +73,19 @@ impl Backend {
                     let name = name.clone();
                     let hits = Arc::clone(&hits);
                     let load = Arc::clone(&load);
+                    let service_ms = Arc::clone(&service);
+                    let off = Arc::clone(&off);
                     tokio::spawn(async move {
                         let service = service_fn(move |req| {
-                            let load = load.load(Ordering::Relaxed);
+                            let report = Report {
+                                load_percent: load.load(Ordering::Relaxed),
+                                service_ms: service_ms.load(Ordering::Relaxed),
+                                off: off.load(Ordering::Relaxed),
+                            };
                             if req.uri().path() != "/_capstan/load" {
                                 hits.fetch_add(1, Ordering::Relaxed);
                             }
-                            backend_answer(name.clone(), load, req)
+                            backend_answer(name.clone(), report, req)
                         });
                         let _ = http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service)
@@ -84,6 +99,8 @@ impl Backend {
             addr,
             hits,
             load_percent,
+            service_ms,
+            reports_off,
             task,
         }
     }
@@ -104,16 +121,30 @@ fn query_number(req: &Request<Incoming>, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a back-end's `/_capstan/load` says at one moment.
+struct Report {
+    load_percent: u64,
+    service_ms: u64,
+    off: bool,
+}
+
 async fn backend_answer(
     name: String,
-    load_percent: u64,
+    report: Report,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let full = |s: String| Full::new(Bytes::from(s)).boxed();
     let resp = match req.uri().path() {
+        "/_capstan/load" if report.off => {
+            let mut resp = Response::new(full("load daemon stopped".into()));
+            *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            resp
+        }
         "/_capstan/load" => Response::new(full(format!(
-            "{{\"interval\":{{\"cpu_util\":{},\"disk_util\":0.0,\"nic_util\":0.0}}}}",
-            load_percent as f64 / 100.0
+            "{{\"interval\":{{\"cpu_util\":{},\"disk_util\":0.0,\"nic_util\":0.0,\
+             \"mean_service_ms\":{}}}}}",
+            report.load_percent as f64 / 100.0,
+            report.service_ms
         ))),
         "/slow" => {
             tokio::time::sleep(Duration::from_millis(query_number(&req, "ms"))).await;

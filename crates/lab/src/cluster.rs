@@ -32,6 +32,9 @@ pub struct NodeArgs {
     pub disk_load_ms: Option<f64>,
     pub cache_fraction: Option<f64>,
     pub threads: usize,
+    /// Window of the node's `interval` load figures: the switch's T_gat, so each gather sees
+    /// the time since the previous one.
+    pub load_interval_ms: u64,
 }
 
 /// A child that is killed when dropped, so an error or Ctrl-C path never leaves nodes behind.
@@ -145,7 +148,7 @@ fn start_node(
             "--threads",
             &args.threads.to_string(),
             "--load-interval-ms",
-            "1000",
+            &args.load_interval_ms.to_string(),
         ]);
     if let Some(f) = args.files {
         cmd.args(["--files", &f.to_string()]);
@@ -376,6 +379,15 @@ pub struct SwitchNode {
     pub name: String,
     pub served: u64,
     pub classes: std::collections::BTreeMap<String, u64>,
+    /// The weight the policy uses now: configured, or derived from gathered state (WRR).
+    #[serde(default)]
+    pub effective_weight: u32,
+    /// The node's utilisation as the switch last gathered it (0–1).
+    #[serde(default)]
+    pub load: f64,
+    /// Load reports the switch has gathered from the node so far.
+    #[serde(default)]
+    pub load_reports: u64,
 }
 
 pub async fn switch_status(admin: SocketAddr) -> Result<SwitchStatus, String> {

@@ -328,9 +328,9 @@ impl Experiment {
         if self.name.is_empty() {
             return Err("name must not be empty".into());
         }
-        check_policies(&self.switch.policies)?;
+        check_policies(&self.switch.policies, &self.switch.params)?;
         if let Some(q) = &self.quick.policies {
-            check_policies(q)?;
+            check_policies(q, &self.switch.params)?;
         }
         for p in self.switch.params.keys() {
             if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
@@ -444,19 +444,110 @@ impl Experiment {
     }
 }
 
-fn check_policies(p: &[String]) -> Result<(), String> {
+fn check_policies(p: &[String], params: &BTreeMap<String, toml::Table>) -> Result<(), String> {
     if p.is_empty() {
         return Err("switch.policies must name at least one policy".into());
     }
-    for name in p {
-        if !capstan_core::PolicySpec::NAMES.contains(&name.as_str()) {
+    let mut seen = std::collections::HashSet::new();
+    for text in p {
+        let row = PolicyRow::parse(text, params)?;
+        if !seen.insert(row.label.clone()) {
+            return Err(format!("policy {:?} is listed twice", row.label));
+        }
+    }
+    Ok(())
+}
+
+/// One policy row of a comparison, as an experiment's `switch.policies` or `--policies` writes
+/// it: a name (`lard`), or a name with parameters in the simulator's syntax
+/// (`weighted-round-robin:metric=service-time`), so one policy can have several rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyRow {
+    /// The text as written: the row's label in the report and results.
+    pub label: String,
+    /// The switch's `[policy]` table: `name`, then `[switch.params.<name>]`, then the inline
+    /// parameters (which win).
+    pub table: toml::Table,
+}
+
+impl PolicyRow {
+    /// Parses `name` or `name:key=value,key=value` over the experiment's per-policy parameters,
+    /// and checks the result is a policy the switch accepts.
+    pub fn parse(text: &str, params: &BTreeMap<String, toml::Table>) -> Result<PolicyRow, String> {
+        let label = text.trim();
+        let (name, inline) = label.split_once(':').unwrap_or((label, ""));
+        let name = name.trim();
+        if !capstan_core::PolicySpec::NAMES.contains(&name) {
             return Err(format!(
                 "unknown policy {name:?} (known: {})",
                 capstan_core::PolicySpec::NAMES.join(", ")
             ));
         }
+        let mut table = params.get(name).cloned().unwrap_or_default();
+        for kv in inline.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("policy {label:?}: {kv:?} is not key=value"))?;
+            table.insert(k.trim().replace('-', "_"), parse_value(v.trim()));
+        }
+        table.insert("name".into(), name.into());
+        let _: capstan_core::PolicySpec =
+            toml::Value::Table(table.clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    format!(
+                        "policy {label:?}: {}",
+                        e.message().trim().replace('\n', " ")
+                    )
+                })?;
+        Ok(PolicyRow {
+            label: label.to_string(),
+            table,
+        })
     }
-    Ok(())
+
+    /// The policy's name (`weighted-round-robin` for `weighted-round-robin:metric=active`).
+    pub fn name(&self) -> &str {
+        self.table
+            .get("name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// A parameter value as TOML would read it: integer, float, boolean, else a string.
+fn parse_value(v: &str) -> toml::Value {
+    if let Ok(i) = v.parse::<i64>() {
+        toml::Value::Integer(i)
+    } else if let Ok(f) = v.parse::<f64>() {
+        toml::Value::Float(f)
+    } else if let Ok(b) = v.parse::<bool>() {
+        toml::Value::Boolean(b)
+    } else {
+        toml::Value::String(v.to_string())
+    }
+}
+
+/// Rejoins a comma-split `--policies` list: a `key=value` piece without a `:` belongs to the
+/// policy before it (`lard:t_low=0.2,t_high=0.6,cap` is two policies).
+pub fn join_policy_pieces(pieces: &[String]) -> Result<Vec<String>, String> {
+    let mut items: Vec<String> = Vec::new();
+    for piece in pieces.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+        let is_param = piece.contains('=') && !piece.contains(':');
+        match items.last_mut() {
+            Some(last) if is_param => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ if is_param => {
+                return Err(format!(
+                    "policy parameter {piece:?} has no policy before it"
+                ))
+            }
+            _ => items.push(piece.to_string()),
+        }
+    }
+    Ok(items)
 }
 
 fn check_speeds(s: &[f64]) -> Result<(), String> {

@@ -98,7 +98,8 @@ pub struct RunRecord {
     /// Lowest and highest busiest-resource utilisation over the nodes (0–1).
     pub util_min: f64,
     pub util_max: f64,
-    /// Each node's busiest-resource utilisation, once a second.
+    /// The nodes' utilisation and the switch's weights and gathered loads, every T_gat (at most
+    /// once a second).
     pub timeline: Vec<UtilSample>,
     pub cpu: CpuRecord,
     pub warnings: Vec<String>,
@@ -122,6 +123,9 @@ pub struct NodeRecord {
     pub served: u64,
     /// Requests the switch placed on it, per switch class.
     pub placed: BTreeMap<String, u64>,
+    /// Load reports the switch gathered from it during the window (T_gat at work).
+    #[serde(default)]
+    pub load_reports: u64,
     pub cpu_util: f64,
     pub disk_util: f64,
     pub nic_util: f64,
@@ -129,10 +133,19 @@ pub struct NodeRecord {
     pub util: f64,
 }
 
+/// One look at the cluster during a run: what the nodes say and what the switch believes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct UtilSample {
     pub t_s: f64,
+    /// Each node's busiest-resource utilisation over its last load window (its own report).
     pub util: Vec<f64>,
+    /// Each node's weight as the switch's policy uses it now (configured, or derived from
+    /// gathered state by WRR_num / WRR_time).
+    #[serde(default)]
+    pub weights: Vec<u32>,
+    /// Each node's utilisation as the switch last gathered it (what LARD on utilisation sees).
+    #[serde(default)]
+    pub gathered: Vec<f64>,
 }
 
 /// Real CPU used during the window, in percent of one core.

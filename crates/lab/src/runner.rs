@@ -12,7 +12,9 @@ use capstan_workload::{
 };
 
 use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
-use crate::experiment::{parse_duration, EngineKind, Entry, Experiment, WorkloadKind};
+use crate::experiment::{
+    join_policy_pieces, parse_duration, EngineKind, Entry, Experiment, PolicyRow, WorkloadKind,
+};
 use crate::results::*;
 use crate::LabError;
 
@@ -64,7 +66,9 @@ pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
 #[derive(Debug, Clone)]
 pub struct SeriesPlan {
     pub label: String,
+    /// The policy row's label (its name, or name and parameters).
     pub policy: String,
+    pub row: PolicyRow,
     pub variant: Option<String>,
     pub nodes: Vec<NodeSpec>,
     pub tree: String,
@@ -87,19 +91,16 @@ impl Plan {
     pub fn new(exp: &Experiment, o: &Options) -> Result<Plan, LabError> {
         let bad = |m: String| LabError::Experiment(m);
         let policies = match (&o.policies, o.quick, &exp.quick.policies) {
-            (Some(p), _, _) => p.clone(),
+            (Some(p), _, _) => join_policy_pieces(p).map_err(bad)?,
             (None, true, Some(p)) => p.clone(),
             _ => exp.switch.policies.clone(),
         };
-        for p in &policies {
-            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
-                return Err(bad(format!(
-                    "unknown policy {p:?} (known: {})",
-                    capstan_core::PolicySpec::NAMES.join(", ")
-                )));
-            }
-        }
-        if policies.is_empty() {
+        let rows = policies
+            .iter()
+            .map(|p| PolicyRow::parse(p, &exp.switch.params))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        if rows.is_empty() {
             return Err(bad("no policies to run".into()));
         }
         if o.nodes == Some(0) || o.nodes.is_some_and(|n| n > 64) {
@@ -144,7 +145,8 @@ impl Plan {
         }
         let mut series = Vec::new();
         for v in &variants {
-            for p in &policies {
+            for row in &rows {
+                let p = &row.label;
                 let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
                 let speeds = v
                     .and_then(|v| v.speeds.clone())
@@ -156,6 +158,7 @@ impl Plan {
                 series.push(SeriesPlan {
                     label,
                     policy: p.clone(),
+                    row: row.clone(),
                     variant: v.map(|v| v.name.clone()),
                     nodes: specs(count, &speeds),
                     tree: v
@@ -406,24 +409,36 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         disk_load_ms: exp.nodes.disk_load_ms,
         cache_fraction: exp.nodes.cache_fraction,
         threads: exp.nodes.threads,
+        load_interval_ms: gather_interval(exp)?.as_millis().max(1) as u64,
     };
     cluster::start(
         &o.exe,
         &s.nodes,
         &args,
-        switch_config(exp, &s.policy),
+        switch_config(exp, &s.row),
         exp.switch.threads,
         &o.work_dir,
     )
     .await
 }
 
+/// T_gat: how often the switch gathers load reports (`switch.load_interval`).
+fn gather_interval(exp: &Experiment) -> Result<Duration, LabError> {
+    parse_duration("switch.load_interval", &exp.switch.load_interval)
+}
+
+/// How often a run's timeline looks at the nodes and the switch: every T_gat, but between a
+/// quarter of a second and a second.
+fn sample_period(exp: &Experiment) -> Duration {
+    gather_interval(exp)
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(250), Duration::from_secs(1))
+}
+
 /// The switch's configuration for one policy (listen, admin and nodes are added at start).
-fn switch_config(exp: &Experiment, policy: &str) -> toml::Table {
+fn switch_config(exp: &Experiment, row: &PolicyRow) -> toml::Table {
     let mut t = toml::Table::new();
-    let mut p = exp.switch.params.get(policy).cloned().unwrap_or_default();
-    p.insert("name".into(), policy.into());
-    t.insert("policy".into(), toml::Value::Table(p));
+    t.insert("policy".into(), toml::Value::Table(row.table.clone()));
     let mut load = toml::Table::new();
     load.insert("path".into(), "/_capstan/load".into());
     load.insert("interval".into(), exp.switch.load_interval.clone().into());
@@ -586,6 +601,51 @@ async fn snapshot(c: &Cluster) -> Result<Snapshot, LabError> {
     })
 }
 
+/// Until aborted: every `period`, each node's utilisation over its own last window, and the
+/// weight and load the switch holds for it.
+async fn sample_timeline(
+    nodes: Vec<(String, std::net::SocketAddr)>,
+    admin: std::net::SocketAddr,
+    period: Duration,
+    sink: Arc<std::sync::Mutex<Vec<UtilSample>>>,
+) {
+    let t0 = Instant::now();
+    loop {
+        tokio::time::sleep(period).await;
+        let mut util = Vec::new();
+        for (_, a) in &nodes {
+            let u = cluster::load_report(*a)
+                .await
+                .map(|r| {
+                    r.interval
+                        .cpu_util
+                        .max(r.interval.disk_util)
+                        .max(r.interval.nic_util)
+                })
+                .unwrap_or(f64::NAN);
+            util.push(round(u, 4));
+        }
+        let status = cluster::switch_status(admin).await.unwrap_or_default();
+        let of = |name: &str| status.nodes.iter().find(|n| n.name == name);
+        let weights = nodes
+            .iter()
+            .map(|(name, _)| of(name).map_or(0, |n| n.effective_weight))
+            .collect();
+        let gathered = nodes
+            .iter()
+            .map(|(name, _)| of(name).map_or(0.0, |n| round(n.load, 4)))
+            .collect();
+        if let Ok(mut v) = sink.lock() {
+            v.push(UtilSample {
+                t_s: round(t0.elapsed().as_secs_f64(), 2),
+                util,
+                weights,
+                gathered,
+            });
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn measure(
     plan: &Plan,
@@ -601,35 +661,16 @@ async fn measure(
     let value = level_value(plan, level, capacity);
     let cfg = bench_config(plan, s, c, exp.load.engine, value, plan.duration, seed)?;
     let before = snapshot(c).await?;
-    // Each node's utilisation once a second, from its own one-second window.
-    let addrs: Vec<_> = c.nodes.iter().map(|(_, a, _)| *a).collect();
     let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = samples.clone();
-    let sampler = tokio::spawn(async move {
-        let t0 = Instant::now();
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let mut util = Vec::new();
-            for a in &addrs {
-                let u = cluster::load_report(*a)
-                    .await
-                    .map(|r| {
-                        r.interval
-                            .cpu_util
-                            .max(r.interval.disk_util)
-                            .max(r.interval.nic_util)
-                    })
-                    .unwrap_or(f64::NAN);
-                util.push(round(u, 4));
-            }
-            if let Ok(mut v) = sink.lock() {
-                v.push(UtilSample {
-                    t_s: round(t0.elapsed().as_secs_f64(), 2),
-                    util,
-                });
-            }
-        }
-    });
+    let sampler = tokio::spawn(sample_timeline(
+        c.nodes
+            .iter()
+            .map(|(spec, a, _)| (spec.name.clone(), *a))
+            .collect(),
+        c.admin,
+        sample_period(exp),
+        samples.clone(),
+    ));
     let progress: Option<capstan_bench::ProgressFn> = observer.map(|f| {
         let cb: capstan_bench::ProgressFn = Arc::new(move |p: &capstan_bench::Progress| {
             f(Event::Live {
@@ -687,6 +728,9 @@ async fn measure(
             speed: spec.speed,
             served: b.served.saturating_sub(a.served),
             placed,
+            load_reports: sw_after
+                .zip(sw_before)
+                .map_or(0, |(a, b)| a.load_reports.saturating_sub(b.load_reports)),
             cpu_util: cu,
             disk_util: du,
             nic_util: nu,

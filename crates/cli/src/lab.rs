@@ -13,6 +13,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab --list                           # the built-in experiments and the figures they rebuild
   capstan lab switch-capacity --quick          # any built-in, short form (< 2 minutes)
   capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
+  capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
@@ -39,7 +40,8 @@ pub struct LabArgs {
     #[arg(long)]
     quick: bool,
 
-    /// Policies to run, comma-separated (replaces the experiment's list).
+    /// Policies to run, comma-separated (replaces the experiment's list); a policy may carry
+    /// parameters, `lard:load=utilisation,t_high=0.6`, each such row labelled as written.
     #[arg(long, value_name = "P1,P2", value_delimiter = ',')]
     policies: Vec<String>,
 

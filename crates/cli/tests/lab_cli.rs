@@ -77,6 +77,19 @@ fn bad_input_is_one_line() {
             vec!["lab", "mix-6040", "--policies", "cap,nope"],
             "unknown policy \"nope\"",
         ),
+        (
+            vec!["lab", "mix-6040", "--policies", "lard:t_low=0.3,bogus=1"],
+            "bogus",
+        ),
+        (
+            vec![
+                "lab",
+                "mix-6040",
+                "--policies",
+                "weighted-round-robin:metric=nope",
+            ],
+            "metric",
+        ),
         (vec!["lab", "mix-6040", "--nodes", "0"], "--nodes"),
         (
             vec!["lab", "mix-6040", "--repetitions", "0"],
@@ -304,4 +317,93 @@ fn sessions_quick_records_page_latency() {
     );
     assert!(pages["p50_ms"].as_f64().unwrap() > 0.0, "{pages}");
     assert!(html.contains("pages (sessions)"));
+}
+
+/// The CAP paper's WRR and LARD rows really use gathered state: a policy row with parameters
+/// reaches the switch's configuration, WRR_num's weights are derived from the active requests
+/// gathered every T_gat (they move; configured weights would stay 1), and LARD sees the nodes'
+/// reported utilisation.
+#[test]
+fn wrr_and_lard_rows_use_gathered_state() {
+    let dir = temp_dir("gathered");
+    let file = dir.join("gathered.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "gathered"
+title = "gathered"
+figure = "none (test)"
+[nodes]
+count = 4
+tree = "webstone"
+[switch]
+policies = ["weighted-round-robin:metric=active", "lard"]
+load_interval = "100ms"
+[switch.params.lard]
+load = "utilisation"
+[workload]
+kind = "mix"
+dynamic = [{ path = "/cgi-bin/cpu_med.cgi", weight = 400 }]
+[load]
+engine = "closed"
+levels = [8]
+duration = "1500ms"
+warmup = "0s"
+"#,
+    )
+    .unwrap();
+    let out_dir = dir.join("report");
+    let out = capstan(&[
+        "lab",
+        file.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    check_consistent(&r, true);
+    let wrr = &r["series"][0];
+    assert_eq!(wrr["label"], "weighted-round-robin:metric=active");
+    let run = &wrr["runs"][0];
+    for n in run["nodes"].as_array().unwrap() {
+        assert!(n["load_reports"].as_u64().unwrap() > 0, "{n}");
+    }
+    let weights: Vec<u64> = run["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["weights"].as_array().unwrap().clone())
+        .map(|w| w.as_u64().unwrap())
+        .collect();
+    let (lo, hi) = (weights.iter().min().unwrap(), weights.iter().max().unwrap());
+    assert!(
+        *hi > 1 && hi > lo,
+        "WRR_num weights never moved: {weights:?}"
+    );
+    // The last series' switch configuration is left in the logs: LARD on utilisation.
+    let switch_toml = std::fs::read_to_string(out_dir.join("logs/switch.toml")).unwrap();
+    assert!(
+        switch_toml.contains("load = \"utilisation\"") && switch_toml.contains("name = \"lard\""),
+        "{switch_toml}"
+    );
+    let lard = &r["series"][1]["runs"][0];
+    let gathered = lard["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["gathered"].as_array().unwrap().clone())
+        .filter_map(|u| u.as_f64())
+        .fold(0.0, f64::max);
+    assert!(
+        gathered > 0.05,
+        "LARD saw no utilisation: {}",
+        lard["timeline"]
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

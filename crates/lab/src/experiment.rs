@@ -578,6 +578,61 @@ mod tests {
     }
 
     #[test]
+    fn policy_rows_take_parameters_over_the_experiments() {
+        let mut params = BTreeMap::new();
+        let mut lard = toml::Table::new();
+        lard.insert("load".into(), "utilisation".into());
+        lard.insert("t_high".into(), 0.8.into());
+        params.insert("lard".to_string(), lard);
+        let row = PolicyRow::parse("lard:t_high=0.6,max-targets=5", &params).unwrap();
+        assert_eq!(row.label, "lard:t_high=0.6,max-targets=5");
+        assert_eq!(row.name(), "lard");
+        assert_eq!(row.table["load"].as_str(), Some("utilisation"));
+        assert_eq!(row.table["t_high"].as_float(), Some(0.6));
+        assert_eq!(row.table["max_targets"].as_integer(), Some(5));
+        let plain = PolicyRow::parse("lard", &params).unwrap();
+        assert_eq!(plain.table["t_high"].as_float(), Some(0.8));
+        for (text, why) in [
+            ("nope", "unknown policy \"nope\""),
+            ("lard:t_low", "not key=value"),
+            ("lard:bogus=1", "bogus"),
+            ("weighted-round-robin:metric=often", "often"),
+        ] {
+            let e = PolicyRow::parse(text, &params).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn split_policy_lists_are_rejoined() {
+        let pieces: Vec<String> = [
+            "lard:t_low=0.2",
+            "t_high=0.6",
+            "cap",
+            "weighted-round-robin:metric=active",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            join_policy_pieces(&pieces).unwrap(),
+            [
+                "lard:t_low=0.2,t_high=0.6",
+                "cap",
+                "weighted-round-robin:metric=active"
+            ]
+        );
+        assert!(join_policy_pieces(&["t_low=1".to_string()])
+            .unwrap_err()
+            .contains("no policy before it"));
+    }
+
+    #[test]
+    fn a_policy_listed_twice_is_refused() {
+        let e = check_policies(&["cap".into(), "cap".into()], &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_line() {
         let text = BUILTIN[0].1.replace("[load]", "[load]\nbogus = 1");
         let e = Experiment::parse(&text, "x.toml").unwrap_err().to_string();

@@ -270,6 +270,7 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             }
         }
     }
+    f.extend(gathering_findings(r, key));
     // Scalability: the same policy over node counts.
     let mut by_policy: Vec<(&str, Vec<&SeriesResult>)> = Vec::new();
     for s in &r.series {
@@ -376,6 +377,40 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
     f.push(format!(
         "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
     ));
+    f
+}
+
+/// What the switch did with gathered load at the key level: the range of the weights WRR
+/// derived, and the utilisations it gathered, per series that used them.
+fn gathering_findings(r: &LabResults, key: f64) -> Vec<String> {
+    let mut f = Vec::new();
+    for s in &r.series {
+        let Some(level) = s.nearest(key).map(|p| p.level) else {
+            continue;
+        };
+        let Some(run) = s.runs.iter().find(|q| q.level == level) else {
+            continue;
+        };
+        let weights: Vec<u32> = run
+            .timeline
+            .iter()
+            .flat_map(|t| t.weights.iter().copied())
+            .collect();
+        let (lo, hi) = (
+            weights.iter().copied().min().unwrap_or(0),
+            weights.iter().copied().max().unwrap_or(0),
+        );
+        if lo == hi {
+            continue;
+        }
+        let reports: u64 = run.nodes.iter().map(|n| n.load_reports).sum();
+        f.push(format!(
+            "{}: the switch's node weights ranged {lo}–{hi} at {} {} (derived from gathered state; {reports} load reports gathered in the window).",
+            s.label,
+            fmt_level(level),
+            r.x_label
+        ));
+    }
     f
 }
 

@@ -193,6 +193,7 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
         name,
         address,
         weight,
+        public_url: None,
     })
 }
 

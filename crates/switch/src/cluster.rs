@@ -51,6 +51,8 @@ pub struct NodeRuntime {
     pub active: AtomicU32,
     /// Responses received from the node (any status).
     pub served: AtomicU64,
+    /// Requests answered with a redirect to this node (`[redirect]`).
+    pub redirects: AtomicU64,
     pub connect_errors: AtomicU64,
     pub timeout_errors: AtomicU64,
     pub other_errors: AtomicU64,
@@ -84,6 +86,7 @@ impl NodeRuntime {
             name_header,
             active: AtomicU32::new(0),
             served: AtomicU64::new(0),
+            redirects: AtomicU64::new(0),
             connect_errors: AtomicU64::new(0),
             timeout_errors: AtomicU64::new(0),
             other_errors: AtomicU64::new(0),

@@ -434,8 +434,7 @@ impl Collector for SwitchCollector {
         for node in &cluster.nodes {
             let labels = node_label(&node.config.name);
             let up = node.is_up(snap.now_nanos) && !node.feedback().silent;
-            ConstGauge::new(i64::from(up))
-                .encode(family.encode_family(&labels)?)?;
+            ConstGauge::new(i64::from(up)).encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
             "capstan_node_load",

@@ -11,9 +11,9 @@ use http::header::{HeaderValue, CACHE_CONTROL, LOCATION};
 use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
 
+use crate::body::ResponseBody;
 use crate::cluster::{Cluster, LiveView};
 use crate::config::Redirect;
-use crate::body::ResponseBody;
 use crate::proxy::error_response;
 use crate::server::Switch;
 
@@ -103,9 +103,18 @@ mod tests {
     #[test]
     fn the_marker_is_found_only_as_a_whole_parameter() {
         let pq = |s: &'static str| PathAndQuery::from_static(s);
-        assert!(is_marked(&pq("/a?capstan-redirected=1"), "capstan-redirected"));
-        assert!(is_marked(&pq("/a?x=2&capstan-redirected"), "capstan-redirected"));
-        assert!(!is_marked(&pq("/a?x=capstan-redirected"), "capstan-redirected"));
+        assert!(is_marked(
+            &pq("/a?capstan-redirected=1"),
+            "capstan-redirected"
+        ));
+        assert!(is_marked(
+            &pq("/a?x=2&capstan-redirected"),
+            "capstan-redirected"
+        ));
+        assert!(!is_marked(
+            &pq("/a?x=capstan-redirected"),
+            "capstan-redirected"
+        ));
         assert!(!is_marked(&pq("/a"), "capstan-redirected"));
     }
 

@@ -42,7 +42,10 @@ async fn a_redirect_class_gets_the_picked_nodes_address_and_is_never_redirected_
         )
     };
     // Round robin over the two nodes' public addresses; neither node was asked anything.
-    assert_eq!(targets, vec![expect(&a), expect(&b), expect(&a), expect(&b)]);
+    assert_eq!(
+        targets,
+        vec![expect(&a), expect(&b), expect(&a), expect(&b)]
+    );
     assert_eq!(a.hits() + b.hits(), 0);
 
     // A request that was redirected once is forwarded, whatever its class.
@@ -66,21 +69,35 @@ async fn redirect_configuration_errors_are_specific() {
         "listen = [\"127.0.0.1:0\"]\n[redirect]\n[[node]]\nname = \"a\"\naddress = \"{}\"\n",
         a.addr
     );
-    let e = Config::parse(&without_url, Some("t.toml")).unwrap_err().to_string();
-    assert!(e.contains("node `a` has none") && e.contains("public_url"), "{e}");
+    let e = Config::parse(&without_url, Some("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("node `a` has none") && e.contains("public_url"),
+        "{e}"
+    );
 
     let bad_status = config(&[&a], "[redirect]\nstatus = 200\n");
-    let e = Config::parse(&bad_status, Some("t.toml")).unwrap_err().to_string();
+    let e = Config::parse(&bad_status, Some("t.toml"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("redirect.status 200 is not a redirect"), "{e}");
 
     let bad_class = config(&[&a], "[redirect]\nclasses = [\"nope\"]\n");
-    let e = Config::parse(&bad_class, Some("t.toml")).unwrap_err().to_string();
+    let e = Config::parse(&bad_class, Some("t.toml"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("unknown class `nope`"), "{e}");
 
     let bad_url = format!(
         "listen = [\"127.0.0.1:0\"]\n[[node]]\nname = \"a\"\naddress = \"{}\"\npublic_url = \"ftp://x/y\"\n",
         a.addr
     );
-    let e = Config::parse(&bad_url, Some("t.toml")).unwrap_err().to_string();
-    assert!(e.contains("t.toml:5:") && e.contains("must be http://"), "{e}");
+    let e = Config::parse(&bad_url, Some("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("t.toml:5:") && e.contains("must be http://"),
+        "{e}"
+    );
 }

@@ -33,6 +33,14 @@ impl Cap {
         }
     }
 
+    /// Jones's `servermap.cap`: class `c` starts at node `(nodes − c) mod nodes`.
+    pub fn with_class_offsets(class_count: usize, nodes: usize) -> Self {
+        let starts: Vec<NodeId> = (0..class_count)
+            .map(|c| (nodes - c % nodes.max(1)) % nodes.max(1))
+            .collect();
+        Self::with_pointers(&starts)
+    }
+
     pub(crate) fn pointer(&self, class: ClassId) -> &Rotor {
         let last = self.pointers.len() - 1;
         &self.pointers[class.min(last)]
@@ -128,5 +136,19 @@ mod tests {
     #[test]
     fn shared_behaviour() {
         check_common_behaviour(&Cap::new(4), 4);
+    }
+
+    /// Jones's servermap.cap for four nodes: static 0 1 2 3, dynamic 3 0 1 2, disk 2 3 0 1.
+    #[test]
+    fn class_offsets_rotate_the_list_as_servermap_cap() {
+        let policy = Cap::with_class_offsets(3, 4);
+        let view = crate::view::StaticView::uniform(4);
+        let first = |class| {
+            let r = crate::policy::support::testing::request(class, "/x");
+            (0..4).map(|_| policy.pick(&r, &view).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(first(0), vec![0, 1, 2, 3]);
+        assert_eq!(first(1), vec![3, 0, 1, 2]);
+        assert_eq!(first(2), vec![2, 3, 0, 1]);
     }
 }

@@ -189,7 +189,14 @@ pub enum PolicySpec {
     },
     /// Client-aware policy (Casalicchio & Colajanni): one round-robin pointer per class, so every
     /// node gets an equal share (±1) of every class.
-    Cap {},
+    Cap {
+        /// Start class `c`'s pointer `c` nodes back, as Jones's `servermap.cap` rotates the
+        /// server list per category (static from node 0, dynamic from the last node, disk from
+        /// the one before), so the first requests of different classes land on different nodes.
+        /// Default false: every pointer starts at node 0, as the CAP paper's.
+        #[serde(default)]
+        class_offsets: bool,
+    },
     /// CAP that skips nodes whose reported `load` is at or above `max_load`; when every available
     /// node is over the bound it behaves as plain CAP rather than refuse.
     CapLoad {
@@ -280,7 +287,9 @@ impl PolicySpec {
                 epsilon: default_epsilon(),
                 virtual_nodes: default_virtual_nodes(),
             },
-            "cap" => PolicySpec::Cap {},
+            "cap" => PolicySpec::Cap {
+                class_offsets: false,
+            },
             "cap-load" => PolicySpec::CapLoad {
                 max_load: default_max_load(),
             },
@@ -300,7 +309,7 @@ impl PolicySpec {
             PolicySpec::Lard { .. } => "lard",
             PolicySpec::LardR { .. } => "lard-r",
             PolicySpec::ConsistentHash { .. } => "consistent-hash",
-            PolicySpec::Cap {} => "cap",
+            PolicySpec::Cap { .. } => "cap",
             PolicySpec::CapLoad { .. } => "cap-load",
         }
     }
@@ -374,7 +383,11 @@ pub fn build_policy(
             epsilon,
             virtual_nodes,
         } => Box::new(ConsistentHash::new(ctx.nodes, *epsilon, *virtual_nodes)?),
-        PolicySpec::Cap {} => Box::new(Cap::new(ctx.classes.len())),
+        PolicySpec::Cap { class_offsets } => Box::new(if *class_offsets {
+            Cap::with_class_offsets(ctx.classes.len(), node_count)
+        } else {
+            Cap::new(ctx.classes.len())
+        }),
         PolicySpec::CapLoad { max_load } => Box::new(CapLoad::new(ctx.classes.len(), *max_load)?),
     })
 }

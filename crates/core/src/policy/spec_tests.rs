@@ -95,7 +95,9 @@ fn parameters_parse_and_print_back() {
         parse("[policy]\nname = \"consistent-hash\"\nepsilon = inf").unwrap(),
         parse("[policy]\nname = \"random\"\nseed = 99").unwrap(),
         parse("[policy]\nname = \"peak-ewma\"\ndecay_time_secs = 2.5").unwrap(),
-        PolicySpec::Cap {},
+        parse("[policy]\nname = \"cap\"\nclass_offsets = true").unwrap(),
+        parse("[policy]\nname = \"lard\"\nload = \"utilisation\"\nt_high = 0.8").unwrap(),
+        parse("[policy]\nname = \"weighted-round-robin\"\nmetric = \"active\"").unwrap(),
     ] {
         let printed = toml::to_string(&Config {
             policy: spec.clone(),

@@ -39,7 +39,7 @@ pub struct ServeArgs {
     pub node: Vec<String>,
 
     /// Dispatching policy.
-    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::NAMES))]
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::names()))]
     pub policy: Option<String>,
 
     /// A policy parameter, `KEY=VALUE` with a TOML value (repeatable; needs --policy),

@@ -333,7 +333,7 @@ impl Experiment {
             check_policies(q)?;
         }
         for p in self.switch.params.keys() {
-            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
+            if capstan_core::policy::lookup(p).is_none() {
                 return Err(format!("[switch.params.{p}]: unknown policy {p:?}"));
             }
         }
@@ -449,10 +449,10 @@ fn check_policies(p: &[String]) -> Result<(), String> {
         return Err("switch.policies must name at least one policy".into());
     }
     for name in p {
-        if !capstan_core::PolicySpec::NAMES.contains(&name.as_str()) {
+        if capstan_core::policy::lookup(name).is_none() {
             return Err(format!(
                 "unknown policy {name:?} (known: {})",
-                capstan_core::PolicySpec::NAMES.join(", ")
+                capstan_core::PolicySpec::names().join(", ")
             ));
         }
     }

@@ -92,10 +92,10 @@ impl Plan {
             _ => exp.switch.policies.clone(),
         };
         for p in &policies {
-            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
+            if capstan_core::policy::lookup(p).is_none() {
                 return Err(bad(format!(
                     "unknown policy {p:?} (known: {})",
-                    capstan_core::PolicySpec::NAMES.join(", ")
+                    capstan_core::PolicySpec::names().join(", ")
                 )));
             }
         }

@@ -223,13 +223,16 @@ impl Cluster {
         // By name, so a reload of a large cluster stays linear.
         let before: std::collections::HashMap<&str, &Arc<NodeRuntime>> = previous
             .filter(|_| classes_unchanged)
-            .map(|p| p.nodes.iter().map(|n| (n.config.name.as_str(), n)).collect())
+            .map(|p| {
+                p.nodes
+                    .iter()
+                    .map(|n| (n.config.name.as_str(), n))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut nodes = Vec::with_capacity(config.nodes.len());
         for node in &config.nodes {
-            let reused = before
-                .get(node.name.as_str())
-                .filter(|n| n.config == *node);
+            let reused = before.get(node.name.as_str()).filter(|n| n.config == *node);
             nodes.push(match reused {
                 Some(n) => Arc::clone(n),
                 None => Arc::new(

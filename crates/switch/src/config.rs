@@ -982,16 +982,19 @@ pub fn policy_from_table(table: &toml::Table) -> Result<PolicySpec, PolicyTableE
         None => {
             return Err(PolicyTableError {
                 key: None,
-                message: format!("missing `name` (one of: {})", PolicySpec::NAMES.join(", ")),
+                message: format!(
+                    "missing `name` (one of: {})",
+                    PolicySpec::names().join(", ")
+                ),
             })
         }
     };
-    if !PolicySpec::NAMES.contains(&name.as_str()) {
+    if capstan_core::policy::lookup(&name).is_none() {
         return Err(PolicyTableError {
             key: Some("name".into()),
             message: format!(
                 "unknown policy `{name}` (one of: {})",
-                PolicySpec::NAMES.join(", ")
+                PolicySpec::names().join(", ")
             ),
         });
     }

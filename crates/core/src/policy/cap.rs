@@ -3,6 +3,37 @@ use super::{Needs, Policy, RequestInfo};
 use crate::class::ClassId;
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `cap`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapParams {
+    /// Start class `c`'s pointer `c` nodes back, as Jones's `servermap.cap` rotates the server
+    /// list per category (static from node 0, dynamic from the last node, disk from the one
+    /// before), so the first requests of different classes land on different nodes. Default
+    /// false: every pointer starts at node 0, as in the CAP paper.
+    #[serde(default)]
+    class_offsets: bool,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "cap",
+    about: "client-aware policy (Casalicchio & Colajanni): one round-robin pointer per class",
+    params: "class_offsets (default false; true = Jones's servermap.cap rotation)",
+    seeded: false,
+    check: check::<CapParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: CapParams = read("cap", params)?;
+        Ok(Box::new(if p.class_offsets {
+            Cap::with_class_offsets(ctx.classes.len(), ctx.nodes.len())
+        } else {
+            Cap::new(ctx.classes.len())
+        }))
+    },
+};
+
 /// Client-aware policy (Casalicchio & Colajanni, WWW10 2001): a circular list of assignments per
 /// class of service. Each class has its own round-robin pointer, so every node receives an equal
 /// share (within one request) of every class, and no node's CPU or disk gets all of the

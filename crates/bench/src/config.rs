@@ -172,6 +172,9 @@ pub struct BenchConfig {
     pub insecure: bool,
     /// https: PEM certificates to trust instead of the system bundle (`--cacert`).
     pub ca_pem: Option<Vec<u8>>,
+    /// Follow one `http://` redirect per request (a switch in redirect mode): the request ends
+    /// with the redirected answer and its latency includes both exchanges.
+    pub follow_redirects: bool,
 }
 
 impl BenchConfig {
@@ -200,6 +203,7 @@ impl BenchConfig {
             threads: 1,
             insecure: false,
             ca_pem: None,
+            follow_redirects: false,
         }
     }
 

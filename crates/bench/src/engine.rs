@@ -143,6 +143,15 @@ impl Lane {
                 if !(resp.reusable && keepalive) {
                     *conn = None;
                 }
+                if let Some(location) = resp
+                    .location
+                    .as_deref()
+                    .filter(|_| self.ctx.cfg.follow_redirects)
+                {
+                    return self
+                        .follow(req.class, location, intended, sent, deadline)
+                        .await;
+                }
                 self.stats
                     .borrow_mut()
                     .response(req.class, intended, sent, &resp, now);
@@ -158,6 +167,41 @@ impl Lane {
                 self.stats
                     .borrow_mut()
                     .error(req.class, ErrorKind::ReadTimeout, now);
+                false
+            }
+        }
+    }
+
+    /// Follows a redirect once, on a new connection closed afterwards: the request ends with
+    /// that answer (a second redirect is not followed: SWEB redirects a request at most once).
+    async fn follow(
+        &self,
+        class: u16,
+        location: &str,
+        intended: Instant,
+        sent: Instant,
+        deadline: Instant,
+    ) -> bool {
+        let exchange = async {
+            let (addr, request) = crate::http::redirect_request(location).await?;
+            let stream = http::connect(addr, self.ctx.cfg.connect_timeout).await?;
+            Conn::new(stream).roundtrip(&request, false, false).await
+        };
+        let r = tokio::time::timeout_at(deadline.into(), exchange).await;
+        let now = Instant::now();
+        let mut stats = self.stats.borrow_mut();
+        match r {
+            Ok(Ok(resp)) => {
+                stats.response(class, intended, sent, &resp, now);
+                stats.redirected(intended, now);
+                true
+            }
+            Ok(Err(k)) => {
+                stats.error(class, k, now);
+                false
+            }
+            Err(_) => {
+                stats.error(class, ErrorKind::ReadTimeout, now);
                 false
             }
         }

@@ -91,6 +91,38 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, E
     }
 }
 
+/// The address and request bytes for following a redirect to `location` (an absolute `http://`
+/// URL; a name is resolved). A location the generator cannot follow is a bad response.
+pub async fn redirect_request(location: &str) -> Result<(SocketAddr, Vec<u8>), ErrorKind> {
+    let rest = location
+        .strip_prefix("http://")
+        .ok_or(ErrorKind::BadResponse)?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return Err(ErrorKind::BadResponse);
+    }
+    let with_port = if authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        authority.to_string()
+    } else {
+        format!("{authority}:80")
+    };
+    let addr = tokio::net::lookup_host(with_port)
+        .await
+        .map_err(|_| ErrorKind::ConnectError)?
+        .next()
+        .ok_or(ErrorKind::ConnectError)?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: capstan-bench\r\nConnection: close\r\n\r\n"
+    );
+    Ok((addr, request.into_bytes()))
+}
+
 /// Whether the response says it came from a cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheMark {
@@ -112,6 +144,8 @@ pub struct Response {
     pub content_type: Option<String>,
     /// The connection may carry another request.
     pub reusable: bool,
+    /// `Location` of a 3xx answer.
+    pub location: Option<String>,
 }
 
 /// A connection's byte stream: plain TCP or TLS over TCP.
@@ -280,6 +314,7 @@ impl Conn {
             let mut cache = CacheMark::None;
             let mut node = None;
             let mut content_type = None;
+            let mut location = None;
             for h in resp.headers.iter() {
                 let name = h.name;
                 if name.eq_ignore_ascii_case("content-length") {
@@ -305,6 +340,8 @@ impl Conn {
                     cache = classify_x_cache(h.value);
                 } else if name.eq_ignore_ascii_case("cache-status") {
                     cache = classify_cache_status(h.value);
+                } else if name.eq_ignore_ascii_case("location") && (300..400).contains(&status) {
+                    location = Some(String::from_utf8_lossy(h.value).into_owned());
                 } else if name.eq_ignore_ascii_case("x-capstan-node") {
                     node = Some(String::from_utf8_lossy(h.value).into_owned());
                 } else if name.eq_ignore_ascii_case("content-type") {
@@ -345,6 +382,7 @@ impl Conn {
                 node,
                 content_type,
                 reusable,
+                location,
             });
         }
     }

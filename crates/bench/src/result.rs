@@ -114,6 +114,8 @@ pub struct Histograms {
     pub connect: String,
     pub ttfb: String,
     pub page: String,
+    #[serde(default)]
+    pub redirected: String,
     pub per_class: BTreeMap<String, String>,
 }
 
@@ -157,6 +159,10 @@ pub struct RunResult {
     pub ttfb_ms: Percentiles,
     /// Sessions engine: a page with all its embedded objects.
     pub page_ms: Percentiles,
+    /// Requests answered with a redirect that was followed (`--follow-redirects`), from the
+    /// intended start to the end of the redirected answer; also counted in `latency_ms`.
+    #[serde(default)]
+    pub redirected_ms: Percentiles,
     pub per_class: BTreeMap<String, ClassResult>,
     pub content_types: BTreeMap<String, u64>,
     pub cache: CacheResult,
@@ -309,6 +315,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
         connect_ms: Percentiles::of(&stats.connect),
         ttfb_ms: Percentiles::of(&stats.ttfb),
         page_ms: Percentiles::of(&stats.page),
+        redirected_ms: Percentiles::of(&stats.redirected),
         per_class,
         content_types: stats
             .content_types
@@ -357,6 +364,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
             connect: encode_hist(&stats.connect),
             ttfb: encode_hist(&stats.ttfb),
             page: encode_hist(&stats.page),
+            redirected: encode_hist(&stats.redirected),
             per_class: class_hists,
         },
     }
@@ -398,6 +406,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
     let connect = hist(&|r| &r.histograms.connect)?;
     let ttfb = hist(&|r| &r.histograms.ttfb)?;
     let page = hist(&|r| &r.histograms.page)?;
+    let redirected = hist(&|r| &r.histograms.redirected)?;
     for r in &results[1..] {
         out.shards.extend(r.shards.iter().cloned());
         out.started_unix_ms = out.started_unix_ms.min(r.started_unix_ms);
@@ -487,6 +496,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
     out.connect_ms = Percentiles::of(&connect);
     out.ttfb_ms = Percentiles::of(&ttfb);
     out.page_ms = Percentiles::of(&page);
+    out.redirected_ms = Percentiles::of(&redirected);
     let mut g = Generator {
         threads: out.generator.threads,
         cpu_percent_max: out.generator.cpu_percent_max,
@@ -509,6 +519,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
         connect: encode_hist(&connect),
         ttfb: encode_hist(&ttfb),
         page: encode_hist(&page),
+        redirected: encode_hist(&redirected),
         per_class: out.histograms.per_class,
     };
     Ok(out)

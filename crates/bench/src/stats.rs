@@ -54,6 +54,8 @@ pub struct Stats {
     pub connect: Histogram<u64>,
     pub ttfb: Histogram<u64>,
     pub page: Histogram<u64>,
+    /// Latency of the requests that were redirected and followed (both exchanges).
+    pub redirected: Histogram<u64>,
     pub classes: Vec<ClassAcc>,
     pub offered: u64,
     pub started: u64,
@@ -93,6 +95,7 @@ impl Stats {
             connect: new_hist(),
             ttfb: new_hist(),
             page: new_hist(),
+            redirected: new_hist(),
             classes: (0..classes)
                 .map(|_| ClassAcc {
                     requests: 0,
@@ -257,6 +260,12 @@ impl Stats {
             .record(corrected.clamp(1, MAX_US));
     }
 
+    /// The request that ended with `response` was redirected and followed: counted apart too.
+    pub fn redirected(&mut self, intended: Instant, done: Instant) {
+        let us = done.saturating_duration_since(intended).as_micros() as u64;
+        record(&mut self.redirected, us);
+    }
+
     /// Adds another thread's measurements.
     pub fn absorb(&mut self, o: Stats) {
         for (a, b) in [
@@ -266,6 +275,7 @@ impl Stats {
             (&mut self.connect, &o.connect),
             (&mut self.ttfb, &o.ttfb),
             (&mut self.page, &o.page),
+            (&mut self.redirected, &o.redirected),
         ] {
             let _ = a.add(b);
         }

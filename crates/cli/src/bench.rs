@@ -83,6 +83,11 @@ pub struct BenchArgs {
     /// HTTP/1.1 keep-alive connections (default: HTTP/1.0, a connection per request).
     #[arg(long, short = 'k')]
     keepalive: bool,
+    /// Follow one http:// redirect per request (a switch in [redirect] mode); the request ends
+    /// with the redirected answer, and redirected requests are also reported apart
+    /// (`redirected_ms` in the JSON).
+    #[arg(long)]
+    follow_redirects: bool,
     /// https: trust the certificates in this PEM file instead of the system bundle.
     /// Example: --cacert ca.pem
     #[arg(long, value_name = "FILE")]
@@ -287,6 +292,7 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
     c.timeout = dur(&a.timeout, "timeout")?;
     c.drain = dur(&a.drain, "drain")?;
     c.keepalive = a.keepalive;
+    c.follow_redirects = a.follow_redirects;
     c.insecure = a.insecure;
     if let Some(p) = &a.cacert {
         c.ca_pem = Some(
@@ -503,6 +509,12 @@ fn summary(r: &RunResult) -> String {
         s += &format!(
             "sessions {}  page ms p50 {:.3} p90 {:.3} p99 {:.3}\n",
             r.sessions, r.page_ms.p50, r.page_ms.p90, r.page_ms.p99
+        );
+    }
+    if r.redirected_ms.count > 0 {
+        s += &format!(
+            "redirected {}  ms p50 {:.3} p90 {:.3} p99 {:.3}\n",
+            r.redirected_ms.count, r.redirected_ms.p50, r.redirected_ms.p90, r.redirected_ms.p99
         );
     }
     if r.cache.hits + r.cache.misses > 0 {

@@ -39,7 +39,7 @@ pub struct ServeArgs {
     pub node: Vec<String>,
 
     /// Dispatching policy.
-    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::NAMES))]
+    #[arg(long, value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(PolicySpec::names()))]
     pub policy: Option<String>,
 
     /// A policy parameter, `KEY=VALUE` with a TOML value (repeatable; needs --policy),
@@ -193,6 +193,7 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
         name,
         address,
         weight,
+        public_url: None,
     })
 }
 

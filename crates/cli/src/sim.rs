@@ -146,19 +146,16 @@ fn list() {
         println!("  {n:<20} {}", s.description);
     }
     println!("\nPolicies (the switch's; parameters after a colon):");
-    for n in capstan_core::PolicySpec::NAMES {
-        let extra = match *n {
-            "weighted-round-robin" => "  metric=active|service-time|static (default active)",
-            "lard" | "lard-r" => "  t_low, t_high (active connections)",
-            "cap-load" => "  max_load",
-            "consistent-hash" => "  epsilon, virtual_nodes",
-            "static-partitioning" => "  ideal partitions (by class arrival share) unless given",
-            "random" | "two-choices" => "  seed (default: derived from the run's seed)",
-            "peak-ewma" => "  decay_time_secs",
-            _ => "",
-        };
-        println!("  {n}{extra}");
+    for reg in capstan_core::policy::registrations() {
+        println!("  {:<22} {}", reg.name, reg.about);
+        if !reg.params.is_empty() {
+            println!("  {:<22}   {}", "", reg.params);
+        }
     }
+    println!(
+        "\nThe simulator's defaults where the paper is the reference: weighted-round-robin is \
+         metric=active (WRR_num);\nrandom policies draw a seed per replication unless seed= is given."
+    );
     println!("\nEvery policy also takes gather=SECONDS (T_gat; 0 = live server state).");
 }
 

@@ -30,7 +30,7 @@ fn serve_and_check_help_describe_every_option() {
     ] {
         assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
     }
-    for policy in capstan_core::PolicySpec::NAMES {
+    for policy in capstan_core::PolicySpec::names() {
         assert!(help.contains(policy), "serve --help lacks policy {policy}");
     }
     let out = run(&["check", "--help"]);
@@ -237,7 +237,7 @@ fn example_cluster_answers_through_every_policy() {
         .enumerate()
         .map(|(i, (_, addr))| format!("node{}={addr}", i + 1))
         .collect();
-    let mut runs: Vec<Vec<String>> = capstan_core::PolicySpec::NAMES
+    let mut runs: Vec<Vec<String>> = capstan_core::PolicySpec::names()
         .iter()
         .map(|p| vec!["--policy".to_string(), p.to_string()])
         .collect();

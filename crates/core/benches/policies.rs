@@ -35,7 +35,7 @@ fn bench_policies(c: &mut Criterion) {
     group
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    for &name in PolicySpec::NAMES {
+    for name in PolicySpec::names() {
         for node_count in [4usize, 16] {
             let nodes: Vec<String> = (0..node_count).map(|i| format!("node-{i}")).collect();
             let ctx = PolicyContext {

@@ -333,7 +333,7 @@ impl Experiment {
             check_policies(q, &self.switch.params)?;
         }
         for p in self.switch.params.keys() {
-            if !capstan_core::PolicySpec::NAMES.contains(&p.as_str()) {
+            if capstan_core::policy::lookup(p).is_none() {
                 return Err(format!("[switch.params.{p}]: unknown policy {p:?}"));
             }
         }
@@ -477,10 +477,10 @@ impl PolicyRow {
         let label = text.trim();
         let (name, inline) = label.split_once(':').unwrap_or((label, ""));
         let name = name.trim();
-        if !capstan_core::PolicySpec::NAMES.contains(&name) {
+        if capstan_core::policy::lookup(name).is_none() {
             return Err(format!(
                 "unknown policy {name:?} (known: {})",
-                capstan_core::PolicySpec::NAMES.join(", ")
+                capstan_core::PolicySpec::names().join(", ")
             ));
         }
         let mut table = params.get(name).cloned().unwrap_or_default();
@@ -490,16 +490,9 @@ impl PolicyRow {
                 .ok_or_else(|| format!("policy {label:?}: {kv:?} is not key=value"))?;
             table.insert(k.trim().replace('-', "_"), parse_value(v.trim()));
         }
+        capstan_core::PolicySpec::new(name, table.clone())
+            .map_err(|e| format!("policy {label:?}: {}", e.to_string().replace('\n', " ")))?;
         table.insert("name".into(), name.into());
-        let _: capstan_core::PolicySpec =
-            toml::Value::Table(table.clone())
-                .try_into()
-                .map_err(|e: toml::de::Error| {
-                    format!(
-                        "policy {label:?}: {}",
-                        e.message().trim().replace('\n', " ")
-                    )
-                })?;
         Ok(PolicyRow {
             label: label.to_string(),
             table,

@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use capstan_core::{
     build_policy, GatherRules, Gatherer, LoadReport, NodeState, Outcome, Policy, PolicyContext,
-    PolicySpec, StaticView, WeightSource,
+    StaticView, WeightSource,
 };
 use capstan_model::{CpuPs, Disk, LruBytes, Nic, NodeParams};
 use capstan_workload::dist::uniform01;
@@ -248,10 +248,14 @@ impl Engine {
         let names = node_names(cfg.nodes);
         let classes: Vec<String> = CLASS_NAMES.iter().map(|s| s.to_string()).collect();
         let mut spec = cfg.policy.spec_for_seed(cfg.seed);
-        if let PolicySpec::StaticPartitioning { partitions, .. } = &mut spec {
-            if partitions.is_empty() {
-                *partitions = ideal_partitions(sc, cfg.nodes);
-            }
+        // Static partitioning without partitions gets the scenario's ideal ones (the CAP
+        // paper's rival is tuned to the workload).
+        if spec.name() == "static-partitioning" && spec.param("partitions").is_none() {
+            let ideal = toml::Value::try_from(ideal_partitions(sc, cfg.nodes))
+                .map_err(|e| e.to_string())?;
+            spec = spec
+                .with_param("partitions", ideal)
+                .map_err(|e| e.to_string())?;
         }
         let policy = build_policy(
             &spec,

@@ -42,7 +42,7 @@ fn every_scenario_and_core_policy_runs() {
     for name in capstan_sim::scenario::NAMES {
         let exp = Experiment {
             scenario: Scenario::named(name).unwrap(),
-            policies: capstan_core::PolicySpec::NAMES
+            policies: capstan_core::PolicySpec::names()
                 .iter()
                 .map(|p| PolicyChoice::parse(p).unwrap())
                 .collect(),

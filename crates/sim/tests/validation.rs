@@ -66,7 +66,10 @@ fn two_choices_matches_mitzenmacher() {
     let classes = vec!["all".to_string()];
     for (lambda, want, jobs) in [(0.5, 1.266, 400_000u64), (0.9, 2.614, 1_200_000)] {
         let policy = build_policy(
-            &PolicySpec::TwoChoices { seed: 5 },
+            &PolicySpec::with_defaults("two-choices")
+                .unwrap()
+                .with_param("seed", toml::Value::Integer(5))
+                .unwrap(),
             &PolicyContext {
                 nodes: &names,
                 classes: &classes,

@@ -130,6 +130,8 @@ pub struct NodeStatus {
     pub available: bool,
     pub active: u32,
     pub served: u64,
+    /// Requests answered with a redirect to this node.
+    pub redirects: u64,
     /// Utilisation the node last reported (0–1); 0 when load is not gathered.
     pub load: f64,
     /// The weight the policy uses now: configured, or derived from gathered state.
@@ -210,6 +212,7 @@ fn status(switch: &Switch) -> Status {
                 available: node.is_up(now) && !feedback.silent,
                 active: node.active.load(Ordering::Relaxed),
                 served: node.served.load(Ordering::Relaxed),
+                redirects: node.redirects.load(Ordering::Relaxed),
                 load: feedback.gathered.load(),
                 effective_weight: match cluster.needs.weights {
                     capstan_core::WeightSource::Configured => node.config.weight,
@@ -424,14 +427,14 @@ impl Collector for SwitchCollector {
         }
         let mut family = encoder.encode_descriptor(
             "capstan_node_up",
-            "1 while the node takes requests, 0 while passive health keeps it out",
+            "1 while the node takes requests, 0 while passive health or silence keeps it out",
             None,
             MetricType::Gauge,
         )?;
         for node in &cluster.nodes {
             let labels = node_label(&node.config.name);
-            ConstGauge::new(i64::from(node.is_up(snap.now_nanos)))
-                .encode(family.encode_family(&labels)?)?;
+            let up = node.is_up(snap.now_nanos) && !node.feedback().silent;
+            ConstGauge::new(i64::from(up)).encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
             "capstan_node_load",
@@ -442,6 +445,17 @@ impl Collector for SwitchCollector {
         for node in &cluster.nodes {
             let labels = node_label(&node.config.name);
             ConstGauge::new(node.load()).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_node_redirects",
+            "Requests answered with a redirect to the node",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &cluster.nodes {
+            let labels = node_label(&node.config.name);
+            ConstCounter::new(node.redirects.load(Ordering::Relaxed))
+                .encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
             "capstan_node_responses",

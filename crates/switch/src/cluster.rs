@@ -51,6 +51,8 @@ pub struct NodeRuntime {
     pub active: AtomicU32,
     /// Responses received from the node (any status).
     pub served: AtomicU64,
+    /// Requests answered with a redirect to this node (`[redirect]`).
+    pub redirects: AtomicU64,
     pub connect_errors: AtomicU64,
     pub timeout_errors: AtomicU64,
     pub other_errors: AtomicU64,
@@ -84,6 +86,7 @@ impl NodeRuntime {
             name_header,
             active: AtomicU32::new(0),
             served: AtomicU64::new(0),
+            redirects: AtomicU64::new(0),
             connect_errors: AtomicU64::new(0),
             timeout_errors: AtomicU64::new(0),
             other_errors: AtomicU64::new(0),
@@ -217,11 +220,19 @@ impl Cluster {
             .map_err(|e| plain(format!("policy {}: {e}", config.policy.name())))?;
         let classes_unchanged =
             previous.is_some_and(|p| p.classifier.classes() == classifier.classes());
+        // By name, so a reload of a large cluster stays linear.
+        let before: std::collections::HashMap<&str, &Arc<NodeRuntime>> = previous
+            .filter(|_| classes_unchanged)
+            .map(|p| {
+                p.nodes
+                    .iter()
+                    .map(|n| (n.config.name.as_str(), n))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut nodes = Vec::with_capacity(config.nodes.len());
         for node in &config.nodes {
-            let reused = previous
-                .filter(|_| classes_unchanged)
-                .and_then(|p| p.nodes.iter().find(|n| n.config == *node));
+            let reused = before.get(node.name.as_str()).filter(|n| n.config == *node);
             nodes.push(match reused {
                 Some(n) => Arc::clone(n),
                 None => Arc::new(

@@ -45,6 +45,8 @@ pub struct Config {
     pub load: LoadGathering,
     /// The HTTP cache, when a `[cache]` section is present.
     pub cache: Option<CacheConfig>,
+    /// URL redirection instead of forwarding, when a `[redirect]` section is present.
+    pub redirect: Option<Redirect>,
 }
 
 /// A back-end node.
@@ -53,6 +55,34 @@ pub struct NodeConfig {
     pub name: String,
     pub address: SocketAddr,
     pub weight: u32,
+    /// Where a redirected client is sent (`http://n1.example.com:8080`); needed by `[redirect]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+}
+
+/// URL redirection (SWEB): for the chosen classes the switch answers with a redirect to the
+/// picked node's `public_url` instead of proxying. A redirected URL carries a marker query
+/// parameter, and a request that has it is forwarded, never redirected again (SWEB's guard
+/// against ping-pong when several brokers redirect).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redirect {
+    /// Classes answered with a redirect; absent: every class.
+    pub classes: Option<Vec<String>>,
+    /// 301, 302, 303, 307 or 308 (default 302, as SWEB's HTTP redirection).
+    pub status: u16,
+    /// Name of the query parameter marking a redirected request (default `capstan-redirected`).
+    pub mark: String,
+}
+
+impl Default for Redirect {
+    fn default() -> Self {
+        Redirect {
+            classes: None,
+            status: 302,
+            mark: "capstan-redirected".into(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -256,6 +286,7 @@ struct RawConfig {
     #[serde(default)]
     load: LoadGathering,
     cache: Option<CacheConfig>,
+    redirect: Option<Redirect>,
 }
 
 #[derive(Deserialize)]
@@ -265,6 +296,7 @@ struct RawNode {
     address: Spanned<String>,
     #[serde(default = "default_weight")]
     weight: u32,
+    public_url: Option<Spanned<String>>,
 }
 
 fn default_weight() -> u32 {
@@ -350,6 +382,7 @@ impl Config {
             upstream: Upstream::default(),
             load: LoadGathering::default(),
             cache: None,
+            redirect: None,
         }
     }
 
@@ -555,6 +588,17 @@ impl Config {
             }
         }
         let _ = writeln!(out, "{}", describe_cache(self.cache.as_ref()));
+        if let Some(r) = &self.redirect {
+            let classes = match &r.classes {
+                Some(list) => list.join(", "),
+                None => "every class".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "redirect  {} to the picked node's public_url for {classes} (marked ?{}=1, never twice)",
+                r.status, r.mark
+            );
+        }
         out
     }
 }
@@ -757,10 +801,18 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
                 format!("node `{name}`: weight must be at least 1"),
             ));
         }
+        let public_url = match &node.public_url {
+            Some(url) => Some(
+                check_public_url(url.get_ref())
+                    .map_err(|e| loc.error(Some(url.span()), format!("node `{name}`: {e}")))?,
+            ),
+            None => None,
+        };
         nodes.push(NodeConfig {
             name,
             address,
             weight: node.weight,
+            public_url,
         });
     }
 
@@ -811,6 +863,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         upstream: raw.upstream,
         load: raw.load,
         cache: raw.cache,
+        redirect: raw.redirect,
     };
 
     let classifier = config.classifier().map_err(|e| {
@@ -842,6 +895,12 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         let span = value_span(loc.text, &["upstream", key]).or(find_key(loc.text, "upstream"));
         loc.error(span, e)
     })?;
+    if let Some(redirect) = &config.redirect {
+        check_redirect(redirect, &config.nodes, &class_names(&classifier)).map_err(|e| {
+            let span = find_key(loc.text, "redirect");
+            loc.error(span, e)
+        })?;
+    }
     if let Some(cache) = &config.cache {
         cache.check(&class_names(&classifier)).map_err(|(key, e)| {
             let span = value_span(loc.text, &["cache", key]).or(find_key(loc.text, "cache"));
@@ -849,6 +908,52 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         })?;
     }
     Ok(config)
+}
+
+/// A node's public URL: `http://host[:port]` with no path, query or trailing slash.
+fn check_public_url(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("public_url `{url}` is not a URL: {e}"))?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let bare = uri.path_and_query().is_none_or(|pq| pq.as_str() == "/");
+    if !scheme_ok || uri.authority().is_none() || !bare {
+        return Err(format!(
+            "public_url `{url}` must be http:// or https:// with a host and nothing after it"
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+fn check_redirect(r: &Redirect, nodes: &[NodeConfig], classes: &[String]) -> Result<(), String> {
+    if ![301, 302, 303, 307, 308].contains(&r.status) {
+        return Err(format!(
+            "redirect.status {} is not a redirect (use 301, 302, 303, 307 or 308)",
+            r.status
+        ));
+    }
+    if let Some(missing) = nodes.iter().find(|n| n.public_url.is_none()) {
+        return Err(format!(
+            "[redirect] needs every node's public_url; node `{}` has none",
+            missing.name
+        ));
+    }
+    for class in r.classes.iter().flatten() {
+        if !classes.contains(class) {
+            return Err(format!("redirect.classes names unknown class `{class}`"));
+        }
+    }
+    let mark_ok = !r.mark.is_empty()
+        && r.mark
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !mark_ok {
+        return Err(format!(
+            "redirect.mark `{}` must be a non-empty query parameter name (letters, digits, - and _)",
+            r.mark
+        ));
+    }
+    Ok(())
 }
 
 /// Why a `[policy]` table does not describe a policy; `key` names the parameter at fault when
@@ -877,16 +982,19 @@ pub fn policy_from_table(table: &toml::Table) -> Result<PolicySpec, PolicyTableE
         None => {
             return Err(PolicyTableError {
                 key: None,
-                message: format!("missing `name` (one of: {})", PolicySpec::NAMES.join(", ")),
+                message: format!(
+                    "missing `name` (one of: {})",
+                    PolicySpec::names().join(", ")
+                ),
             })
         }
     };
-    if !PolicySpec::NAMES.contains(&name.as_str()) {
+    if capstan_core::policy::lookup(&name).is_none() {
         return Err(PolicyTableError {
             key: Some("name".into()),
             message: format!(
                 "unknown policy `{name}` (one of: {})",
-                PolicySpec::NAMES.join(", ")
+                PolicySpec::names().join(", ")
             ),
         });
     }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod gather;
 pub mod io;
 pub mod proxy;
+pub mod redirect;
 pub mod retry;
 pub mod server;
 pub mod strict;

@@ -279,7 +279,7 @@ impl OnEnd for SettleOnEnd {
     }
 }
 
-fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
+pub(crate) fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
     match kind {
         KeyKind::Path => pq.path(),
         KeyKind::Uri => pq.as_str(),
@@ -334,6 +334,9 @@ async fn proxy(
         query: pq.query(),
         headers: &HeaderMapLookup(&parts.headers),
     });
+    if let Some(redirect) = crate::redirect::answer(switch, cluster, class, &pq) {
+        return Err(redirect);
+    }
     let forward = Forward {
         switch: Arc::clone(switch),
         cluster: Arc::clone(cluster),

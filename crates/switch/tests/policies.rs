@@ -23,8 +23,8 @@ fn refs(nodes: &[Backend]) -> Vec<&Backend> {
 #[tokio::test]
 async fn every_policy_answers() {
     let nodes = cluster(3).await;
-    for policy in capstan_core::PolicySpec::NAMES {
-        let extra = if *policy == "static-partitioning" {
+    for policy in capstan_core::PolicySpec::names() {
+        let extra = if policy == "static-partitioning" {
             "[policy]\nname = \"static-partitioning\"\n[policy.partitions]\ncpu = [\"n0\"]\n"
                 .to_string()
         } else {

@@ -3,6 +3,37 @@ use super::{Needs, Policy, RequestInfo};
 use crate::class::ClassId;
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `cap`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapParams {
+    /// Start class `c`'s pointer `c` nodes back, as Jones's `servermap.cap` rotates the server
+    /// list per category (static from node 0, dynamic from the last node, disk from the one
+    /// before), so the first requests of different classes land on different nodes. Default
+    /// false: every pointer starts at node 0, as in the CAP paper.
+    #[serde(default)]
+    class_offsets: bool,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "cap",
+    about: "client-aware policy (Casalicchio & Colajanni): one round-robin pointer per class",
+    params: "class_offsets (default false; true = Jones's servermap.cap rotation)",
+    seeded: false,
+    check: check::<CapParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: CapParams = read("cap", params)?;
+        Ok(Box::new(if p.class_offsets {
+            Cap::with_class_offsets(ctx.classes.len(), ctx.nodes.len())
+        } else {
+            Cap::new(ctx.classes.len())
+        }))
+    },
+};
+
 /// Client-aware policy (Casalicchio & Colajanni, WWW10 2001): a circular list of assignments per
 /// class of service. Each class has its own round-robin pointer, so every node receives an equal
 /// share (within one request) of every class, and no node's CPU or disk gets all of the
@@ -31,6 +62,14 @@ impl Cap {
                 .chain(std::iter::once(Rotor::new()))
                 .collect(),
         }
+    }
+
+    /// Jones's `servermap.cap`: class `c` starts at node `(nodes − c) mod nodes`.
+    pub fn with_class_offsets(class_count: usize, nodes: usize) -> Self {
+        let starts: Vec<NodeId> = (0..class_count)
+            .map(|c| (nodes - c % nodes.max(1)) % nodes.max(1))
+            .collect();
+        Self::with_pointers(&starts)
     }
 
     pub(crate) fn pointer(&self, class: ClassId) -> &Rotor {
@@ -128,5 +167,19 @@ mod tests {
     #[test]
     fn shared_behaviour() {
         check_common_behaviour(&Cap::new(4), 4);
+    }
+
+    /// Jones's servermap.cap for four nodes: static 0 1 2 3, dynamic 3 0 1 2, disk 2 3 0 1.
+    #[test]
+    fn class_offsets_rotate_the_list_as_servermap_cap() {
+        let policy = Cap::with_class_offsets(3, 4);
+        let view = crate::view::StaticView::uniform(4);
+        let first = |class| {
+            let r = crate::policy::support::testing::request(class, "/x");
+            (0..4).map(|_| policy.pick(&r, &view).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(first(0), vec![0, 1, 2, 3]);
+        assert_eq!(first(1), vec![3, 0, 1, 2]);
+        assert_eq!(first(2), vec![2, 3, 0, 1]);
     }
 }

@@ -2,6 +2,34 @@ use super::cap::Cap;
 use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `cap-load`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CapLoadParams {
+    /// Utilisation bound in (0, 1] or above (default 0.9).
+    #[serde(default = "default_max_load")]
+    max_load: f64,
+}
+
+fn default_max_load() -> f64 {
+    0.9
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "cap-load",
+    about: "CAP skipping nodes whose gathered load is at or above max_load (Jones's future work)",
+    params: "max_load (default 0.9)",
+    seeded: false,
+    check: check::<CapLoadParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: CapLoadParams = read("cap-load", params)?;
+        Ok(Box::new(CapLoad::new(ctx.classes.len(), p.max_load)?))
+    },
+};
+
 /// CAP combined with server state, as the Jones thesis suggests for future work: each class keeps
 /// its own round-robin pointer, but a node whose last reported utilisation (`NodeState::load`) is
 /// at or above `max_load` is passed over. When every available node is over the bound, the

@@ -2,6 +2,44 @@ use super::support::{known_nodes, mix64};
 use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `consistent-hash`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsistentHashParams {
+    /// Load slack ε ≥ 0 (default 0.25); `inf` turns the bound off (plain consistent hashing).
+    #[serde(default = "default_epsilon")]
+    epsilon: f64,
+    /// Points per node on the ring (default 160, as ketama).
+    #[serde(default = "default_virtual_nodes")]
+    virtual_nodes: u32,
+}
+
+fn default_epsilon() -> f64 {
+    0.25
+}
+fn default_virtual_nodes() -> u32 {
+    160
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "consistent-hash",
+    about: "consistent hashing with bounded loads (Mirrokni et al.): locality without a table",
+    params: "epsilon (default 0.25; inf = no bound), virtual_nodes (default 160)",
+    seeded: false,
+    check: check::<ConsistentHashParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: ConsistentHashParams = read("consistent-hash", params)?;
+        Ok(Box::new(ConsistentHash::new(
+            ctx.nodes,
+            p.epsilon,
+            p.virtual_nodes,
+        )?))
+    },
+};
+
 /// Consistent hashing (Karger et al.) with bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA
 /// 2018). Each node owns `virtual_nodes` points on a 64-bit ring, placed by hashing its *name*,
 /// so adding or removing a node moves only the keys next to its points (about 1/n of them) and a

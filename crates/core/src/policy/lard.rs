@@ -3,6 +3,57 @@ use super::target_table::TargetTable;
 use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId, NodeState};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `lard` (and, with `shrink_after_secs`, of `lard-r`).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LardParams {
+    /// What the thresholds measure: `active` requests (Pai et al., default) or gathered
+    /// `utilisation` (the CAP paper).
+    #[serde(default)]
+    load: LoadMeasure,
+    /// Below this a node is lightly loaded (default 25 active, or 0.3 utilisation).
+    t_low: Option<f64>,
+    /// Above this a node is heavily loaded (default 65 active, or 0.7 utilisation).
+    t_high: Option<f64>,
+    /// Most object keys remembered (default 1,000,000).
+    #[serde(default = "default_max_targets")]
+    max_targets: usize,
+}
+
+pub(crate) fn default_max_targets() -> usize {
+    1_000_000
+}
+
+/// The thresholds as written, the measure's paper values where not.
+pub(crate) fn thresholds(
+    policy: &str,
+    load: LoadMeasure,
+    t_low: Option<f64>,
+    t_high: Option<f64>,
+) -> Result<Thresholds, PolicyError> {
+    let (low, high) = load.paper_thresholds();
+    Thresholds::new(policy, load, t_low.unwrap_or(low), t_high.unwrap_or(high))
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "lard",
+    about: "locality-aware request distribution (Pai et al.): a target node per object key",
+    params: "load = active (default; t_low 25, t_high 65) | utilisation (t_low 0.3, t_high 0.7), max_targets",
+    seeded: false,
+    check: check::<LardParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: LardParams = read("lard", params)?;
+        Ok(Box::new(Lard::new(
+            ctx.nodes.len(),
+            thresholds("lard", p.load, p.t_low, p.t_high)?,
+            p.max_targets,
+        )?))
+    },
+};
+
 /// What LARD's thresholds measure on a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

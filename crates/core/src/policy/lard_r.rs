@@ -4,6 +4,48 @@ use super::target_table::TargetTable;
 use super::{Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId, NodeState};
 
+use super::lard::thresholds;
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `lard-r`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LardRParams {
+    /// What the thresholds measure, as for `lard`.
+    #[serde(default)]
+    load: LoadMeasure,
+    t_low: Option<f64>,
+    t_high: Option<f64>,
+    /// Pai et al.'s K: seconds without a change before a server set shrinks (default 20).
+    #[serde(default = "default_shrink_after_secs")]
+    shrink_after_secs: f64,
+    /// Most object keys remembered (default 1,000,000).
+    #[serde(default = "super::lard::default_max_targets")]
+    max_targets: usize,
+}
+
+fn default_shrink_after_secs() -> f64 {
+    20.0
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "lard-r",
+    about: "LARD with replication (Pai et al.): a set of nodes per key, grown and shrunk",
+    params: "as lard, plus shrink_after_secs (default 20)",
+    seeded: false,
+    check: check::<LardRParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: LardRParams = read("lard-r", params)?;
+        Ok(Box::new(LardR::new(
+            ctx.nodes.len(),
+            thresholds("lard-r", p.load, p.t_low, p.t_high)?,
+            p.shrink_after_secs,
+            p.max_targets,
+        )?))
+    },
+};
+
 /// The nodes serving one target under LARD/R.
 #[derive(Debug, Default)]
 struct ServerSet {

@@ -2,6 +2,18 @@ use super::support::{least_loaded, Rotor};
 use super::{Policy, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, NoParams, Params, Registration};
+use super::PolicyContext;
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "least-connections",
+    about: "fewest active requests; ties go to the larger weight, then rotate (HAProxy, nginx)",
+    params: "",
+    seeded: false,
+    check: check::<NoParams>,
+    build: |_: &Params, _: &PolicyContext<'_>| Ok(Box::new(LeastConnections::new())),
+};
+
 /// Fewest active requests (HAProxy's and nginx's leastconn). Ties go to the node with the larger
 /// weight, then rotate, so an idle cluster is not served by node 0 alone.
 #[derive(Debug, Default)]

@@ -5,6 +5,34 @@ use super::support::{known_nodes, Rotor};
 use super::{Outcome, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `peak-ewma`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeakEwmaParams {
+    /// Time constant of the exponential decay, seconds (default 10, Finagle's).
+    #[serde(default = "default_decay_time_secs")]
+    decay_time_secs: f64,
+}
+
+fn default_decay_time_secs() -> f64 {
+    10.0
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "peak-ewma",
+    about: "Finagle/Linkerd peak-EWMA: least latency average × (active + 1)",
+    params: "decay_time_secs (default 10)",
+    seeded: false,
+    check: check::<PeakEwmaParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: PeakEwmaParams = read("peak-ewma", params)?;
+        Ok(Box::new(PeakEwma::new(ctx.nodes.len(), p.decay_time_secs)?))
+    },
+};
+
 /// Cost of a node that has requests in flight but no latency sample yet: large, so untried busy
 /// nodes are probed last, and growing with its queue (Finagle's `Long.MaxValue >> 16`).
 const UNKNOWN_BUSY_PENALTY: f64 = (i64::MAX >> 16) as f64;

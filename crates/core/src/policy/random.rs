@@ -2,6 +2,31 @@ use super::support::{count_available, nth_available, SplitMix64};
 use super::{Policy, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `random`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RandomParams {
+    /// Seed of the policy's own random stream: same seed, same choices (in a single-threaded
+    /// run such as the simulator).
+    #[serde(default = "super::default_seed")]
+    seed: u64,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "random",
+    about: "uniform over the available nodes (the CAP paper's RAN)",
+    params: "seed (default 1)",
+    seeded: true,
+    check: check::<RandomParams>,
+    build: |params: &Params, _ctx: &PolicyContext<'_>| {
+        let p: RandomParams = read("random", params)?;
+        Ok(Box::new(Random::new(p.seed)))
+    },
+};
+
 /// Uniform over the available nodes, from the policy's own seeded stream (no global RNG, so the
 /// simulator reproduces a run from its seed).
 #[derive(Debug)]

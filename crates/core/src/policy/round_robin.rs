@@ -2,6 +2,18 @@ use super::support::Rotor;
 use super::{Policy, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, NoParams, Params, Registration};
+use super::PolicyContext;
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "round-robin",
+    about: "a circular pointer over the nodes",
+    params: "",
+    seeded: false,
+    check: check::<NoParams>,
+    build: |_: &Params, _: &PolicyContext<'_>| Ok(Box::new(RoundRobin::new())),
+};
+
 /// Circular pointer over the nodes, skipping unavailable ones.
 #[derive(Debug, Default)]
 pub struct RoundRobin {

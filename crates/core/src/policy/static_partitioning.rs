@@ -2,6 +2,36 @@ use super::support::Rotor;
 use super::{Needs, Partitions, Policy, PolicyContext, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+
+/// Parameters of `static-partitioning`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StaticPartitioningParams {
+    /// Class name → node names. Every name must be defined.
+    #[serde(default)]
+    partitions: Partitions,
+    /// Nodes for the classes `partitions` does not list. Absent: those classes use every node.
+    #[serde(default)]
+    default: Option<Vec<String>>,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "static-partitioning",
+    about: "each class is served only by its own subset of nodes; round robin within it",
+    params: "partitions = { class = [nodes] }, default = [nodes]",
+    seeded: false,
+    check: check::<StaticPartitioningParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: StaticPartitioningParams = read("static-partitioning", params)?;
+        Ok(Box::new(StaticPartitioning::new(
+            ctx,
+            &p.partitions,
+            p.default.as_deref(),
+        )?))
+    },
+};
+
 /// Static partitioning (the CAP paper's rival, how commercial layer-7 switches dedicate servers
 /// to services): each class is served only by its own subset of nodes, round robin within the
 /// subset. Classes the configuration does not list use the `default` subset when one is given,

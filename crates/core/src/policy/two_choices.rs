@@ -2,6 +2,30 @@ use super::support::{count_available, nth_available, SplitMix64};
 use super::{Policy, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// Parameters of `two-choices`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TwoChoicesParams {
+    /// Seed of the policy's own random stream.
+    #[serde(default = "super::default_seed")]
+    seed: u64,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "two-choices",
+    about: "the power of two choices: two random available nodes, fewer active requests wins",
+    params: "seed (default 1)",
+    seeded: true,
+    check: check::<TwoChoicesParams>,
+    build: |params: &Params, _: &PolicyContext<'_>| {
+        let p: TwoChoicesParams = read("two-choices", params)?;
+        Ok(Box::new(TwoChoices::new(p.seed)))
+    },
+};
+
 /// The power of two choices (Mitzenmacher; Envoy's least_request): sample two distinct available
 /// nodes at random and take the one with fewer active requests. Nearly as good as a full
 /// least-connections scan at avoiding hot spots, but without every switch thread herding onto the

@@ -4,6 +4,55 @@ use super::support::known_nodes;
 use super::{Needs, Policy, RequestInfo, WeightSource};
 use crate::view::{ClusterView, NodeId};
 
+use super::registry::{check, read, Params, Registration};
+use super::PolicyContext;
+
+/// How `weighted-round-robin` gets its weights (the configuration's `metric`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WrrMetric {
+    /// The nodes' configured weights (nginx, HAProxy).
+    #[default]
+    Static,
+    /// WRR_num (CAP paper): from the active requests at each gather.
+    Active,
+    /// WRR_time (CAP paper): from the nodes' reported mean service times.
+    ServiceTime,
+}
+
+impl WrrMetric {
+    pub fn weights(self) -> WeightSource {
+        match self {
+            WrrMetric::Static => WeightSource::Configured,
+            WrrMetric::Active => WeightSource::ActiveRequests,
+            WrrMetric::ServiceTime => WeightSource::ServiceTime,
+        }
+    }
+}
+
+/// Parameters of `weighted-round-robin`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrrParams {
+    #[serde(default)]
+    metric: WrrMetric,
+}
+
+pub(super) const REGISTRATION: Registration = Registration {
+    name: "weighted-round-robin",
+    about: "smooth weighted round robin (nginx) on configured or gathered-load weights",
+    params: "metric = static (default) | active (WRR_num) | service-time (WRR_time)",
+    seeded: false,
+    check: check::<WrrParams>,
+    build: |params: &Params, ctx: &PolicyContext<'_>| {
+        let p: WrrParams = read("weighted-round-robin", params)?;
+        Ok(Box::new(WeightedRoundRobin::new(
+            ctx.nodes.len(),
+            p.metric.weights(),
+        )))
+    },
+};
+
 /// Smooth weighted round robin, as nginx does it: every pick adds each available node's weight to
 /// its running credit, the node with the most credit wins and pays back the total. Over a cycle
 /// of `Σ weights` picks each node gets exactly its weight, and heavy nodes' turns are spread out

@@ -36,7 +36,7 @@ pub struct OriginArgs {
     name: Option<String>,
 
     /// Document tree to serve [default: webstone]
-    #[arg(long, value_name = "TREE", value_parser = ["webstone", "webstone-2000", "polygraph", "cap"])]
+    #[arg(long, value_name = "TREE", value_parser = ["webstone", "webstone-2000", "polygraph", "cap", "sweb"])]
     tree: Option<String>,
 
     /// Seed of the tree (same seed, byte-identical tree) [default: 1]

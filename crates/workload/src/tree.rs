@@ -31,14 +31,22 @@ pub enum TreeKind {
     /// The CAP paper's hybrid size law (Table 1): lognormal body, Pareto tail.
     #[serde(rename = "cap")]
     Cap,
+    /// SWEB's files (Andresen et al., IPPS '96, §4.2), laid out as `capstan sim sweb-sizes` lays
+    /// them out: `files` (default 60, ten on each of its six nodes) of sizes evenly spaced over
+    /// 100 B–1.5 MB in a seeded order, file `i` at a path whose FNV-1a hash puts it on node
+    /// `i % 6` (`capstan origin --partition K/6`), plus the skewed test's one 1.5 MB file,
+    /// `/sweb/skewed.html`.
+    #[serde(rename = "sweb")]
+    Sweb,
 }
 
 impl TreeKind {
-    pub const ALL: [TreeKind; 4] = [
+    pub const ALL: [TreeKind; 5] = [
         TreeKind::Webstone,
         TreeKind::Webstone2000,
         TreeKind::Polygraph,
         TreeKind::Cap,
+        TreeKind::Sweb,
     ];
 
     pub fn name(&self) -> &'static str {
@@ -47,6 +55,7 @@ impl TreeKind {
             TreeKind::Webstone2000 => "webstone-2000",
             TreeKind::Polygraph => "polygraph",
             TreeKind::Cap => "cap",
+            TreeKind::Sweb => "sweb",
         }
     }
 }
@@ -69,9 +78,11 @@ impl FromStr for TreeKind {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TreeError {
-    #[error("unknown tree {0:?} (expected webstone, webstone-2000, polygraph or cap)")]
+    #[error("unknown tree {0:?} (expected webstone, webstone-2000, polygraph, cap or sweb)")]
     UnknownKind(String),
-    #[error("the {0} tree has a fixed file count; `files` applies only to polygraph and cap")]
+    #[error(
+        "the {0} tree has a fixed file count; `files` applies only to polygraph, cap and sweb"
+    )]
     FixedCount(TreeKind),
     #[error("files must be between 1 and {max}, got {got}")]
     BadCount { got: usize, max: usize },
@@ -273,6 +284,46 @@ pub const WEBSTONE_FILES: [(&str, u64, u64); 5] = [
     ("file5m", 5_248_000, 1),
 ];
 
+/// SWEB §4.2: file sizes from "approximately 100 bytes" to "approximately 1.5MB".
+pub const SWEB_SIZES: (u64, u64) = (100, 1_500_000);
+/// The nodes SWEB's tests ran on (§4.1: six Meiko CS-2 nodes), over which the sweb tree's files
+/// are dealt.
+pub const SWEB_NODES: u64 = 6;
+/// Files of the sweb tree unless told: ten per node (the paper does not say; the simulator's
+/// choice).
+pub const SWEB_FILES: usize = 60;
+
+/// The sweb tree's path for the `j`-th file on node `home`: the first salt whose FNV-1a hash
+/// (`capstan_core::hash_key`) lands on `home`, as the simulator names them.
+fn sweb_path(home: u64, j: usize) -> String {
+    (0u64..)
+        .map(|salt| format!("/sweb/n{home}/file{j}-{salt}"))
+        .find(|p| fnv1a(p.as_bytes()) % SWEB_NODES == home)
+        .expect("some salt lands on every node")
+}
+
+/// The sweb tree's sizes: evenly spaced over [`SWEB_SIZES`], shuffled by the seed (the
+/// simulator's order).
+fn sweb_sizes(seed: u64, count: usize) -> Vec<u64> {
+    let (min, max) = SWEB_SIZES;
+    let mut sizes: Vec<u64> = (0..count)
+        .map(|i| {
+            let f = if count > 1 {
+                i as f64 / (count - 1) as f64
+            } else {
+                1.0
+            };
+            (min as f64 + f * (max - min) as f64).round() as u64
+        })
+        .collect();
+    let mut rng = stream(seed, "sweb-file-sizes");
+    for i in (1..sizes.len()).rev() {
+        let j = (uniform01(&mut rng) * (i + 1) as f64) as usize;
+        sizes.swap(i, j.min(i));
+    }
+    sizes
+}
+
 /// The CAP paper's Table 1 hit-size law with the SURGE splice (see [`Dist::LogNormalPareto`]).
 pub const CAP_SIZE: Dist = Dist::LogNormalPareto {
     mu: 7.640,
@@ -299,7 +350,10 @@ impl DocTree {
                 });
             }
         }
-        let n = files.unwrap_or(Self::DEFAULT_FILES);
+        let n = match kind {
+            TreeKind::Sweb => files.unwrap_or(SWEB_FILES),
+            _ => files.unwrap_or(Self::DEFAULT_FILES),
+        };
         let fixed = |path: String, size: u64, weight: u64, ct: &'static str| DocFile {
             etag_base: fnv1a(path.as_bytes()) ^ seed.rotate_left(17) ^ size,
             content_offset: (fnv1a(path.as_bytes()) ^ seed) as usize % BLOCK_LEN,
@@ -342,6 +396,23 @@ impl DocTree {
                         fixed(format!("/cap/obj{i:06}.html"), size, 1, "text/html")
                     })
                     .collect()
+            }
+            TreeKind::Sweb => {
+                let mut v: Vec<DocFile> = sweb_sizes(seed, n)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, size)| {
+                        let path = sweb_path(i as u64 % SWEB_NODES, i / SWEB_NODES as usize);
+                        fixed(path, size, 1, "application/octet-stream")
+                    })
+                    .collect();
+                v.push(fixed(
+                    "/sweb/skewed.html".into(),
+                    SWEB_SIZES.1,
+                    0,
+                    "text/html",
+                ));
+                v
             }
             TreeKind::Polygraph => {
                 let types = polygraph_types();
@@ -454,6 +525,36 @@ mod tests {
         assert_eq!(t.filelist().total_weight(), 1000);
         assert_eq!(t.get("/file5k.html").unwrap().size, 5125);
         assert_eq!(t.content(t.get("/file5m.html").unwrap()).len(), 5_248_000);
+    }
+
+    #[test]
+    fn sweb_files_are_dealt_evenly_over_six_nodes() {
+        let t = DocTree::generate(TreeKind::Sweb, 1, None).unwrap();
+        assert_eq!(t.files.len(), SWEB_FILES + 1);
+        let mut per_node = [0; 6];
+        for (i, f) in t.files[..SWEB_FILES].iter().enumerate() {
+            let home = fnv1a(f.path.as_bytes()) % 6;
+            assert_eq!(home, i as u64 % 6, "{}", f.path);
+            assert!(f.path.starts_with(&format!("/sweb/n{home}/file{}-", i / 6)));
+            per_node[home as usize] += 1;
+        }
+        assert_eq!(per_node, [10; 6]);
+        // Evenly spaced sizes from 100 B to 1.5 MB, in some order.
+        let mut sizes: Vec<u64> = t.files[..SWEB_FILES].iter().map(|f| f.size).collect();
+        sizes.sort();
+        assert_eq!((sizes[0], sizes[59]), (100, 1_500_000));
+        assert_eq!(sizes[1] - sizes[0], 25_422); // (1.5 MB − 100 B) / 59, rounded
+        let skewed = t.get("/sweb/skewed.html").unwrap();
+        assert_eq!((skewed.size, skewed.weight), (1_500_000, 0));
+        let other = DocTree::generate(TreeKind::Sweb, 2, Some(12)).unwrap();
+        assert_eq!(other.files.len(), 13);
+        assert_ne!(
+            t.files[..12].iter().map(|f| f.size).collect::<Vec<_>>(),
+            DocTree::generate(TreeKind::Sweb, 2, None).unwrap().files[..12]
+                .iter()
+                .map(|f| f.size)
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]

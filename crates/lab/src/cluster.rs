@@ -19,6 +19,8 @@ pub struct NodeSpec {
     pub name: String,
     pub speed: f64,
     pub cores: u32,
+    /// `K/N`: the node's share of a partitioned tree (`capstan origin --partition`).
+    pub partition: Option<String>,
 }
 
 /// Everything `capstan origin` needs besides its speed.
@@ -35,6 +37,9 @@ pub struct NodeArgs {
     /// Window of the node's `interval` load figures: the switch's T_gat, so each gather sees
     /// the time since the previous one.
     pub load_interval_ms: u64,
+    pub remote_penalty: Option<f64>,
+    /// A configuration file for every node (`capstan origin --config`).
+    pub config: Option<PathBuf>,
 }
 
 /// A child that is killed when dropped, so an error or Ctrl-C path never leaves nodes behind.
@@ -152,6 +157,15 @@ fn start_node(
         ]);
     if let Some(f) = args.files {
         cmd.args(["--files", &f.to_string()]);
+    }
+    if let Some(c) = &args.config {
+        cmd.arg("--config").arg(c);
+    }
+    if let Some(p) = &spec.partition {
+        cmd.args(["--partition", p]);
+    }
+    if let Some(r) = args.remote_penalty {
+        cmd.args(["--remote-penalty", &r.to_string()]);
     }
     for (flag, v) in [
         ("--cpu-light-ms", args.cpu_light_ms),

@@ -94,6 +94,16 @@ pub struct Nodes {
     /// modelled) and leaves this machine's cores to the switch and the load generator.
     #[serde(default = "one_usize")]
     pub threads: usize,
+    /// Node K of N holds only the files whose path hashes to K and reads the others over NFS
+    /// (`capstan origin --partition K/N`, SWEB §3.2); false: every node holds the whole tree.
+    #[serde(default)]
+    pub partition: bool,
+    /// How much more a remote (NFS) read costs than a local one (`--remote-penalty`).
+    pub remote_penalty: Option<f64>,
+    /// Settings of `capstan origin`'s configuration file, written as they are and passed with
+    /// `--config` (node capacity under `node`, `node.disk`, `node.nic`; see `capstan origin
+    /// --help`); the flags the lab sets win.
+    pub origin: Option<toml::Table>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,6 +199,13 @@ pub struct Load {
     pub generator_threads: usize,
     #[serde(default = "default_timeout")]
     pub timeout: String,
+    /// After a window, how long requests still in flight may finish (and count in the response
+    /// times): long where a queue must drain, as in SWEB's tests, which dropped nothing.
+    #[serde(default = "default_drain")]
+    pub drain: String,
+    /// Open loop: on/off bursts (`peak` × the rate for `fraction` of each `period_s`); SWEB's
+    /// clients launched each second's requests at once.
+    pub burst: Option<capstan_workload::Burst>,
 }
 
 /// What `--quick` changes.
@@ -226,6 +243,115 @@ pub struct Paper {
     /// Differences of set-up worth knowing when comparing.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Numbers the paper reports (response times, ratios), beside ours.
+    #[serde(default, rename = "measure")]
+    pub measures: Vec<Measure>,
+    /// SWEB §3.3's maximum sustained request rate, computed for the experiment's set-up.
+    pub sweb_capacity: Option<SwebCapacity>,
+}
+
+/// What a [`Measure`] reads from a series' point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Metric {
+    /// Mean response time, ms.
+    MeanMs,
+    P50Ms,
+    P90Ms,
+    P99Ms,
+    /// Completed responses per second of the window.
+    Throughput,
+}
+
+impl Metric {
+    pub fn of(self, p: &crate::results::Point) -> f64 {
+        match self {
+            Metric::MeanMs => p.mean_ms,
+            Metric::P50Ms => p.p50_ms,
+            Metric::P90Ms => p.p90_ms,
+            Metric::P99Ms => p.p99_ms,
+            Metric::Throughput => p.throughput_mean,
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Throughput => "conn/s",
+            _ => "ms",
+        }
+    }
+}
+
+/// A number the paper reports for `policy` at load level `at`: the metric itself, or with
+/// `versus` the ratio of `policy`'s to `versus`'s.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measure {
+    pub text: String,
+    pub policy: String,
+    pub versus: Option<String>,
+    pub metric: Metric,
+    pub at: f64,
+    pub value: f64,
+    pub variant: Option<String>,
+}
+
+/// The inputs of SWEB's §3.3 analysis: `p` nodes, mean file size F, local and remote disk
+/// bandwidths b1 and b2, redirection probability d, preprocessing A and redirection O overheads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwebCapacity {
+    pub nodes: usize,
+    pub file_bytes: f64,
+    pub b1_mb_s: f64,
+    pub b2_mb_s: f64,
+    #[serde(default)]
+    pub redirect_probability: f64,
+    #[serde(default)]
+    pub preprocess_ms: f64,
+    #[serde(default)]
+    pub redirect_ms: f64,
+    /// The rate the paper prints for its example.
+    pub paper_rps: Option<f64>,
+}
+
+impl SwebCapacity {
+    /// Seconds of work per request (the formula as the simulator reads the garbled scan, see
+    /// `capstan_sim`'s SWEB analysis): `H = (1/p + d)·F/b1 + (1 − 1/p − d)·F/b2 + A + d·(A + O)`.
+    pub fn seconds_per_request(&self) -> f64 {
+        let p = self.nodes.max(1) as f64;
+        let d = self.redirect_probability.clamp(0.0, 1.0 - 1.0 / p);
+        let f_mb = self.file_bytes / 1e6;
+        let (a, o) = (self.preprocess_ms / 1e3, self.redirect_ms / 1e3);
+        (1.0 / p + d) * f_mb / self.b1_mb_s
+            + (1.0 - 1.0 / p - d) * f_mb / self.b2_mb_s
+            + a
+            + d * (a + o)
+    }
+
+    /// The maximum sustained requests per second, `p / H`.
+    pub fn max_sustained_rps(&self) -> f64 {
+        self.nodes as f64 / self.seconds_per_request()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let positive = [self.file_bytes, self.b1_mb_s, self.b2_mb_s];
+        if self.nodes == 0 || positive.iter().any(|x| !(x.is_finite() && *x > 0.0)) {
+            return Err(
+                "paper.sweb_capacity: nodes, file_bytes, b1_mb_s and b2_mb_s must be positive"
+                    .into(),
+            );
+        }
+        let rest = [
+            self.redirect_probability,
+            self.preprocess_ms,
+            self.redirect_ms,
+        ];
+        if rest.iter().any(|x| !(x.is_finite() && *x >= 0.0)) || self.redirect_probability > 1.0 {
+            return Err("paper.sweb_capacity: redirect_probability (0–1), preprocess_ms and redirect_ms must be ≥ 0".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -285,6 +411,9 @@ fn default_warmup() -> String {
 }
 fn default_timeout() -> String {
     "10s".into()
+}
+fn default_drain() -> String {
+    "2s".into()
 }
 
 pub fn parse_duration(what: &str, s: &str) -> Result<Duration, LabError> {
@@ -368,6 +497,23 @@ impl Experiment {
         }
         parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
         parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
+        parse_duration("load.drain", &self.load.drain).map_err(|e| e.to_string())?;
+        if let Some(b) = &self.load.burst {
+            if self.load.engine != EngineKind::Open {
+                return Err("load.burst needs load.engine = \"open\"".into());
+            }
+            b.validate().map_err(|e| format!("load.burst: {e}"))?;
+        }
+        if let Some(r) = self.nodes.remote_penalty {
+            if !(r.is_finite() && r >= 0.0) {
+                return Err(format!("nodes.remote_penalty must be ≥ 0, got {r}"));
+            }
+        }
+        if let Some(p) = &self.paper {
+            if let Some(c) = &p.sweb_capacity {
+                c.validate()?;
+            }
+        }
         for (what, d) in [
             ("quick.duration", &self.quick.duration),
             ("quick.warmup", &self.quick.warmup),

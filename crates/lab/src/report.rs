@@ -6,7 +6,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::experiment::{Experiment, Paper};
+use crate::experiment::{Experiment, Measure, Paper, SwebCapacity};
 use crate::results::*;
 use crate::runner::fmt_level;
 use crate::LabError;
@@ -82,7 +82,134 @@ fn compare(r: &LabResults, p: &Paper) -> PaperCompare {
         rows,
         claims,
         notes: p.notes.clone(),
+        measures: p.measures.iter().map(|m| measure_row(r, m)).collect(),
+        sweb_capacity: p.sweb_capacity.as_ref().map(|c| capacity_row(r, c)),
     }
+}
+
+/// A number the paper reports, and ours at the measured level nearest to the paper's.
+fn measure_row(r: &LabResults, m: &Measure) -> MeasureRow {
+    let point = |policy: &str| {
+        r.series_named(policy, m.variant.as_deref())
+            .and_then(|s| s.nearest(m.at))
+    };
+    let (ours, level) = match (point(&m.policy), &m.versus) {
+        (Some(a), None) => (Some(m.metric.of(a)), Some(a.level)),
+        (Some(a), Some(v)) => match point(v) {
+            Some(b) if m.metric.of(b) > 0.0 => {
+                (Some(m.metric.of(a) / m.metric.of(b)), Some(a.level))
+            }
+            _ => (None, None),
+        },
+        (None, _) => (None, None),
+    };
+    MeasureRow {
+        text: m.text.clone(),
+        unit: if m.versus.is_some() {
+            "×"
+        } else {
+            m.metric.unit()
+        }
+        .into(),
+        paper: m.value,
+        ours: ours.map(|o| round(o, 3)),
+        ours_level: level,
+    }
+}
+
+/// SWEB §3.3's rate for the experiment's set-up, and what each series' heaviest run implies by
+/// the utilisation law: X / U of the busiest node resource (exact when that resource saturates;
+/// an estimate below, since an adaptive policy may split load differently nearer capacity).
+fn capacity_row(r: &LabResults, c: &SwebCapacity) -> CapacityRow {
+    let implied = r
+        .series
+        .iter()
+        .filter_map(|s| {
+            let p = s.points.iter().rev().find(|p| p.util_max > 0.0)?;
+            Some(ImpliedCapacity {
+                series: s.label.clone(),
+                level: p.level,
+                throughput: p.throughput_mean,
+                util_max: p.util_max,
+                capacity_rps: round(p.throughput_mean / p.util_max, 2),
+            })
+        })
+        .collect();
+    CapacityRow {
+        formula_rps: round(c.max_sustained_rps(), 2),
+        seconds_per_request: round(c.seconds_per_request(), 5),
+        paper_rps: c.paper_rps,
+        implied,
+    }
+}
+
+/// The findings that set the paper's reported numbers beside ours.
+fn measure_findings(pc: &PaperCompare, x: &str) -> Vec<String> {
+    let mut f = Vec::new();
+    for m in &pc.measures {
+        let show = |v: f64| match m.unit.as_str() {
+            "ms" if v >= 1000.0 => format!("{:.2} s", v / 1000.0),
+            "×" => format!("{v:.1}×"),
+            u => format!("{v:.1} {u}"),
+        };
+        let line = match (m.ours, m.ours_level) {
+            (Some(o), Some(l)) => {
+                let verdict = if m.unit == "×" {
+                    if (o > 1.0) != (m.paper > 1.0) {
+                        "disagrees".to_string()
+                    } else if (0.5..=2.0).contains(&(o / m.paper)) {
+                        "agrees".to_string()
+                    } else {
+                        "same direction, different size".to_string()
+                    }
+                } else if m.paper > 0.0 && (0.75..=1.33).contains(&(o / m.paper)) {
+                    "agrees".to_string()
+                } else if m.paper > 0.0 {
+                    format!("{:.2}× the paper's", o / m.paper)
+                } else {
+                    "not comparable".to_string()
+                };
+                format!(
+                    "Paper: {} ({}). Ours at {} {x}: {} — {verdict}.",
+                    m.text,
+                    show(m.paper),
+                    fmt_level(l),
+                    show(o)
+                )
+            }
+            _ => format!(
+                "Paper: {} — not measured in this run (policy left out).",
+                m.text
+            ),
+        };
+        f.push(line);
+    }
+    if let Some(c) = &pc.sweb_capacity {
+        let paper = c
+            .paper_rps
+            .map(|p| format!(" (the paper prints {p} for its example)"))
+            .unwrap_or_default();
+        let implied: Vec<String> = c
+            .implied
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} {:.1} rps ({:.1} conn/s at {:.0} % busiest)",
+                    i.series,
+                    i.capacity_rps,
+                    i.throughput,
+                    100.0 * i.util_max
+                )
+            })
+            .collect();
+        f.push(format!(
+            "SWEB §3.3: maximum sustained {:.1} rps for this set-up ({:.0} ms of work per request){paper}. Implied by our heaviest runs (throughput / busiest node resource): {}.",
+            c.formula_rps,
+            1000.0 * c.seconds_per_request,
+            implied.join("; ")
+        ));
+    }
+    f
 }
 
 /// Groups of series that share a variant (policies are compared within a group).
@@ -333,6 +460,9 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
                 )),
             }
         }
+    }
+    if let Some(pc) = &r.paper {
+        f.extend(measure_findings(pc, x));
     }
     // Absolute scale against the paper, and where to look when the two differ.
     if let Some(pc) = &r.paper {
@@ -854,6 +984,57 @@ fn util_timeline_svg(r: &LabResults, level: f64) -> Result<Option<String>, LabEr
     .map(Some)
 }
 
+/// The paper's reported numbers and SWEB's §3.3 rate, as tables.
+fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
+    if !p.measures.is_empty() {
+        h.push_str(
+            "<table><tr><th class=\"l\">the paper reports</th><th>paper</th><th>ours</th><th>unit</th><th>at</th></tr>",
+        );
+        for m in &p.measures {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&m.text),
+                m.paper,
+                m.ours
+                    .map(|o| format!("{o:.1}"))
+                    .unwrap_or_else(|| "-".into()),
+                esc(&m.unit),
+                m.ours_level
+                    .map(|l| format!("{} {}", fmt_level(l), esc(x)))
+                    .unwrap_or_default()
+            );
+        }
+        h.push_str("</table>");
+    }
+    if let Some(c) = &p.sweb_capacity {
+        let _ = write!(
+            h,
+            "<p><b>SWEB §3.3, maximum sustained rate</b> r* = p / H, H = (1/p + d)·F/b1 + (1 − 1/p − d)·F/b2 + A + d·(A + O): \
+             <b>{:.1} rps</b> for this set-up ({:.1} ms per request){}.</p>\
+             <table><tr><th class=\"l\">series</th><th>at</th><th>conn/s</th><th>busiest resource %</th><th>implied max rps</th></tr>",
+            c.formula_rps,
+            1000.0 * c.seconds_per_request,
+            c.paper_rps
+                .map(|p| format!("; the paper prints {p} for its example"))
+                .unwrap_or_default()
+        );
+        for i in &c.implied {
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{} {}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}</td></tr>",
+                esc(&i.series),
+                fmt_level(i.level),
+                esc(x),
+                i.throughput,
+                100.0 * i.util_max,
+                i.capacity_rps
+            );
+        }
+        h.push_str("</table>");
+    }
+}
+
 fn html(r: &LabResults) -> Result<String, LabError> {
     let mut h = String::new();
     let key = {
@@ -1036,6 +1217,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             }
             h.push_str("</table>");
         }
+        html_measures(&mut h, p, &r.x_label);
         if !p.notes.is_empty() {
             h.push_str("<p><b>Differences of set-up:</b></p><ul>");
             for n in &p.notes {

@@ -65,6 +65,9 @@ pub struct Point {
     /// Completed responses per second of the measured window (conn/s).
     pub throughput_mean: f64,
     pub throughput_stdev: f64,
+    /// Mean response time, ms (from each request's intended start, as the percentiles).
+    #[serde(default)]
+    pub mean_ms: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
@@ -167,6 +170,44 @@ pub struct PaperCompare {
     pub rows: Vec<PaperRow>,
     pub claims: Vec<ClaimRow>,
     pub notes: Vec<String>,
+    /// The paper's reported numbers beside ours.
+    #[serde(default)]
+    pub measures: Vec<MeasureRow>,
+    /// SWEB §3.3's maximum sustained rate for the experiment's set-up, beside what the runs
+    /// imply.
+    #[serde(default)]
+    pub sweb_capacity: Option<CapacityRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MeasureRow {
+    pub text: String,
+    /// `ms`, `conn/s`, or `×` for a ratio of two policies.
+    pub unit: String,
+    pub paper: f64,
+    pub ours: Option<f64>,
+    pub ours_level: Option<f64>,
+}
+
+/// SWEB §3.3 (`r* = p / H`) next to the capacity each series' runs imply by the utilisation law
+/// (throughput / the busiest node resource's utilisation).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CapacityRow {
+    pub formula_rps: f64,
+    pub seconds_per_request: f64,
+    pub paper_rps: Option<f64>,
+    /// (series label, load level, throughput, busiest utilisation, implied capacity) per series
+    /// at its highest level below saturation.
+    pub implied: Vec<ImpliedCapacity>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImpliedCapacity {
+    pub series: String,
+    pub level: f64,
+    pub throughput: f64,
+    pub util_max: f64,
+    pub capacity_rps: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -130,6 +130,7 @@ impl Plan {
                     name: format!("node{}", i + 1),
                     speed: speeds[i % speeds.len()],
                     cores: exp.nodes.cores,
+                    partition: exp.nodes.partition.then(|| format!("{i}/{count}")),
                 })
                 .collect()
         };
@@ -324,6 +325,7 @@ pub async fn run(
                     runs: rs.len(),
                     throughput_mean: round(m, 2),
                     throughput_stdev: round(sd, 2),
+                    mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
                     p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
                     p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
                     p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
@@ -410,6 +412,8 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         cache_fraction: exp.nodes.cache_fraction,
         threads: exp.nodes.threads,
         load_interval_ms: gather_interval(exp)?.as_millis().max(1) as u64,
+        remote_penalty: exp.nodes.remote_penalty,
+        config: origin_config(exp, &o.work_dir)?,
     };
     cluster::start(
         &o.exe,
@@ -420,6 +424,23 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         &o.work_dir,
     )
     .await
+}
+
+/// Writes `[nodes.origin]` as the nodes' configuration file, if the experiment has one.
+fn origin_config(exp: &Experiment, dir: &std::path::Path) -> Result<Option<PathBuf>, LabError> {
+    let Some(table) = &exp.nodes.origin else {
+        return Ok(None);
+    };
+    let path = dir.join("origin.toml");
+    std::fs::create_dir_all(dir)
+        .and_then(|_| {
+            std::fs::write(
+                &path,
+                toml::to_string(table).map_err(std::io::Error::other)?,
+            )
+        })
+        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
+    Ok(Some(path))
 }
 
 /// T_gat: how often the switch gathers load reports (`switch.load_interval`).
@@ -562,7 +583,10 @@ fn bench_config(
     cfg.timeout = parse_duration("load.timeout", &exp.load.timeout)?;
     cfg.threads = exp.load.generator_threads;
     cfg.seed = seed;
-    cfg.drain = Duration::from_secs(2);
+    cfg.drain = parse_duration("load.drain", &exp.load.drain)?;
+    if engine == EngineKind::Open {
+        cfg.burst = exp.load.burst;
+    }
     Ok(cfg)
 }
 

@@ -107,6 +107,19 @@ impl<V: Default> TargetTable<V> {
         result
     }
 
+    /// Every entry, least recently used generation first, so that putting them into a fresh
+    /// table in this order keeps the most recent ones if it is smaller.
+    pub(crate) fn entries<T>(&self, mut export: impl FnMut(&V) -> Option<T>) -> Vec<(Key, T)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let guard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for map in [&guard.previous, &guard.current] {
+                out.extend(map.iter().filter_map(|(&k, v)| export(v).map(|t| (k, t))));
+            }
+        }
+        out
+    }
+
     /// Entries held, for tests of the bound.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

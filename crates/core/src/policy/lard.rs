@@ -213,7 +213,7 @@ impl Policy for Lard {
     /// (the key gets a fresh target when it comes back). From LARD/R, a set's first member
     /// that stays becomes the target.
     fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
-        let mut keep = |key: u64, node: NodeId| self.targets.update(key, |t, _| *t = node as u32);
+        let keep = |key: u64, node: NodeId| self.targets.update(key, |t, _| *t = node as u32);
         match memory {
             Memory::Targets(targets) => {
                 for &(key, old) in targets {

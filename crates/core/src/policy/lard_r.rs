@@ -138,7 +138,7 @@ impl Policy for LardR {
     /// Members that stay keep their place in the set (with its lastMod); members that left are
     /// dropped, and a set left empty is forgotten. LARD's targets become one-member sets.
     fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
-        let mut keep = |key: u64, members: Vec<u32>, changed_at_nanos: u64| {
+        let keep = |key: u64, members: Vec<u32>, changed_at_nanos: u64| {
             if !members.is_empty() {
                 self.sets.update(key, |set, _| {
                     *set = ServerSet {

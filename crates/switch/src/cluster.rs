@@ -487,3 +487,151 @@ impl ClusterView for LiveView<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capstan_core::{hash_key, RequestInfo};
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn config(nodes: &[(&str, u16, u32)], policy: &str) -> Config {
+        let nodes = nodes
+            .iter()
+            .map(|&(name, port, weight)| NodeConfig {
+                name: name.into(),
+                address: ([127, 0, 0, 1], port).into(),
+                weight,
+            })
+            .collect();
+        let mut config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], nodes);
+        config.policy = capstan_core::PolicySpec::with_defaults(policy).unwrap();
+        config
+    }
+
+    fn pick(cluster: &Cluster, key: &str, now_nanos: u64) -> String {
+        let view = LiveView {
+            now_nanos,
+            nodes: &cluster.nodes,
+            exclude: None,
+            weights: cluster.needs.weights,
+        };
+        let req = RequestInfo {
+            class: 0,
+            key,
+            key_hash: hash_key(key),
+        };
+        let id = cluster.policy.pick(&req, &view).expect("a node");
+        cluster.nodes[id].config.name.clone()
+    }
+
+    #[test]
+    fn a_rebuild_keeps_runtimes_and_lard_targets_of_nodes_that_stay() {
+        let first =
+            Cluster::build(config(&[("a", 1, 1), ("b", 2, 1)], "lard"), 1, None, 0).unwrap();
+        let keys: Vec<String> = (0..20).map(|i| format!("/k{i}")).collect();
+        let before: Vec<String> = keys.iter().map(|k| pick(&first, k, 1)).collect();
+        first.nodes[0].set_draining(true, 1);
+        // c joins in front of the others, b's weight changes: ids shift, identities do not.
+        let next = config(&[("c", 3, 1), ("a", 1, 1), ("b", 2, 5)], "lard");
+        let second = Cluster::build(next, 2, Some(&first), 10 * SECOND).unwrap();
+        assert!(
+            Arc::ptr_eq(&first.nodes[0], &second.nodes[1]),
+            "a is reused"
+        );
+        assert!(
+            !Arc::ptr_eq(&first.nodes[1], &second.nodes[2]),
+            "b is rebuilt"
+        );
+        assert!(second.nodes[1].is_draining(), "a's drain carries over");
+        first.nodes[0].set_draining(false, 10 * SECOND);
+        assert_eq!(
+            second.nodes[0].slow_start(10 * SECOND),
+            None,
+            "slow start is off"
+        );
+        for (key, was) in keys.iter().zip(&before) {
+            assert_eq!(&pick(&second, key, 10 * SECOND), was, "{key}");
+        }
+    }
+
+    #[test]
+    fn a_joining_node_slow_starts_and_its_share_ramps_from_a_tenth() {
+        let mut with_slow_start = config(&[("a", 1, 1)], "round-robin");
+        with_slow_start.health.slow_start = std::time::Duration::from_secs(10);
+        let first = Cluster::build(with_slow_start.clone(), 1, None, 0).unwrap();
+        assert_eq!(
+            first.nodes[0].slow_start(SECOND),
+            None,
+            "nodes at start do not"
+        );
+        let mut next = with_slow_start;
+        next.nodes.push(NodeConfig {
+            name: "b".into(),
+            address: "127.0.0.1:2".parse().unwrap(),
+            weight: 1,
+        });
+        let second = Cluster::build(next, 2, Some(&first), 100 * SECOND).unwrap();
+        let b = &second.nodes[1];
+        let (left, share) = b.slow_start(100 * SECOND).unwrap();
+        assert_eq!((left, share), (std::time::Duration::from_secs(10), 0.1));
+        let (_, share) = b.slow_start(105 * SECOND).unwrap();
+        assert!((share - 0.55).abs() < 1e-9, "{share}");
+        assert_eq!(b.slow_start(110 * SECOND), None);
+        // The draw offers it on about its share of the picks, on a spread of pick times.
+        let offered = |at: u64| {
+            (0..10_000u64)
+                .filter(|i| b.offered(1, at + i * 997))
+                .count()
+        };
+        let early = offered(100 * SECOND);
+        assert!((800..1300).contains(&early), "{early}");
+        assert_eq!(offered(110 * SECOND), 10_000);
+        // Undrained: it comes back, so it slow-starts again.
+        b.set_draining(true, 200 * SECOND);
+        assert!(!b.offered(1, 200 * SECOND));
+        assert_eq!(b.out_reason(200 * SECOND), Some(OutReason::Draining));
+        b.set_draining(false, 300 * SECOND);
+        assert!(b.slow_start(301 * SECOND).is_some());
+    }
+
+    #[test]
+    fn the_end_of_a_passive_back_off_starts_slow_start() {
+        let mut c = config(&[("a", 1, 1), ("b", 2, 1)], "round-robin");
+        c.health.slow_start = std::time::Duration::from_secs(10);
+        c.health.fail_threshold = 1;
+        c.health.backoff = std::time::Duration::from_secs(5);
+        let cluster = Cluster::build(c, 1, None, 0).unwrap();
+        let a = &cluster.nodes[0];
+        a.record_failure(FailureKind::Connect, SECOND, &cluster.config.health);
+        assert_eq!(a.out_reason(2 * SECOND), Some(OutReason::BackedOff));
+        assert_eq!(a.out_reason(6 * SECOND), None);
+        let (_, share) = a.slow_start(6 * SECOND).unwrap();
+        assert!((share - 0.1).abs() < 1e-9, "{share}");
+    }
+
+    #[test]
+    fn checks_that_change_path_or_stop_forget_their_results() {
+        let mut c = config(&[("a", 1, 1)], "round-robin");
+        c.health.check_path = Some("/health".into());
+        let first = Cluster::build(c.clone(), 1, None, 0).unwrap();
+        let failed = crate::health::CheckResult {
+            passed: false,
+            status: None,
+            error: Some("refused".into()),
+        };
+        first.nodes[0].check.record(&failed, 1, 1);
+        assert_eq!(first.nodes[0].out_reason(0), Some(OutReason::CheckFailed));
+        let same = Cluster::build(c.clone(), 2, Some(&first), 0).unwrap();
+        assert!(
+            !same.nodes[0].check.is_up(),
+            "same checks: the result stands"
+        );
+        c.health.check_path = None;
+        let off = Cluster::build(c, 3, Some(&same), 0).unwrap();
+        assert!(
+            off.nodes[0].check.is_up(),
+            "no checks: nothing keeps the node out"
+        );
+    }
+}

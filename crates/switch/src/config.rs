@@ -1268,6 +1268,91 @@ address = "127.0.0.1:9001"
     }
 
     #[test]
+    fn health_checks_are_off_by_default_and_read_when_given() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.health, Health::default());
+        assert_eq!(c.health.check_path, None);
+        assert!(c.health.expect_status.contains(200) && c.health.expect_status.contains(399));
+        assert!(!c.health.expect_status.contains(404));
+        let text = format!(
+            "{MINIMAL}[health]\ncheck_path = \"/healthz\"\ncheck_interval = \"500ms\"\n\
+             check_timeout = \"200ms\"\nrise = 1\nfall = 2\nexpect_status = [200, \"300-302\"]\n\
+             slow_start = \"10s\"\n"
+        );
+        let h = Config::parse(&text, None).unwrap().health;
+        assert_eq!(h.check_path.as_deref(), Some("/healthz"));
+        assert_eq!(
+            (
+                h.check_interval,
+                h.check_timeout,
+                h.rise,
+                h.fall,
+                h.slow_start
+            ),
+            (
+                Duration::from_millis(500),
+                Duration::from_millis(200),
+                1,
+                2,
+                Duration::from_secs(10)
+            )
+        );
+        assert_eq!(h.expect_status.to_string(), "200, 300-302");
+        assert!(h.expect_status.contains(301) && !h.expect_status.contains(204));
+        for (written, shown) in [("204", "204"), ("\"200-299, 404\"", "200-299, 404")] {
+            let text = format!("{MINIMAL}[health]\nexpect_status = {written}\n");
+            let h = Config::parse(&text, None).unwrap().health;
+            assert_eq!(h.expect_status.to_string(), shown);
+        }
+        let described = Config::parse(&text, None).unwrap().describe();
+        assert!(
+            described.contains("active: GET /healthz every 500ms (timeout 200ms)"),
+            "{described}"
+        );
+        assert!(described.contains("slow start: 10s"), "{described}");
+        assert!(Config::parse(MINIMAL, None)
+            .unwrap()
+            .describe()
+            .contains("active: off"));
+    }
+
+    #[test]
+    fn bad_health_values_are_named_and_located() {
+        let cases = [
+            (
+                "check_path = \"healthz\"",
+                (6, 14),
+                "must be a path starting with /",
+            ),
+            ("check_interval = \"1ms\"", (6, 18), "at least 10ms"),
+            (
+                "check_interval = \"1s\"\ncheck_timeout = \"2s\"",
+                (7, 17),
+                "at most health.check_interval (1s)",
+            ),
+            ("rise = 0", (6, 8), "health.rise must be at least 1"),
+            ("fall = 0", (6, 8), "health.fall must be at least 1"),
+            ("expect_status = 700", (6, 17), "700 is not an HTTP status"),
+            (
+                "expect_status = \"399-200\"",
+                (6, 17),
+                "the range `399-200` is empty",
+            ),
+            ("expect_status = \"ok\"", (6, 17), "`ok` is not a status"),
+            ("expect_status = []", (6, 17), "empty"),
+            ("expect_status = 2.5", (6, 17), "want a status"),
+            ("slow_start = \"soon\"", (6, 14), ""),
+        ];
+        for (line, at, message) in cases {
+            let text = format!("{MINIMAL}[health]\n{line}\n");
+            let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+            assert_eq!((e.line, e.column), at, "{line}: {e}");
+            assert!(e.message.contains(message), "{line}: {e}");
+            assert!(!e.to_string().contains('\n'), "{line}: {e}");
+        }
+    }
+
+    #[test]
     fn line_column_counts_characters() {
         assert_eq!(line_column("ab\ncé\nx", 7), (3, 1));
         assert_eq!(line_column("ab\ncéd", 6), (2, 3));

@@ -552,7 +552,7 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     }
     if let Some(admin) = &admin {
         tracing::info!(
-            "admin on http://{}/ (status page, /status, /metrics, POST /reload)",
+            "admin on http://{}/ (status page, /status, /metrics, POST /reload, /nodes)",
             admin.local_addr()?
         );
     }

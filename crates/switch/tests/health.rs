@@ -30,8 +30,10 @@ fn closed_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-const CHECKS: &str = "[health]\ncheck_path = \"/_check\"\ncheck_interval = \"100ms\"\n\
-                      check_timeout = \"100ms\"\nrise = 2\nfall = 2\n";
+/// Checks often enough for a short test, with room for a busy machine: three slow answers in
+/// a row would be needed to take a healthy node out.
+const CHECKS: &str = "[health]\ncheck_path = \"/_check\"\ncheck_interval = \"200ms\"\n\
+                      check_timeout = \"200ms\"\nrise = 2\nfall = 3\n";
 
 #[tokio::test]
 async fn failing_checks_take_a_node_out_and_passing_ones_bring_it_back() {
@@ -54,7 +56,7 @@ async fn failing_checks_take_a_node_out_and_passing_ones_bring_it_back() {
     assert_eq!(dead["available"], false, "{dead}");
     assert!(dead["check"]["last_status"].is_null(), "{dead}");
     assert!(dead["check"]["last_error"].is_string(), "{dead}");
-    assert!(dead["check"]["consecutive"].as_u64() >= Some(2), "{dead}");
+    assert!(dead["check"]["consecutive"].as_u64() >= Some(3), "{dead}");
 
     // A node whose check answers 503 goes out after `fall` checks…
     nodes[1].check_status.store(503, Ordering::Relaxed);
@@ -168,8 +170,8 @@ async fn a_joining_node_slow_starts_under_weighted_round_robin() {
         node_status(s, "n2")["state"] == "up"
     })
     .await;
-    // Weights 1, 1, 2: half of the requests, within one of a cycle boundary.
+    // Weights 1, 1, 2: half of the requests, give or take the credits the ramp left behind.
     let seen = share(addr, 60).await;
     let n2 = seen.get("n2").copied().unwrap_or(0);
-    assert!((29..=31).contains(&n2), "its full weighted share: {seen:?}");
+    assert!((28..=32).contains(&n2), "its full weighted share: {seen:?}");
 }

@@ -212,6 +212,80 @@ pub struct LatencySummary {
     pub max: f64,
 }
 
+/// One node as `/status` shows it at `now`.
+fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u64) -> NodeStatus {
+    let checks_on = cluster.config.health.check_path.is_some();
+    let feedback = node.feedback();
+    let latency = node.latency_us.lock().map(|h| {
+        let ms = |us: u64| us as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean: h.mean() / 1000.0,
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        }
+    });
+    let out = node.out_reason(now);
+    let slow_start = node.slow_start(now).filter(|_| out.is_none());
+    NodeStatus {
+        name: node.config.name.clone(),
+        address: node.config.address.to_string(),
+        weight: node.config.weight,
+        available: out.is_none(),
+        state: match (out, &slow_start) {
+            (Some(reason), _) => reason.as_str(),
+            (None, Some(_)) => "slow-start",
+            (None, None) => "up",
+        },
+        draining: node.is_draining(),
+        check: checks_on.then(|| node.check.status()),
+        slow_start: slow_start.map(|(left, share)| SlowStartStatus {
+            remaining_ms: left.as_secs_f64() * 1000.0,
+            share,
+        }),
+        active: node.active.load(Ordering::Relaxed),
+        served: node.served.load(Ordering::Relaxed),
+        load: feedback.gathered.load(),
+        effective_weight: match cluster.needs.weights {
+            capstan_core::WeightSource::Configured => node.config.weight,
+            _ => feedback.weight,
+        },
+        gathered: feedback.gathered.at_nanos.map(|at| GatheredStatus {
+            cpu: feedback.gathered.cpu,
+            disk: feedback.gathered.disk,
+            net: feedback.gathered.net,
+            active: feedback.gathered.active,
+            mean_service_ms: feedback.gathered.mean_service_ms,
+            served: feedback.gathered.served,
+            age_ms: now.saturating_sub(at) as f64 / 1e6,
+        }),
+        silent: feedback.silent,
+        load_reports: node.load_reports.load(Ordering::Relaxed),
+        load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
+        errors: NodeErrors {
+            connect: node.connect_errors.load(Ordering::Relaxed),
+            timeout: node.timeout_errors.load(Ordering::Relaxed),
+            other: node.other_errors.load(Ordering::Relaxed),
+        },
+        retries: node.retries.load(Ordering::Relaxed),
+        latency_ms: latency.unwrap_or(LatencySummary {
+            count: 0,
+            mean: 0.0,
+            p50: 0.0,
+            p90: 0.0,
+            p99: 0.0,
+            max: 0.0,
+        }),
+        classes: classes
+            .iter()
+            .zip(&node.class_placed)
+            .map(|(c, n)| (c.clone(), n.load(Ordering::Relaxed)))
+            .collect(),
+    }
+}
+
 fn status(switch: &Switch) -> Status {
     let cluster = switch.cluster.load_full();
     let now = switch.epoch.now_nanos();
@@ -221,81 +295,10 @@ fn status(switch: &Switch) -> Status {
         .iter()
         .map(|c| c.name.clone())
         .collect();
-    let checks_on = cluster.config.health.check_path.is_some();
     let nodes = cluster
         .nodes
         .iter()
-        .map(|node| {
-            let feedback = node.feedback();
-            let latency = node.latency_us.lock().map(|h| {
-                let ms = |us: u64| us as f64 / 1000.0;
-                LatencySummary {
-                    count: h.len(),
-                    mean: h.mean() / 1000.0,
-                    p50: ms(h.value_at_quantile(0.5)),
-                    p90: ms(h.value_at_quantile(0.9)),
-                    p99: ms(h.value_at_quantile(0.99)),
-                    max: ms(h.max()),
-                }
-            });
-            let out = node.out_reason(now);
-            let slow_start = node.slow_start(now).filter(|_| out.is_none());
-            NodeStatus {
-                name: node.config.name.clone(),
-                address: node.config.address.to_string(),
-                weight: node.config.weight,
-                available: out.is_none(),
-                state: match (out, &slow_start) {
-                    (Some(reason), _) => reason.as_str(),
-                    (None, Some(_)) => "slow-start",
-                    (None, None) => "up",
-                },
-                draining: node.is_draining(),
-                check: checks_on.then(|| node.check.status()),
-                slow_start: slow_start.map(|(left, share)| SlowStartStatus {
-                    remaining_ms: left.as_secs_f64() * 1000.0,
-                    share,
-                }),
-                active: node.active.load(Ordering::Relaxed),
-                served: node.served.load(Ordering::Relaxed),
-                load: feedback.gathered.load(),
-                effective_weight: match cluster.needs.weights {
-                    capstan_core::WeightSource::Configured => node.config.weight,
-                    _ => feedback.weight,
-                },
-                gathered: feedback.gathered.at_nanos.map(|at| GatheredStatus {
-                    cpu: feedback.gathered.cpu,
-                    disk: feedback.gathered.disk,
-                    net: feedback.gathered.net,
-                    active: feedback.gathered.active,
-                    mean_service_ms: feedback.gathered.mean_service_ms,
-                    served: feedback.gathered.served,
-                    age_ms: now.saturating_sub(at) as f64 / 1e6,
-                }),
-                silent: feedback.silent,
-                load_reports: node.load_reports.load(Ordering::Relaxed),
-                load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
-                errors: NodeErrors {
-                    connect: node.connect_errors.load(Ordering::Relaxed),
-                    timeout: node.timeout_errors.load(Ordering::Relaxed),
-                    other: node.other_errors.load(Ordering::Relaxed),
-                },
-                retries: node.retries.load(Ordering::Relaxed),
-                latency_ms: latency.unwrap_or(LatencySummary {
-                    count: 0,
-                    mean: 0.0,
-                    p50: 0.0,
-                    p90: 0.0,
-                    p99: 0.0,
-                    max: 0.0,
-                }),
-                classes: classes
-                    .iter()
-                    .zip(&node.class_placed)
-                    .map(|(c, n)| (c.clone(), n.load(Ordering::Relaxed)))
-                    .collect(),
-            }
-        })
+        .map(|node| node_status(&cluster, node, &classes, now))
         .collect();
     let window = switch.retry_budget.window(now);
     let retry_budget = RetryBudgetStatus {

@@ -235,7 +235,7 @@ fn record(node: &NodeRuntime, result: &CheckResult, health: &Health, now_nanos: 
 }
 
 /// One check: `GET path` on a fresh connection, judged by the response head's status.
-pub async fn check_one(
+pub(crate) async fn check_one(
     client: &CheckClient,
     node: &NodeRuntime,
     path: &str,

@@ -149,6 +149,26 @@ mod tests {
     }
 
     #[test]
+    fn entries_come_out_oldest_generation_first_and_refill_a_table_within_its_bound() {
+        let table: TargetTable<u32> = TargetTable::new(8);
+        for key in 0..8u64 {
+            table.update(key, |v, _| *v = key as u32 * 10);
+        }
+        let entries = table.entries(|&v| Some(v));
+        assert_eq!(entries.len(), 8);
+        let position = |key: u64| entries.iter().position(|&(k, _)| k == key).unwrap();
+        assert!(position(0) < position(7), "older keys first: {entries:?}");
+        assert!(entries.iter().all(|&(k, v)| v == k as u32 * 10));
+        // Into a smaller table, in that order: the most recent keys are the ones kept.
+        let small: TargetTable<u32> = TargetTable::new(4);
+        for (key, value) in entries {
+            small.update(key, |v, _| *v = value);
+        }
+        assert_eq!(small.len(), 4);
+        small.update(7, |v, fresh| assert!(!fresh && *v == 70));
+    }
+
+    #[test]
     fn recently_used_keys_survive_a_turnover() {
         let table: TargetTable<u32> = TargetTable::new(8);
         table.update(1, |v, fresh| {

@@ -85,6 +85,18 @@ pub struct OriginArgs {
     #[arg(long, value_name = "MB")]
     body_memory_mb: Option<u64>,
 
+    /// Data placement (SWEB §3.2): this node is node K of N and its own disk holds only the files
+    /// whose request path hashes to K (capstan_core::hash_key(path) % N == K); misses of the
+    /// other files are read over NFS, --remote-penalty slower. Emulated mode only [default: none,
+    /// every file is local]
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
+
+    /// How much more a remote (NFS) read costs than a local disk read: 0.6 is SWEB's Ethernet
+    /// 50–70 %, 0.1 its Meiko CS-2 (b1 = 5, b2 = 4.5 MB/s) [default: 0.6]
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    remote_penalty: Option<f64>,
+
     /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
     #[arg(long, value_name = "MS")]
     load_interval_ms: Option<u64>,
@@ -147,6 +159,14 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     if let Some(v) = args.body_memory_mb {
         c.body_memory_mb = Some(v);
     }
+    if let Some(v) = &args.partition {
+        let p =
+            capstan_origin::parse_partition(v).map_err(|e| anyhow::anyhow!("--partition: {e}"))?;
+        c.partition = Some(p);
+    }
+    if let Some(v) = args.remote_penalty {
+        c.node.remote_penalty = v;
+    }
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;
     }
@@ -167,8 +187,13 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let placement = match config.partition {
+        Some(p) => format!(", partition {}/{}", p.index, p.count),
+        None => String::new(),
+    };
     let summary = format!(
-        "{} tree (seed {}), {} resources, {} core(s) at speed {}, {threads} worker thread(s)",
+        "{} tree (seed {}), {} resources, {} core(s) at speed {}{placement}, {threads} worker \
+         thread(s)",
         config.tree, config.seed, config.resources, config.node.cores, config.node.speed
     );
     let stopped = capstan_origin::serve_threads(

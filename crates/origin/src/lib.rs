@@ -39,8 +39,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{OriginConfig, Resources, Services};
-pub use load::{CacheReport, LoadReport, TimerReport, Window};
+pub use config::{parse_partition, OriginConfig, Resources, Services};
+// The report is core's one typed wire format; re-exported so users of the origin need not name
+// core for it.
+pub use capstan_core::report::{
+    CacheReport, ClassWindow, LoadReport, Partition, TimerReport, Window,
+};
 pub use real::materialize;
 
 #[derive(Debug, thiserror::Error)]

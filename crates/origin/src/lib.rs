@@ -20,9 +20,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 mod config;
 mod emulated;
 mod load;
+mod procfs;
 mod real;
 mod service;
 

@@ -210,7 +210,7 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
 }
 
 /// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager).
-async fn wait_for_stop() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_stop() -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

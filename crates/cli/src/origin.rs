@@ -19,6 +19,11 @@ use capstan_workload::{DocTree, TreeKind};
                   one machine behave like separate machines. With --resources real it burns a \
                   calibrated CPU loop, does real synchronous disk I/O and serves real files \
                   written under --data-dir.\n\n\
+                  With --partition K/N the node holds only its share of the tree on its own \
+                  disk (hash_key(path) % N == K, the request path as the switch's locality key); \
+                  a miss of another file is read over NFS, (1 + --remote-penalty) times the local \
+                  disk read, on an FCFS path of its own, and the load report counts it under \
+                  classes.static-remote.\n\n\
                   Prints `listening on ADDR` on standard output once it is serving.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
@@ -85,10 +90,8 @@ pub struct OriginArgs {
     #[arg(long, value_name = "MB")]
     body_memory_mb: Option<u64>,
 
-    /// Data placement (SWEB §3.2): this node is node K of N and its own disk holds only the files
-    /// whose request path hashes to K (capstan_core::hash_key(path) % N == K); misses of the
-    /// other files are read over NFS, --remote-penalty slower. Emulated mode only [default: none,
-    /// every file is local]
+    /// Node K of N: its disk holds the files whose path hashes to K, the rest are read over NFS
+    /// (SWEB §3.2; emulated mode) [default: none, every file is local]
     #[arg(long, value_name = "K/N")]
     partition: Option<String>,
 

@@ -283,19 +283,28 @@ impl Drop for Nginx {
     }
 }
 
-/// Starts nginx on a free port, or `None` when this machine has no nginx.
-fn nginx() -> Option<Nginx> {
+/// Starts nginx on `addr` with `examples/agent-nginx.conf` in its server block, the agent's
+/// address put in for the example's, or `None` when this machine has no nginx.
+fn nginx(addr: SocketAddr, agent: SocketAddr) -> Option<Nginx> {
     let dir = std::env::temp_dir().join(format!("capstan-agent-nginx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let addr = free_addr();
+    let example = std::fs::read_to_string(repo_root().join("examples/agent-nginx.conf")).unwrap();
+    assert!(example.contains("127.0.0.1:9901"));
+    let snippet = dir.join("agent-nginx.conf");
+    std::fs::write(
+        &snippet,
+        example.replace("127.0.0.1:9901", &agent.to_string()),
+    )
+    .unwrap();
     let d = dir.display();
     let conf = format!(
         "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
          error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
          http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
          fastcgi_temp_path {d}/fastcgi;\n uwsgi_temp_path {d}/uwsgi;\n scgi_temp_path {d}/scgi;\n\
-         server {{\n  listen {addr};\n  location = /nginx_status {{ stub_status; }}\n\
-         location / {{ return 200 \"ok\\n\"; }}\n }}\n}}\n"
+         server {{\n  listen {addr};\n  include {snippet};\n\
+         location / {{ return 200 \"ok\\n\"; }}\n }}\n}}\n",
+        snippet = snippet.display()
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
@@ -323,12 +332,25 @@ fn nginx() -> Option<Nginx> {
 
 #[test]
 fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
-    let Some(nginx) = nginx() else {
+    let (nginx_addr, addr) = (free_addr(), free_addr());
+    let Some(nginx) = nginx(nginx_addr, addr) else {
         eprintln!("note: no nginx on this machine; skipped");
         return;
     };
-    let url = format!("http://{}/nginx_status", nginx.addr);
-    let (_agent, addr) = agent(&["--nginx-status", &url]);
+    let url = format!("http://{nginx_addr}/nginx_status");
+    let listen = addr.to_string();
+    let _agent = spawn(
+        &[
+            "agent",
+            "--listen",
+            &listen,
+            "--interval",
+            "400ms",
+            "--nginx-status",
+            &url,
+        ],
+        addr,
+    );
     let idle = settled_report(addr);
     assert_eq!(
         idle.active_requests, 0,
@@ -366,4 +388,8 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
         (r.uptime_s >= later).then_some(r)
     });
     assert_eq!((r.since_start.served, r.active_requests), (13, 0));
+    // The switch's way: the report through the node's own address (the example's proxy_pass).
+    let through = get(nginx.addr, "/_capstan/load");
+    assert_eq!(through.status, 200, "{}", through.text());
+    assert_eq!(LoadReport::parse(&through.body).unwrap().resources, "agent");
 }

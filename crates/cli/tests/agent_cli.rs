@@ -210,12 +210,10 @@ fn direct_writer(path: std::path::PathBuf) -> Option<impl Fn() + Send + Sync + C
         let mut f = file.lock().unwrap();
         f.write_all(&buf[skip..skip + SIZE]).is_ok()
     };
-    first.then(|| {
-        move || {
-            let mut f = file.lock().unwrap();
-            let _ = f.seek(SeekFrom::Start(0));
-            let _ = f.write_all(&buf[skip..skip + SIZE]);
-        }
+    first.then_some(move || {
+        let mut f = file.lock().unwrap();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.write_all(&buf[skip..skip + SIZE]);
     })
 }
 

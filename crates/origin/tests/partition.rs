@@ -15,7 +15,8 @@ fn local_and_remote_500k() -> (String, String) {
     let names: Vec<String> = std::iter::once("/file500k.html".to_string())
         .chain((1..18).map(|i| format!("/file500k_{i}.html")))
         .collect();
-    let holds = |p: &String| hash_key(p) % 2 == 0;
+    let first = Partition { index: 0, count: 2 };
+    let holds = |p: &String| first.holds(hash_key(p));
     let local = names.iter().find(|p| holds(p)).expect("a local file");
     let remote = names.iter().find(|p| !holds(p)).expect("a remote file");
     (local.clone(), remote.clone())

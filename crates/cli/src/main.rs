@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod bench;
 mod lab;
 mod origin;
@@ -39,6 +40,8 @@ enum Command {
     Check(serve::CheckArgs),
     /// Run a test back-end node (document trees, CGI services, emulated or real resources).
     Origin(origin::OriginArgs),
+    /// Serve the load report for a real web server (nginx, Apache) from /proc: CPU, disk, network.
+    Agent(agent::AgentArgs),
     /// Drive load at a server: open loop past capacity, closed loop, sessions, log replay.
     Bench(Box<bench::BenchArgs>),
     /// Simulate the web cluster in virtual time with the same policies (CAP paper §4).
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::serve(args),
         Command::Check(args) => serve::check(args),
         Command::Origin(args) => origin::run(args),
+        Command::Agent(args) => agent::run(args),
         Command::Bench(args) => bench::run(*args),
         Command::Sim(args) => sim::run(args),
         Command::Lab(args) => lab::run(args),

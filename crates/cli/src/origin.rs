@@ -19,6 +19,11 @@ use capstan_workload::{DocTree, TreeKind};
                   one machine behave like separate machines. With --resources real it burns a \
                   calibrated CPU loop, does real synchronous disk I/O and serves real files \
                   written under --data-dir.\n\n\
+                  With --partition K/N the node holds only its share of the tree on its own \
+                  disk (hash_key(path) % N == K, the request path as the switch's locality key); \
+                  a miss of another file is read over NFS, (1 + --remote-penalty) times the local \
+                  disk read, on an FCFS path of its own, and the load report counts it under \
+                  classes.static-remote.\n\n\
                   Prints `listening on ADDR` on standard output once it is serving.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
@@ -85,6 +90,16 @@ pub struct OriginArgs {
     #[arg(long, value_name = "MB")]
     body_memory_mb: Option<u64>,
 
+    /// Node K of N: its disk holds the files whose path hashes to K, the rest are read over NFS
+    /// (SWEB §3.2; emulated mode) [default: none, every file is local]
+    #[arg(long, value_name = "K/N")]
+    partition: Option<String>,
+
+    /// How much more a remote (NFS) read costs than a local disk read: 0.6 is SWEB's Ethernet
+    /// 50–70 %, 0.1 its Meiko CS-2 (b1 = 5, b2 = 4.5 MB/s) [default: 0.6]
+    #[arg(long, value_name = "F", allow_negative_numbers = true)]
+    remote_penalty: Option<f64>,
+
     /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
     #[arg(long, value_name = "MS")]
     load_interval_ms: Option<u64>,
@@ -147,6 +162,14 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     if let Some(v) = args.body_memory_mb {
         c.body_memory_mb = Some(v);
     }
+    if let Some(v) = &args.partition {
+        let p =
+            capstan_origin::parse_partition(v).map_err(|e| anyhow::anyhow!("--partition: {e}"))?;
+        c.partition = Some(p);
+    }
+    if let Some(v) = args.remote_penalty {
+        c.node.remote_penalty = v;
+    }
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;
     }
@@ -167,8 +190,13 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
+    let placement = match config.partition {
+        Some(p) => format!(", partition {}/{}", p.index, p.count),
+        None => String::new(),
+    };
     let summary = format!(
-        "{} tree (seed {}), {} resources, {} core(s) at speed {}, {threads} worker thread(s)",
+        "{} tree (seed {}), {} resources, {} core(s) at speed {}{placement}, {threads} worker \
+         thread(s)",
         config.tree, config.seed, config.resources, config.node.cores, config.node.speed
     );
     let stopped = capstan_origin::serve_threads(
@@ -185,7 +213,7 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
 }
 
 /// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager).
-async fn wait_for_stop() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_stop() -> anyhow::Result<()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

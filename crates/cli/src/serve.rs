@@ -17,10 +17,19 @@ const SERVE_EXAMPLES: &str = "Examples:
                 --policy lard --policy-param t_low=10 --policy-param t_high=30 --admin 127.0.0.1:9900
   capstan serve --listen 127.0.0.1:8080 --node 127.0.0.1:9001 --cache 256MiB
   capstan serve --config examples/cache.toml          # every cache setting, commented
+  capstan serve --config examples/health.toml         # health checks, slow start, membership
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
-and the running configuration keeps serving.";
+and the running configuration keeps serving.
+
+Health: passive (health.fail_threshold connect failures take a node out for health.backoff);
+active checks with health.check_path (GET every check_interval; fall failures out, rise
+passes back; expect_status); health.slow_start ramps a joining or returning node's share.
+
+Membership on the admin listener, without a reload: POST /nodes (name, address, weight as
+JSON or query), POST /nodes/NAME/drain and /undrain, DELETE /nodes/NAME; in-flight requests
+finish. A reload makes the file's node list the truth again (runtime changes are undone).";
 
 #[derive(Args, Debug)]
 #[command(after_help = SERVE_EXAMPLES)]
@@ -53,7 +62,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME=PATTERN")]
     pub class: Vec<String>,
 
-    /// Admin listener for /status, /metrics, the status page and POST /reload.
+    /// Admin listener for /status, /metrics, the status page, POST /reload and runtime
+    /// membership (POST /nodes, POST /nodes/NAME/drain, DELETE /nodes/NAME).
     #[arg(long, value_name = "HOST:PORT")]
     pub admin: Option<String>,
 

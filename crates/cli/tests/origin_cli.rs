@@ -80,6 +80,8 @@ fn help_documents_every_option_with_defaults() {
         "--disk-load-ms",
         "--load-interval-ms",
         "--threads",
+        "--partition",
+        "--remote-penalty",
     ] {
         let line = help
             .lines()
@@ -112,6 +114,36 @@ fn bad_input_is_one_line_and_non_zero() {
             "/nonexistent/origin.toml",
         ),
         (vec!["--config".into(), bad.display().to_string()], "line 4"),
+        (
+            vec!["--partition".into(), "4/4".into()],
+            "K must be less than N",
+        ),
+        (
+            vec!["--partition".into(), "0/0".into()],
+            "N must be at least 1",
+        ),
+        (
+            vec!["--partition".into(), "1".into()],
+            "bad partition \"1\"",
+        ),
+        (
+            vec!["--partition".into(), "a/4".into()],
+            "K is not a whole number",
+        ),
+        (vec!["--partition=-1/4".into()], "K is not a whole number"),
+        (
+            vec![
+                "--partition".into(),
+                "0/2".into(),
+                "--resources".into(),
+                "real".into(),
+            ],
+            "partition needs resources = emulated",
+        ),
+        (
+            vec!["--remote-penalty".into(), "-0.5".into()],
+            "remote_penalty",
+        ),
     ];
     for (args, needle) in cases {
         let out = capstan().arg("origin").args(&args).output().unwrap();

@@ -241,7 +241,14 @@ fn example_cluster_answers_through_every_policy() {
         .iter()
         .map(|p| vec!["--policy".to_string(), p.to_string()])
         .collect();
-    for example in ["cap", "balance", "weighted", "locality", "partitioning"] {
+    for example in [
+        "cap",
+        "balance",
+        "weighted",
+        "locality",
+        "partitioning",
+        "health",
+    ] {
         let path = repo_root().join(format!("examples/{example}.toml"));
         runs.push(vec!["--config".into(), path.display().to_string()]);
     }

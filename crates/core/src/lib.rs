@@ -16,7 +16,8 @@ pub use class::{
 };
 pub use gather::{GatherRules, Gatherer, Needs, WeightSource};
 pub use policy::{
-    build_policy, Outcome, Policy, PolicyContext, PolicyError, PolicySpec, RequestInfo,
+    build_policy, carry_over, Memory, Outcome, Policy, PolicyContext, PolicyError, PolicySpec,
+    RequestInfo,
 };
 pub use report::LoadReport;
 pub use view::{ClusterView, Gathered, NodeId, NodeState, StaticView};

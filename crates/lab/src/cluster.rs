@@ -370,16 +370,13 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
         .map_err(|_| format!("GET {path}: timed out"))?
 }
 
-/// The fields of a node's `/_capstan/load` the lab uses.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct LoadReport {
-    pub interval: capstan_origin::Window,
-    pub since_start: capstan_origin::Window,
-}
+pub use capstan_core::LoadReport;
 
+/// A node's `/_capstan/load`, read with the wire format's own parser (the one the switch's
+/// gatherer uses), so the lab refuses exactly the reports the switch would.
 pub async fn load_report(addr: SocketAddr) -> Result<LoadReport, String> {
     let body = get(addr, "/_capstan/load").await?;
-    serde_json::from_str(&body).map_err(|e| format!("bad load report: {e}"))
+    LoadReport::parse(body.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// The fields of the switch's `/status` the lab uses.

@@ -3,6 +3,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use capstan_core::report::Partition;
 use capstan_model::NodeParams;
 use capstan_workload::TreeKind;
 use serde::{Deserialize, Serialize};
@@ -101,8 +102,57 @@ pub struct OriginConfig {
     /// (emulated) on every request. In real mode a kept file does not see later changes on disk.
     pub body_memory_mb: Option<u64>,
     pub services: Services,
-    /// Node capacity: cores, speed, disk, NIC, memory cache, SSL costs.
+    /// Node capacity: cores, speed, disk, NIC, memory cache, SSL costs, remote-read penalty.
     pub node: NodeParams,
+    /// `"K/N"`: this node is node K of N and its own disk holds only the files whose path
+    /// hashes to K (`capstan_core::hash_key(path) % N == K`); it reads the others over NFS at
+    /// `node.remote_penalty` more cost (SWEB's data placement, Andresen et al. §3.2). Emulated
+    /// mode only. Unset: every file is local.
+    #[serde(with = "partition_text")]
+    pub partition: Option<Partition>,
+}
+
+/// Parses `K/N` with `0 <= K < N`; the error says what is wrong in one line.
+pub fn parse_partition(text: &str) -> Result<Partition, String> {
+    let bad = |why: &str| {
+        format!("bad partition {text:?}: {why} (expected K/N with 0 <= K < N, e.g. 0/4)")
+    };
+    let (k, n) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
+    let index: u32 = k
+        .trim()
+        .parse()
+        .map_err(|_| bad("K is not a whole number"))?;
+    let count: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| bad("N is not a whole number"))?;
+    if count == 0 {
+        return Err(bad("N must be at least 1"));
+    }
+    if index >= count {
+        return Err(bad("K must be less than N"));
+    }
+    Ok(Partition { index, count })
+}
+
+/// A partition in TOML as the same `"K/N"` text the command line takes.
+mod partition_text {
+    use super::{parse_partition, Partition};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(p: &Option<Partition>, s: S) -> Result<S::Ok, S::Error> {
+        match p {
+            Some(p) => s.serialize_str(&format!("{}/{}", p.index, p.count)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Partition>, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_partition(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for OriginConfig {
@@ -119,6 +169,7 @@ impl Default for OriginConfig {
             body_memory_mb: None,
             services: Services::default(),
             node: NodeParams::default(),
+            partition: None,
         }
     }
 }
@@ -162,6 +213,13 @@ impl OriginConfig {
                     "services.{name} must be a non-negative number, got {v}"
                 )));
             }
+        }
+        if self.partition.is_some() && self.resources == Resources::Real {
+            return Err(OriginError::Config(
+                "partition needs resources = emulated: a real cluster reads remote files over a \
+                 real NFS mount, with its real cost"
+                    .into(),
+            ));
         }
         if self.load_interval_ms == 0 {
             return Err(OriginError::Config(
@@ -225,6 +283,40 @@ seek_ms = 8.5
         assert!(!s.contains('\n'));
         let e = OriginConfig::from_toml_str("tree = \"nope\"\n").unwrap_err();
         assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn partitions_parse_and_bad_ones_say_why() {
+        let c = OriginConfig::from_toml_str("partition = \"2/4\"\n[node]\nremote_penalty = 0.1\n")
+            .unwrap();
+        assert_eq!(c.partition, Some(Partition { index: 2, count: 4 }));
+        assert_eq!(c.node.remote_penalty, 0.1);
+        assert_eq!(parse_partition("0/1"), Ok(Partition { index: 0, count: 1 }));
+        for (text, why) in [
+            ("4/4", "K must be less than N"),
+            ("0/0", "N must be at least 1"),
+            ("-1/4", "K is not"),
+            ("1/x", "N is not"),
+            ("3", "no '/'"),
+        ] {
+            let e = parse_partition(text).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{text}: {e}");
+        }
+        let e = OriginConfig::from_toml_str("seed = 1\npartition = \"5/2\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("line 2") && e.to_string().contains("K must be less"),
+            "{e}"
+        );
+        let real = OriginConfig {
+            resources: Resources::Real,
+            partition: Some(Partition { index: 0, count: 2 }),
+            ..OriginConfig::default()
+        };
+        assert!(real
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("emulated"));
     }
 
     #[test]

@@ -22,15 +22,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan_model::{Completion, CpuPs, Disk, JobId, LruBytes, Nic, NodeParams};
+use capstan_core::report::TimerReport;
+use capstan_model::{Completion, CpuPs, Disk, Fcfs, JobId, LruBytes, Nic, NodeParams};
 use tokio::sync::{oneshot, Notify};
 
-use crate::load::{Busy, TimerReport};
+use crate::load::Busy;
 
 struct State {
     cpu: CpuPs,
     disk: Disk,
     nic: Nic,
+    /// This node's path to the other nodes' disks (NFS over the interconnect), FCFS: reads of
+    /// files another node holds (`--partition`) queue here instead of at the local disk.
+    remote: Fcfs,
     cache: LruBytes,
     /// CPU jobs in service; told the model time at which they completed.
     waiters: HashMap<JobId, oneshot::Sender<f64>>,
@@ -50,6 +54,7 @@ impl State {
 pub struct Emulated {
     start: Instant,
     cores: u32,
+    speed: f64,
     state: Mutex<State>,
     /// Wakes the CPU driver when a job arrives, since that moves the next completion.
     notify: Notify,
@@ -98,10 +103,12 @@ impl Emulated {
         let emu = Arc::new(Emulated {
             start: Instant::now(),
             cores: params.cores,
+            speed: params.speed,
             state: Mutex::new(State {
                 cpu: CpuPs::new(params.cores, params.speed),
                 disk: Disk::new(params.disk, params.speed),
                 nic: Nic::new(params.nic),
+                remote: Fcfs::new(),
                 cache: LruBytes::new(params.cache_bytes(tree_bytes)),
                 waiters: HashMap::new(),
                 next_id: 0,
@@ -218,6 +225,18 @@ impl Emulated {
             return at;
         }
         let slot = self.lock().disk.busy_for(at, seconds);
+        self.sleep_until(slot.finish).await;
+        slot.finish
+    }
+
+    /// Read over NFS for `seconds` (at speed 1: the owner's disk is taken to be as fast as this
+    /// node's), FCFS on this node's path to the other nodes, arriving at model time `at`.
+    /// Returns the model time at which the data had arrived (after waiting for it).
+    pub async fn remote(&self, at: f64, seconds: f64) -> f64 {
+        if seconds <= 0.0 {
+            return at;
+        }
+        let slot = self.lock().remote.submit(at, seconds / self.speed);
         self.sleep_until(slot.finish).await;
         slot.finish
     }

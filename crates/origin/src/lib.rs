@@ -8,7 +8,13 @@
 //! With `resources = emulated` every request spends *modelled* time in the node's CPU (processor
 //! sharing over `cores`), disk (FCFS), NIC and memory cache, so many nodes on one small machine
 //! behave like separate machines. With `resources = real` it burns real CPU with a calibrated loop,
-//! does real synchronous disk I/O and serves real files.
+//! does real synchronous disk I/O and serves real files. With a `partition` (node K of N) an
+//! emulated node's own disk holds only its share of the tree and it reads the rest over a
+//! modelled NFS, `node.remote_penalty` slower (SWEB's data placement).
+//!
+//! The report is `capstan_core::report::LoadReport`, the one wire format of every node. The
+//! [`agent`] module serves that same report for a real server (nginx, Apache) from `/proc`: the
+//! `capstan agent` command.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), capstan_origin::OriginError> {
@@ -20,9 +26,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 mod config;
 mod emulated;
 mod load;
+mod procfs;
 mod real;
 mod service;
 
@@ -39,8 +47,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{OriginConfig, Resources, Services};
-pub use load::{CacheReport, LoadReport, TimerReport, Window};
+pub use config::{parse_partition, OriginConfig, Resources, Services};
+// The report is core's one typed wire format; re-exported so users of the origin need not name
+// core for it.
+pub use capstan_core::report::{
+    CacheReport, ClassWindow, LoadReport, Partition, TimerReport, Window,
+};
 pub use real::materialize;
 
 #[derive(Debug, thiserror::Error)]

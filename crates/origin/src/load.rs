@@ -1,11 +1,13 @@
-//! The node's load report, `GET /_capstan/load`: the "collector" / "load daemon" of the papers
-//! (SWEB's loadd, the CAP paper's WRR gathering every T_gat).
+//! The node's load history behind `GET /_capstan/load`: the "collector" / "load daemon" of the
+//! papers (SWEB's loadd, the CAP paper's WRR gathering every T_gat). The report itself is the one
+//! typed wire format of `capstan_core::report`; this module keeps the counters and snapshots its
+//! windows are computed from.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
+use capstan_core::report::{ClassWindow, Window};
 
 /// Busy seconds per resource since the node started, read at time `at` (seconds since start).
 #[derive(Debug, Clone, Copy, Default)]
@@ -16,83 +18,118 @@ pub struct Busy {
     pub nic_s: f64,
 }
 
+/// The kinds of request a node reports separately (`classes` in the report): what a dispatcher
+/// that learns per-class demands (SWEB's oracle, WRR_time per class) needs to tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A file of the tree on this node's own disk (or any file, on an unpartitioned node).
+    Static,
+    /// A file of the tree this node reads over NFS (`--partition`: another node holds it).
+    StaticRemote,
+    CpuLight,
+    CpuMed,
+    DiskLoad,
+    /// Anything under `/secure/`.
+    Secure,
+}
+
+const KINDS: usize = 6;
+
+impl Kind {
+    const ALL: [Kind; KINDS] = [
+        Kind::Static,
+        Kind::StaticRemote,
+        Kind::CpuLight,
+        Kind::CpuMed,
+        Kind::DiskLoad,
+        Kind::Secure,
+    ];
+
+    /// The key in the report's `classes`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Static => "static",
+            Kind::StaticRemote => "static-remote",
+            Kind::CpuLight => "cpu_light",
+            Kind::CpuMed => "cpu_med",
+            Kind::DiskLoad => "disk_load",
+            Kind::Secure => "secure",
+        }
+    }
+}
+
+/// Requests served and their summed service time, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Count {
+    served: u64,
+    service_ns: u64,
+}
+
+impl Count {
+    fn since(self, earlier: Count) -> Count {
+        Count {
+            served: self.served.saturating_sub(earlier.served),
+            service_ns: self.service_ns.saturating_sub(earlier.service_ns),
+        }
+    }
+
+    fn mean_ms(self) -> f64 {
+        if self.served == 0 {
+            0.0
+        } else {
+            self.service_ns as f64 / self.served as f64 / 1e6
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct Snapshot {
     busy: Busy,
-    served: u64,
-    service_ns: u64,
+    all: Count,
+    kinds: [Count; KINDS],
+}
+
+#[derive(Default)]
+struct Counter {
+    served: AtomicU64,
+    service_ns: AtomicU64,
+}
+
+impl Counter {
+    fn add(&self, served: u64, service_ns: u64) {
+        self.served.fetch_add(served, Ordering::Relaxed);
+        self.service_ns.fetch_add(service_ns, Ordering::Relaxed);
+    }
+
+    fn read(&self) -> Count {
+        Count {
+            served: self.served.load(Ordering::Relaxed),
+            service_ns: self.service_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Request counters plus a short history of snapshots, so that "the last interval" is always a
 /// window of between one and one and a quarter intervals ending now.
 pub struct LoadStats {
     pub active: AtomicU64,
-    served: AtomicU64,
-    service_ns: AtomicU64,
+    all: Counter,
+    kinds: [Counter; KINDS],
     history: Mutex<VecDeque<Snapshot>>,
     interval_s: f64,
 }
 
-/// Utilisations and counts over one window. Deserialisable, so clients of the report (the lab)
-/// read it with this very type.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Window {
-    pub length_s: f64,
-    pub cpu_util: f64,
-    pub disk_util: f64,
-    pub nic_util: f64,
-    pub cpu_busy_s: f64,
-    pub disk_busy_s: f64,
-    pub nic_busy_s: f64,
-    pub served: u64,
-    pub mean_service_ms: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct CacheReport {
-    pub capacity_bytes: u64,
-    pub used_bytes: u64,
-    pub hits: u64,
-    pub misses: u64,
-}
-
-/// The JSON body of `/_capstan/load`. Field names are stable.
-#[derive(Debug, Clone, Serialize)]
-pub struct LoadReport {
-    pub node: String,
-    pub resources: &'static str,
-    pub tree: String,
-    pub cores: u32,
-    pub speed: f64,
-    pub uptime_s: f64,
-    /// Requests being served now (the load request itself excluded).
-    pub active_requests: u64,
-    pub served: u64,
-    pub mean_service_ms: f64,
+/// The report's windows: the last interval, since start, and the last interval per kind (only
+/// kinds that served something in it).
+pub struct Windows {
     pub interval: Window,
     pub since_start: Window,
-    /// Memory file cache; only in emulated mode (real mode has the OS page cache).
-    pub cache: Option<CacheReport>,
-    /// How late the node's modelled waits ended past their deadlines; only in emulated mode.
-    pub timer: Option<TimerReport>,
-}
-
-/// Accuracy of an emulated node's waits for modelled completions (disk, CPU, NIC), since start.
-#[derive(Debug, Clone, Serialize)]
-pub struct TimerReport {
-    pub waits: u64,
-    /// Mean and largest time past the deadline (an early wake-up counts as 0).
-    pub mean_late_us: f64,
-    pub max_late_us: f64,
-    /// Waits that ended before their deadline.
-    pub early_waits: u64,
-    /// How far ahead of their deadlines waits are set now, to make up for wake-up delay.
-    pub lead_us: f64,
+    pub classes: BTreeMap<String, ClassWindow>,
 }
 
 fn window(from: &Snapshot, to: &Snapshot) -> Window {
     let len = (to.busy.at - from.busy.at).max(1e-9);
-    let served = to.served - from.served;
+    let count = to.all.since(from.all);
     let cpu = (to.busy.cpu_s - from.busy.cpu_s).max(0.0);
     let disk = (to.busy.disk_s - from.busy.disk_s).max(0.0);
     let nic = (to.busy.nic_s - from.busy.nic_s).max(0.0);
@@ -104,13 +141,25 @@ fn window(from: &Snapshot, to: &Snapshot) -> Window {
         cpu_busy_s: cpu,
         disk_busy_s: disk,
         nic_busy_s: nic,
-        served,
-        mean_service_ms: if served == 0 {
-            0.0
-        } else {
-            (to.service_ns - from.service_ns) as f64 / served as f64 / 1e6
-        },
+        served: count.served,
+        mean_service_ms: count.mean_ms(),
     }
+}
+
+fn classes(from: &Snapshot, to: &Snapshot) -> BTreeMap<String, ClassWindow> {
+    Kind::ALL
+        .iter()
+        .zip(to.kinds.iter().zip(&from.kinds))
+        .map(|(kind, (to, from))| (kind, to.since(*from)))
+        .filter(|(_, c)| c.served > 0)
+        .map(|(kind, c)| {
+            let w = ClassWindow {
+                served: c.served,
+                mean_service_ms: c.mean_ms(),
+            };
+            (kind.name().to_string(), w)
+        })
+        .collect()
 }
 
 impl LoadStats {
@@ -119,8 +168,8 @@ impl LoadStats {
         h.push_back(Snapshot::default());
         LoadStats {
             active: AtomicU64::new(0),
-            served: AtomicU64::new(0),
-            service_ns: AtomicU64::new(0),
+            all: Counter::default(),
+            kinds: Default::default(),
             history: Mutex::new(h),
             interval_s,
         }
@@ -130,16 +179,29 @@ impl LoadStats {
         self.interval_s
     }
 
-    pub fn finished(&self, service_ns: u64) {
-        self.served.fetch_add(1, Ordering::Relaxed);
-        self.service_ns.fetch_add(service_ns, Ordering::Relaxed);
+    /// A request ended after `service_ns`; `kind` when it was one of the reported kinds.
+    pub fn finished(&self, service_ns: u64, kind: Option<Kind>) {
+        self.all.add(1, service_ns);
+        if let Some(k) = kind {
+            self.kinds[k as usize].add(1, service_ns);
+        }
+    }
+
+    /// Requests someone else served and counted (a real server beside `capstan agent`), whose
+    /// service times are unknown.
+    pub fn served_elsewhere(&self, served: u64) {
+        self.all.add(served, 0);
     }
 
     fn snapshot(&self, busy: Busy) -> Snapshot {
+        let mut kinds = [Count::default(); KINDS];
+        for (k, c) in kinds.iter_mut().zip(&self.kinds) {
+            *k = c.read();
+        }
         Snapshot {
             busy,
-            served: self.served.load(Ordering::Relaxed),
-            service_ns: self.service_ns.load(Ordering::Relaxed),
+            all: self.all.read(),
+            kinds,
         }
     }
 
@@ -154,8 +216,8 @@ impl LoadStats {
         }
     }
 
-    /// (last interval, since start).
-    pub fn windows(&self, busy: Busy) -> (Window, Window) {
+    /// The windows ending now.
+    pub fn windows(&self, busy: Busy) -> Windows {
         let now = self.snapshot(busy);
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         let start = h[0];
@@ -165,7 +227,11 @@ impl LoadStats {
             .find(|s| s.busy.at <= now.busy.at - self.interval_s)
             .copied()
             .unwrap_or(start);
-        (window(&from, &now), window(&start, &now))
+        Windows {
+            interval: window(&from, &now),
+            since_start: window(&start, &now),
+            classes: classes(&from, &now),
+        }
     }
 }
 
@@ -189,19 +255,53 @@ mod tests {
             s.tick(busy(i as f64 * 0.25, i as f64 * 0.25 * 0.5));
         }
         // Busy at 50 % until t = 2, then 100 % until 2.5.
-        let (last, all) = s.windows(busy(2.5, 1.5));
-        assert!((last.length_s - 1.0).abs() < 1e-9);
-        assert!((last.cpu_util - 0.75).abs() < 1e-9, "{}", last.cpu_util);
-        assert!((all.cpu_util - 0.6).abs() < 1e-9);
+        let w = s.windows(busy(2.5, 1.5));
+        assert!((w.interval.length_s - 1.0).abs() < 1e-9);
+        assert!(
+            (w.interval.cpu_util - 0.75).abs() < 1e-9,
+            "{}",
+            w.interval.cpu_util
+        );
+        assert!((w.since_start.cpu_util - 0.6).abs() < 1e-9);
     }
 
     #[test]
     fn mean_service_time() {
         let s = LoadStats::new(1.0);
-        s.finished(100_000_000);
-        s.finished(300_000_000);
-        let (_, all) = s.windows(busy(1.0, 0.0));
+        s.finished(100_000_000, None);
+        s.finished(300_000_000, None);
+        let all = s.windows(busy(1.0, 0.0)).since_start;
         assert_eq!(all.served, 2);
         assert!((all.mean_service_ms - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn classes_cover_the_last_interval_only_and_only_kinds_served() {
+        let s = LoadStats::new(1.0);
+        s.finished(50_000_000, Some(Kind::CpuLight));
+        s.tick(busy(1.0, 0.0));
+        s.finished(10_000_000, Some(Kind::Static));
+        s.finished(30_000_000, Some(Kind::Static));
+        s.finished(40_000_000, Some(Kind::StaticRemote));
+        s.finished(1_000_000, None);
+        let w = s.windows(busy(2.0, 0.0));
+        let names: Vec<&str> = w.classes.keys().map(String::as_str).collect();
+        assert_eq!(names, ["static", "static-remote"]);
+        assert_eq!(w.classes["static"].served, 2);
+        assert!((w.classes["static"].mean_service_ms - 20.0).abs() < 1e-9);
+        assert!((w.classes["static-remote"].mean_service_ms - 40.0).abs() < 1e-9);
+        // Every request counts in the totals, kinds or not.
+        assert_eq!(w.interval.served, 4);
+        assert_eq!(w.since_start.served, 5);
+    }
+
+    #[test]
+    fn requests_served_elsewhere_count_without_a_service_time() {
+        let s = LoadStats::new(1.0);
+        s.served_elsewhere(7);
+        let w = s.windows(busy(1.0, 0.0));
+        assert_eq!(w.since_start.served, 7);
+        assert_eq!(w.since_start.mean_service_ms, 0.0);
+        assert!(w.classes.is_empty());
     }
 }

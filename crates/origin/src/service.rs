@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use capstan_core::report::{CacheReport, LoadReport};
 use capstan_model::Demand;
 use capstan_workload::{DocFile, DocTree, LifeCycle};
 use http::header::{self, HeaderValue};
@@ -14,7 +15,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::emulated::Emulated;
-use crate::load::{Busy, CacheReport, LoadReport, LoadStats};
+use crate::load::{Busy, Kind, LoadStats};
 use crate::real::{materialize, Real};
 use crate::{OriginConfig, OriginError, Resources};
 
@@ -128,7 +129,7 @@ impl Node {
 
     pub fn report(&self) -> LoadReport {
         let busy = self.busy();
-        let (interval, since_start) = self.stats.windows(busy);
+        let windows = self.stats.windows(busy);
         let cache = match &self.res {
             Res::Emulated(e) => {
                 let (capacity_bytes, used_bytes, hits, misses) = e.cache_stats();
@@ -143,22 +144,32 @@ impl Node {
         };
         LoadReport {
             node: self.name.clone(),
-            resources: self.config.resources.name(),
+            resources: self.config.resources.name().to_string(),
             tree: self.config.tree.to_string(),
             cores: self.config.node.cores,
             speed: self.config.node.speed,
             uptime_s: busy.at,
             active_requests: self.stats.active.load(Ordering::Relaxed),
-            served: since_start.served,
-            mean_service_ms: since_start.mean_service_ms,
-            interval,
-            since_start,
+            served: windows.since_start.served,
+            mean_service_ms: windows.since_start.mean_service_ms,
+            interval: windows.interval,
+            since_start: windows.since_start,
+            classes: windows.classes,
+            partition: self.config.partition,
             cache,
             timer: match &self.res {
                 Res::Emulated(e) => Some(e.lateness()),
                 Res::Real(_) => None,
             },
         }
+    }
+
+    /// Whether this node's own disk holds the object at request path `path` (always, unless
+    /// the node is one partition of the tree).
+    fn holds(&self, path: &str) -> bool {
+        self.config
+            .partition
+            .is_none_or(|p| p.holds(capstan_core::hash_key(path)))
     }
 
     /// Model time now (emulated), where a request's chain of stages starts; 0 in real mode.
@@ -267,8 +278,13 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
         Some(rest) if rest.starts_with('/') => (true, rest),
         _ => (false, path),
     };
-    let mut resp = serve(&node, &req, inner, secure).await;
-    node.stats.finished(t.elapsed().as_nanos() as u64);
+    let (kind, mut resp) = serve(&node, &req, path, inner, secure).await;
+    let kind = if secure {
+        kind.map(|_| Kind::Secure)
+    } else {
+        kind
+    };
+    node.stats.finished(t.elapsed().as_nanos() as u64, kind);
     if let Some(v) = &node.name_header {
         resp.headers_mut().insert("x-capstan-node", v.clone());
     }
@@ -300,15 +316,43 @@ fn text(status: StatusCode, body: &str) -> Resp {
     r
 }
 
-async fn serve<B>(node: &Node, req: &Request<B>, path: &str, secure: bool) -> Resp {
+/// Serves `path` (the request path without `/secure`) and says which kind of request it was;
+/// `None` for requests of no reported kind (unknown objects). `full_path` is the locality key.
+async fn serve<B>(
+    node: &Node,
+    req: &Request<B>,
+    full_path: &str,
+    path: &str,
+    secure: bool,
+) -> (Option<Kind>, Resp) {
     let services = &node.config.services;
     match path {
-        "/cgi-bin/cpu_light.cgi" => cgi(node, "cpu_light", services.cpu_light_ms, secure).await,
-        "/cgi-bin/cpu_med.cgi" => cgi(node, "cpu_med", services.cpu_med_ms, secure).await,
-        "/cgi-bin/disk_load.cgi" => disk_load(node, req.uri().query(), secure).await,
+        "/cgi-bin/cpu_light.cgi" => (
+            Some(Kind::CpuLight),
+            cgi(node, "cpu_light", services.cpu_light_ms, secure).await,
+        ),
+        "/cgi-bin/cpu_med.cgi" => (
+            Some(Kind::CpuMed),
+            cgi(node, "cpu_med", services.cpu_med_ms, secure).await,
+        ),
+        "/cgi-bin/disk_load.cgi" => (
+            Some(Kind::DiskLoad),
+            disk_load(node, req.uri().query(), secure).await,
+        ),
         _ => match node.tree.position(path) {
-            Some(i) => static_file(node, req, i, secure).await,
-            None => text(StatusCode::NOT_FOUND, &format!("no such object: {path}\n")),
+            Some(i) => {
+                let local = node.holds(full_path);
+                let kind = if local {
+                    Kind::Static
+                } else {
+                    Kind::StaticRemote
+                };
+                (Some(kind), static_file(node, req, i, secure, local).await)
+            }
+            None => (
+                None,
+                text(StatusCode::NOT_FOUND, &format!("no such object: {path}\n")),
+            ),
         },
     }
 }
@@ -427,7 +471,15 @@ fn http_date(secs: u64) -> HeaderValue {
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-async fn static_file<B>(node: &Node, req: &Request<B>, index: usize, secure: bool) -> Resp {
+/// A file of the tree; `local` when this node's own disk holds it (else a miss reads it over
+/// NFS).
+async fn static_file<B>(
+    node: &Node,
+    req: &Request<B>,
+    index: usize,
+    secure: bool,
+    local: bool,
+) -> Resp {
     let f = &node.tree.files[index];
     let fixed = node.fixed_headers[index].as_ref();
     // Only objects with a life cycle need the wall-clock time (one system call saved per
@@ -470,8 +522,13 @@ async fn static_file<B>(node: &Node, req: &Request<B>, index: usize, secure: boo
                         node.config.services.secure_handshake_every_request,
                     );
                 }
-                // Each stage starts at the model time the previous one finished.
-                let t = e.disk(e.now(), d.disk_s).await;
+                // Each stage starts at the model time the previous one finished. A miss of a
+                // file another node holds reads it from there instead of the local disk.
+                let t = if local || hit {
+                    e.disk(e.now(), d.disk_s).await
+                } else {
+                    e.remote(e.now(), p.remote_read_s(f.size)).await
+                };
                 let t = e.cpu(t, d.cpu_s).await;
                 e.nic(t, d.nic_bytes).await;
                 match node.body(index).await {

@@ -27,11 +27,11 @@ fn reload(c: &mut Criterion) {
     group.sample_size(20);
     for policy in ["round-robin", "lard", "consistent-hash", "cap"] {
         let text = config_text(1000, policy);
-        let first = Cluster::build(Config::parse(&text, None).unwrap(), 1, None).unwrap();
+        let first = Cluster::build(Config::parse(&text, None).unwrap(), 1, None, 0).unwrap();
         group.bench_function(format!("1000 nodes, {policy}"), |b| {
             b.iter(|| {
                 let config = Config::parse(&text, None).unwrap();
-                Cluster::build(config, 2, Some(&first)).unwrap()
+                Cluster::build(config, 2, Some(&first), 1).unwrap()
             })
         });
     }

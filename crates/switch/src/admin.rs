@@ -1,5 +1,6 @@
-//! The admin listener: `/status` (JSON), `/metrics` (Prometheus text), `POST /reload`, and a
-//! small status page at `/`. With an admin token, everything but `GET` needs it
+//! The admin listener: `/status` (JSON), `/metrics` (Prometheus text), `POST /reload`, runtime
+//! membership (`/nodes`, see [`crate::membership`]), cache purges, and a small status page at
+//! `/`. With an admin token, everything but `GET` needs it
 //! ([`crate::admin_auth`]).
 
 use std::fmt::Write as _;
@@ -22,7 +23,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::body::ResponseBody;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, NodeRuntime};
 use crate::proxy::error_response;
 use crate::server::Switch;
 
@@ -53,6 +54,9 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
         }
     }
     let path = req.uri().path().to_string();
+    if path == "/nodes" || path.starts_with("/nodes/") {
+        return crate::membership::route(switch, req).await;
+    }
     match (req.method(), path.as_str()) {
         (&Method::GET, "/status") => json(&status(switch)),
         (&Method::GET, "/metrics") => text(
@@ -74,7 +78,9 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
         }
         _ => error_response(
             StatusCode::NOT_FOUND,
-            "no such admin page (try /, /status, /metrics, POST /reload, POST /cache/purge?url=, POST /cache/ban?prefix= or ?regex=)",
+            "no such admin page (try /, /status, /metrics, POST /reload, POST /nodes, \
+             POST /nodes/NAME/drain, DELETE /nodes/NAME, POST /cache/purge?url=, \
+             POST /cache/ban?prefix= or ?regex=)",
         ),
     }
 }
@@ -90,6 +96,15 @@ fn json<T: Serialize>(value: &T) -> Response<ResponseBody> {
     let body =
         serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     text("application/json", body + "\n")
+}
+
+pub(crate) fn json_with_status<T: Serialize>(
+    status: StatusCode,
+    value: &T,
+) -> Response<ResponseBody> {
+    let mut resp = json(value);
+    *resp.status_mut() = status;
+    resp
 }
 
 /// `GET /status`: the switch and every node as the switch sees them.
@@ -127,7 +142,18 @@ pub struct NodeStatus {
     pub name: String,
     pub address: String,
     pub weight: u32,
+    /// Takes new requests now (nothing says it is out; slow start only thins its share).
     pub available: bool,
+    /// `up`, `slow-start`, or why it is out: `draining`, `check-down`, `backed-off`, `silent`.
+    pub state: &'static str,
+    /// Drained or being removed: no new requests, `active` ones finish.
+    pub draining: bool,
+    /// Active health checks (absent when `health.check_path` is not set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<crate::health::CheckStatus>,
+    /// While the node slow-starts after joining or coming back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow_start: Option<SlowStartStatus>,
     pub active: u32,
     pub served: u64,
     /// Requests answered with a redirect to this node.
@@ -149,6 +175,14 @@ pub struct NodeStatus {
     pub latency_ms: LatencySummary,
     /// Requests placed on this node per class.
     pub classes: std::collections::BTreeMap<String, u64>,
+}
+
+/// A slow-starting node's ramp.
+#[derive(Serialize)]
+pub struct SlowStartStatus {
+    pub remaining_ms: f64,
+    /// Share of the picks it is offered on now (0.1 → 1).
+    pub share: f64,
 }
 
 /// The retry budget and what its 10 s window holds now.
@@ -180,6 +214,81 @@ pub struct LatencySummary {
     pub max: f64,
 }
 
+/// One node as `/status` shows it at `now`.
+fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u64) -> NodeStatus {
+    let checks_on = cluster.config.health.check_path.is_some();
+    let feedback = node.feedback();
+    let latency = node.latency_us.lock().map(|h| {
+        let ms = |us: u64| us as f64 / 1000.0;
+        LatencySummary {
+            count: h.len(),
+            mean: h.mean() / 1000.0,
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        }
+    });
+    let out = node.out_reason(now);
+    let slow_start = node.slow_start(now).filter(|_| out.is_none());
+    NodeStatus {
+        name: node.config.name.clone(),
+        address: node.config.address.to_string(),
+        weight: node.config.weight,
+        available: out.is_none(),
+        state: match (out, &slow_start) {
+            (Some(reason), _) => reason.as_str(),
+            (None, Some(_)) => "slow-start",
+            (None, None) => "up",
+        },
+        draining: node.is_draining(),
+        check: checks_on.then(|| node.check.status()),
+        slow_start: slow_start.map(|(left, share)| SlowStartStatus {
+            remaining_ms: left.as_secs_f64() * 1000.0,
+            share,
+        }),
+        active: node.active.load(Ordering::Relaxed),
+        served: node.served.load(Ordering::Relaxed),
+        redirects: node.redirects.load(Ordering::Relaxed),
+        load: feedback.gathered.load(),
+        effective_weight: match cluster.needs.weights {
+            capstan_core::WeightSource::Configured => node.config.weight,
+            _ => feedback.weight,
+        },
+        gathered: feedback.gathered.at_nanos.map(|at| GatheredStatus {
+            cpu: feedback.gathered.cpu,
+            disk: feedback.gathered.disk,
+            net: feedback.gathered.net,
+            active: feedback.gathered.active,
+            mean_service_ms: feedback.gathered.mean_service_ms,
+            served: feedback.gathered.served,
+            age_ms: now.saturating_sub(at) as f64 / 1e6,
+        }),
+        silent: feedback.silent,
+        load_reports: node.load_reports.load(Ordering::Relaxed),
+        load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
+        errors: NodeErrors {
+            connect: node.connect_errors.load(Ordering::Relaxed),
+            timeout: node.timeout_errors.load(Ordering::Relaxed),
+            other: node.other_errors.load(Ordering::Relaxed),
+        },
+        retries: node.retries.load(Ordering::Relaxed),
+        latency_ms: latency.unwrap_or(LatencySummary {
+            count: 0,
+            mean: 0.0,
+            p50: 0.0,
+            p90: 0.0,
+            p99: 0.0,
+            max: 0.0,
+        }),
+        classes: classes
+            .iter()
+            .zip(&node.class_placed)
+            .map(|(c, n)| (c.clone(), n.load(Ordering::Relaxed)))
+            .collect(),
+    }
+}
+
 fn status(switch: &Switch) -> Status {
     let cluster = switch.cluster.load_full();
     let now = switch.epoch.now_nanos();
@@ -192,65 +301,7 @@ fn status(switch: &Switch) -> Status {
     let nodes = cluster
         .nodes
         .iter()
-        .map(|node| {
-            let feedback = node.feedback();
-            let latency = node.latency_us.lock().map(|h| {
-                let ms = |us: u64| us as f64 / 1000.0;
-                LatencySummary {
-                    count: h.len(),
-                    mean: h.mean() / 1000.0,
-                    p50: ms(h.value_at_quantile(0.5)),
-                    p90: ms(h.value_at_quantile(0.9)),
-                    p99: ms(h.value_at_quantile(0.99)),
-                    max: ms(h.max()),
-                }
-            });
-            NodeStatus {
-                name: node.config.name.clone(),
-                address: node.config.address.to_string(),
-                weight: node.config.weight,
-                available: node.is_up(now) && !feedback.silent,
-                active: node.active.load(Ordering::Relaxed),
-                served: node.served.load(Ordering::Relaxed),
-                redirects: node.redirects.load(Ordering::Relaxed),
-                load: feedback.gathered.load(),
-                effective_weight: match cluster.needs.weights {
-                    capstan_core::WeightSource::Configured => node.config.weight,
-                    _ => feedback.weight,
-                },
-                gathered: feedback.gathered.at_nanos.map(|at| GatheredStatus {
-                    cpu: feedback.gathered.cpu,
-                    disk: feedback.gathered.disk,
-                    net: feedback.gathered.net,
-                    active: feedback.gathered.active,
-                    mean_service_ms: feedback.gathered.mean_service_ms,
-                    served: feedback.gathered.served,
-                    age_ms: now.saturating_sub(at) as f64 / 1e6,
-                }),
-                silent: feedback.silent,
-                load_reports: node.load_reports.load(Ordering::Relaxed),
-                load_report_failures: node.load_report_failures.load(Ordering::Relaxed),
-                errors: NodeErrors {
-                    connect: node.connect_errors.load(Ordering::Relaxed),
-                    timeout: node.timeout_errors.load(Ordering::Relaxed),
-                    other: node.other_errors.load(Ordering::Relaxed),
-                },
-                retries: node.retries.load(Ordering::Relaxed),
-                latency_ms: latency.unwrap_or(LatencySummary {
-                    count: 0,
-                    mean: 0.0,
-                    p50: 0.0,
-                    p90: 0.0,
-                    p99: 0.0,
-                    max: 0.0,
-                }),
-                classes: classes
-                    .iter()
-                    .zip(&node.class_placed)
-                    .map(|(c, n)| (c.clone(), n.load(Ordering::Relaxed)))
-                    .collect(),
-            }
-        })
+        .map(|node| node_status(&cluster, node, &classes, now))
         .collect();
     let window = switch.retry_budget.window(now);
     let retry_budget = RetryBudgetStatus {
@@ -283,7 +334,7 @@ fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
-fn percent_decode(text: &str) -> String {
+pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -425,17 +476,7 @@ impl Collector for SwitchCollector {
             ConstGauge::new(i64::from(node.active.load(Ordering::Relaxed)))
                 .encode(family.encode_family(&labels)?)?;
         }
-        let mut family = encoder.encode_descriptor(
-            "capstan_node_up",
-            "1 while the node takes requests, 0 while passive health or silence keeps it out",
-            None,
-            MetricType::Gauge,
-        )?;
-        for node in &cluster.nodes {
-            let labels = node_label(&node.config.name);
-            let up = node.is_up(snap.now_nanos) && !node.feedback().silent;
-            ConstGauge::new(i64::from(up)).encode(family.encode_family(&labels)?)?;
-        }
+        encode_health(snap, &mut encoder)?;
         let mut family = encoder.encode_descriptor(
             "capstan_node_load",
             "Utilisation the node last reported (busiest resource, 0-1)",
@@ -545,6 +586,56 @@ impl Collector for SwitchCollector {
     }
 }
 
+/// Whether each node takes requests, and why not: drain and active checks.
+fn encode_health(
+    snap: &ClusterSnapshot,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let cluster = &snap.cluster;
+    let node_label = |name: &str| vec![("node".to_string(), name.to_string())];
+    let mut gauge = |name: &str, help: &str, value: &dyn Fn(&NodeRuntime) -> i64| {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for node in &cluster.nodes {
+            ConstGauge::new(value(node))
+                .encode(family.encode_family(&node_label(&node.config.name))?)?;
+        }
+        Ok::<_, std::fmt::Error>(())
+    };
+    gauge(
+        "capstan_node_up",
+        "1 while the node takes new requests; 0 while drained, failing its checks, backed off by passive health or silent",
+        &|node| i64::from(node.out_reason(snap.now_nanos).is_none()),
+    )?;
+    gauge(
+        "capstan_node_draining",
+        "1 while the node is drained (its in-flight requests finish)",
+        &|node| i64::from(node.is_draining()),
+    )?;
+    if cluster.config.health.check_path.is_none() {
+        return Ok(());
+    }
+    gauge(
+        "capstan_node_check_up",
+        "1 while the node's active health checks pass (rise/fall), else 0",
+        &|node| i64::from(node.check.is_up()),
+    )?;
+    let mut family = encoder.encode_descriptor(
+        "capstan_node_checks",
+        "Active health checks of the node, by result",
+        None,
+        MetricType::Counter,
+    )?;
+    for node in &cluster.nodes {
+        let status = node.check.status();
+        for (result, n) in [("passed", status.passed), ("failed", status.failed)] {
+            let mut labels = node_label(&node.config.name);
+            labels.push(("result".into(), result.into()));
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
 fn metrics(switch: &Switch) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SwitchCollector {
@@ -585,7 +676,10 @@ fn dashboard(status: &Status) -> String {
              <td>{}/{}/{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
             escape(&n.name),
             escape(&n.address),
-            if n.available { "up" } else { "<b>out</b>" },
+            match n.available {
+                true => n.state.to_string(),
+                false => format!("<b>{}</b>", n.state),
+            },
             n.weight,
             n.active,
             n.load * 100.0,

@@ -121,11 +121,11 @@ async fn gather_round(
     let now = switch.epoch.now_nanos();
     gatherer.end_round(now, cluster.needs.weights, &live, &configured);
     for (i, node) in cluster.nodes.iter().enumerate() {
-        publish(node, gatherer, i);
+        publish(node, gatherer, i, now);
     }
 }
 
-fn publish(node: &NodeRuntime, gatherer: &Gatherer, i: usize) {
+fn publish(node: &NodeRuntime, gatherer: &Gatherer, i: usize, now_nanos: u64) {
     let feedback = Feedback {
         gathered: gatherer.gathered(i),
         weight: gatherer.weight(i),
@@ -136,6 +136,7 @@ fn publish(node: &NodeRuntime, gatherer: &Gatherer, i: usize) {
         if feedback.silent {
             tracing::warn!(node = %node.config.name, "node's load reports stopped: taken out");
         } else {
+            node.came_back(now_nanos);
             tracing::info!(node = %node.config.name, "node reports again: back in");
         }
     }

@@ -36,13 +36,16 @@ pub struct Switch {
     pub cache: Option<crate::caching::CacheLayer>,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
-    reload_lock: tokio::sync::Mutex<()>,
+    /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
+    pub(crate) reload_lock: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
     all_closed: Notify,
 }
 
 impl Switch {
     /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
+    /// The file decides membership: nodes added through the admin API and not in the file
+    /// leave, nodes removed through it come back (see [`crate::membership`]).
     pub async fn reload(&self) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
@@ -60,10 +63,16 @@ impl Switch {
         if config.listen != current.config.listen || config.admin != current.config.admin {
             note = " (listener changes take effect on restart)".into();
         }
-        let cluster = Cluster::build(config, current.generation + 1, Some(&current))
-            .map_err(|e| e.to_string())?;
+        let cluster = Cluster::build(
+            config,
+            current.generation + 1,
+            Some(&current),
+            self.epoch.now_nanos(),
+        )
+        .map_err(|e| e.to_string())?;
+        let changed = crate::membership::difference(&current, &cluster);
         let summary = format!(
-            "reloaded: generation {}, policy {}, {} nodes{note}",
+            "reloaded: generation {}, policy {}, {} nodes{changed}{note}",
             cluster.generation,
             cluster.config.policy.name(),
             cluster.nodes.len()
@@ -287,7 +296,7 @@ impl Switch {
             .as_ref()
             .map(crate::caching::CacheLayer::new)
             .transpose()?;
-        let cluster = Cluster::build(config, 1, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Switch {
             epoch: Epoch::new(),
@@ -336,6 +345,9 @@ fn serve_on(
     }
     if primary {
         tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
+            &switch,
+        ))));
+        tasks.push(tokio::spawn(crate::health::check_nodes(Arc::clone(
             &switch,
         ))));
         if switch.cache.is_some() {
@@ -540,7 +552,7 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     }
     if let Some(admin) = &admin {
         tracing::info!(
-            "admin on http://{}/ (status page, /status, /metrics, POST /reload)",
+            "admin on http://{}/ (status page, /status, /metrics, POST /reload, /nodes)",
             admin.local_addr()?
         );
     }

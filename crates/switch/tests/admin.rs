@@ -46,6 +46,8 @@ async fn mutating_admin_endpoints_need_the_token_and_reads_stay_open() {
         "/reload",
         "/cache/purge?url=http://x/",
         "/cache/ban?prefix=http://x/",
+        "/nodes?address=127.0.0.1:1",
+        "/nodes/a/drain",
     ] {
         let missing = post(admin, path, None).await;
         assert_eq!(missing.status, StatusCode::UNAUTHORIZED, "{path}");
@@ -70,10 +72,14 @@ async fn mutating_admin_endpoints_need_the_token_and_reads_stay_open() {
     // Unknown and other-method requests are refused before routing: nothing to probe.
     let delete = send(admin, Request::delete("/anything"), Bytes::new()).await;
     assert_eq!(delete.status, StatusCode::UNAUTHORIZED);
+    let delete = send(admin, Request::delete("/nodes/a"), Bytes::new()).await;
+    assert_eq!(delete.status, StatusCode::UNAUTHORIZED);
+    let status = status_json(admin).await;
+    assert_eq!(status["reloads"], 0, "no refused reload ran");
+    assert_eq!(status["generation"], 1, "no refused membership change ran");
     assert_eq!(
-        status_json(admin).await["reloads"],
-        0,
-        "no refused reload ran"
+        status["nodes"][0]["draining"], false,
+        "no refused drain ran"
     );
 
     let bearer = format!("Bearer {TOKEN}");

@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use capstan_core::report::Window;
 use capstan_core::{
@@ -25,26 +23,6 @@ async fn cluster(n: usize) -> Vec<Backend> {
 
 fn refs(nodes: &[Backend]) -> Vec<&Backend> {
     nodes.iter().collect()
-}
-
-/// Polls `/status` until `ready` holds, or fails after 10 s saying `what`.
-async fn wait_for_status(
-    admin: SocketAddr,
-    what: &str,
-    ready: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = status_json(admin).await;
-        if ready(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn every_node_reported(status: &serde_json::Value) -> bool {

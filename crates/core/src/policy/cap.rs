@@ -1,5 +1,5 @@
 use super::support::Rotor;
-use super::{Needs, Policy, RequestInfo};
+use super::{translate, Memory, Needs, Policy, RequestInfo};
 use crate::class::ClassId;
 use crate::view::{ClusterView, NodeId};
 
@@ -76,6 +76,29 @@ impl Cap {
         let last = self.pointers.len() - 1;
         &self.pointers[class.min(last)]
     }
+
+    pub(crate) fn remembered(&self) -> Memory {
+        Memory::ClassPointers(self.pointers.iter().map(Rotor::position).collect())
+    }
+
+    /// Each class's pointer stays on the node it was at, or moves to the next node that stays
+    /// when that one left; pointers of a policy built for another class count are ignored.
+    pub(crate) fn take_pointers(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        let Memory::ClassPointers(positions) = memory else {
+            return;
+        };
+        let old_len = old_to_new.len();
+        if positions.len() != self.pointers.len() || old_len == 0 {
+            return;
+        }
+        for (rotor, &position) in self.pointers.iter().zip(positions) {
+            let at = position % old_len;
+            let next_staying = (0..old_len).find_map(|i| translate((at + i) % old_len, old_to_new));
+            if let Some(node) = next_staying {
+                rotor.set_position(node);
+            }
+        }
+    }
 }
 
 impl Policy for Cap {
@@ -93,6 +116,14 @@ impl Policy for Cap {
     fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
         self.pointer(req.class)
             .next(view.node_count(), |id| view.node(id).available)
+    }
+
+    fn memory(&self) -> Option<Memory> {
+        Some(self.remembered())
+    }
+
+    fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        self.take_pointers(memory, old_to_new);
     }
 }
 
@@ -181,5 +212,31 @@ mod tests {
         assert_eq!(first(0), vec![0, 1, 2, 3]);
         assert_eq!(first(1), vec![3, 0, 1, 2]);
         assert_eq!(first(2), vec![2, 3, 0, 1]);
+    }
+
+    #[test]
+    fn pointers_stay_on_their_nodes_across_a_change_of_the_node_list() {
+        let old = Cap::new(2);
+        let view = StaticView::uniform(4);
+        let pick = |cap: &Cap, class, view: &StaticView| cap.pick(&request(class, "/"), view);
+        // Class 0's pointer ends on node 2, class 1's on node 1.
+        for _ in 0..2 {
+            pick(&old, 0, &view);
+        }
+        pick(&old, 1, &view);
+        // Node 1 leaves (old 2 → 1, old 3 → 2, old 0 → 0).
+        let new = Cap::new(2);
+        crate::policy::carry_over(&new, &old, &[Some(0), None, Some(1), Some(2)]);
+        let view = StaticView::uniform(3);
+        assert_eq!(pick(&new, 0, &view), Some(1), "old node 2, renumbered");
+        assert_eq!(
+            pick(&new, 1, &view),
+            Some(1),
+            "old node 1 left: the next node that stays"
+        );
+        // Another class count: nothing carried, the pointers start afresh.
+        let other = Cap::new(3);
+        crate::policy::carry_over(&other, &old, &[Some(0), Some(1), Some(2), Some(3)]);
+        assert_eq!(pick(&other, 0, &StaticView::uniform(4)), Some(0));
     }
 }

@@ -1,5 +1,5 @@
 use super::cap::Cap;
-use super::{Needs, Policy, PolicyError, RequestInfo};
+use super::{Memory, Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
 
 use super::registry::{check, read, Params, Registration};
@@ -77,6 +77,14 @@ impl Policy for CapLoad {
             },
             |id| view.node(id).available,
         )
+    }
+
+    fn memory(&self) -> Option<Memory> {
+        Some(self.cap.remembered())
+    }
+
+    fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        self.cap.take_pointers(memory, old_to_new);
     }
 }
 

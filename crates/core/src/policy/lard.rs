@@ -1,6 +1,6 @@
 use super::support::{known_nodes, least_loaded, Rotor};
 use super::target_table::TargetTable;
-use super::{Needs, Policy, PolicyError, RequestInfo};
+use super::{translate, Memory, Needs, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId, NodeState};
 
 use super::registry::{check, read, Params, Registration};
@@ -253,6 +253,36 @@ impl Policy for Lard {
         });
         Some(chosen)
     }
+
+    fn memory(&self) -> Option<Memory> {
+        Some(Memory::Targets(
+            self.targets.entries(|&node| Some(node as NodeId)),
+        ))
+    }
+
+    /// Targets on nodes that stay keep their node; targets on nodes that left are forgotten
+    /// (the key gets a fresh target when it comes back). From LARD/R, a set's first member
+    /// that stays becomes the target.
+    fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        let keep = |key: u64, node: NodeId| self.targets.update(key, |t, _| *t = node as u32);
+        match memory {
+            Memory::Targets(targets) => {
+                for &(key, old) in targets {
+                    if let Some(node) = translate(old, old_to_new) {
+                        keep(key, node);
+                    }
+                }
+            }
+            Memory::ServerSets(sets) => {
+                for (key, set) in sets {
+                    if let Some(node) = set.members.iter().find_map(|&m| translate(m, old_to_new)) {
+                        keep(*key, node);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +382,37 @@ mod tests {
         check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
         let t = Thresholds::new("lard", LoadMeasure::Utilisation, 0.3, 0.7).unwrap();
         check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
+    }
+
+    #[test]
+    fn targets_on_nodes_that_stay_survive_a_change_of_the_node_list() {
+        let old = lard(25, 65);
+        let view = StaticView::uniform(3);
+        let keys: Vec<String> = (0..30).map(|i| format!("/k{i}")).collect();
+        let before: Vec<NodeId> = keys
+            .iter()
+            .map(|k| old.pick(&request(0, k), &view).unwrap())
+            .collect();
+        assert!((0..3).all(|n| before.contains(&n)), "{before:?}");
+        // Node 1 leaves, a new node joins at the end: old 0 → 0, 1 → gone, 2 → 1; new node 2.
+        let map = [Some(0), None, Some(1)];
+        let new = lard(25, 65);
+        crate::policy::carry_over(&new, &old, &map);
+        let view = StaticView::uniform(3);
+        for (key, &was) in keys.iter().zip(&before) {
+            let now = new.pick(&request(0, key), &view).unwrap();
+            if let Some(same) = map[was] {
+                assert_eq!(now, same, "{key} kept its node");
+            }
+        }
+        // Without the memory the same keys land elsewhere, so the test can tell.
+        let fresh = lard(25, 65);
+        let moved = keys
+            .iter()
+            .zip(&before)
+            .filter(|(k, &was)| map[was].is_some() && map[was] != fresh.pick(&request(0, k), &view))
+            .count();
+        assert!(moved > 5, "{moved}");
     }
 
     /// The CAP paper's LARD: thresholds on gathered utilisation, not on active requests.

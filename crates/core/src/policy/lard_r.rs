@@ -1,7 +1,7 @@
 use super::lard::{check_max_targets, least_loaded_known, LoadMeasure, Thresholds};
 use super::support::{known_nodes, Rotor};
 use super::target_table::TargetTable;
-use super::{Needs, Policy, PolicyError, RequestInfo};
+use super::{translate, Memory, Needs, Policy, PolicyError, RememberedSet, RequestInfo};
 use crate::view::{ClusterView, NodeId, NodeState};
 
 use super::lard::thresholds;
@@ -167,6 +167,45 @@ impl Policy for LardR {
         });
         Some(chosen)
     }
+
+    fn memory(&self) -> Option<Memory> {
+        Some(Memory::ServerSets(self.sets.entries(|set| {
+            Some(RememberedSet {
+                members: set.members.iter().map(|&m| m as NodeId).collect(),
+                changed_at_nanos: set.changed_at_nanos,
+            })
+        })))
+    }
+
+    /// Members that stay keep their place in the set (with its lastMod); members that left are
+    /// dropped, and a set left empty is forgotten. LARD's targets become one-member sets.
+    fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        let keep = |key: u64, members: Vec<u32>, changed_at_nanos: u64| {
+            if !members.is_empty() {
+                self.sets.update(key, |set, _| {
+                    *set = ServerSet {
+                        members,
+                        changed_at_nanos,
+                    }
+                });
+            }
+        };
+        let member = |old: NodeId| translate(old, old_to_new).map(|n| n as u32);
+        match memory {
+            Memory::ServerSets(sets) => {
+                for (key, set) in sets {
+                    let members = set.members.iter().filter_map(|&m| member(m)).collect();
+                    keep(*key, members, set.changed_at_nanos);
+                }
+            }
+            Memory::Targets(targets) => {
+                for &(key, old) in targets {
+                    keep(key, member(old).into_iter().collect(), 0);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -255,5 +294,57 @@ mod tests {
     #[test]
     fn shared_behaviour() {
         check_common_behaviour(&lard_r(4, 20.0), 4);
+    }
+
+    #[test]
+    fn server_sets_keep_members_that_stay_across_a_change_of_the_node_list() {
+        let old = lard_r(3, 20.0);
+        let mut view = StaticView::uniform(3);
+        view.nodes[1].active = 10;
+        view.nodes[2].active = 10;
+        assert_eq!(policy_pick(&old, "/hot", &view), 0);
+        view.nodes[0].active = 70;
+        view.nodes[1].active = 40;
+        view.now_nanos = 5 * SECOND;
+        assert_eq!(
+            policy_pick(&old, "/hot", &view),
+            2,
+            "node 2 joins the set {{0, 2}}"
+        );
+        let Some(Memory::ServerSets(sets)) = old.memory() else {
+            panic!("lard-r remembers server sets");
+        };
+        assert_eq!(sets.len(), 1);
+        assert_eq!(sets[0].1.members, vec![0, 2]);
+        assert_eq!(sets[0].1.changed_at_nanos, 5 * SECOND);
+
+        // Node 0 leaves; old 1 → 0, old 2 → 1; a new node 2 joins. The set is now {1}.
+        let new = lard_r(3, 20.0);
+        crate::policy::carry_over(&new, &old, &[None, Some(0), Some(1)]);
+        let mut view = StaticView::uniform(3);
+        view.nodes[1].active = 30;
+        view.now_nanos = 6 * SECOND;
+        assert_eq!(
+            policy_pick(&new, "/hot", &view),
+            1,
+            "the member that stayed"
+        );
+
+        // LARD's targets become one-member sets.
+        let lard = crate::policy::Lard::new(
+            2,
+            Thresholds::new("lard", LoadMeasure::Active, 25.0, 65.0).unwrap(),
+            100,
+        )
+        .unwrap();
+        let two = StaticView::uniform(2);
+        let target = lard.pick(&request(0, "/x"), &two).unwrap();
+        let from_lard = lard_r(2, 20.0);
+        crate::policy::carry_over(&from_lard, &lard, &[Some(1), Some(0)]);
+        assert_eq!(policy_pick(&from_lard, "/x", &two), 1 - target);
+    }
+
+    fn policy_pick(policy: &LardR, key: &str, view: &StaticView) -> NodeId {
+        policy.pick(&request(0, key), view).unwrap()
     }
 }

@@ -94,6 +94,56 @@ pub trait Policy: Send + Sync {
     fn needs(&self) -> Needs {
         Needs::default()
     }
+    /// What the policy has learned that a policy built for a changed node list may keep
+    /// (LARD's targets, LARD/R's server sets, CAP's pointers, WRR's credits); `None` when it
+    /// learns nothing worth keeping.
+    fn memory(&self) -> Option<Memory> {
+        None
+    }
+    /// Takes over what a previous policy learned, node ids translated by `old_to_new` (indexed
+    /// by old id; `None` for a node that left). Called before the policy's first pick; memory of
+    /// a kind the policy has no use for is ignored.
+    fn recall(&self, _memory: &Memory, _old_to_new: &[Option<NodeId>]) {}
+}
+
+/// What a policy has learned about where requests go, as plain data that outlives a change of
+/// the node list: a reload or a membership change builds a new policy for the new list and
+/// hands it the old policy's memory ([`carry_over`]).
+///
+/// Plain data rather than downcasting to the old policy's type: the two trait methods have
+/// defaults, so a policy that learns nothing needs no code, and a policy may take over another
+/// kind's memory (LARD/R starts from LARD's targets and back).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Memory {
+    /// Object key hash → its target node (LARD).
+    Targets(Vec<(u64, NodeId)>),
+    /// Object key hash → its server set (LARD/R).
+    ServerSets(Vec<(u64, RememberedSet)>),
+    /// Per class id (plus one shared by unknown classes), the round-robin pointer's raw
+    /// position; the node it points at is the position modulo the old node count (CAP).
+    ClassPointers(Vec<usize>),
+    /// Per node, smooth weighted round robin's running credit.
+    Credits(Vec<i64>),
+}
+
+/// One LARD/R server set as remembered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RememberedSet {
+    pub members: Vec<NodeId>,
+    /// View time of the set's last change (Pai et al.'s lastMod).
+    pub changed_at_nanos: u64,
+}
+
+/// Gives `new` what `old` learned, for a node list changed as `old_to_new` says.
+pub fn carry_over(new: &dyn Policy, old: &dyn Policy, old_to_new: &[Option<NodeId>]) {
+    if let Some(memory) = old.memory() {
+        new.recall(&memory, old_to_new);
+    }
+}
+
+/// `old` translated to the new node list, `None` when it left.
+pub(crate) fn translate(old: NodeId, old_to_new: &[Option<NodeId>]) -> Option<NodeId> {
+    old_to_new.get(old).copied().flatten()
 }
 
 /// What a policy needs to know about the cluster's shape when it is built.

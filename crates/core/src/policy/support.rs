@@ -26,6 +26,16 @@ impl Rotor {
         }
     }
 
+    /// The raw position (the next slot is this modulo the slot count).
+    pub(crate) fn position(&self) -> usize {
+        self.ticket.load(Ordering::Relaxed)
+    }
+
+    /// Puts the pointer on `slot`.
+    pub(crate) fn set_position(&self, slot: usize) {
+        self.ticket.store(slot, Ordering::Relaxed);
+    }
+
     /// The next slot in `0..len` for which `eligible` holds, or `None` when there is none.
     pub(crate) fn next(&self, len: usize, eligible: impl Fn(usize) -> bool) -> Option<usize> {
         self.next_preferring(len, eligible, |_| false)

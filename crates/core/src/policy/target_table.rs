@@ -107,6 +107,19 @@ impl<V: Default> TargetTable<V> {
         result
     }
 
+    /// Every entry, least recently used generation first, so that putting them into a fresh
+    /// table in this order keeps the most recent ones if it is smaller.
+    pub(crate) fn entries<T>(&self, mut export: impl FnMut(&V) -> Option<T>) -> Vec<(Key, T)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let guard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for map in [&guard.previous, &guard.current] {
+                out.extend(map.iter().filter_map(|(&k, v)| export(v).map(|t| (k, t))));
+            }
+        }
+        out
+    }
+
     /// Entries held, for tests of the bound.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -133,6 +146,26 @@ mod tests {
                 assert!(table.len() <= max, "max {max}: {}", table.len());
             }
         }
+    }
+
+    #[test]
+    fn entries_come_out_oldest_generation_first_and_refill_a_table_within_its_bound() {
+        let table: TargetTable<u32> = TargetTable::new(8);
+        for key in 0..8u64 {
+            table.update(key, |v, _| *v = key as u32 * 10);
+        }
+        let entries = table.entries(|&v| Some(v));
+        assert_eq!(entries.len(), 8);
+        let position = |key: u64| entries.iter().position(|&(k, _)| k == key).unwrap();
+        assert!(position(0) < position(7), "older keys first: {entries:?}");
+        assert!(entries.iter().all(|&(k, v)| v == k as u32 * 10));
+        // Into a smaller table, in that order: the most recent keys are the ones kept.
+        let small: TargetTable<u32> = TargetTable::new(4);
+        for (key, value) in entries {
+            small.update(key, |v, _| *v = value);
+        }
+        assert_eq!(small.len(), 4);
+        small.update(7, |v, fresh| assert!(!fresh && *v == 70));
     }
 
     #[test]

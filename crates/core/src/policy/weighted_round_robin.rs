@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use super::support::known_nodes;
-use super::{Needs, Policy, RequestInfo, WeightSource};
+use super::{translate, Memory, Needs, Policy, RequestInfo, WeightSource};
 use crate::view::{ClusterView, NodeId};
 
 use super::registry::{check, read, Params, Registration};
@@ -115,6 +115,25 @@ impl Policy for WeightedRoundRobin {
         credit[chosen] -= total;
         Some(chosen)
     }
+
+    fn memory(&self) -> Option<Memory> {
+        let credit = self.credit.lock().unwrap_or_else(|e| e.into_inner());
+        Some(Memory::Credits(credit.clone()))
+    }
+
+    /// Nodes that stay keep their credit, so a change of the node list does not restart every
+    /// node's cycle; a new node starts at 0.
+    fn recall(&self, memory: &Memory, old_to_new: &[Option<NodeId>]) {
+        let Memory::Credits(old) = memory else {
+            return;
+        };
+        let mut credit = self.credit.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, &c) in old.iter().enumerate() {
+            if let Some(slot) = translate(id, old_to_new).and_then(|n| credit.get_mut(n)) {
+                *slot = c;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -163,6 +182,30 @@ mod tests {
             6,
         );
         assert_eq!(chosen, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn credits_of_nodes_that_stay_carry_over() {
+        let mut view = StaticView::uniform(3);
+        for (node, weight) in view.nodes.iter_mut().zip([5, 1, 1]) {
+            node.weight = weight;
+        }
+        let old = WeightedRoundRobin::new(3, WeightSource::Configured);
+        // 0, 0, 1 of nginx's 0 0 1 0 2 0 0.
+        assert_eq!(picks(&old, &view, 3), vec![0, 0, 1]);
+        // Same nodes, renumbered by a list that grew at the front.
+        let new = WeightedRoundRobin::new(4, WeightSource::Configured);
+        crate::policy::carry_over(&new, &old, &[Some(1), Some(2), Some(3)]);
+        let mut grown = StaticView::uniform(4);
+        grown.nodes[0].available = false;
+        for (node, weight) in grown.nodes[1..].iter_mut().zip([5, 1, 1]) {
+            node.weight = weight;
+        }
+        assert_eq!(
+            picks(&new, &grown, 4),
+            vec![1, 3, 1, 1],
+            "the cycle goes on"
+        );
     }
 
     #[test]

@@ -26,8 +26,10 @@ type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 /// Paths: `/slow?ms=N` answers after N ms; `/big?bytes=N` streams N bytes; `/upload` counts
 /// the request body's bytes; `/headers` returns the request head as `name: value` lines;
 /// `/chunked` answers with a chunked body; `/_capstan/load` reports `load_percent` as CPU
-/// utilisation and `service_ms` as mean service time (503 while `reports_off`); anything else
-/// answers with the back-end's name.
+/// utilisation and `service_ms` as mean service time (503 while `reports_off`); `/_check`
+/// answers with the status in `check_status` (200 at start); `/hold` answers only once
+/// `release` is called; anything else answers with the back-end's name. `hits` counts every
+/// request but the load reports and checks.
 pub struct Backend {
     pub name: String,
     pub addr: SocketAddr,
@@ -38,6 +40,11 @@ pub struct Backend {
     pub service_ms: Arc<AtomicU64>,
     /// While set, `/_capstan/load` answers 503 (the node's load daemon has stopped).
     pub reports_off: Arc<AtomicBool>,
+    /// The status `/_check` answers with.
+    pub check_status: Arc<AtomicU64>,
+    /// `/hold` requests that have arrived.
+    pub held: Arc<AtomicU64>,
+    release: Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -59,12 +66,18 @@ impl Backend {
         let load_percent = Arc::new(AtomicU64::new(0));
         let service_ms = Arc::new(AtomicU64::new(0));
         let reports_off = Arc::new(AtomicBool::new(false));
+        let check_status = Arc::new(AtomicU64::new(200));
+        let held = Arc::new(AtomicU64::new(0));
+        let release = Arc::new(tokio::sync::watch::channel(false).0);
         let task = {
             let name = name.to_string();
             let hits = Arc::clone(&hits);
             let load = Arc::clone(&load_percent);
             let service = Arc::clone(&service_ms);
             let off = Arc::clone(&reports_off);
+            let check = Arc::clone(&check_status);
+            let held = Arc::clone(&held);
+            let release = Arc::clone(&release);
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
@@ -75,17 +88,25 @@ impl Backend {
                     let load = Arc::clone(&load);
                     let service_ms = Arc::clone(&service);
                     let off = Arc::clone(&off);
+                    let check = Arc::clone(&check);
+                    let held = Arc::clone(&held);
+                    let release = Arc::clone(&release);
                     tokio::spawn(async move {
                         let service = service_fn(move |req| {
                             let report = Report {
                                 load_percent: load.load(Ordering::Relaxed),
                                 service_ms: service_ms.load(Ordering::Relaxed),
                                 off: off.load(Ordering::Relaxed),
+                                check_status: check.load(Ordering::Relaxed) as u16,
                             };
-                            if req.uri().path() != "/_capstan/load" {
+                            if !matches!(req.uri().path(), "/_capstan/load" | "/_check") {
                                 hits.fetch_add(1, Ordering::Relaxed);
                             }
-                            backend_answer(name.clone(), report, req)
+                            let hold = (req.uri().path() == "/hold").then(|| {
+                                held.fetch_add(1, Ordering::Relaxed);
+                                release.subscribe()
+                            });
+                            backend_answer(name.clone(), report, hold, req)
                         });
                         let _ = http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service)
@@ -101,12 +122,24 @@ impl Backend {
             load_percent,
             service_ms,
             reports_off,
+            check_status,
+            held,
+            release,
             task,
         }
     }
 
     pub fn hits(&self) -> u64 {
         self.hits.load(Ordering::Relaxed)
+    }
+
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Lets every `/hold` request, now and later, answer.
+    pub fn release(&self) {
+        self.release.send_replace(true);
     }
 }
 
@@ -126,15 +159,26 @@ struct Report {
     load_percent: u64,
     service_ms: u64,
     off: bool,
+    check_status: u16,
 }
 
 async fn backend_answer(
     name: String,
     report: Report,
+    hold: Option<tokio::sync::watch::Receiver<bool>>,
     req: Request<Incoming>,
 ) -> Result<Response<BoxBody>, Infallible> {
     let full = |s: String| Full::new(Bytes::from(s)).boxed();
+    if let Some(mut released) = hold {
+        let _ = released.wait_for(|r| *r).await;
+    }
     let resp = match req.uri().path() {
+        "/_check" => {
+            let mut resp = Response::new(full("check".into()));
+            *resp.status_mut() =
+                StatusCode::from_u16(report.check_status).unwrap_or(StatusCode::OK);
+            resp
+        }
         "/_capstan/load" if report.off => {
             let mut resp = Response::new(full("load daemon stopped".into()));
             *resp.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
@@ -315,4 +359,44 @@ pub async fn status_json(admin: SocketAddr) -> serde_json::Value {
     let a = get(admin, "/status").await;
     assert_eq!(a.status, StatusCode::OK);
     serde_json::from_slice(&a.body).expect("status is JSON")
+}
+
+/// Polls `/status` until `ready` holds, or fails after 10 s saying `what`.
+pub async fn wait_for_status(
+    admin: SocketAddr,
+    what: &str,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = status_json(admin).await;
+        if ready(&status) {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `ready` until it holds, or fails after 10 s saying `what`.
+pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The status entry of the node called `name` (`Null` when it is not listed).
+pub fn node_status<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["name"] == name))
+        .unwrap_or(&serde_json::Value::Null)
 }

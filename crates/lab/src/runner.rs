@@ -464,9 +464,15 @@ fn switch_config(exp: &Experiment, row: &PolicyRow) -> toml::Table {
     load.insert("path".into(), "/_capstan/load".into());
     load.insert("interval".into(), exp.switch.load_interval.clone().into());
     t.insert("load".into(), toml::Value::Table(load));
-    // Over-capacity runs must see the cluster's answer, not the switch's connection limits.
+    // Over-capacity runs must see the cluster's answer, not the switch's connection limits: a
+    // client waiting on a long queue moves no bytes, so its idle limit (60 s by default) must
+    // not end the wait either.
     let mut timeouts = toml::Table::new();
     timeouts.insert("upstream".into(), exp.load.timeout.clone().into());
+    let load_timeout = parse_duration("load.timeout", &exp.load.timeout).unwrap_or_default();
+    if load_timeout > Duration::from_secs(60) {
+        timeouts.insert("client_idle".into(), exp.load.timeout.clone().into());
+    }
     t.insert("timeouts".into(), toml::Value::Table(timeouts));
     if !exp.switch.classes.is_empty() {
         t.insert(

@@ -94,10 +94,9 @@ impl Cluster {
         (2.0 * self.client_rtt_ms + self.connect_ms) / 1e3
     }
 
-    /// The `sweb` policy's parameters for this cluster: the user's judgement (σ, the redirect
-    /// estimate) with the architecture's numbers and the exact file sizes filled in, as SWEB's
-    /// configuration file and `stat` of the requested file give them.
-    pub fn sweb_params(&self, user: &SwebParams, workload: &Workload) -> SwebParams {
+    /// The `sweb` policy's parameters for this cluster: the architecture's numbers and the exact
+    /// file sizes, as SWEB's configuration file and `stat` of the requested file give them.
+    pub fn sweb_params(&self, workload: &Workload) -> SwebParams {
         SwebParams {
             placement: Placement::Partitioned,
             disk_mb_s: self.disk_mb_s,
@@ -113,7 +112,9 @@ impl Cluster {
                 .iter()
                 .map(|f| (f.key.clone(), f.bytes))
                 .collect(),
-            ..user.clone()
+            client_rtt_ms: self.client_rtt_ms,
+            connect_ms: self.connect_ms,
+            ..SwebParams::default()
         }
     }
 
@@ -215,7 +216,8 @@ pub struct Run<'a> {
     scratch: Vec<Completion>,
 }
 
-/// Builds the policy a choice names for this cluster and workload.
+/// Builds the policy a choice names for this cluster and workload. `sweb` gets
+/// [`Cluster::sweb_params`] as its defaults; the parameters the user wrote override them.
 pub fn build(
     choice: &PolicyChoice,
     cluster: &Cluster,
@@ -223,9 +225,13 @@ pub fn build(
 ) -> Result<Box<dyn Policy>, String> {
     let names: Vec<String> = (0..cluster.nodes).map(|i| format!("n{i}")).collect();
     let classes = vec!["file".to_string()];
-    let spec = match &choice.spec {
-        PolicySpec::Sweb(user) => PolicySpec::Sweb(cluster.sweb_params(user, workload)),
-        other => other.clone(),
+    let spec = if choice.spec.name() == "sweb" {
+        let mut params = toml::Table::try_from(cluster.sweb_params(workload))
+            .map_err(|e| format!("sweb parameters: {e}"))?;
+        params.extend(choice.spec.params().clone());
+        PolicySpec::new("sweb", params).map_err(|e| e.to_string())?
+    } else {
+        choice.spec.clone()
     };
     let ctx = PolicyContext {
         nodes: &names,

@@ -44,7 +44,7 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Drive load at a server: open loop past capacity, closed loop, sessions, log replay.
     Bench(Box<bench::BenchArgs>),
-    /// Simulate the web cluster in virtual time with the same policies (CAP paper §4).
+    // No doc comment: it would replace SimArgs's own about and long help.
     Sim(sim::SimArgs),
     /// Run an experiment per policy (nodes, switch, load) and write a report with plots.
     Lab(lab::LabArgs),

@@ -204,6 +204,7 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
         address,
         weight,
         public_url: None,
+        report_address: None,
     })
 }
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use capstan_sim::cache::{self as simcache, Contender, Generated, ObjectSizes, Study};
 use capstan_sim::scenario::{Scenario, NAMES};
+use capstan_sim::sweb::{SwebExperiment, Which};
 use capstan_sim::{Experiment, PolicyChoice};
 use clap::{ArgGroup, Args, Subcommand};
 
@@ -13,13 +14,26 @@ lard,static-partitioning,round-robin,random";
 
 #[derive(Args, Debug)]
 #[command(
-    about = "Simulate the web cluster (CAP paper §4) with the same policies the switch runs",
+    about = "Simulate the web cluster in virtual time with the same policies the switch runs \
+(CAP paper §4, SWEB §4, cache eviction)",
     long_about = "Simulate a web cluster in virtual time: client sessions (CAP paper Table 1), a \
 layer-4/7 web switch that sees server state only every T_gat, web nodes with a processor-shared \
 CPU, FCFS disk, LRU memory cache (15 % of the site), NIC and SSL costs (Table 2), and back-end \
 database servers. Every policy is the switch's own code from capstan-core.\n\n\
 Writes DIR/results.json (deterministic: same seed, same bytes), DIR/run-info.json (wall time, \
-events/s) and DIR/report.html (CDF and T_gat plots, tables), and prints a summary.",
+events/s) and DIR/report.html (CDF and T_gat plots, tables), and prints a summary.\n\n\
+SWEB (Andresen et al., IPPS '96, §4): `sweb-skewed` and `sweb-sizes` run the paper's experiments \
+on a model of its six-node Meiko CS-2 — each node's local disk holds its share of the files \
+(b1 = 5 MB/s), the others' shares are read over NFS (b2 = 4.5 MB/s), DNS rotation hands requests \
+to nodes whose broker may redirect once, and loads are gathered every 2 s — comparing `sweb`, \
+`round-robin` (DNS rotation alone) and `home-node` (pure file locality). sweb-skewed: one 1.5 MB \
+file, 8 rps in bursts, 45 s. sweb-sizes: 100 B – 1.5 MB files at 5–30 rps, 30 s each, plus the \
+maximum sustained rate of 1.5 MB files over 120 s beside §3.3's formula. They take --policies, \
+--nodes (default 6), --rate (one rate instead of the paper's), --duration, --replications, \
+--seed, --jobs, --out and --quiet, and write DIR/results.json (format capstan-sim-sweb/1) and \
+DIR/report.html. The `sweb` policy gets the model's file sizes, bandwidths, CPU demands and \
+redirect costs as its defaults (its oracle); any parameter written overrides them \
+(`sweb:sigma=0,gather=0.5`).",
     after_help = "Examples:\n  \
 capstan sim --list\n  \
 capstan sim transaction --duration 2m --replications 3 --out out/transaction\n  \
@@ -28,6 +42,8 @@ capstan sim commerce --policies cap,weighted-round-robin,lard,round-robin,random
 capstan sim publishing-static --policies 'lard:t_low=10,t_high=30,cap' --out out/pub\n  \
 capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies cap --out out/fig3\n  \
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
+capstan sim sweb-skewed --out out/sweb-skewed  # SWEB §4.2: round robin vs file locality vs sweb\n  \
+capstan sim sweb-sizes --replications 3 --out out/sweb-sizes\n  \
 capstan sim cache --zipf 0.8 --report out/cache   # eviction policies (sim cache --help)\n\n\
 Policy parameters follow a colon (commas separate parameters too): the switch's own parameters \
 (t_low, t_high, epsilon, max_load, seed, …), plus gather=SECONDS (T_gat for this policy; 0 = live \
@@ -43,18 +59,21 @@ pub struct SimArgs {
     /// List the named scenarios and policies, then exit.
     #[arg(long)]
     list: bool,
-    /// Policies to compare, comma-separated, with optional parameters (`lard:t_low=10,t_high=30`).
-    #[arg(long, default_value = DEFAULT_POLICIES)]
-    policies: String,
-    /// Web server nodes.
-    #[arg(long, default_value_t = 8)]
-    nodes: usize,
-    /// New client sessions per second.
-    #[arg(long, default_value_t = 200.0)]
-    rate: f64,
-    /// Simulated time during which sessions arrive (e.g. 600, 90s, 10m, 1h).
-    #[arg(long, default_value = "10m")]
-    duration: String,
+    /// Policies to compare, comma-separated, with optional parameters (`lard:t_low=10,t_high=30`)
+    /// [default: cap,weighted-round-robin,…,random; sweb-*: sweb,round-robin,home-node].
+    #[arg(long)]
+    policies: Option<String>,
+    /// Web server nodes [default: 8; sweb-*: 6].
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// New client sessions per second [default: 200; sweb-*: requests per second, default the
+    /// paper's: 8, or 5–30].
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Simulated time during which sessions arrive (e.g. 600, 90s, 10m, 1h) [default: 10m;
+    /// sweb-skewed: 45s; sweb-sizes: 30s].
+    #[arg(long)]
+    duration: Option<String>,
     /// Pages started before this are not measured (default: a tenth of the duration).
     #[arg(long)]
     warmup: Option<String>,
@@ -145,6 +164,10 @@ fn list() {
         let s = Scenario::named(n).expect("named");
         println!("  {n:<20} {}", s.description);
     }
+    for n in capstan_sim::sweb::NAMES {
+        let which = Which::named(n).expect("named");
+        println!("  {n:<20} {}", which.description());
+    }
     println!("\nPolicies (the switch's; parameters after a colon):");
     for reg in capstan_core::policy::registrations() {
         println!("  {:<22} {}", reg.name, reg.about);
@@ -157,19 +180,29 @@ fn list() {
          metric=active (WRR_num);\nrandom policies draw a seed per replication unless seed= is given."
     );
     println!("\nEvery policy also takes gather=SECONDS (T_gat; 0 = live server state).");
+    println!(
+        "In sweb-skewed and sweb-sizes, sweb's sizes, bandwidths, CPU demands and redirect \
+         costs come from the model unless given; gather must be > 0 there."
+    );
 }
 
-pub fn run(args: SimArgs) -> Result<()> {
-    if let Some(SimCommand::Cache(cache)) = args.command {
+pub fn run(mut args: SimArgs) -> Result<()> {
+    if let Some(SimCommand::Cache(cache)) = args.command.take() {
         return run_cache(*cache);
     }
     if args.list {
         list();
         return Ok(());
     }
-    let scenario = load_scenario(args.scenario.as_deref().unwrap_or_default())?;
-    let policies = split_policies(&args.policies)?;
-    let duration_s = parse_duration(&args.duration)?;
+    let name = args.scenario.as_deref().unwrap_or_default();
+    if let Some(which) = Which::named(name) {
+        return run_sweb(&args, which);
+    }
+    let scenario = load_scenario(name)?;
+    let policies = split_policies(args.policies.as_deref().unwrap_or(DEFAULT_POLICIES))?;
+    let duration_s = parse_duration(args.duration.as_deref().unwrap_or("10m"))?;
+    let nodes = args.nodes.unwrap_or(8);
+    let rate = args.rate.unwrap_or(200.0);
     if duration_s <= 0.0 {
         bail!("--duration must be positive");
     }
@@ -180,10 +213,10 @@ pub fn run(args: SimArgs) -> Result<()> {
     if warmup_s >= duration_s {
         bail!("--warmup must be shorter than --duration");
     }
-    if args.nodes == 0 || args.nodes > 4096 {
+    if nodes == 0 || nodes > 4096 {
         bail!("--nodes must be between 1 and 4096");
     }
-    if !(args.rate.is_finite() && args.rate > 0.0) {
+    if !(rate.is_finite() && rate > 0.0) {
         bail!("--rate must be a positive number of clients per second");
     }
     if args.replications == 0 {
@@ -200,8 +233,8 @@ pub fn run(args: SimArgs) -> Result<()> {
     let exp = Experiment {
         scenario,
         policies,
-        nodes: args.nodes,
-        rate: args.rate,
+        nodes,
+        rate,
         duration_s,
         warmup_s,
         replications: args.replications,
@@ -278,6 +311,63 @@ pub fn run(args: SimArgs) -> Result<()> {
             "wrote {}/results.json, run-info.json, report.html",
             dir.display()
         );
+    }
+    Ok(())
+}
+
+/// `capstan sim sweb-skewed | sweb-sizes`: SWEB's experiments (see `capstan_sim::sweb`).
+fn run_sweb(args: &SimArgs, which: Which) -> Result<()> {
+    let name = which.name();
+    if args.warmup.is_some() || !args.tgat_sweep.is_empty() {
+        bail!("--warmup and --tgat-sweep do not apply to {name}");
+    }
+    let mut exp = SwebExperiment::new(which);
+    if let Some(p) = &args.policies {
+        exp.policies = split_policies(p)?;
+    }
+    if let Some(n) = args.nodes {
+        if n == 0 || n > 4096 {
+            bail!("--nodes must be between 1 and 4096");
+        }
+        exp.cluster.nodes = n;
+    }
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!("--rate must be a positive number of requests per second");
+        }
+        exp.rates = vec![rate];
+    }
+    if let Some(d) = &args.duration {
+        exp.duration_s = parse_duration(d)?;
+        if exp.duration_s < 1.0 {
+            bail!("--duration must be at least 1 s for {name}");
+        }
+    }
+    if args.replications == 0 {
+        bail!("--replications must be at least 1");
+    }
+    exp.replications = args.replications;
+    exp.seed = args.seed;
+    exp.threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let started = std::time::Instant::now();
+    let report = exp.run().map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    print!("{}", capstan_sim::sweb::report::text(&report));
+    if !args.quiet {
+        eprintln!("{name}: {:.1} s wall", started.elapsed().as_secs_f64());
+    }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(&report)? + "\n";
+        std::fs::write(dir.join("results.json"), json)
+            .with_context(|| format!("cannot write {}", dir.display()))?;
+        let html = capstan_sim::sweb::report::html(&report).map_err(anyhow::Error::msg)?;
+        std::fs::write(dir.join("report.html"), html)?;
+        if !args.quiet {
+            eprintln!("wrote {}/results.json, report.html", dir.display());
+        }
     }
     Ok(())
 }

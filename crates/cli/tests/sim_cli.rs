@@ -30,6 +30,12 @@ fn help_and_list() {
         assert!(list.contains(s), "list lacks {s}");
     }
     assert!(list.contains("weighted-round-robin") && list.contains("cap-load"));
+    for needle in ["sweb-skewed", "sweb-sizes", "home-node", "sigma"] {
+        assert!(list.contains(needle), "list lacks {needle}");
+    }
+    let out = capstan(&["sim", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("sweb-skewed") && help.contains("capstan-sim-sweb/1"));
 }
 
 fn capstan_sim_names() -> [&'static str; 6] {
@@ -89,6 +95,76 @@ fn small_run_writes_reproducible_json_and_a_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs a SWEB experiment with one replication and returns its JSON.
+fn sweb_run(name: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("capstan-sim-{name}-{}", std::process::id()));
+    let out = capstan(&[
+        "sim",
+        name,
+        "--replications",
+        "1",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Findings:") && stdout.contains("Paper:"),
+        "{stdout}"
+    );
+    let json = std::fs::read(dir.join("results.json")).unwrap();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("Paper vs Capstan"));
+    let _ = std::fs::remove_dir_all(&dir);
+    serde_json::from_slice(&json).unwrap()
+}
+
+fn mean_response(point: &serde_json::Value, name: &str) -> f64 {
+    let policies = point["policies"].as_array().unwrap();
+    let p = policies.iter().find(|p| p["name"] == name).unwrap();
+    p["mean_s"]["value"].as_f64().unwrap()
+}
+
+#[test]
+fn sweb_skewed_ranks_file_locality_last() {
+    let v = sweb_run("sweb-skewed");
+    assert_eq!(v["format"], "capstan-sim-sweb/1");
+    let point = &v["points"][0];
+    let names: Vec<&str> = point["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sweb", "round-robin", "home-node"]);
+    let locality = mean_response(point, "home-node");
+    assert!(mean_response(point, "sweb") < locality);
+    assert!(mean_response(point, "round-robin") < locality);
+    assert!(!v["findings"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn sweb_sizes_sweeps_rates_and_measures_the_sustained_maximum() {
+    let v = sweb_run("sweb-sizes");
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 6, "5 to 30 rps");
+    for point in points {
+        assert_eq!(point["policies"].as_array().unwrap().len(), 3);
+        assert!(mean_response(point, "sweb") > 0.0);
+    }
+    let capacity = &v["capacity"];
+    assert!(capacity["paper_example_rps"].as_f64().unwrap() > 18.0);
+    for p in capacity["policies"].as_array().unwrap() {
+        let rps = p["max_sustained_rps"]["value"].as_f64().unwrap();
+        assert!((10.0..=26.0).contains(&rps), "{p}");
+    }
+}
+
 #[test]
 fn bad_input_is_one_line() {
     for args in [
@@ -98,6 +174,10 @@ fn bad_input_is_one_line() {
         &["sim", "commerce", "--nodes", "0"],
         &["sim", "commerce", "--policies", "lard:t_low=90,t_high=10"],
         &["sim", "commerce", "--rate", "-3"],
+        &["sim", "sweb-skewed", "--tgat-sweep", "1"],
+        &["sim", "sweb-sizes", "--policies", "sweb:gather=0"],
+        &["sim", "sweb-sizes", "--policies", "sweb:sigma=-2"],
+        &["sim", "sweb-skewed", "--rate", "0"],
     ] {
         let out = capstan(args);
         assert!(!out.status.success(), "{args:?}");

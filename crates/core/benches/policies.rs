@@ -3,13 +3,16 @@
 //! Run: `cargo bench -p capstan-core --bench policies`. Each pick cycles through 1024 distinct
 //! keys over the four CAP classes, against a view with uneven active counts (so the scanning
 //! policies do real comparisons). LARD's table and peak-EWMA's averages are warmed first, so the
-//! numbers are the steady state a switch sees.
+//! numbers are the steady state a switch sees. `sweb/sized-received` is SWEB as the simulator
+//! runs it: every key in its size table and the view seen from the node that received the
+//! request (`ReceivedAt`), against gathered CPU, disk and network loads.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use capstan_core::{
-    build_policy, hash_key, NodeState, Outcome, PolicyContext, PolicySpec, RequestInfo, StaticView,
+    build_policy, hash_key, Gathered, NodeState, Outcome, PolicyContext, PolicySpec, ReceivedAt,
+    RequestInfo, StaticView,
 };
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
@@ -43,20 +46,7 @@ fn bench_policies(c: &mut Criterion) {
                 classes: &classes,
             };
             let policy = build_policy(&PolicySpec::with_defaults(name).unwrap(), &ctx).unwrap();
-            let view = StaticView {
-                now_nanos: 1_000_000_000,
-                nodes: (0..node_count)
-                    .map(|i| NodeState {
-                        active: (i as u32 * 7) % 5,
-                        gathered: capstan_core::Gathered {
-                            at_nanos: Some(0),
-                            cpu: 0.1 * (i % 10) as f64,
-                            ..Default::default()
-                        },
-                        ..NodeState::default()
-                    })
-                    .collect(),
-            };
+            let view = uneven_view(node_count);
             for (i, request) in requests.iter().enumerate() {
                 if let Some(node) = policy.pick(request, &view) {
                     let outcome = Outcome {
@@ -76,7 +66,63 @@ fn bench_policies(c: &mut Criterion) {
             });
         }
     }
+    bench_sized_sweb(&mut group, &classes, &keys, &requests);
     group.finish();
+}
+
+/// Nodes with uneven active counts and gathered loads.
+fn uneven_view(node_count: usize) -> StaticView {
+    StaticView {
+        now_nanos: 1_000_000_000,
+        nodes: (0..node_count)
+            .map(|i| NodeState {
+                active: (i as u32 * 7) % 5,
+                gathered: Gathered {
+                    at_nanos: Some(0),
+                    cpu: 0.1 * (i % 10) as f64,
+                    disk: 0.05 * (i % 7) as f64,
+                    net: 0.07 * (i % 5) as f64,
+                    ..Default::default()
+                },
+                ..NodeState::default()
+            })
+            .collect(),
+    }
+}
+
+fn bench_sized_sweb(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    classes: &[String],
+    keys: &[String],
+    requests: &[RequestInfo<'_>],
+) {
+    let sizes: toml::Table = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), toml::Value::Integer(100 + 1_500 * i as i64)))
+        .collect();
+    let params: toml::Table = [("sizes".to_string(), toml::Value::Table(sizes))]
+        .into_iter()
+        .collect();
+    let spec = PolicySpec::new("sweb", params).unwrap();
+    for node_count in [4usize, 16] {
+        let nodes: Vec<String> = (0..node_count).map(|i| format!("node-{i}")).collect();
+        let ctx = PolicyContext {
+            nodes: &nodes,
+            classes,
+        };
+        let policy = build_policy(&spec, &ctx).unwrap();
+        let view = uneven_view(node_count);
+        let id = BenchmarkId::new("sweb/sized-received", node_count);
+        group.bench_with_input(id, &node_count, |b, _| {
+            let mut i = 0usize;
+            b.iter(|| {
+                i = (i + 1) % KEYS;
+                let seen_from = ReceivedAt::new(&view, i % node_count);
+                black_box(policy.pick(black_box(&requests[i]), &seen_from))
+            });
+        });
+    }
 }
 
 criterion_group!(benches, bench_policies);

@@ -20,7 +20,7 @@ pub use policy::{
     RequestInfo,
 };
 pub use report::LoadReport;
-pub use view::{ClusterView, Gathered, NodeId, NodeState, StaticView};
+pub use view::{ClusterView, Gathered, NodeId, NodeState, ReceivedAt, StaticView};
 
 /// A stable 64-bit hash (FNV-1a) of a request key, the same on every platform and every run, so
 /// hash-based placement is reproducible in the simulator and across switch restarts.

@@ -89,6 +89,40 @@ pub trait ClusterView {
     fn node_count(&self) -> usize;
     /// State of node `id` (`id < node_count()`).
     fn node(&self, id: NodeId) -> NodeState;
+    /// The node that received this request and is deciding where it goes, in a cluster without a
+    /// front end: SWEB's DNS rotation hands each request to a node whose broker serves it or
+    /// redirects it. `None` (the default) behind a switch, where no node has received it yet.
+    fn receiving_node(&self) -> Option<NodeId> {
+        None
+    }
+}
+
+/// A view as seen from the node that received the request (see
+/// [`ClusterView::receiving_node`]); everything else is the inner view's.
+pub struct ReceivedAt<'a> {
+    inner: &'a dyn ClusterView,
+    node: NodeId,
+}
+
+impl<'a> ReceivedAt<'a> {
+    pub fn new(inner: &'a dyn ClusterView, node: NodeId) -> Self {
+        ReceivedAt { inner, node }
+    }
+}
+
+impl ClusterView for ReceivedAt<'_> {
+    fn now_nanos(&self) -> u64 {
+        self.inner.now_nanos()
+    }
+    fn node_count(&self) -> usize {
+        self.inner.node_count()
+    }
+    fn node(&self, id: NodeId) -> NodeState {
+        self.inner.node(id)
+    }
+    fn receiving_node(&self) -> Option<NodeId> {
+        Some(self.node)
+    }
 }
 
 /// A view over a plain vector of node states, for tests, tools and the simulator.

@@ -9,6 +9,8 @@
 //! - [`run`]: policies × replications in parallel, summaries with confidence intervals.
 //! - [`queueing`]: the same event core on textbook queues, for validation.
 //! - [`report`]: the HTML report with SVG plots.
+//! - [`sweb`]: `capstan sim sweb-skewed` and `sweb-sizes` — SWEB's experiments (IPPS '96, §4)
+//!   on a model of its cluster (local disks, NFS, DNS rotation, redirection, loadd every 2 s).
 //! - [`cache`]: `capstan sim cache` — the HTTP cache's eviction policies (the switch's own code)
 //!   and Belady's MIN replayed on request traces: hit ratios by cache size.
 
@@ -22,6 +24,7 @@ pub mod run;
 pub mod scenario;
 pub mod site;
 pub mod stats;
+pub mod sweb;
 
 pub use engine::{dispatch_trace, RunConfig, RunResult};
 pub use policy::{Metric, PolicyChoice};

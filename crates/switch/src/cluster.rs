@@ -518,6 +518,7 @@ mod tests {
                 address: ([127, 0, 0, 1], port).into(),
                 weight,
                 public_url: None,
+                report_address: None,
             })
             .collect();
         let mut config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], nodes);
@@ -587,6 +588,7 @@ mod tests {
             address: "127.0.0.1:2".parse().unwrap(),
             weight: 1,
             public_url: None,
+            report_address: None,
         });
         let second = Cluster::build(next, 2, Some(&first), 100 * SECOND).unwrap();
         let b = &second.nodes[1];

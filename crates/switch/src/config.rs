@@ -58,6 +58,10 @@ pub struct NodeConfig {
     /// Where a redirected client is sent (`http://n1.example.com:8080`); needed by `[redirect]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
+    /// Where the node's load report is fetched, when not at `address` (a `capstan agent` beside
+    /// nginx or Apache listens on its own port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report_address: Option<SocketAddr>,
 }
 
 /// URL redirection (SWEB): for the chosen classes the switch answers with a redirect to the
@@ -415,6 +419,7 @@ struct RawNode {
     #[serde(default = "default_weight")]
     weight: u32,
     public_url: Option<Spanned<String>>,
+    report_address: Option<Spanned<String>>,
 }
 
 fn default_weight() -> u32 {
@@ -990,11 +995,19 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             ),
             None => None,
         };
+        let report_address = match &node.report_address {
+            Some(a) => Some(
+                resolve_address(a.get_ref())
+                    .map_err(|e| loc.error(Some(a.span()), format!("node `{name}`: {e}")))?,
+            ),
+            None => None,
+        };
         nodes.push(NodeConfig {
             name,
             address,
             weight: node.weight,
             public_url,
+            report_address,
         });
     }
 

@@ -153,7 +153,10 @@ async fn fetch_report(
     node: &NodeRuntime,
     path: &str,
 ) -> Result<LoadReport, String> {
-    let uri = format!("http://{}{path}", node.authority);
+    let uri = match node.config.report_address {
+        Some(addr) => format!("http://{addr}{path}"),
+        None => format!("http://{}{path}", node.authority),
+    };
     let resp = client
         .get(
             uri.parse()

@@ -341,6 +341,7 @@ async fn resolve(asked: NewNode) -> Result<NodeConfig, MembershipError> {
         address,
         weight,
         public_url,
+        report_address: None,
     })
 }
 

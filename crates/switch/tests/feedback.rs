@@ -191,3 +191,24 @@ fn a_node_state_carries_live_and_gathered_fields_apart() {
     gatherer.apply(0, &mut state, WeightSource::Configured);
     assert_eq!((state.active, state.gathered.active), (2, 9));
 }
+
+#[tokio::test]
+async fn a_nodes_report_may_come_from_another_address() {
+    // The node is a web server; its load daemon (`capstan agent`) listens elsewhere.
+    let server = Backend::start("web").await;
+    let daemon = Backend::start("agent").await;
+    daemon.load_percent.store(55, Ordering::Relaxed);
+    server.load_percent.store(5, Ordering::Relaxed);
+    let config = format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+         [load]\npath = \"/_capstan/load\"\ninterval = \"50ms\"\n\
+         [[node]]\nname = \"web\"\naddress = \"{}\"\nreport_address = \"{}\"\n",
+        server.addr, daemon.addr
+    );
+    let sw = start_switch(&config).await;
+    let status = wait_for_status(sw.admin_addr.unwrap(), "the daemon's report", |s| {
+        s["nodes"][0]["load"] == 0.55
+    })
+    .await;
+    assert_eq!(status["nodes"][0]["gathered"]["cpu"], 0.55, "{status}");
+}

@@ -45,11 +45,14 @@ registry! {
     consistent_hash,
     cap,
     cap_load,
+    home_node,
+    sweb,
 }
 
 pub use cap::Cap;
 pub use cap_load::CapLoad;
 pub use consistent_hash::ConsistentHash;
+pub use home_node::{home_of, HomeNode};
 pub use lard::{Lard, LoadMeasure, Thresholds};
 pub use lard_r::LardR;
 pub use least_connections::LeastConnections;
@@ -57,6 +60,7 @@ pub use peak_ewma::PeakEwma;
 pub use random::Random;
 pub use round_robin::RoundRobin;
 pub use static_partitioning::StaticPartitioning;
+pub use sweb::{Cost, Placement, Sweb, SwebNode, SwebParams};
 pub use two_choices::TwoChoices;
 pub use weighted_round_robin::{WeightedRoundRobin, WrrMetric};
 

@@ -102,6 +102,7 @@ fn parameters_parse_and_print_back() {
         parse("[policy]\nname = \"cap\"\nclass_offsets = true").unwrap(),
         parse("[policy]\nname = \"lard\"\nload = \"utilisation\"\nt_high = 0.8").unwrap(),
         parse("[policy]\nname = \"weighted-round-robin\"\nmetric = \"active\"").unwrap(),
+        parse(SWEB).unwrap(),
     ] {
         let printed = toml::to_string(&Config {
             policy: spec.clone(),
@@ -109,6 +110,46 @@ fn parameters_parse_and_print_back() {
         .unwrap();
         assert_eq!(parse(&printed).unwrap(), spec, "{printed}");
     }
+}
+
+const SWEB: &str = r#"
+    [policy]
+    name = "sweb"
+    sigma = 0.5
+    placement = "shared"
+    client_rtt_ms = 80
+    [policy.nodes.c]
+    disk_mb_s = 20
+    [policy.oracle.cpu]
+    cpu_ms = 40
+    net_kb = 8
+    [policy.sizes]
+    "/maps/**" = 1500000
+    "/index.html" = 2000
+"#;
+
+#[test]
+fn sweb_parameters_parse_with_the_papers_defaults_beside_them() {
+    let spec = parse(SWEB).unwrap();
+    let p: super::SwebParams = super::registry::typed(spec.params()).unwrap();
+    assert_eq!(
+        (p.sigma, p.client_rtt_ms, p.remote_penalty),
+        (0.5, 80.0, 0.1)
+    );
+    assert_eq!(p.placement, super::Placement::Shared);
+    assert_eq!(p.nodes["c"].disk_mb_s, Some(20.0));
+    assert_eq!(p.oracle["cpu"].cpu_ms, 40.0);
+    assert_eq!(p.sizes["/maps/**"], 1_500_000);
+    assert_eq!(p.disk_mb_s, 5.0, "§3.3's b1");
+    let defaults: super::SwebParams = super::registry::typed(&toml::Table::new()).unwrap();
+    assert_eq!(defaults, super::SwebParams::default());
+    let nodes = names(&["a", "b", "c", "d"]);
+    let classes = names(&["static", "cpu"]);
+    let ctx = PolicyContext {
+        nodes: &nodes,
+        classes: &classes,
+    };
+    assert_eq!(build_policy(&spec, &ctx).unwrap().name(), "sweb");
 }
 
 #[test]
@@ -119,6 +160,12 @@ fn unknown_names_and_parameters_are_refused() {
     assert!(e.contains("t_hihg"), "{e}");
     let e = parse("[policy]\nname = \"cap\"\nmax_load = 0.5").unwrap_err();
     assert!(e.contains("max_load"), "{e}");
+    let e = parse("[policy]\nname = \"sweb\"\nsigam = 0.3").unwrap_err();
+    assert!(e.contains("sigam"), "{e}");
+    let e = parse("[policy]\nname = \"sweb\"\n[policy.nodes.a]\ndisk = 3").unwrap_err();
+    assert!(e.contains("disk"), "{e}");
+    let e = parse("[policy]\nname = \"home-node\"\nsigma = 0.3").unwrap_err();
+    assert!(e.contains("sigma"), "{e}");
 }
 
 #[test]
@@ -154,6 +201,11 @@ fn invalid_parameters_fail_to_build_with_the_policy_named() {
         (
             "[policy]\nname = \"cap-load\"\nmax_load = 0.0",
             "cap-load: max_load",
+        ),
+        ("[policy]\nname = \"sweb\"\nsigma = -1.0", "sweb: sigma"),
+        (
+            "[policy]\nname = \"sweb\"\n[policy.nodes.z]\nspeed = 2.0",
+            "sweb: nodes names node `z`",
         ),
         (
             "[policy]\nname = \"static-partitioning\"\npartitions = { static = [\"z\"] }",

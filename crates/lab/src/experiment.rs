@@ -45,6 +45,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "sessions",
         include_str!("../../../experiments/sessions.toml"),
     ),
+    (
+        "sweb-skewed",
+        include_str!("../../../experiments/sweb-skewed.toml"),
+    ),
 ];
 
 /// The experiment `capstan lab` runs without arguments.
@@ -316,22 +320,18 @@ pub struct SwebCapacity {
 }
 
 impl SwebCapacity {
-    /// Seconds of work per request (the formula as the simulator reads the garbled scan, see
-    /// `capstan_sim`'s SWEB analysis): `H = (1/p + d)·F/b1 + (1 − 1/p − d)·F/b2 + A + d·(A + O)`.
-    pub fn seconds_per_request(&self) -> f64 {
-        let p = self.nodes.max(1) as f64;
-        let d = self.redirect_probability.clamp(0.0, 1.0 - 1.0 / p);
-        let f_mb = self.file_bytes / 1e6;
-        let (a, o) = (self.preprocess_ms / 1e3, self.redirect_ms / 1e3);
-        (1.0 / p + d) * f_mb / self.b1_mb_s
-            + (1.0 - 1.0 / p - d) * f_mb / self.b2_mb_s
-            + a
-            + d * (a + o)
-    }
-
-    /// The maximum sustained requests per second, `p / H`.
-    pub fn max_sustained_rps(&self) -> f64 {
-        self.nodes as f64 / self.seconds_per_request()
+    /// The formula's inputs, for the simulator's implementation of it (the one `capstan sim
+    /// sweb-sizes` uses, with how the garbled scan is read).
+    pub fn inputs(&self) -> capstan_sim::sweb::analysis::Inputs {
+        capstan_sim::sweb::analysis::Inputs {
+            nodes: self.nodes,
+            file_bytes: self.file_bytes,
+            b1_mb_s: self.b1_mb_s,
+            b2_mb_s: self.b2_mb_s,
+            redirect_probability: self.redirect_probability,
+            preprocess_ms: self.preprocess_ms,
+            redirect_ms: self.redirect_ms,
+        }
     }
 
     fn validate(&self) -> Result<(), String> {

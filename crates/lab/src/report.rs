@@ -135,9 +135,10 @@ fn capacity_row(r: &LabResults, c: &SwebCapacity) -> CapacityRow {
             })
         })
         .collect();
+    let inputs = c.inputs();
     CapacityRow {
-        formula_rps: round(c.max_sustained_rps(), 2),
-        seconds_per_request: round(c.seconds_per_request(), 5),
+        formula_rps: round(inputs.max_sustained_rps(), 2),
+        seconds_per_request: round(inputs.seconds_per_request(), 5),
         paper_rps: c.paper_rps,
         implied,
     }
@@ -203,7 +204,7 @@ fn measure_findings(pc: &PaperCompare, x: &str) -> Vec<String> {
             })
             .collect();
         f.push(format!(
-            "SWEB §3.3: maximum sustained {:.1} rps for this set-up ({:.0} ms of work per request){paper}. Implied by our heaviest runs (throughput / busiest node resource): {}.",
+            "SWEB §3.3: maximum sustained {:.1} rps for this set-up ({:.0} ms of work per request){paper}. Implied by our heaviest runs (throughput / busiest node resource of CPU, disk and link; the nodes do not report their NFS path): {}.",
             c.formula_rps,
             1000.0 * c.seconds_per_request,
             implied.join("; ")

@@ -129,6 +129,9 @@ pub struct NodeRecord {
     /// Load reports the switch gathered from it during the window (T_gat at work).
     #[serde(default)]
     pub load_reports: u64,
+    /// `K/N` when the node holds one partition of the tree, as its load report says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
     pub cpu_util: f64,
     pub disk_util: f64,
     pub nic_util: f64,

@@ -761,6 +761,9 @@ async fn measure(
             load_reports: sw_after
                 .zip(sw_before)
                 .map_or(0, |(a, b)| a.load_reports.saturating_sub(b.load_reports)),
+            partition: after.loads[i]
+                .partition
+                .map(|p| format!("{}/{}", p.index, p.count)),
             cpu_util: cu,
             disk_util: du,
             nic_util: nu,

@@ -20,7 +20,7 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-const BUILTINS: [&str; 10] = [
+const BUILTINS: [&str; 11] = [
     "switch-capacity",
     "static",
     "mix-8020",
@@ -31,6 +31,7 @@ const BUILTINS: [&str; 10] = [
     "overload",
     "sessions",
     "sweb-skewed",
+    "sweb-sizes",
 ];
 
 #[test]
@@ -470,5 +471,9 @@ fn sweb_skewed_quick() {
     // §3.3 with the paper's example numbers, as the simulator reads the formula.
     let rate = paper["sweb_capacity"]["formula_rps"].as_f64().unwrap();
     assert!((rate - 18.3).abs() < 0.05, "{rate}");
+    // One node's 5 MB/s disk cannot serve 8 × 1.5 MB/s: file locality falls behind.
+    let locality = &paper["sweb_capacity"]["sustained"][2];
+    assert_eq!(locality["series"], "home-node");
+    assert_eq!(locality["fell_behind_rps"], 8.0, "{locality}");
     assert!(html.contains("SWEB §3.3") && html.contains("81.4"));
 }

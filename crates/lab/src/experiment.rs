@@ -49,6 +49,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "sweb-skewed",
         include_str!("../../../experiments/sweb-skewed.toml"),
     ),
+    (
+        "sweb-sizes",
+        include_str!("../../../experiments/sweb-sizes.toml"),
+    ),
 ];
 
 /// The experiment `capstan lab` runs without arguments.
@@ -122,6 +126,10 @@ pub struct SwitchPlan {
     /// Policy parameters by policy name, e.g. `[switch.params.lard] t_high = 20`.
     #[serde(default)]
     pub params: BTreeMap<String, toml::Table>,
+    /// Policies told every object's size: policy name → the parameter that gets the tree's
+    /// `{ path = bytes }` table (e.g. `sweb = "sizes"`, the broker's oracle of file sizes).
+    #[serde(default)]
+    pub tree_sizes: BTreeMap<String, String>,
     /// Request classes and rules, written into the switch configuration as they are; none gives
     /// the switch's built-in four classes (static, disk, cpu, cpu-disk).
     #[serde(default, rename = "class")]
@@ -461,7 +469,12 @@ impl Experiment {
         if let Some(q) = &self.quick.policies {
             check_policies(q, &self.switch.params)?;
         }
-        for p in self.switch.params.keys() {
+        for p in self
+            .switch
+            .params
+            .keys()
+            .chain(self.switch.tree_sizes.keys())
+        {
             if capstan_core::policy::lookup(p).is_none() {
                 return Err(format!("[switch.params.{p}]: unknown policy {p:?}"));
             }

@@ -117,22 +117,30 @@ fn measure_row(r: &LabResults, m: &Measure) -> MeasureRow {
     }
 }
 
-/// SWEB §3.3's rate for the experiment's set-up, and what each series' heaviest run implies by
-/// the utilisation law: X / U of the busiest node resource (exact when that resource saturates;
-/// an estimate below, since an adaptive policy may split load differently nearer capacity).
+/// SWEB §3.3's rate for the experiment's set-up, and the rates each series sustained: the
+/// highest offered rate it completed at ≥ 95 % inside the window without errors, and the lowest
+/// it fell behind at.
 fn capacity_row(r: &LabResults, c: &SwebCapacity) -> CapacityRow {
-    let implied = r
+    let sustained = r
         .series
         .iter()
-        .filter_map(|s| {
-            let p = s.points.iter().rev().find(|p| p.util_max > 0.0)?;
-            Some(ImpliedCapacity {
+        .map(|s| {
+            let kept_up = |p: &Point| p.errors == 0 && p.throughput_mean >= 0.95 * p.level;
+            Sustained {
                 series: s.label.clone(),
-                level: p.level,
-                throughput: p.throughput_mean,
-                util_max: p.util_max,
-                capacity_rps: round(p.throughput_mean / p.util_max, 2),
-            })
+                kept_up_rps: s
+                    .points
+                    .iter()
+                    .filter(|p| kept_up(p))
+                    .map(|p| p.level)
+                    .reduce(f64::max),
+                fell_behind_rps: s
+                    .points
+                    .iter()
+                    .filter(|p| !kept_up(p))
+                    .map(|p| p.level)
+                    .reduce(f64::min),
+            }
         })
         .collect();
     let inputs = c.inputs();
@@ -140,7 +148,26 @@ fn capacity_row(r: &LabResults, c: &SwebCapacity) -> CapacityRow {
         formula_rps: round(inputs.max_sustained_rps(), 2),
         seconds_per_request: round(inputs.seconds_per_request(), 5),
         paper_rps: c.paper_rps,
-        implied,
+        sustained,
+    }
+}
+
+/// One series' sustained rates in words.
+fn sustained_text(s: &Sustained) -> String {
+    match (s.kept_up_rps, s.fell_behind_rps) {
+        (Some(k), Some(f)) => format!(
+            "{} kept up with {} rps, not {}",
+            s.series,
+            fmt_level(k),
+            fmt_level(f)
+        ),
+        (Some(k), None) => format!(
+            "{} kept up with every rate (to {} rps)",
+            s.series,
+            fmt_level(k)
+        ),
+        (None, Some(f)) => format!("{} fell behind already at {} rps", s.series, fmt_level(f)),
+        (None, None) => format!("{} not measured", s.series),
     }
 }
 
@@ -155,7 +182,14 @@ fn measure_findings(pc: &PaperCompare, x: &str) -> Vec<String> {
         };
         let line = match (m.ours, m.ours_level) {
             (Some(o), Some(l)) => {
-                let verdict = if m.unit == "×" {
+                let verdict = if m.unit == "×" && (m.paper - 1.0).abs() < 0.05 {
+                    // "Comparable": no direction to agree on, only a size.
+                    if (0.75..=1.33).contains(&o) {
+                        "agrees".to_string()
+                    } else {
+                        format!("differs ({o:.2}×)")
+                    }
+                } else if m.unit == "×" {
                     if (o > 1.0) != (m.paper > 1.0) {
                         "disagrees".to_string()
                     } else if (0.5..=2.0).contains(&(o / m.paper)) {
@@ -190,24 +224,12 @@ fn measure_findings(pc: &PaperCompare, x: &str) -> Vec<String> {
             .paper_rps
             .map(|p| format!(" (the paper prints {p} for its example)"))
             .unwrap_or_default();
-        let implied: Vec<String> = c
-            .implied
-            .iter()
-            .map(|i| {
-                format!(
-                    "{} {:.1} rps ({:.1} conn/s at {:.0} % busiest)",
-                    i.series,
-                    i.capacity_rps,
-                    i.throughput,
-                    100.0 * i.util_max
-                )
-            })
-            .collect();
+        let sustained: Vec<String> = c.sustained.iter().map(sustained_text).collect();
         f.push(format!(
-            "SWEB §3.3: maximum sustained {:.1} rps for this set-up ({:.0} ms of work per request){paper}. Implied by our heaviest runs (throughput / busiest node resource of CPU, disk and link; the nodes do not report their NFS path): {}.",
+            "SWEB §3.3: maximum sustained {:.1} rps for this set-up ({:.0} ms of work per request){paper}. Measured (≥ 95 % of the offered rate completed in the window, no errors): {}.",
             c.formula_rps,
             1000.0 * c.seconds_per_request,
-            implied.join("; ")
+            sustained.join("; ")
         ));
     }
     f
@@ -1013,23 +1035,21 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
             h,
             "<p><b>SWEB §3.3, maximum sustained rate</b> r* = p / H, H = (1/p + d)·F/b1 + (1 − 1/p − d)·F/b2 + A + d·(A + O): \
              <b>{:.1} rps</b> for this set-up ({:.1} ms per request){}.</p>\
-             <table><tr><th class=\"l\">series</th><th>at</th><th>conn/s</th><th>busiest resource %</th><th>implied max rps</th></tr>",
+             <table><tr><th class=\"l\">series</th><th>kept up with (rps)</th><th>fell behind at (rps)</th></tr>",
             c.formula_rps,
             1000.0 * c.seconds_per_request,
             c.paper_rps
                 .map(|p| format!("; the paper prints {p} for its example"))
                 .unwrap_or_default()
         );
-        for i in &c.implied {
+        let rate = |v: Option<f64>| v.map(fmt_level).unwrap_or_else(|| "-".into());
+        for i in &c.sustained {
             let _ = write!(
                 h,
-                "<tr><td class=\"l\">{}</td><td>{} {}</td><td>{:.1}</td><td>{:.0}</td><td>{:.1}</td></tr>",
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&i.series),
-                fmt_level(i.level),
-                esc(x),
-                i.throughput,
-                100.0 * i.util_max,
-                i.capacity_rps
+                rate(i.kept_up_rps),
+                rate(i.fell_behind_rps)
             );
         }
         h.push_str("</table>");

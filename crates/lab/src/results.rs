@@ -192,25 +192,22 @@ pub struct MeasureRow {
     pub ours_level: Option<f64>,
 }
 
-/// SWEB §3.3 (`r* = p / H`) next to the capacity each series' runs imply by the utilisation law
-/// (throughput / the busiest node resource's utilisation).
+/// SWEB §3.3 (`r* = p / H`) next to the rates each series was measured to sustain.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CapacityRow {
     pub formula_rps: f64,
     pub seconds_per_request: f64,
     pub paper_rps: Option<f64>,
-    /// (series label, load level, throughput, busiest utilisation, implied capacity) per series
-    /// at its highest level below saturation.
-    pub implied: Vec<ImpliedCapacity>,
+    pub sustained: Vec<Sustained>,
 }
 
+/// The highest offered rate a series kept up with (completed at least 95 % of it inside the
+/// window, nothing lost), and the lowest it did not, if any.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ImpliedCapacity {
+pub struct Sustained {
     pub series: String,
-    pub level: f64,
-    pub throughput: f64,
-    pub util_max: f64,
-    pub capacity_rps: f64,
+    pub kept_up_rps: Option<f64>,
+    pub fell_behind_rps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -415,15 +415,35 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         remote_penalty: exp.nodes.remote_penalty,
         config: origin_config(exp, &o.work_dir)?,
     };
+    let mut row = s.row.clone();
+    if let Some(param) = exp.switch.tree_sizes.get(row.name()) {
+        row.table.insert(
+            param.clone(),
+            tree_sizes(&s.tree, plan.seed, exp.nodes.files)?.into(),
+        );
+    }
     cluster::start(
         &o.exe,
         &s.nodes,
         &args,
-        switch_config(exp, &s.row),
+        switch_config(exp, &row),
         exp.switch.threads,
         &o.work_dir,
     )
     .await
+}
+
+/// Every object of the tree the nodes serve and its size, as a policy parameter.
+fn tree_sizes(tree: &str, seed: u64, files: Option<usize>) -> Result<toml::Table, LabError> {
+    let kind: TreeKind = tree
+        .parse()
+        .map_err(|e| LabError::Experiment(format!("{e}")))?;
+    let t =
+        DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
+    Ok(t.files
+        .iter()
+        .map(|f| (f.path.clone(), toml::Value::Integer(f.size as i64)))
+        .collect())
 }
 
 /// Writes `[nodes.origin]` as the nodes' configuration file, if the experiment has one.

@@ -26,6 +26,36 @@ pub struct Window {
     pub mean_service_ms: f64,
 }
 
+impl Window {
+    /// The window of `length_s` seconds in which the CPU (per core), disk and NIC were busy
+    /// `cpu_s`, `disk_s` and `nic_s` seconds, and `served` requests took `service_s` in all —
+    /// how a simulated node builds its report, as `capstan origin` does from its counters.
+    pub fn from_busy(
+        length_s: f64,
+        (cpu_s, disk_s, nic_s): (f64, f64, f64),
+        served: u64,
+        service_s: f64,
+    ) -> Window {
+        let length = length_s.max(1e-9);
+        let util = |busy: f64| (busy / length).clamp(0.0, 1.0);
+        Window {
+            length_s,
+            cpu_util: util(cpu_s),
+            disk_util: util(disk_s),
+            nic_util: util(nic_s),
+            cpu_busy_s: cpu_s,
+            disk_busy_s: disk_s,
+            nic_busy_s: nic_s,
+            served,
+            mean_service_ms: if served == 0 {
+                0.0
+            } else {
+                service_s / served as f64 * 1e3
+            },
+        }
+    }
+}
+
 /// Requests of one kind the node served, and their mean service time (per-class feedback).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClassWindow {

@@ -486,7 +486,7 @@ impl Engine {
     fn dispatch(&mut self, now: Nanos, page: u32) {
         let p = self.pages[page as usize];
         if self.gather_ns == 0 {
-            self.show_live_state(now);
+            self.show_gathered_state(now);
         }
         self.view.now_nanos = now;
         let key = &self.site.page_keys[p.page as usize];
@@ -706,23 +706,17 @@ impl Engine {
             n.window_s = 0.0;
         }
         if self.gather_ns != 0 {
-            let live_active: Vec<u32> = self.live.iter().map(|n| n.active).collect();
-            let configured: Vec<u32> = self.live.iter().map(|n| n.weight).collect();
-            self.gatherer
-                .end_round(now, self.weights, &live_active, &configured);
-            self.view.nodes.copy_from_slice(&self.live);
-            for (i, state) in self.view.nodes.iter_mut().enumerate() {
-                self.gatherer.apply(i, state, self.weights);
-            }
+            self.show_gathered_state(now);
         }
         if now < self.end {
             self.q.after(interval, Ev::Gather);
         }
     }
 
-    /// Live mode (T_gat = 0): the policy sees the dispatcher's counts now, weights derived from
-    /// them now, and the gathered utilisations of the last second.
-    fn show_live_state(&mut self, now: Nanos) {
+    /// Ends a gathering round and shows its result to the policy: the dispatcher's counts as
+    /// of now, weights derived now, the gathered reports. In live mode (T_gat = 0) this runs at
+    /// every dispatch, the reports being those of the last second.
+    fn show_gathered_state(&mut self, now: Nanos) {
         let live_active: Vec<u32> = self.live.iter().map(|n| n.active).collect();
         let configured: Vec<u32> = self.live.iter().map(|n| n.weight).collect();
         self.gatherer
@@ -742,21 +736,14 @@ impl Engine {
         let cpu = n.cpu.busy_core_seconds();
         let disk = n.disk.busy_seconds(t);
         let nic = n.nic.busy_seconds(t);
+        let busy = (
+            (cpu - n.last_cpu) / cores,
+            disk - n.last_disk,
+            nic - n.last_nic,
+        );
         let report = LoadReport {
             active_requests: u64::from(self.live[i].active),
-            interval: capstan_core::report::Window {
-                length_s: dt,
-                cpu_util: ((cpu - n.last_cpu) / (cores * dt)).clamp(0.0, 1.0),
-                disk_util: ((disk - n.last_disk) / dt).clamp(0.0, 1.0),
-                nic_util: ((nic - n.last_nic) / dt).clamp(0.0, 1.0),
-                served: n.window_n,
-                mean_service_ms: if n.window_n == 0 {
-                    0.0
-                } else {
-                    n.window_s / n.window_n as f64 * 1e3
-                },
-                ..Default::default()
-            },
+            interval: capstan_core::report::Window::from_busy(dt, busy, n.window_n, n.window_s),
             ..LoadReport::default()
         };
         n.last_cpu = cpu;

@@ -13,18 +13,6 @@ use capstan_core::{
 };
 use common::*;
 
-async fn cluster(n: usize) -> Vec<Backend> {
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        nodes.push(Backend::start(&format!("n{i}")).await);
-    }
-    nodes
-}
-
-fn refs(nodes: &[Backend]) -> Vec<&Backend> {
-    nodes.iter().collect()
-}
-
 fn every_node_reported(status: &serde_json::Value) -> bool {
     status["nodes"]
         .as_array()

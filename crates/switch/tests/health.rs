@@ -12,18 +12,6 @@ use bytes::Bytes;
 use common::*;
 use hyper::{Request, StatusCode};
 
-async fn cluster(n: usize) -> Vec<Backend> {
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        nodes.push(Backend::start(&format!("n{i}")).await);
-    }
-    nodes
-}
-
-fn refs(nodes: &[Backend]) -> Vec<&Backend> {
-    nodes.iter().collect()
-}
-
 /// An address nothing listens on.
 fn closed_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

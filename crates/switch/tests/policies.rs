@@ -8,18 +8,6 @@ use std::time::Duration;
 use common::*;
 use hyper::StatusCode;
 
-async fn cluster(n: usize) -> Vec<Backend> {
-    let mut nodes = Vec::new();
-    for i in 0..n {
-        nodes.push(Backend::start(&format!("n{i}")).await);
-    }
-    nodes
-}
-
-fn refs(nodes: &[Backend]) -> Vec<&Backend> {
-    nodes.iter().collect()
-}
-
 #[tokio::test]
 async fn every_policy_answers() {
     let nodes = cluster(3).await;

@@ -497,23 +497,11 @@ impl<'a> Run<'a> {
             n.disk.busy_seconds(t),
             n.nfs.busy_seconds(t),
         );
-        let util = |now: f64, last: f64| ((now - last) / dt).clamp(0.0, 1.0);
+        let delta = (busy.0 - n.last.0, busy.1 - n.last.1, busy.2 - n.last.2);
         let report = LoadReport {
             active_requests: u64::from(n.in_flight),
             served: n.served,
-            interval: Window {
-                length_s: dt,
-                cpu_util: util(busy.0, n.last.0),
-                disk_util: util(busy.1, n.last.1),
-                nic_util: util(busy.2, n.last.2),
-                served: n.window_served,
-                mean_service_ms: if n.window_served == 0 {
-                    0.0
-                } else {
-                    n.window_service_s / n.window_served as f64 * 1e3
-                },
-                ..Window::default()
-            },
+            interval: Window::from_busy(dt, delta, n.window_served, n.window_service_s),
             ..LoadReport::default()
         };
         n.last = busy;

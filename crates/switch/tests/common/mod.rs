@@ -253,6 +253,20 @@ fn futures_stream(
     })
 }
 
+/// `n` back-ends named `n0`, `n1`, ….
+pub async fn cluster(n: usize) -> Vec<Backend> {
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        nodes.push(Backend::start(&format!("n{i}")).await);
+    }
+    nodes
+}
+
+/// The back-ends as `config_for` takes them.
+pub fn refs(nodes: &[Backend]) -> Vec<&Backend> {
+    nodes.iter().collect()
+}
+
 /// A switch started in this process from TOML text whose `listen` is port 0.
 pub async fn start_switch(toml: &str) -> Running {
     let config = Config::parse(toml, Some("test.toml")).expect("test config is valid");

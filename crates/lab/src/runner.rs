@@ -911,3 +911,19 @@ fn versions() -> Versions {
         rustc,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_sizes_name_every_file_of_the_tree() {
+        let sizes = tree_sizes("sweb", 1, None).unwrap();
+        assert_eq!(sizes.len(), 61);
+        assert_eq!(sizes["/sweb/skewed.html"].as_integer(), Some(1_500_000));
+        let total: i64 = sizes.values().filter_map(|v| v.as_integer()).sum();
+        // 60 evenly spaced sizes from 100 B to 1.5 MB, and the skewed file.
+        assert_eq!(total, 60 * 750_050 + 1_500_000);
+        assert!(tree_sizes("nope", 1, None).is_err());
+    }
+}

@@ -113,6 +113,29 @@ fn a_third_connection_waits_in_the_backlog_until_a_process_frees() {
 }
 
 #[test]
+fn a_process_lingers_until_the_client_closes_its_side() {
+    let (_node, main, rep) = start_node(&["--process-limit", "4", "--threads", "1"]);
+    // HTTP/1.0: the node sends the response and its FIN, then waits for the client's FIN (as
+    // Apache's lingering close does) before the process is free.
+    let mut s = TcpStream::connect(main).unwrap();
+    write!(s, "GET /file500.html HTTP/1.0\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all)
+        .expect("the response and the node's FIN");
+    assert!(all.starts_with(b"HTTP/1.0 200") || all.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(
+        processes(rep).0,
+        1,
+        "the process waits for the client's FIN"
+    );
+    drop(s);
+    eventually("the process to be freed by the client's FIN", || {
+        processes(rep).0 == 0
+    });
+}
+
+#[test]
 fn each_process_in_use_takes_its_memory_from_the_file_cache() {
     let (_node, main, rep) = start_node(&[
         "--process-limit",

@@ -313,9 +313,14 @@ fn serve_connection<F, Fut>(
 {
     let _ = stream.set_nodelay(true);
     tokio::spawn(async move {
-        let _ = http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service_fn(handle))
-            .await;
+        let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service_fn(handle));
+        let Some(slot) = slot else {
+            let _ = conn.await;
+            return;
+        };
+        if let Ok(parts) = conn.without_shutdown().await {
+            processes::linger(parts.io.into_inner()).await;
+        }
         drop(slot);
     });
 }

@@ -8,13 +8,19 @@
 //!
 //! A process is a semaphore permit taken *before* `accept` (an idle child waiting in `accept`)
 //! and turned into a [`ProcessSlot`] when a connection arrives; dropping the slot, however the
-//! connection ends, frees the process and gives its memory back to the cache.
+//! connection ends, frees the process and gives its memory back to the cache. Like Apache, a
+//! process closes a connection by [`linger`]ing: it half-closes and waits for the client's FIN,
+//! so every connection holds its process for at least the round trip the close takes — one of
+//! the ways WAN delay keeps more processes busy.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use capstan_core::report::ProcessReport;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::service::{Node, Res};
@@ -128,6 +134,28 @@ impl Drop for ProcessSlot {
             p.change(&self.node.res, -1);
         }
     }
+}
+
+/// Longest a process waits for the client's FIN after its own (Apache's lingering close reads
+/// for up to 2 s, `SECONDS_TO_LINGER`).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Apache's lingering close: shut the sending side, then read (and discard) until the client
+/// closes its side or [`LINGER`] passes, so that data still in flight from the client does not
+/// turn the close into a reset that could destroy the response.
+pub async fn linger(mut stream: TcpStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Connections waiting in a listening socket's accept queue: for a socket in LISTEN state,

@@ -313,11 +313,17 @@ fn serve_connection<F, Fut>(
 {
     let _ = stream.set_nodelay(true);
     tokio::spawn(async move {
-        let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service_fn(handle));
         let Some(slot) = slot else {
-            let _ = conn.await;
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service_fn(handle))
+                .await;
             return;
         };
+        // A process is scarce: one whose client went quiet gives up, as Apache's does.
+        let conn = http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(processes::IDLE_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service_fn(handle));
         if let Ok(parts) = conn.without_shutdown().await {
             processes::linger(parts.io.into_inner()).await;
         }

@@ -136,6 +136,11 @@ impl Drop for ProcessSlot {
     }
 }
 
+/// Longest a process waits for a request's head, the first or the next on a kept-alive
+/// connection: Apache 1.3's `KeepAliveTimeout` (15 s; the paper's server). A client that went
+/// away silently (its namespace removed mid-request) then holds a process this long at most.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Longest a process waits for the client's FIN after its own (Apache's lingering close reads
 /// for up to 2 s, `SECONDS_TO_LINGER`).
 const LINGER: Duration = Duration::from_secs(2);

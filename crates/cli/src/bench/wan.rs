@@ -108,13 +108,13 @@ fn split(config: &BenchConfig, groups: &[Group]) -> Result<Vec<BenchConfig>> {
                     think_scale,
                 } => Engine::Sessions {
                     rate: rate * g.share,
-                    model: model.clone(),
+                    model: *model,
                     parallel: *parallel,
                     think_scale: *think_scale,
                 },
                 Engine::Closed { think, .. } => Engine::Closed {
                     clients: clients.as_ref().map_or(1, |c| c[i]),
-                    think: think.clone(),
+                    think: *think,
                 },
                 replay => replay.clone(),
             };

@@ -175,6 +175,9 @@ pub struct BenchConfig {
     /// Follow one `http://` redirect per request (a switch in redirect mode): the request ends
     /// with the redirected answer and its latency includes both exchanges.
     pub follow_redirects: bool,
+    /// Source addresses for new connections, used in turn (empty: the kernel's choice). Behind
+    /// `capstan wan`, a client group's addresses select its emulated path.
+    pub bind: Vec<std::net::IpAddr>,
 }
 
 impl BenchConfig {
@@ -204,6 +207,7 @@ impl BenchConfig {
             insecure: false,
             ca_pem: None,
             follow_redirects: false,
+            bind: Vec::new(),
         }
     }
 

@@ -59,11 +59,25 @@ struct Lane {
     work: Notify,
     /// Requests handed to a task or queued for a worker and not finished (waiting or in flight).
     pending: Cell<usize>,
+    /// How many connections this lane has opened: picks the next source address (`cfg.bind`).
+    opened: Cell<usize>,
 }
 
 impl Lane {
     fn timeout_deadline(&self, from: Instant) -> Instant {
         from + self.ctx.cfg.timeout
+    }
+
+    /// The source address of the next connection: the configured ones in turn, each lane
+    /// starting at its own place; None leaves the choice to the kernel.
+    fn next_source(&self) -> Option<std::net::IpAddr> {
+        let bind = &self.ctx.cfg.bind;
+        if bind.is_empty() {
+            return None;
+        }
+        let n = self.opened.get();
+        self.opened.set(n.wrapping_add(1));
+        Some(bind[n % bind.len()])
     }
 
     /// Connects, retrying timed-out attempts until `deadline` as an S-Client does.
@@ -77,7 +91,8 @@ impl Lane {
                 .cfg
                 .connect_timeout
                 .min(left.max(Duration::from_millis(1)));
-            match http::connect(self.ctx.addr, t).await {
+            let from = self.next_source();
+            match http::connect(self.ctx.addr, from, t).await {
                 Ok(s) => {
                     self.stats.borrow_mut().connected(began, Instant::now());
                     let Some(tls) = &self.ctx.tls else {
@@ -184,7 +199,8 @@ impl Lane {
     ) -> bool {
         let exchange = async {
             let (addr, request) = crate::http::redirect_request(location).await?;
-            let stream = http::connect(addr, self.ctx.cfg.connect_timeout).await?;
+            let from = self.next_source();
+            let stream = http::connect(addr, from, self.ctx.cfg.connect_timeout).await?;
             Conn::new(stream).roundtrip(&request, false, false).await
         };
         let r = tokio::time::timeout_at(deadline.into(), exchange).await;
@@ -316,6 +332,8 @@ pub(crate) fn run_lane(
         queue: RefCell::new(VecDeque::new()),
         work: Notify::new(),
         pending: Cell::new(0),
+        // Lanes start at different source addresses, so a few connections spread over all.
+        opened: Cell::new(lane as usize),
         ctx: ctx.clone(),
     });
     let cpu0 = thread_cpu_s();

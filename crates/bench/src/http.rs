@@ -4,7 +4,7 @@
 //! reads as the response needs.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -75,10 +75,21 @@ impl ErrorKind {
     }
 }
 
-/// One non-blocking connect attempt, abandoned after `timeout` (S-Client: closing the socket
-/// aborts the kernel's SYN retransmissions).
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, ErrorKind> {
-    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+/// One non-blocking connect attempt from source address `from` (None: the kernel's choice),
+/// abandoned after `timeout` (S-Client: closing the socket aborts the kernel's SYN
+/// retransmissions).
+pub async fn connect(
+    addr: SocketAddr,
+    from: Option<IpAddr>,
+    timeout: Duration,
+) -> Result<TcpStream, ErrorKind> {
+    let attempt = async {
+        match from {
+            None => TcpStream::connect(addr).await,
+            Some(ip) => bound_socket(addr, ip)?.connect(addr).await,
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
         Err(_) => Err(ErrorKind::ConnectTimeout),
         Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionRefused => {
             Err(ErrorKind::ConnectRefused)
@@ -89,6 +100,36 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, E
             Ok(s)
         }
     }
+}
+
+/// A socket bound to source address `ip`, its port left for `connect` to choose
+/// (`IP_BIND_ADDRESS_NO_PORT`): a port bound before the destination is known could not be shared
+/// between destinations, and a busy generator would run out of them.
+fn bound_socket(addr: SocketAddr, ip: IpAddr) -> io::Result<tokio::net::TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let on: libc::c_int = 1;
+        // SAFETY: the descriptor is the open socket just made; the option value is a c_int
+        // that lives across the call, and its size is passed. A failure only means the port
+        // is chosen at bind time.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    socket.bind(SocketAddr::new(ip, 0))?;
+    Ok(socket)
 }
 
 /// The address and request bytes for following a redirect to `location` (an absolute `http://`

@@ -170,6 +170,43 @@ pub struct RunResult {
     pub timeline: Vec<TimelineSecond>,
     pub generator: Generator,
     pub histograms: Histograms,
+    /// `capstan bench --wan`: the emulated WAN paths the load crossed; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wan: Option<WanResult>,
+}
+
+/// A run behind `capstan wan`'s delay router: per path (client group), the load it carried and
+/// the router's counters for it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WanResult {
+    /// The server side's address the generator connected to (the target's host, rewritten).
+    pub server: String,
+    /// The router as a whole (`capstan wan stats --json` without `paths`): uptime, packets that
+    /// matched no path, and its pacer (timer lead, wake-up lateness, CPU time).
+    pub router: serde_json::Value,
+    pub paths: Vec<WanPath>,
+}
+
+/// One client group and its path.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WanPath {
+    pub name: String,
+    /// The group's client (source) addresses.
+    pub clients: Vec<String>,
+    /// The share of the load this group generated: its addresses over all groups' addresses.
+    pub share: f64,
+    /// The group's own figures, as in the run's totals.
+    pub offered_rps: f64,
+    pub completed: u64,
+    pub completed_rps: f64,
+    pub errors_total: u64,
+    pub latency_ms: Latency,
+    pub connect_ms: Percentiles,
+    pub ttfb_ms: Percentiles,
+    /// The router's report of this path (`capstan wan stats --json`): `up_params`,
+    /// `down_params`, and per direction `up`/`down` packets, bytes, drops by cause, queue depth
+    /// and delay error.
+    pub router: serde_json::Value,
 }
 
 pub fn encode_hist(h: &Histogram<u64>) -> String {
@@ -367,6 +404,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
             redirected: encode_hist(&stats.redirected),
             per_class: class_hists,
         },
+        wan: None,
     }
 }
 
@@ -447,6 +485,11 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
             a.p50_ms = a.p50_ms.max(b.p50_ms);
             a.p99_ms = a.p99_ms.max(b.p99_ms);
             a.max_ms = a.max_ms.max(b.max_ms);
+        }
+        match (&mut out.wan, &r.wan) {
+            (Some(a), Some(b)) => a.paths.extend(b.paths.iter().cloned()),
+            (None, Some(b)) => out.wan = Some(b.clone()),
+            _ => {}
         }
         out.generator.threads += r.generator.threads;
         out.generator.cpu_percent_max = out

@@ -324,3 +324,41 @@ fn same_seed_same_request_sequence() {
     c.seed = 2;
     assert_ne!(a, capstan_bench::preview(&c, 100).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_come_from_the_configured_source_addresses_in_turn() {
+    // Every 127/8 address is local on Linux, so the generator can bind 127.0.0.2 and .3.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", l.local_addr().unwrap());
+    let peers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = peers.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, peer)) = l.accept().await {
+            seen.lock().unwrap().push(peer.ip());
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+            });
+        }
+    });
+    let mut c = cfg(url, 1.0, 1.0);
+    c.engine = Engine::Closed {
+        clients: 2,
+        think: None,
+    };
+    c.bind = vec!["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()];
+    let r = run(c, None).await.unwrap();
+    assert!(r.completed >= 10, "{}", r.completed);
+    assert_eq!(r.errors_total, 0);
+    let peers = peers.lock().unwrap();
+    let from = |ip: &str| peers.iter().filter(|p| p.to_string() == ip).count();
+    assert_eq!(from("127.0.0.2") + from("127.0.0.3"), peers.len());
+    // In turn: the two addresses differ by at most one connection.
+    assert!(
+        from("127.0.0.2").abs_diff(from("127.0.0.3")) <= 1,
+        "{peers:?}"
+    );
+}

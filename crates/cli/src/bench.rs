@@ -1,4 +1,7 @@
-//! `capstan bench`: drive load at a server and measure it (the engines live in capstan-bench).
+//! `capstan bench`: drive load at a server and measure it (the engines live in capstan-bench);
+//! [`wan`] runs it behind `capstan wan`'s delay router.
+
+mod wan;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -36,7 +39,19 @@ use capstan_workload::{
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
       capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
       capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
-      capstan bench merge a.json b.json --json all.json\n\n\
+      capstan bench merge a.json b.json --json all.json\n  \
+      sudo capstan bench http://127.0.0.1:8080/ --rate 200 --wan rtt=100ms,bandwidth=10mbit,loss=1%\n  \
+      sudo capstan bench http://127.0.0.1:8080/ --rate 300 --wan rtt=20ms \\\n    \
+      --wan-group name=lan,clients=3 --wan-group name=modem,clients=1,rtt=150ms,bandwidth=56kbit\n\n\
+      WAN (--wan, --wan-group, --wan-config; root): the generator runs in the client namespace of \
+      `capstan wan run` and reaches the target through the delay router; the target must be \
+      http://127.0.0.1:PORT/ or localhost and its server must listen on 0.0.0.0. Path settings \
+      are capstan wan's (rtt, delay, bandwidth, queue, loss, jitter, reorder, up./down. \
+      prefixes; see capstan wan run --help). Each --wan-group is a client group with its own \
+      path (--wan gives their defaults) and generates load in proportion to its clients \
+      (addresses): rates, --clients, --connections and --max-inflight are split that way. \
+      The result gets a `wan` section: per path its load, latency and the router's packets, \
+      drops and delay error. Raise --connect-timeout on paths slower than its 500 ms.\n\n\
       Results: a summary on standard output; --json FILE writes the schema in \
       crates/bench/SCHEMA.md. The generator warns (and marks the result limited) when its lag \
       p99 exceeds 1 ms or a generator thread uses more than 90 % of a core."
@@ -196,6 +211,22 @@ pub struct BenchArgs {
     /// Example: --print-requests 20
     #[arg(long, value_name = "N")]
     print_requests: Option<usize>,
+
+    /// Run behind the WAN delay router (root): one path for every client, in capstan wan's
+    /// path settings; with --wan-group, the defaults of every group.
+    /// Example: --wan rtt=100ms,bandwidth=10mbit,loss=1%
+    #[arg(long, value_name = "SPEC")]
+    wan: Option<String>,
+    /// A client group with a path of its own, repeatable; a group's load is proportional to
+    /// its clients (addresses). Example: --wan-group name=modem,clients=2,rtt=150ms,bandwidth=56kbit
+    #[arg(long = "wan-group", value_name = "SPEC")]
+    wan_group: Vec<String>,
+    /// WAN paths and client groups from a capstan wan TOML file. Example: --wan-config examples/wan.toml
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["wan", "wan_group"])]
+    wan_config: Option<PathBuf>,
+    /// Set by `--wan` for the run inside the client namespace: where to leave its results.
+    #[arg(long, value_name = "DIR", hide = true)]
+    wan_inner: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -395,36 +426,53 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    let tty = std::io::stderr().is_terminal();
-    let progress: Option<capstan_bench::ProgressFn> = if args.quiet {
-        None
-    } else {
-        Some(Arc::new(move |p: &capstan_bench::Progress| {
-            let line = format!(
-                "{:>4.0}s/{:.0}s  {:>9.0} req/s  p99 {:>8.2} ms  started {}  done {}  errors {}  dropped {}  in flight {}",
-                p.elapsed_s, p.duration_s, p.rps, p.p99_ms, p.started, p.completed, p.errors, p.dropped, p.inflight
-            );
-            if tty {
-                eprint!("\r\x1b[2K{line}");
-            } else if (p.elapsed_s as u64).is_multiple_of(5) {
-                eprintln!("{line}");
-            }
-        }))
-    };
-    let result = rt.block_on(capstan_bench::run(config, progress))?;
-    if tty && !args.quiet {
-        eprintln!();
+    if let Some(dir) = &args.wan_inner {
+        return wan::inner(&args, config, dir);
     }
+    if wan::requested(&args) {
+        return wan::outer(&args, &config);
+    }
+    let result = runtime()?.block_on(capstan_bench::run(config, progress_printer(args.quiet)))?;
+    end_progress_line(args.quiet);
     write_outputs(
         &result,
         args.json.as_deref(),
         args.report.as_deref(),
         args.quiet,
     )
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")
+}
+
+/// The once-a-second progress line on standard error (rewritten in place on a terminal).
+fn progress_printer(quiet: bool) -> Option<capstan_bench::ProgressFn> {
+    if quiet {
+        return None;
+    }
+    let tty = std::io::stderr().is_terminal();
+    Some(Arc::new(move |p: &capstan_bench::Progress| {
+        let line = format!(
+            "{:>4.0}s/{:.0}s  {:>9.0} req/s  p99 {:>8.2} ms  started {}  done {}  errors {}  dropped {}  in flight {}",
+            p.elapsed_s, p.duration_s, p.rps, p.p99_ms, p.started, p.completed, p.errors, p.dropped, p.inflight
+        );
+        if tty {
+            eprint!("\r\x1b[2K{line}");
+        } else if (p.elapsed_s as u64).is_multiple_of(5) {
+            eprintln!("{line}");
+        }
+    }))
+}
+
+/// Ends a progress line left open on a terminal.
+fn end_progress_line(quiet: bool) {
+    if !quiet && std::io::stderr().is_terminal() {
+        eprintln!();
+    }
 }
 
 fn merge(m: &MergeArgs) -> anyhow::Result<()> {
@@ -526,6 +574,9 @@ fn summary(r: &RunResult) -> String {
     if !r.nodes.is_empty() {
         let n: Vec<String> = r.nodes.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!("nodes  {}\n", n.join(", "));
+    }
+    if let Some(w) = &r.wan {
+        s += &wan::summary(w);
     }
     s
 }

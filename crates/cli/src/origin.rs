@@ -24,6 +24,13 @@ use capstan_workload::{DocTree, TreeKind};
                   a miss of another file is read over NFS, (1 + --remote-penalty) times the local \
                   disk read, on an FCFS path of its own, and the load report counts it under \
                   classes.static-remote.\n\n\
+                  With --process-limit N the node serves like Apache's prefork server (Banga & \
+                  Druschel §5.5): each connection holds a process from accept to close, at most N \
+                  at once, the rest wait in the listen backlog (--backlog); each process in use \
+                  takes --process-memory from the memory file cache, so long-lived (WAN) \
+                  connections shrink the cache and turn hits into disk reads. The load report's \
+                  `processes` (in_use, waiting, memory) and `cache.capacity_bytes` show it; \
+                  --report-listen serves the report on an address no process limit applies to.\n\n\
                   Prints `listening on ADDR` on standard output once it is serving.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
@@ -100,13 +107,33 @@ pub struct OriginArgs {
     #[arg(long, value_name = "F", allow_negative_numbers = true)]
     remote_penalty: Option<f64>,
 
+    /// Process-per-connection mode (Apache prefork; 152 in Banga & Druschel §5.5): at most N
+    /// connections served at once, the rest wait in the backlog [default: none, event-driven]
+    #[arg(long, value_name = "N")]
+    process_limit: Option<u32>,
+
+    /// Memory each process in use takes from the modelled file cache: 500KB, 512KiB, 1MB
+    /// (≈ 500 KB per Apache process, §5.5) [default: 500KB]
+    #[arg(long, value_name = "SIZE")]
+    process_memory: Option<String>,
+
+    /// Listen backlog: connections the kernel holds until accepted (at most net.core.somaxconn);
+    /// beyond it SYNs are ignored and clients retransmit [default: 4096]
+    #[arg(long, value_name = "N")]
+    backlog: Option<u32>,
+
+    /// Also serve GET /_capstan/load (only) on this address, outside the process limit, so it
+    /// is readable while every process is busy [default: none]
+    #[arg(long, value_name = "ADDR")]
+    report_listen: Option<SocketAddr>,
+
     /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
     #[arg(long, value_name = "MS")]
     load_interval_ms: Option<u64>,
 
     /// Worker threads, each with its own event loop and its own listening socket
-    /// (SO_REUSEPORT); all share the node's tree and resource models [default: one per CPU of
-    /// this machine]
+    /// (SO_REUSEPORT; with --process-limit they share one socket and its backlog); all share
+    /// the node's tree and resource models [default: one per CPU of this machine]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 
@@ -170,6 +197,24 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     if let Some(v) = args.remote_penalty {
         c.node.remote_penalty = v;
     }
+    if let Some(v) = args.process_limit {
+        c.process_limit = Some(v);
+    }
+    if let Some(v) = &args.process_memory {
+        c.process_memory =
+            capstan_origin::parse_size(v).map_err(|e| anyhow::anyhow!("--process-memory: {e}"))?;
+    }
+    if args.process_memory.is_some() && c.process_limit.is_none() {
+        anyhow::bail!(
+            "--process-memory applies to process-per-connection mode: add --process-limit N"
+        );
+    }
+    if let Some(v) = args.backlog {
+        c.backlog = v;
+    }
+    if let Some(v) = args.report_listen {
+        c.report_listen = Some(v);
+    }
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;
     }
@@ -190,10 +235,16 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let placement = match config.partition {
+    let mut placement = match config.partition {
         Some(p) => format!(", partition {}/{}", p.index, p.count),
         None => String::new(),
     };
+    if let Some(n) = config.process_limit {
+        placement += &format!(
+            ", {n} processes of {} bytes, backlog {}",
+            config.process_memory, config.backlog
+        );
+    }
     let summary = format!(
         "{} tree (seed {}), {} resources, {} core(s) at speed {}{placement}, {threads} worker \
          thread(s)",

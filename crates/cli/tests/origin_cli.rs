@@ -82,6 +82,10 @@ fn help_documents_every_option_with_defaults() {
         "--threads",
         "--partition",
         "--remote-penalty",
+        "--process-limit",
+        "--process-memory",
+        "--backlog",
+        "--report-listen",
     ] {
         let line = help
             .lines()

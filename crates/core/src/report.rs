@@ -66,10 +66,42 @@ pub struct ClassWindow {
 /// An emulated node's memory file cache.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CacheReport {
+    /// What the cache may hold now: `configured_bytes` less the memory of the server's processes
+    /// (process-per-connection mode), never below 0.
     pub capacity_bytes: u64,
     pub used_bytes: u64,
     pub hits: u64,
     pub misses: u64,
+    /// The capacity with no process memory taken (`cache_fraction` of the tree). Older reports
+    /// lack it: 0.
+    #[serde(default)]
+    pub configured_bytes: u64,
+}
+
+/// A process-per-connection node (`capstan origin --process-limit`, Apache's prefork model in
+/// Banga & Druschel §5.5): each connection it serves holds a process, at most `limit` at once;
+/// later connections wait in the listen backlog, and each process's memory is taken from the
+/// file cache.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProcessReport {
+    /// Most connections served at once (Apache's MaxClients: 152 in the paper).
+    pub limit: u32,
+    /// Connections being served now, each holding a process.
+    pub in_use: u64,
+    /// Most processes in use at once since start.
+    pub max_in_use: u64,
+    /// Connections accepted since start.
+    pub accepted: u64,
+    /// Connections the kernel has completed and holds in the listen backlog, waiting for a
+    /// process (Linux: the listening socket's accept queue).
+    pub waiting: u64,
+    /// The listen backlog: how many may wait before the kernel ignores new connection attempts.
+    pub backlog: u32,
+    /// Memory one process takes from the file cache, in bytes (≈ 500 KB in the paper).
+    pub memory_per_process_bytes: u64,
+    /// `in_use × memory_per_process_bytes`: what the processes take from the cache now.
+    pub memory_bytes: u64,
 }
 
 /// Accuracy of an emulated node's waits for modelled completions (disk, CPU, NIC), since start.
@@ -125,6 +157,9 @@ pub struct LoadReport {
     /// How late the node's modelled waits ended past their deadlines; only in emulated mode.
     #[serde(default)]
     pub timer: Option<TimerReport>,
+    /// Processes and listen backlog; only in process-per-connection mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<ProcessReport>,
 }
 
 /// Node `index` of `count` owns the files whose key hashes to it (`hash % count == index`).
@@ -201,6 +236,12 @@ mod tests {
         let r = LoadReport {
             node: "n1".into(),
             partition: Some(Partition { index: 1, count: 3 }),
+            processes: Some(ProcessReport {
+                limit: 152,
+                in_use: 3,
+                memory_bytes: 1_500_000,
+                ..ProcessReport::default()
+            }),
             ..LoadReport::default()
         };
         let back = LoadReport::parse(&serde_json::to_vec(&r).unwrap()).unwrap();

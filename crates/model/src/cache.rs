@@ -134,6 +134,16 @@ impl LruBytes {
         self.used
     }
 
+    /// Changes the capacity; a smaller one evicts least recently used files until the rest
+    /// fits (memory taken by something else, e.g. server processes, leaves the page cache at
+    /// once). A larger one admits nothing by itself: files come back on their next miss.
+    pub fn set_capacity(&mut self, capacity_bytes: u64) {
+        self.capacity = capacity_bytes;
+        while self.used > self.capacity && self.tail != NIL {
+            self.remove(self.tail);
+        }
+    }
+
     pub fn hits(&self) -> u64 {
         self.hits
     }
@@ -291,6 +301,23 @@ mod tests {
         assert!(!c.access("/huge", 101));
         assert!(!c.access("/huge", 101));
         assert!(c.contains("/a"));
+    }
+
+    #[test]
+    fn a_smaller_capacity_evicts_the_oldest_files() {
+        let mut c = LruBytes::new(1000);
+        for k in ["/a", "/b", "/c"] {
+            c.access(k, 300);
+        }
+        c.access("/a", 300); // b is now the oldest
+        c.set_capacity(650);
+        assert!(c.contains("/a") && c.contains("/c") && !c.contains("/b"));
+        assert_eq!((c.used(), c.capacity()), (600, 650));
+        c.set_capacity(0);
+        assert!(c.is_empty());
+        assert!(!c.access("/a", 300), "nothing fits in no memory");
+        c.set_capacity(1000);
+        assert!(!c.access("/a", 300) && c.access("/a", 300));
     }
 
     #[test]

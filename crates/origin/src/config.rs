@@ -110,6 +110,78 @@ pub struct OriginConfig {
     /// mode only. Unset: every file is local.
     #[serde(with = "partition_text")]
     pub partition: Option<Partition>,
+    /// Process-per-connection mode (Apache's prefork model, Banga & Druschel §5.5): at most this
+    /// many connections are served at once, each holding a "process"; the others wait in the
+    /// listen backlog until one closes. Unset: an event-driven node with no limit.
+    pub process_limit: Option<u32>,
+    /// Memory each process takes from the modelled file cache, in bytes (`"500KB"` in TOML);
+    /// ≈ 500 KB per Apache process in the paper (§5.5). Process-per-connection mode only.
+    #[serde(with = "size_text")]
+    pub process_memory: u64,
+    /// Listen backlog: completed connections the kernel holds for `accept` (capped by
+    /// `net.core.somaxconn`); when it is full the kernel ignores new connection attempts and
+    /// clients retransmit their SYN.
+    pub backlog: u32,
+    /// A second address that serves only `GET /_capstan/load`, outside the process limit, so a
+    /// gatherer still reads the report while every process is busy (as a `capstan agent` beside
+    /// Apache would). Unset: the report is served on `listen` only.
+    pub report_listen: Option<SocketAddr>,
+}
+
+/// Default process memory: "each Apache process has an incremental memory requirement of about
+/// 500 KB" (Banga & Druschel §5.5).
+pub const PROCESS_MEMORY: u64 = 500_000;
+/// Default listen backlog: Linux's `net.core.somaxconn` since 5.4.
+pub const BACKLOG: u32 = 4096;
+
+/// Parses a size in bytes: `500KB` (10^3), `512KiB` (2^10), `2MB`, `1MiB`, `1GB`, or a bare
+/// number of bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kb" | "k" => 1_000,
+        "kib" => 1 << 10,
+        "mb" | "m" => 1_000_000,
+        "mib" => 1 << 20,
+        "gb" | "g" => 1_000_000_000,
+        "gib" => 1 << 30,
+        _ => return Err(format!("bad size {text:?} (e.g. 500KB, 512KiB, 2MB)")),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 && n * (factor as f64) < u64::MAX as f64 => {
+            Ok((n * factor as f64).round() as u64)
+        }
+        _ => Err(format!("bad size {text:?} (e.g. 500KB, 512KiB, 2MB)")),
+    }
+}
+
+/// A size in TOML as text (`"500KB"`) or a number of bytes.
+mod size_text {
+    use super::parse_size;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*bytes)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(t) => parse_size(&t).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// Parses `K/N` with `0 <= K < N`; the error says what is wrong in one line.
@@ -170,6 +242,10 @@ impl Default for OriginConfig {
             services: Services::default(),
             node: NodeParams::default(),
             partition: None,
+            process_limit: None,
+            process_memory: PROCESS_MEMORY,
+            backlog: BACKLOG,
+            report_listen: None,
         }
     }
 }
@@ -219,6 +295,19 @@ impl OriginConfig {
                 "partition needs resources = emulated: a real cluster reads remote files over a \
                  real NFS mount, with its real cost"
                     .into(),
+            ));
+        }
+        if self.process_limit == Some(0) {
+            return Err(OriginError::Config(
+                "process_limit must be at least 1 (leave it out for no limit)".into(),
+            ));
+        }
+        if self.backlog == 0 {
+            return Err(OriginError::Config("backlog must be at least 1".into()));
+        }
+        if self.report_listen == Some(self.listen) && self.listen.port() != 0 {
+            return Err(OriginError::Config(
+                "report_listen must differ from listen".into(),
             ));
         }
         if self.load_interval_ms == 0 {
@@ -317,6 +406,47 @@ seek_ms = 8.5
             .unwrap_err()
             .to_string()
             .contains("emulated"));
+    }
+
+    #[test]
+    fn process_mode_settings_and_sizes() {
+        let c = OriginConfig::from_toml_str(
+            "process_limit = 152\nprocess_memory = \"512KiB\"\nbacklog = 511\n\
+             report_listen = \"127.0.0.1:9\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.process_limit, c.process_memory, c.backlog),
+            (Some(152), 524_288, 511)
+        );
+        assert_eq!(c.report_listen, Some("127.0.0.1:9".parse().unwrap()));
+        let d = OriginConfig::default();
+        assert_eq!((d.process_limit, d.process_memory), (None, 500_000));
+        assert_eq!(
+            OriginConfig::from_toml_str("process_memory = 1000\n")
+                .unwrap()
+                .process_memory,
+            1000
+        );
+        assert_eq!(parse_size("500KB"), Ok(500_000));
+        assert_eq!(parse_size("1.5MB"), Ok(1_500_000));
+        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("77"), Ok(77));
+        for bad in ["", "KB", "5 parsecs", "-1KB", "1e99GB"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("bad size") && !e.contains('\n'), "{bad}: {e}");
+        }
+        let e = OriginConfig::from_toml_str("process_memory = \"lots\"\n").unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+        let zero = OriginConfig {
+            process_limit: Some(0),
+            ..OriginConfig::default()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("at least 1"));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use capstan_core::report::TimerReport;
+use capstan_core::report::{CacheReport, TimerReport};
 use capstan_model::{Completion, CpuPs, Disk, Fcfs, JobId, LruBytes, Nic, NodeParams};
 use tokio::sync::{oneshot, Notify};
 
@@ -36,6 +36,8 @@ struct State {
     /// files another node holds (`--partition`) queue here instead of at the local disk.
     remote: Fcfs,
     cache: LruBytes,
+    /// The cache's capacity with nothing else taking memory; processes take from it.
+    cache_configured: u64,
     /// CPU jobs in service; told the model time at which they completed.
     waiters: HashMap<JobId, oneshot::Sender<f64>>,
     next_id: JobId,
@@ -110,6 +112,7 @@ impl Emulated {
                 nic: Nic::new(params.nic),
                 remote: Fcfs::new(),
                 cache: LruBytes::new(params.cache_bytes(tree_bytes)),
+                cache_configured: params.cache_bytes(tree_bytes),
                 waiters: HashMap::new(),
                 next_id: 0,
             }),
@@ -254,14 +257,23 @@ impl Emulated {
         self.lock().cache.access(path, size)
     }
 
-    pub fn cache_stats(&self) -> (u64, u64, u64, u64) {
+    /// Memory other than the file cache now takes `bytes` (the server's processes): the cache
+    /// shrinks to what is left, evicting its oldest files, or grows back.
+    pub fn reserve_memory(&self, bytes: u64) {
+        let mut st = self.lock();
+        let capacity = st.cache_configured.saturating_sub(bytes);
+        st.cache.set_capacity(capacity);
+    }
+
+    pub fn cache_report(&self) -> CacheReport {
         let st = self.lock();
-        (
-            st.cache.capacity(),
-            st.cache.used(),
-            st.cache.hits(),
-            st.cache.misses(),
-        )
+        CacheReport {
+            capacity_bytes: st.cache.capacity(),
+            used_bytes: st.cache.used(),
+            hits: st.cache.hits(),
+            misses: st.cache.misses(),
+            configured_bytes: st.cache_configured,
+        }
     }
 
     /// Busy seconds per resource since start (CPU in core-seconds divided by cores, so that all

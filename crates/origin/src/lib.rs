@@ -30,6 +30,7 @@ pub mod agent;
 mod config;
 mod emulated;
 mod load;
+mod processes;
 mod procfs;
 mod real;
 mod service;
@@ -47,11 +48,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use config::{parse_partition, OriginConfig, Resources, Services};
+pub use config::{parse_partition, parse_size, OriginConfig, Resources, Services};
 // The report is core's one typed wire format; re-exported so users of the origin need not name
 // core for it.
 pub use capstan_core::report::{
-    CacheReport, ClassWindow, LoadReport, Partition, TimerReport, Window,
+    CacheReport, ClassWindow, LoadReport, Partition, ProcessReport, TimerReport, Window,
 };
 pub use real::materialize;
 
@@ -108,19 +109,25 @@ impl RunningOrigin {
 pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
     config.validate()?;
     let tree = DocTree::generate(config.tree, config.seed, config.files)?;
-    let listener = bind(config.listen, false)?;
+    let listener = bind(config.listen, false, config.backlog)?;
     let addr = local_addr(&listener, config.listen)?;
     let listener = from_std(listener, config.listen)?;
+    let report = bind_report(&config)?;
     let node = service::Node::build(config, tree, addr).await?;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(ticker(Arc::downgrade(&node)));
-    let task = tokio::spawn(accept_loop(node, listener, stopped));
+    if let Some((l, a)) = report {
+        tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
+    }
+    let task = tokio::spawn(accept_loop(node, listener, stopped, true));
     Ok(RunningOrigin { addr, stop, task })
 }
 
 /// Serve with `threads` workers, each a single-threaded runtime on its own thread accepting on
 /// its own `SO_REUSEPORT` socket (the thread-per-core shape of nginx, and of `capstan serve`),
-/// sharing one node: its tree, its in-memory file bodies and its resource models. Calls
+/// sharing one node: its tree, its in-memory file bodies and its resource models. With a
+/// process limit the workers accept from one shared socket instead, so that the connections
+/// waiting for a process wait in one backlog, for whichever process frees first. Calls
 /// `on_ready` with the bound address once every worker listens, then serves until the future
 /// made by `until` (run on the first worker) completes, and returns its output.
 pub fn serve_threads<T, F>(
@@ -135,12 +142,20 @@ where
     config.validate()?;
     let threads = threads.max(1);
     let tree = DocTree::generate(config.tree, config.seed, config.files)?;
-    let first = bind(config.listen, threads > 1)?;
+    let shared = config.process_limit.is_some();
+    let first = bind(config.listen, threads > 1 && !shared, config.backlog)?;
     let addr = local_addr(&first, config.listen)?;
     let mut more = Vec::new();
     for _ in 1..threads {
-        more.push(bind(addr, true)?);
+        more.push(if shared {
+            first
+                .try_clone()
+                .map_err(|error| OriginError::Bind { addr, error })?
+        } else {
+            bind(addr, true, config.backlog)?
+        });
     }
+    let report = bind_report(&config)?;
     let rt = single_thread_runtime()?;
     rt.block_on(async move {
         let node = service::Node::build(config, tree, addr).await?;
@@ -153,7 +168,7 @@ where
                 .spawn(move || -> Result<(), OriginError> {
                     single_thread_runtime()?.block_on(async move {
                         let listener = from_std(listener, addr)?;
-                        accept_loop(node, listener, stopped).await;
+                        accept_loop(node, listener, stopped, false).await;
                         Ok(())
                     })
                 })
@@ -161,8 +176,11 @@ where
             workers.push(worker);
         }
         tokio::spawn(ticker(Arc::downgrade(&node)));
+        if let Some((l, a)) = report {
+            tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
+        }
         let listener = from_std(first, addr)?;
-        let main = tokio::spawn(accept_loop(node, listener, stopped));
+        let main = tokio::spawn(accept_loop(node, listener, stopped, true));
         on_ready(addr);
         let out = until().await;
         let _ = stop.send(true);
@@ -184,9 +202,14 @@ fn single_thread_runtime() -> Result<tokio::runtime::Runtime, OriginError> {
         .map_err(|e| OriginError::Config(format!("cannot start the runtime: {e}")))
 }
 
-/// A listening socket; with `reuse_port` several workers can each accept on the same address and
-/// the kernel spreads connections among them.
-fn bind(addr: SocketAddr, reuse_port: bool) -> Result<std::net::TcpListener, OriginError> {
+/// A listening socket with room for `backlog` connections waiting for `accept`; with
+/// `reuse_port` several workers can each accept on the same address and the kernel spreads
+/// connections among them.
+fn bind(
+    addr: SocketAddr,
+    reuse_port: bool,
+    backlog: u32,
+) -> Result<std::net::TcpListener, OriginError> {
     let bind = || -> std::io::Result<std::net::TcpListener> {
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(addr),
@@ -199,7 +222,7 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> Result<std::net::TcpListener, Ori
         }
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
-        socket.listen(4096)?;
+        socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
         Ok(socket.into())
     };
     bind().map_err(|error| OriginError::Bind { addr, error })
@@ -214,7 +237,102 @@ fn from_std(l: std::net::TcpListener, addr: SocketAddr) -> Result<TcpListener, O
     TcpListener::from_std(l).map_err(|error| OriginError::Bind { addr, error })
 }
 
+/// The report address's socket (`report_listen`), if there is one.
+fn bind_report(
+    config: &OriginConfig,
+) -> Result<Option<(std::net::TcpListener, SocketAddr)>, OriginError> {
+    let Some(addr) = config.report_listen else {
+        return Ok(None);
+    };
+    let listener = bind(addr, false, config::BACKLOG)?;
+    let bound = local_addr(&listener, addr)?;
+    tracing::info!("load report also on {bound}");
+    Ok(Some((listener, bound)))
+}
+
+/// Accepts and serves connections until stopped. In process-per-connection mode a connection
+/// is accepted only when a process is idle, and holds it until it closes. `watch_backlog`: this
+/// loop's socket is the one whose backlog the load report counts.
 async fn accept_loop(
+    node: Arc<service::Node>,
+    listener: TcpListener,
+    mut stopped: watch::Receiver<bool>,
+    watch_backlog: bool,
+) {
+    use std::os::fd::AsRawFd;
+    let _watch = match &node.processes {
+        Some(p) if watch_backlog => Some(p.watch_listener(listener.as_raw_fd())),
+        _ => None,
+    };
+    loop {
+        let idle = tokio::select! {
+            p = idle_process(&node) => p,
+            _ = async { stopped.wait_for(|s| *s).await.is_ok() } => break,
+        };
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let slot = idle.and_then(|p| processes::ProcessSlot::take(&node, p));
+                    let node = node.clone();
+                    serve_connection(stream, move |req| service::handle(node.clone(), req), slot);
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = async { stopped.wait_for(|s| *s).await.is_ok() } => break,
+        }
+    }
+}
+
+/// An idle process to accept with, in process-per-connection mode.
+async fn idle_process(node: &service::Node) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match &node.processes {
+        Some(p) => Some(p.idle().await),
+        None => None,
+    }
+}
+
+/// Serves one connection's requests with `handle` on a task of its own; `slot` (the connection's
+/// process, if any) is released when the connection ends.
+fn serve_connection<F, Fut>(
+    stream: tokio::net::TcpStream,
+    handle: F,
+    slot: Option<processes::ProcessSlot>,
+) where
+    F: Fn(hyper::Request<hyper::body::Incoming>) -> Fut + Send + 'static,
+    Fut: std::future::Future<
+            Output = Result<
+                hyper::Response<http_body_util::Full<bytes::Bytes>>,
+                std::convert::Infallible,
+            >,
+        > + Send
+        + 'static,
+{
+    let _ = stream.set_nodelay(true);
+    tokio::spawn(async move {
+        let Some(slot) = slot else {
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service_fn(handle))
+                .await;
+            return;
+        };
+        // A process is scarce: one whose client went quiet gives up, as Apache's does.
+        let conn = http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(processes::IDLE_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service_fn(handle));
+        if let Ok(parts) = conn.without_shutdown().await {
+            processes::linger(parts.io.into_inner()).await;
+        }
+        drop(slot);
+    });
+}
+
+/// Serves the report address: the load report only, with no process limit.
+async fn report_loop(
     node: Arc<service::Node>,
     listener: TcpListener,
     mut stopped: watch::Receiver<bool>,
@@ -223,18 +341,11 @@ async fn accept_loop(
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
                     let node = node.clone();
-                    tokio::spawn(async move {
-                        let svc = service_fn(move |req| service::handle(node.clone(), req));
-                        let _ = http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await;
-                    });
+                    serve_connection(stream, move |req| service::handle_report(node.clone(), req), None);
                 }
                 Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    tracing::warn!("accept failed on the report address: {e}");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             },

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use capstan_core::report::{CacheReport, LoadReport};
+use capstan_core::report::LoadReport;
 use capstan_model::Demand;
 use capstan_workload::{DocFile, DocTree, LifeCycle};
 use http::header::{self, HeaderValue};
@@ -16,6 +16,7 @@ use http_body_util::Full;
 
 use crate::emulated::Emulated;
 use crate::load::{Busy, Kind, LoadStats};
+use crate::processes::Processes;
 use crate::real::{materialize, Real};
 use crate::{OriginConfig, OriginError, Resources};
 
@@ -29,6 +30,8 @@ pub struct Node {
     pub tree: DocTree,
     pub res: Res,
     pub stats: LoadStats,
+    /// Process-per-connection mode (`process_limit`): the processes and their memory.
+    pub processes: Option<Arc<Processes>>,
     pub name: String,
     name_header: Option<HeaderValue>,
     /// Headers of files that never change, built once: formatting dates and tags per request
@@ -114,6 +117,9 @@ impl Node {
             fixed_headers,
             name,
             stats: LoadStats::new(config.load_interval_ms as f64 / 1e3),
+            processes: config
+                .process_limit
+                .map(|n| Arc::new(Processes::new(n, config.process_memory, config.backlog))),
             config,
             tree,
             res,
@@ -131,15 +137,7 @@ impl Node {
         let busy = self.busy();
         let windows = self.stats.windows(busy);
         let cache = match &self.res {
-            Res::Emulated(e) => {
-                let (capacity_bytes, used_bytes, hits, misses) = e.cache_stats();
-                Some(CacheReport {
-                    capacity_bytes,
-                    used_bytes,
-                    hits,
-                    misses,
-                })
-            }
+            Res::Emulated(e) => Some(e.cache_report()),
             Res::Real(_) => None,
         };
         LoadReport {
@@ -161,6 +159,7 @@ impl Node {
                 Res::Emulated(e) => Some(e.lateness()),
                 Res::Real(_) => None,
             },
+            processes: self.processes.as_ref().map(|p| p.report()),
         }
     }
 
@@ -261,15 +260,7 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
         return Ok(r);
     }
     if path == "/_capstan/load" {
-        let body = serde_json::to_vec_pretty(&node.report()).unwrap_or_default();
-        let mut r = Response::new(Full::new(Bytes::from(body)));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        r.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return Ok(r);
+        return Ok(load_report(&node));
     }
     node.stats.active.fetch_add(1, Ordering::Relaxed);
     let _active = Active(&node.stats);
@@ -302,6 +293,30 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
         return Ok(r);
     }
     Ok(resp)
+}
+
+/// `GET /_capstan/load`: the node's report as JSON.
+fn load_report(node: &Node) -> Resp {
+    let body = serde_json::to_vec_pretty(&node.report()).unwrap_or_default();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// The report address (`report_listen`): the load report and nothing else.
+pub async fn handle_report<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infallible> {
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/_capstan/load") => load_report(&node),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "this address serves only GET /_capstan/load\n",
+        ),
+    })
 }
 
 fn text(status: StatusCode, body: &str) -> Resp {

@@ -6,7 +6,8 @@
 //! it with `503` + `Retry-After`; the request is sent with the class's first-byte timeout
 //! (bounded by what is left of `timeouts.upstream`); the response head, or the failure, goes to
 //! the admission limiter, passive health and the outlier detector ([`crate::outlier`]). A
-//! request that failed before any byte reached the client, is idempotent and has no body, is
+//! request that waited out a node's queue timeout never reached it, so it goes to another node
+//! with room, if one has (HAProxy's `option redispatch`). A request that failed before any byte reached the client, is idempotent and has no body, is
 //! sent once more to another node when the node refused the connection, closed it without a
 //! response, or missed the first-byte timeout — within the retry budget.
 
@@ -454,8 +455,15 @@ impl Forward {
     }
 
     /// The policy's pick, avoiding nodes whose admission gate is saturated while another node
-    /// has room; when none has, the pick among all of them (that node will shed the request).
-    fn pick(&self, info: &RequestInfo<'_>, exclude: Option<NodeId>, now: u64) -> Option<NodeId> {
+    /// has room; when none has and `or_saturated`, the pick among all of them (that node will
+    /// shed the request).
+    fn pick(
+        &self,
+        info: &RequestInfo<'_>,
+        exclude: Option<NodeId>,
+        or_saturated: bool,
+        now: u64,
+    ) -> Option<NodeId> {
         let cluster = &self.cluster;
         let view = |hide_saturated| LiveView {
             now_nanos: now,
@@ -467,7 +475,11 @@ impl Forward {
         cluster
             .policy
             .pick(info, &view(true))
-            .or_else(|| cluster.policy.pick(info, &view(false)))
+            .or_else(|| {
+                or_saturated
+                    .then(|| cluster.policy.pick(info, &view(false)))
+                    .flatten()
+            })
             .filter(|&id| id < cluster.nodes.len())
     }
 
@@ -540,13 +552,26 @@ impl Forward {
         let mut last_failure: Option<String> = None;
         // What is left of `timeouts.upstream` (time in a queue does not count).
         let mut time_left = config.timeouts.upstream;
+        // A request that timed out in a node's queue, and that node.
+        let mut queued_out: Option<NodeId> = None;
         for attempt in 0..2 {
-            let Some(node_id) = self.pick(&info, exclude, switch.epoch.now_nanos()) else {
-                return Err(self.no_node(last_failure.as_deref()));
+            let now = switch.epoch.now_nanos();
+            let Some(node_id) = self.pick(&info, exclude, queued_out.is_none(), now) else {
+                return Err(match queued_out {
+                    Some(id) => self.shed(&cluster.nodes[id], Shed::QueueTimeout),
+                    None => self.no_node(last_failure.as_deref()),
+                });
             };
             let node = &cluster.nodes[node_id];
             let permit = match node.admission.admit().await {
                 Ok(permit) => permit,
+                // It never reached the node: another node with room may take it, whatever
+                // its method (HAProxy's `option redispatch`); no retry budget is spent.
+                Err(Shed::QueueTimeout) if attempt == 0 => {
+                    queued_out = Some(node_id);
+                    exclude = Some(node_id);
+                    continue;
+                }
                 Err(shed) => return Err(self.shed(node, shed)),
             };
             let now = switch.epoch.now_nanos();

@@ -188,6 +188,47 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
 }
 
 #[tokio::test]
+async fn a_request_that_times_out_in_a_queue_moves_to_a_node_with_room() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n\
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let first = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the key's node holds a request", || {
+        nodes[0].held() + nodes[1].held() == 1
+    })
+    .await;
+    let (owner, other) = match nodes[0].held() {
+        1 => ("n0", 1),
+        _ => ("n1", 0),
+    };
+    // The same key waits in its node's queue (the node is not saturated: the queue has room),
+    // times out there, and is taken by the other node.
+    let second = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the other node holds the second request", || {
+        nodes[other].held() == 1
+    })
+    .await;
+    let status = status_json(admin).await;
+    assert_eq!(
+        admission(&status, owner)["shed"]["queue_timeout"],
+        1,
+        "{status}"
+    );
+    for node in &nodes {
+        node.release();
+    }
+    assert_eq!(first.await.unwrap().node(), owner);
+    let moved = second.await.unwrap();
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text());
+    assert_eq!(moved.node(), nodes[other].name);
+}
+
+#[tokio::test]
 async fn clients_that_go_away_release_their_slots_and_places_in_the_queue() {
     let node = Backend::start("n0").await;
     // The switch closes connections idle for 300 ms, in flight or queued alike: that is the

@@ -7,8 +7,9 @@
 //!   capacity without tuning); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
 //!   or `"off"` (no gate at all: every request goes straight to the node, as before).
 //! - **A bounded FIFO queue** (`queue`, per node) for requests that find the node at its limit.
-//!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot, then
-//!   gets `503` with `Retry-After`. A request is queued only when the node can be expected to
+//!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
+//!   it goes to another node that has room if there is one (it never reached this one, so any
+//!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
 //!   start it in time — at most `limit × queue_timeout / latency` requests wait, with `latency`
 //!   a moving average of the node's response-head times — so under overload the excess is shed
 //!   at once instead of waiting out the timeout.

@@ -563,7 +563,7 @@ impl Forward {
                 });
             };
             let node = &cluster.nodes[node_id];
-            let permit = match node.admission.admit().await {
+            let permit = match node.admission.admit(self.class).await {
                 Ok(permit) => permit,
                 // It never reached the node: another node with room may take it, whatever
                 // its method (HAProxy's `option redispatch`); no retry budget is spent.

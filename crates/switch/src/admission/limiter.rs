@@ -7,10 +7,14 @@
 //! - **Baseline.** Every so often (`probe_interval`, plus up to 15 % jitter) the limit is pinned
 //!   to `min` while [`PROBE_SAMPLES`] requests that started with at most `min` in flight come
 //!   back; the median of each class's samples becomes that class's baseline, the latency of the
-//!   node unloaded. A class seen for the first time between probes takes its first sample as a
-//!   provisional baseline. (Envoy keeps one minRTT per cluster; a web node's classes differ by
-//!   orders of magnitude — a static file in a millisecond, a CGI in a hundred — so one minimum
-//!   would read every CGI request as queueing.)
+//!   node (nearly) unloaded. Between probes, a class without a baseline takes the median of its
+//!   first [`CLEAN_SAMPLES`] *clean* samples — requests that found at most `min` in flight when
+//!   they started and when they ended — so a lightly loaded node never needs pinning; when
+//!   [`UNKNOWN_BEFORE_PROBE`] samples of classes without a baseline come back loaded instead (a
+//!   node overloaded from its first request), a probe starts at once. (Envoy keeps one minRTT per
+//!   cluster and starts with a probe; a web node's classes differ by orders of magnitude — a
+//!   static file in a millisecond, a CGI in a hundred — so one minimum would read every CGI
+//!   request as queueing.)
 //! - **Gradient.** Over each window of [`WINDOW_NANOS`] the median of the samples' ratios
 //!   `latency / baseline(class)` is the queueing the node adds; `gradient = (1 + buffer) /
 //!   median`, clamped to [0.5, 2]. The new limit is `gradient × limit + √(gradient × limit)`:
@@ -39,6 +43,10 @@ pub const PROBE_SAMPLES: usize = 50;
 /// [`MIN_PROBE_SAMPLES`] (a node with little traffic should not stay pinned).
 pub const PROBE_MAX_NANOS: u64 = 2_000_000_000;
 pub const MIN_PROBE_SAMPLES: usize = 5;
+/// Clean samples that give a class without a baseline its baseline (their median).
+pub const CLEAN_SAMPLES: usize = 5;
+/// Loaded samples of classes without a baseline that start a probe.
+pub const UNKNOWN_BEFORE_PROBE: u32 = 20;
 /// Windows in a row at the minimum that start a probe.
 const WINDOWS_AT_MIN_BEFORE_PROBE: u32 = 5;
 /// Envoy's bounds on the gradient.
@@ -67,6 +75,8 @@ pub struct Sample {
     pub latency_nanos: u64,
     /// Requests in flight on the node when this one was admitted, itself included.
     pub in_flight: u32,
+    /// Requests in flight on the node when its response head came back, itself included.
+    pub in_flight_at_end: u32,
     pub at_nanos: u64,
 }
 
@@ -90,6 +100,10 @@ pub struct GradientLimiter {
     limit: f64,
     /// Per class: the node's unloaded latency, nanoseconds.
     baselines: Vec<Option<u64>>,
+    /// Per class without a baseline: its clean samples so far.
+    clean: Vec<Vec<u64>>,
+    /// Loaded samples of classes without a baseline since the last probe.
+    unknown: u32,
     window: Window,
     probe: Option<Probe>,
     next_probe_at: u64,
@@ -105,6 +119,8 @@ impl GradientLimiter {
             settings,
             limit: f64::from(settings.initial.clamp(settings.min, settings.max)),
             baselines: vec![None; classes],
+            clean: vec![Vec::new(); classes],
+            unknown: 0,
             window: Window {
                 started_at: now_nanos,
                 ..Window::default()
@@ -149,13 +165,14 @@ impl GradientLimiter {
     pub fn record(&mut self, sample: Sample) {
         if sample.class >= self.baselines.len() {
             self.baselines.resize(sample.class + 1, None);
+            self.clean.resize(sample.class + 1, Vec::new());
         }
         if self.probe.is_some() {
             self.record_probe(sample);
             return;
         }
         let Some(baseline) = self.baselines[sample.class] else {
-            self.baselines[sample.class] = Some(sample.latency_nanos.max(1));
+            self.learn_baseline(sample);
             return;
         };
         if self.window.ratios.len() < MAX_WINDOW_SAMPLES {
@@ -170,6 +187,25 @@ impl GradientLimiter {
             self.close_window(sample.at_nanos);
         }
         if sample.at_nanos >= self.next_probe_at {
+            self.start_probe(sample.at_nanos);
+        }
+    }
+
+    /// A sample of a class without a baseline: clean ones build it, loaded ones may call for a
+    /// probe.
+    fn learn_baseline(&mut self, sample: Sample) {
+        let min = self.settings.min;
+        if sample.in_flight <= min && sample.in_flight_at_end <= min {
+            let clean = &mut self.clean[sample.class];
+            clean.push(sample.latency_nanos.max(1));
+            if clean.len() >= CLEAN_SAMPLES {
+                let mut values: Vec<f64> = clean.drain(..).map(|l| l as f64).collect();
+                self.baselines[sample.class] = Some(median(&mut values) as u64);
+            }
+            return;
+        }
+        self.unknown += 1;
+        if self.unknown >= UNKNOWN_BEFORE_PROBE {
             self.start_probe(sample.at_nanos);
         }
     }
@@ -201,6 +237,7 @@ impl GradientLimiter {
 
     fn start_probe(&mut self, now_nanos: u64) {
         self.windows_at_min = 0;
+        self.unknown = 0;
         self.probe = Some(Probe {
             started_at: now_nanos,
             samples: Vec::with_capacity(PROBE_SAMPLES),
@@ -231,6 +268,7 @@ impl GradientLimiter {
                 .collect();
             if !of_class.is_empty() {
                 self.baselines[class] = Some(median(&mut of_class) as u64);
+                self.clean[class].clear();
             }
         }
         self.window = Window {
@@ -276,18 +314,32 @@ mod tests {
         }
     }
 
+    fn sample(class: usize, latency: u64, in_flight: u32, at: u64) -> Sample {
+        Sample {
+            class,
+            latency_nanos: latency,
+            in_flight,
+            in_flight_at_end: in_flight,
+            at_nanos: at,
+        }
+    }
+
+    /// A lightly loaded start: clean samples of `latency` give class 0 its baseline.
+    fn learn(l: &mut GradientLimiter, now: &mut u64, latency: u64) {
+        for _ in 0..CLEAN_SAMPLES {
+            *now += MS;
+            l.record(sample(0, latency, 1, *now));
+        }
+        assert_eq!(l.baseline(0), Some(latency));
+    }
+
     /// Feeds `count` samples of `latency` spread over `span`, each with the node at its limit
     /// (the traffic offered is more than the limit), from `*now`; returns the limit after.
     fn drive(l: &mut GradientLimiter, now: &mut u64, latency: u64, count: u64, span: u64) -> u32 {
         for _ in 0..count {
             *now += span / count;
             let in_flight = l.limit();
-            l.record(Sample {
-                class: 0,
-                latency_nanos: latency,
-                in_flight,
-                at_nanos: *now,
-            });
+            l.record(sample(0, latency, in_flight, *now));
         }
         l.limit()
     }
@@ -297,12 +349,7 @@ mod tests {
         let mut l = GradientLimiter::new(settings(), 1, 0);
         let mut now = 0;
         assert_eq!(l.limit(), 20);
-        drive(&mut l, &mut now, 10 * MS, 1, MS);
-        assert_eq!(
-            l.baseline(0),
-            Some(10 * MS),
-            "the first sample is the baseline"
-        );
+        learn(&mut l, &mut now, 10 * MS);
         let after_a_second = drive(&mut l, &mut now, 10 * MS, 100, 1000 * MS);
         assert!(after_a_second > 100, "{after_a_second}");
         let later = drive(&mut l, &mut now, 10 * MS, 100, 1000 * MS);
@@ -313,27 +360,30 @@ mod tests {
     fn the_limit_falls_when_the_node_slows_and_never_below_min() {
         let mut l = GradientLimiter::new(settings(), 1, 0);
         let mut now = 0;
-        drive(&mut l, &mut now, 10 * MS, 1, MS);
+        learn(&mut l, &mut now, 10 * MS);
         let high = drive(&mut l, &mut now, 10 * MS, 100, 1000 * MS);
         assert!(high > 100);
         // Four times the baseline: the gradient is 1.25 / 4, clamped to 0.5 per window.
         let lower = drive(&mut l, &mut now, 40 * MS, 20, 240 * MS);
         assert!(lower < high * 3 / 4, "{lower} vs {high}");
         let low = drive(&mut l, &mut now, 40 * MS, 100, 1000 * MS);
-        assert!(low <= 3, "{low}");
-        assert!(low >= 3, "never below min");
+        assert_eq!(low, 3, "down to min, never below");
     }
 
     #[test]
-    fn the_limit_settles_near_what_a_processor_shared_node_can_run() {
-        // One core shared by the requests in flight: latency = concurrency × 10 ms.
+    fn a_node_overloaded_from_the_start_is_probed_and_its_limit_settles() {
+        // One core shared by the requests in flight: latency = concurrency × 10 ms. The node is
+        // loaded from the first request, so no clean sample ever comes back by itself.
         let mut l = GradientLimiter::new(settings(), 1, 0);
         let mut now = 0;
-        drive(&mut l, &mut now, 10 * MS, 1, MS);
-        for _ in 0..200 {
+        let mut probed = false;
+        for _ in 0..300 {
             let limit = l.limit();
             drive(&mut l, &mut now, u64::from(limit) * 10 * MS, 10, 100 * MS);
+            probed |= l.is_probing();
         }
+        assert!(probed, "a probe measured the baseline");
+        assert_eq!(l.baseline(0), Some(30 * MS), "latency at min concurrency");
         let settled = l.limit();
         assert!((3..=8).contains(&settled), "{settled}");
     }
@@ -344,13 +394,14 @@ mod tests {
         let mut now = 0;
         for _ in 0..300 {
             now += 10 * MS;
-            l.record(Sample {
-                class: 0,
-                latency_nanos: 10 * MS,
-                in_flight: 2,
-                at_nanos: now,
-            });
+            l.record(sample(0, 10 * MS, 2, now));
         }
+        assert_eq!(
+            l.baseline(0),
+            Some(10 * MS),
+            "clean samples made the baseline"
+        );
+        assert!(!l.is_probing(), "a lightly loaded node is never pinned");
         assert_eq!(
             l.limit(),
             20,
@@ -362,21 +413,21 @@ mod tests {
     fn classes_are_measured_against_their_own_baseline() {
         let mut l = GradientLimiter::new(settings(), 2, 0);
         let mut now = 0;
-        let mut feed = |l: &mut GradientLimiter, class: usize, latency: u64| {
+        for i in 0..2 * CLEAN_SAMPLES {
             now += MS;
-            let in_flight = l.limit();
-            l.record(Sample {
-                class,
-                latency_nanos: latency,
-                in_flight,
-                at_nanos: now,
-            });
-        };
-        feed(&mut l, 0, MS);
-        feed(&mut l, 1, 100 * MS);
+            l.record(sample(
+                i % 2,
+                if i % 2 == 0 { MS } else { 100 * MS },
+                1,
+                now,
+            ));
+        }
         // A mix of 1 ms static files and 100 ms CGIs, each at its baseline: no queueing.
         for i in 0..3000 {
-            feed(&mut l, i % 2, if i % 2 == 0 { MS } else { 100 * MS });
+            now += MS;
+            let in_flight = l.limit();
+            let latency = if i % 2 == 0 { MS } else { 100 * MS };
+            l.record(sample(i % 2, latency, in_flight, now));
         }
         assert_eq!(
             l.limit(),
@@ -389,7 +440,7 @@ mod tests {
     fn a_probe_pins_the_limit_to_min_and_measures_the_baselines_again() {
         let mut l = GradientLimiter::new(settings(), 1, 0);
         let mut now = 0;
-        drive(&mut l, &mut now, 10 * MS, 1, MS);
+        learn(&mut l, &mut now, 10 * MS);
         drive(&mut l, &mut now, 10 * MS, 100, 1000 * MS);
         // Thirty seconds on (plus jitter) the probe starts.
         now += 35_000 * MS;
@@ -399,23 +450,13 @@ mod tests {
         // Samples that started with more than `min` in flight do not count…
         for _ in 0..60 {
             now += MS;
-            l.record(Sample {
-                class: 0,
-                latency_nanos: 50 * MS,
-                in_flight: 10,
-                at_nanos: now,
-            });
+            l.record(sample(0, 50 * MS, 10, now));
         }
         assert!(l.is_probing());
         // …those at `min` do; their median is the new baseline.
         for i in 0..PROBE_SAMPLES as u64 {
             now += MS;
-            l.record(Sample {
-                class: 0,
-                latency_nanos: (20 + i % 3) * MS,
-                in_flight: 3,
-                at_nanos: now,
-            });
+            l.record(sample(0, (20 + i % 3) * MS, 3, now));
         }
         assert!(!l.is_probing());
         assert_eq!(l.baseline(0), Some(21 * MS));
@@ -426,7 +467,7 @@ mod tests {
     fn a_limit_stuck_at_min_probes_and_takes_a_slower_node_as_it_is() {
         let mut l = GradientLimiter::new(settings(), 1, 0);
         let mut now = 0;
-        drive(&mut l, &mut now, 10 * MS, 1, MS);
+        learn(&mut l, &mut now, 10 * MS);
         // The node is now 10 times slower for good: the limit falls to min, then a probe
         // measures the new baseline and the limit can rise again.
         drive(&mut l, &mut now, 100 * MS, 300, 3000 * MS);

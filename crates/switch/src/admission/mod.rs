@@ -6,7 +6,12 @@
 //!   the limit follows the node's latency against its unloaded latency, so it finds the node's
 //!   capacity without tuning); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
 //!   or `"off"` (no gate at all: every request goes straight to the node, as before).
-//! - **A bounded FIFO queue** (`queue`, per node) for requests that find the node at its limit.
+//! - **A bounded queue** (`queue`, per node) for requests that find the node at its limit,
+//!   shortest expected job first: waiters are ordered by their class's recent latency on the
+//!   node (first come, first served within a class), and a request that finds the queue full
+//!   takes the place of the costliest waiter when that one's class is costlier than its own
+//!   (the displaced request is shed). Under overload by an expensive class (a CGI), a cheap one
+//!   (a static file) still gets the next free slot instead of being shed with it.
 //!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
 //!   it goes to another node that has room if there is one (it never reached this one, so any
 //!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
@@ -70,9 +75,20 @@ enum Mode {
     Adaptive(Box<GradientLimiter>),
 }
 
+/// What a waiter is told when it leaves the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    /// A slot is its own.
+    Slot,
+    /// A cheaper request took its place; it is shed.
+    Displaced,
+}
+
 struct Waiter {
     id: u64,
-    grant: oneshot::Sender<()>,
+    /// Its class's expected latency on the node, nanoseconds (`f64::MAX` when unknown).
+    cost: f64,
+    grant: oneshot::Sender<Grant>,
 }
 
 /// What the gate's lock protects.
@@ -84,6 +100,8 @@ struct GateState {
     waiters: VecDeque<Waiter>,
     /// Moving average of response-head latency, nanoseconds (0 before the first).
     latency_nanos: f64,
+    /// The same per class, the cost that orders the queue (0 before the first).
+    class_latency: Vec<f64>,
     next_id: u64,
 }
 
@@ -113,10 +131,47 @@ impl GateState {
             let Some(waiter) = self.waiters.pop_front() else {
                 break;
             };
-            if waiter.grant.send(()).is_ok() {
+            if waiter.grant.send(Grant::Slot).is_ok() {
                 self.in_flight += 1;
             }
         }
+    }
+
+    fn cost_of(&self, class: usize) -> f64 {
+        match self.class_latency.get(class) {
+            Some(&l) if l > 0.0 => l,
+            _ => f64::MAX,
+        }
+    }
+
+    /// Queues a waiter of `cost` in its place (after every waiter that costs no more); when the
+    /// queue is full, only in place of a costlier waiter, who is told it is displaced. `None`
+    /// when there is no place for it.
+    fn enqueue(&mut self, cost: f64) -> Option<(u64, oneshot::Receiver<Grant>)> {
+        if self.waiters.len() as u32 >= self.queue_cap() {
+            let costliest = self.waiters.back().map_or(0.0, |w| w.cost);
+            if costliest <= cost {
+                return None;
+            }
+            let displaced = self
+                .waiters
+                .pop_back()
+                .expect("a full queue has a last waiter");
+            let _ = displaced.grant.send(Grant::Displaced);
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = self.next_id;
+        self.next_id += 1;
+        let at = self.waiters.partition_point(|w| w.cost <= cost);
+        self.waiters.insert(
+            at,
+            Waiter {
+                id,
+                cost,
+                grant: tx,
+            },
+        );
+        Some((id, rx))
     }
 }
 
@@ -199,22 +254,24 @@ impl Drop for Permit {
 struct Ticket<'a> {
     gate: &'a Arc<Gate>,
     id: u64,
-    grant: oneshot::Receiver<()>,
-    granted: bool,
+    grant: oneshot::Receiver<Grant>,
+    /// The grant has been seen and dealt with.
+    settled: bool,
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        if self.granted {
+        if self.settled {
             return;
         }
-        // After `close`, no grant can arrive: either one already did (the slot is ours and
-        // goes back), or the entry is still queued and comes out.
+        // After `close`, no grant can arrive: either one already did (a slot goes back; a
+        // displaced waiter is out of the queue already), or the entry is still queued and
+        // comes out.
         self.grant.close();
-        if self.grant.try_recv().is_ok() {
-            self.gate.release();
-        } else {
-            self.gate.leave_queue(self.id);
+        match self.grant.try_recv() {
+            Ok(Grant::Slot) => self.gate.release(),
+            Ok(Grant::Displaced) => {}
+            Err(_) => self.gate.leave_queue(self.id),
         }
     }
 }
@@ -230,6 +287,7 @@ impl Gate {
                 in_flight: 0,
                 waiters: VecDeque::new(),
                 latency_nanos: 0.0,
+                class_latency: vec![0.0; classes],
                 next_id: 0,
             }),
             limit: AtomicU32::new(u32::MAX),
@@ -255,6 +313,7 @@ impl Gate {
     /// unchanged keeps what it learned; a new limit lets waiters in at once.
     pub fn configure(&self, settings: &Admission, classes: usize, now_nanos: u64) {
         let mut state = self.lock();
+        state.class_latency.resize(classes, 0.0);
         state.queue_max = settings.queue;
         state.queue_timeout = settings.queue_timeout;
         let adaptive = settings.adaptive();
@@ -299,9 +358,9 @@ impl Gate {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// Takes a slot: at once when the node is under its limit and nobody waits, else after
-    /// waiting in the queue; or the reason it cannot have one.
-    pub async fn admit(self: &Arc<Self>) -> Result<Permit, Shed> {
+    /// Takes a slot for a request of `class`: at once when the node is under its limit and
+    /// nobody waits, else after waiting in the queue; or the reason it cannot have one.
+    pub async fn admit(self: &Arc<Self>, class: usize) -> Result<Permit, Shed> {
         let (id, grant, timeout) = {
             let mut state = self.lock();
             let limit = state.limit();
@@ -314,15 +373,12 @@ impl Gate {
                 self.publish(&state);
                 return Ok(self.permit(in_flight));
             }
-            if state.waiters.len() as u32 >= state.queue_cap() {
+            let cost = state.cost_of(class);
+            let Some((id, rx)) = state.enqueue(cost) else {
                 drop(state);
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
                 return Err(Shed::QueueFull);
-            }
-            let (tx, rx) = oneshot::channel();
-            let id = state.next_id;
-            state.next_id += 1;
-            state.waiters.push_back(Waiter { id, grant: tx });
+            };
             self.publish(&state);
             (id, rx, state.queue_timeout)
         };
@@ -330,25 +386,26 @@ impl Gate {
             gate: self,
             id,
             grant,
-            granted: false,
+            settled: false,
         };
-        match tokio::time::timeout(timeout, &mut ticket.grant).await {
-            Ok(Ok(())) => {
-                ticket.granted = true;
-                let in_flight = self.in_flight.load(Ordering::Relaxed);
-                Ok(self.permit(in_flight))
-            }
-            // The sender went away without a grant: the gate was reconfigured; treat it as
-            // a wait that ran out.
+        let waited = tokio::time::timeout(timeout, &mut ticket.grant).await;
+        // Out of time (or the sender gone): a grant may have come in this very moment.
+        let grant = match waited {
+            Ok(Ok(grant)) => Some(grant),
             Ok(Err(_)) | Err(_) => {
-                // A grant may have come in this very moment: then the slot is ours after all.
                 ticket.grant.close();
-                if ticket.grant.try_recv().is_ok() {
-                    ticket.granted = true;
-                    let in_flight = self.in_flight.load(Ordering::Relaxed);
-                    return Ok(self.permit(in_flight));
-                }
-                drop(ticket);
+                ticket.grant.try_recv().ok()
+            }
+        };
+        ticket.settled = grant.is_some();
+        drop(ticket);
+        match grant {
+            Some(Grant::Slot) => Ok(self.permit(self.in_flight.load(Ordering::Relaxed))),
+            Some(Grant::Displaced) => {
+                self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
+                Err(Shed::QueueFull)
+            }
+            None => {
                 self.shed_queue_timeout.fetch_add(1, Ordering::Relaxed);
                 Err(Shed::QueueTimeout)
             }
@@ -384,16 +441,23 @@ impl Gate {
         }
         let mut state = self.lock();
         let latency = latency_nanos as f64;
-        state.latency_nanos = match state.latency_nanos {
+        // Moving averages over about the last eight responses.
+        let average = |avg: f64| match avg {
             0.0 => latency,
-            // A moving average over about the last eight responses.
             avg => avg + (latency - avg) / 8.0,
         };
+        state.latency_nanos = average(state.latency_nanos);
+        if class >= state.class_latency.len() {
+            state.class_latency.resize(class + 1, 0.0);
+        }
+        state.class_latency[class] = average(state.class_latency[class]);
+        let in_flight_at_end = state.in_flight;
         if let Mode::Adaptive(limiter) = &mut state.mode {
             limiter.record(Sample {
                 class,
                 latency_nanos,
                 in_flight: permit.in_flight,
+                in_flight_at_end,
                 at_nanos: now_nanos,
             });
             state.grant_waiters();
@@ -445,12 +509,12 @@ mod tests {
     #[tokio::test]
     async fn permits_come_back_on_drop_and_pass_to_the_oldest_waiter() {
         let gate = fixed(2, 2, 10_000);
-        let a = gate.admit().await.unwrap();
-        let b = gate.admit().await.unwrap();
+        let a = gate.admit(0).await.unwrap();
+        let b = gate.admit(0).await.unwrap();
         assert_eq!((a.in_flight, b.in_flight), (1, 2));
         let waiting = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit().await.map(|p| p.in_flight) })
+            tokio::spawn(async move { gate.admit(0).await.map(|p| p.in_flight) })
         };
         while gate.queued() == 0 {
             tokio::task::yield_now().await;
@@ -458,13 +522,13 @@ mod tests {
         assert!(!gate.is_saturated(), "one place left in the queue");
         let second = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit().await.is_ok() })
+            tokio::spawn(async move { gate.admit(0).await.is_ok() })
         };
         while gate.queued() < 2 {
             tokio::task::yield_now().await;
         }
         assert!(gate.is_saturated());
-        assert_eq!(gate.admit().await.err(), Some(Shed::QueueFull));
+        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueFull));
         drop(a);
         assert_eq!(waiting.await.unwrap(), Ok(2));
         drop(b);
@@ -477,12 +541,12 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_times_out_or_goes_away_leaves_the_queue() {
         let gate = fixed(1, 4, 50);
-        let held = gate.admit().await.unwrap();
-        assert_eq!(gate.admit().await.err(), Some(Shed::QueueTimeout));
+        let held = gate.admit(0).await.unwrap();
+        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueTimeout));
         assert_eq!(gate.queued(), 0);
         let abandoned = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit().await.is_ok() })
+            tokio::spawn(async move { gate.admit(0).await.is_ok() })
         };
         while gate.queued() == 0 {
             tokio::task::yield_now().await;
@@ -499,11 +563,51 @@ mod tests {
     #[tokio::test]
     async fn the_queue_holds_only_what_the_node_can_start_in_time() {
         let gate = fixed(2, 100, 1000);
-        let permit = gate.admit().await.unwrap();
+        let permit = gate.admit(0).await.unwrap();
         // Responses take 500 ms: two slots start four requests a second, so four may wait
         // for one second.
         gate.record(0, 500_000_000, &permit, 1);
         assert_eq!(gate.status().queue_cap, 4);
+    }
+
+    #[tokio::test]
+    async fn a_cheap_request_waits_ahead_of_costly_ones_and_displaces_them_when_full() {
+        let gate = fixed(1, 2, 10_000);
+        let held = gate.admit(0).await.unwrap();
+        // Class 1 costs 100 ms on this node, class 2 one.
+        gate.record(1, 100_000_000, &held, 1);
+        gate.record(2, 1_000_000, &held, 1);
+        let wait = |class| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(class).await.map(|p| (class, p)) })
+        };
+        let costly = [wait(1), wait(1)];
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // The queue is full of costly waiters: a cheap one takes the last one's place…
+        let cheap = wait(2);
+        let displaced = loop {
+            if let Some(i) = costly.iter().position(|c| c.is_finished()) {
+                break i;
+            }
+            tokio::task::yield_now().await;
+        };
+        let [first, second] = costly;
+        let (displaced, kept) = match displaced {
+            0 => (first, second),
+            _ => (second, first),
+        };
+        assert_eq!(displaced.await.unwrap().err(), Some(Shed::QueueFull));
+        assert_eq!(gate.queued(), 2);
+        // …and gets the next slot before the costly one that came earlier.
+        drop(held);
+        let (class, slot) = cheap.await.unwrap().unwrap();
+        assert_eq!(class, 2);
+        assert!(!kept.is_finished());
+        assert_eq!(gate.status().shed.queue_full, 1);
+        drop(slot);
+        assert_eq!(kept.await.unwrap().unwrap().0, 1);
     }
 
     #[tokio::test]
@@ -525,7 +629,7 @@ mod tests {
     async fn futures_admit(gate: &Arc<Gate>, n: usize) -> Vec<Permit> {
         let mut out = Vec::new();
         for _ in 0..n {
-            out.push(gate.admit().await.unwrap());
+            out.push(gate.admit(0).await.unwrap());
         }
         out
     }

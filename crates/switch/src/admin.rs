@@ -144,7 +144,8 @@ pub struct NodeStatus {
     pub weight: u32,
     /// Takes new requests now (nothing says it is out; slow start only thins its share).
     pub available: bool,
-    /// `up`, `slow-start`, or why it is out: `draining`, `check-down`, `backed-off`, `silent`.
+    /// `up`, `slow-start`, or why it is out: `draining`, `check-down`, `backed-off`,
+    /// `ejected` (outlier detection), `silent`.
     pub state: &'static str,
     /// Drained or being removed: no new requests, `active` ones finish.
     pub draining: bool,
@@ -155,6 +156,10 @@ pub struct NodeStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slow_start: Option<SlowStartStatus>,
     pub active: u32,
+    /// The admission gate: limit, in flight, queue, requests shed.
+    pub admission: crate::admission::GateStatus,
+    /// The outlier detector's record: failures in a row, ejections.
+    pub outlier: crate::outlier::OutlierStatus,
     pub served: u64,
     /// Requests answered with a redirect to this node.
     pub redirects: u64,
@@ -248,6 +253,8 @@ fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u
             share,
         }),
         active: node.active.load(Ordering::Relaxed),
+        admission: node.admission.status(),
+        outlier: node.outlier.status(now),
         served: node.served.load(Ordering::Relaxed),
         redirects: node.redirects.load(Ordering::Relaxed),
         load: feedback.gathered.load(),
@@ -477,6 +484,7 @@ impl Collector for SwitchCollector {
                 .encode(family.encode_family(&labels)?)?;
         }
         encode_health(snap, &mut encoder)?;
+        encode_overload(snap, &mut encoder)?;
         let mut family = encoder.encode_descriptor(
             "capstan_node_load",
             "Utilisation the node last reported (busiest resource, 0-1)",
@@ -586,6 +594,76 @@ impl Collector for SwitchCollector {
     }
 }
 
+/// Admission (limits, queues, shedding) and outlier ejections, per node.
+fn encode_overload(
+    snap: &ClusterSnapshot,
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let cluster = &snap.cluster;
+    let node_label = |name: &str| vec![("node".to_string(), name.to_string())];
+    let mut family = encoder.encode_descriptor(
+        "capstan_requests_shed",
+        "Requests answered 503 by a node's admission gate, by reason (queue-full, queue-timeout)",
+        None,
+        MetricType::Counter,
+    )?;
+    for node in &cluster.nodes {
+        let gate = &node.admission;
+        for (reason, n) in [
+            ("queue-full", &gate.shed_queue_full),
+            ("queue-timeout", &gate.shed_queue_timeout),
+        ] {
+            let mut labels = node_label(&node.config.name);
+            labels.push(("reason".into(), reason.into()));
+            ConstCounter::new(n.load(Ordering::Relaxed)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let mut gauge = |name: &str, help: &str, value: &dyn Fn(&NodeRuntime) -> i64| {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for node in &cluster.nodes {
+            ConstGauge::new(value(node))
+                .encode(family.encode_family(&node_label(&node.config.name))?)?;
+        }
+        Ok::<_, std::fmt::Error>(())
+    };
+    gauge(
+        "capstan_node_queue_length",
+        "Requests waiting in the node's admission queue",
+        &|node| i64::from(node.admission.queued()),
+    )?;
+    if cluster.config.admission.limit != crate::config::LimitMode::Off {
+        gauge(
+            "capstan_node_concurrency_limit",
+            "Requests the node may have in flight now (adaptive or fixed admission limit)",
+            &|node| i64::from(node.admission.limit()),
+        )?;
+    }
+    gauge(
+        "capstan_node_ejected",
+        "1 while the outlier detector has the node ejected",
+        &|node| i64::from(node.outlier.is_ejected(snap.now_nanos)),
+    )?;
+    for (name, help, pick) in [
+        (
+            "capstan_node_ejections",
+            "Times the outlier detector ejected the node",
+            (|n: &NodeRuntime| n.outlier.ejections.load(Ordering::Relaxed)) as fn(&NodeRuntime) -> u64,
+        ),
+        (
+            "capstan_node_ejections_prevented",
+            "Ejections of the node that did not happen because max_ejected_percent of the nodes were out",
+            |n: &NodeRuntime| n.outlier.prevented.load(Ordering::Relaxed),
+        ),
+    ] {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for node in &cluster.nodes {
+            ConstCounter::new(pick(node))
+                .encode(family.encode_family(&node_label(&node.config.name))?)?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether each node takes requests, and why not: drain and active checks.
 fn encode_health(
     snap: &ClusterSnapshot,
@@ -603,7 +681,7 @@ fn encode_health(
     };
     gauge(
         "capstan_node_up",
-        "1 while the node takes new requests; 0 while drained, failing its checks, backed off by passive health or silent",
+        "1 while the node takes new requests; 0 while drained, failing its checks, backed off by passive health, ejected or silent",
         &|node| i64::from(node.out_reason(snap.now_nanos).is_none()),
     )?;
     gauge(

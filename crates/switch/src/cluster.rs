@@ -4,8 +4,10 @@
 //! what the old one learned about them ([`capstan_core::carry_over`]).
 //!
 //! A node takes new requests only while nothing says it is out: it is not draining, its active
-//! checks pass, passive health has not backed it off, and its load reports have not gone
-//! silent. For `health.slow_start` after it joins or comes back, the view offers it to the
+//! checks pass, passive health has not backed it off, the outlier detector has not ejected it
+//! ([`crate::outlier`]), and its load reports have not gone silent. Each node also has an
+//! admission gate ([`crate::admission`]); a node at its concurrency limit with a full queue is
+//! hidden from the policy for that pick while another node has room. For `health.slow_start` after it joins or comes back, the view offers it to the
 //! policy on a share of the picks that ramps from 10 % to 100 % (see [`NodeRuntime::offered`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -20,8 +22,10 @@ use hdrhistogram::Histogram;
 use http::uri::Authority;
 use http::HeaderValue;
 
-use crate::config::{Config, ConfigError, Health, NodeConfig};
+use crate::admission::Gate;
+use crate::config::{Admission, Config, ConfigError, Health, NodeConfig};
 use crate::health::CheckState;
+use crate::outlier::OutlierState;
 
 /// Monotonic time since the switch started, the clock the policies see.
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +93,11 @@ pub struct NodeRuntime {
     returned_at: AtomicU64,
     /// `health.slow_start` of the configuration in force, nanoseconds (0: off).
     slow_start_nanos: AtomicU64,
+    /// Concurrency limit and queue; shared with the same node rebuilt by a reload, so that
+    /// requests in flight keep counting against it.
+    pub admission: Arc<Gate>,
+    /// Failures in a row and ejections.
+    pub outlier: OutlierState,
 }
 
 /// Why a node takes no new requests.
@@ -97,6 +106,7 @@ pub enum OutReason {
     Draining,
     CheckFailed,
     BackedOff,
+    Ejected,
     Silent,
 }
 
@@ -106,6 +116,7 @@ impl OutReason {
             OutReason::Draining => "draining",
             OutReason::CheckFailed => "check-down",
             OutReason::BackedOff => "backed-off",
+            OutReason::Ejected => "ejected",
             OutReason::Silent => "silent",
         }
     }
@@ -116,7 +127,12 @@ impl OutReason {
 pub const SLOW_START_FLOOR: f64 = 0.1;
 
 impl NodeRuntime {
-    fn new(config: NodeConfig, classes: usize) -> Result<Self, String> {
+    fn new(
+        config: NodeConfig,
+        classes: usize,
+        admission: &Admission,
+        now_nanos: u64,
+    ) -> Result<Self, String> {
         let authority = Authority::try_from(config.address.to_string())
             .map_err(|e| format!("node `{}`: {e}", config.name))?;
         let name_header = HeaderValue::from_str(&config.name)
@@ -145,12 +161,17 @@ impl NodeRuntime {
             check: CheckState::default(),
             returned_at: AtomicU64::new(0),
             slow_start_nanos: AtomicU64::new(0),
+            admission: Arc::new(Gate::new(admission, classes, now_nanos)),
+            outlier: OutlierState::default(),
         })
     }
 
     /// Takes over what decides whether `old` (the same node, rebuilt for a new weight or class
-    /// list) takes requests: drain, checks, passive back-off, gathered state, slow start.
-    fn inherit(&self, old: &NodeRuntime) {
+    /// list) takes requests: drain, checks, passive back-off, ejection, gathered state, slow
+    /// start, and its admission gate.
+    fn inherit(&mut self, old: &NodeRuntime) {
+        self.admission = Arc::clone(&old.admission);
+        self.outlier.copy_from(&old.outlier);
         self.draining
             .store(old.draining.load(Ordering::Relaxed), Ordering::Relaxed);
         self.check.copy_from(&old.check);
@@ -196,6 +217,8 @@ impl NodeRuntime {
             Some(OutReason::CheckFailed)
         } else if !self.is_up(now_nanos) {
             Some(OutReason::BackedOff)
+        } else if self.outlier.is_ejected(now_nanos) {
+            Some(OutReason::Ejected)
         } else if feedback.silent {
             Some(OutReason::Silent)
         } else {
@@ -206,11 +229,13 @@ impl NodeRuntime {
     /// While the node slow-starts: how much longer, and the share of picks it is offered on.
     pub fn slow_start(&self, now_nanos: u64) -> Option<(Duration, f64)> {
         let length = self.slow_start_nanos.load(Ordering::Relaxed);
-        // A passive back-off ends without an event; its end is a return like any other.
+        // A passive back-off or an ejection ends without an event; its end is a return like
+        // any other.
         let since = self
             .returned_at
             .load(Ordering::Relaxed)
-            .max(self.down_until.load(Ordering::Relaxed));
+            .max(self.down_until.load(Ordering::Relaxed))
+            .max(self.outlier.ejected_until());
         if length == 0 || since == 0 || now_nanos < since {
             return None;
         }
@@ -313,7 +338,7 @@ impl NodeRuntime {
 }
 
 /// The SplitMix64 finaliser: spreads nearby pick times over the whole range.
-fn mix64(mut z: u64) -> u64 {
+pub(crate) fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -349,6 +374,8 @@ pub struct Cluster {
     pub needs: Needs,
     pub nodes: Vec<Arc<NodeRuntime>>,
     pub class_headers: Vec<HeaderValue>,
+    /// `timeouts.first_byte` of each class, by class id.
+    pub first_byte: Vec<Duration>,
 }
 
 impl Cluster {
@@ -396,7 +423,20 @@ impl Cluster {
                 node.check.reset();
             }
             node.slow_start_nanos.store(slow_start, Ordering::Relaxed);
+            node.admission
+                .configure(&config.admission, classifier.classes().len(), now_nanos);
         }
+        let first_byte = classifier
+            .classes()
+            .iter()
+            .map(|c| {
+                config
+                    .timeouts
+                    .first_byte_by_class
+                    .get(&c.name)
+                    .map_or(config.timeouts.first_byte, |t| t.into_inner())
+            })
+            .collect();
         Ok(Cluster {
             generation,
             config: Arc::new(config),
@@ -405,6 +445,7 @@ impl Cluster {
             policy,
             nodes,
             class_headers,
+            first_byte,
         })
     }
 
@@ -450,12 +491,14 @@ fn node_runtimes(
         let runtime = match before {
             Some(old) if classes_unchanged && old.config == *node => Arc::clone(old),
             Some(old) => {
-                let fresh = NodeRuntime::new(node.clone(), classes.len())?;
+                let mut fresh =
+                    NodeRuntime::new(node.clone(), classes.len(), &config.admission, now_nanos)?;
                 fresh.inherit(old);
                 Arc::new(fresh)
             }
             None => {
-                let fresh = NodeRuntime::new(node.clone(), classes.len())?;
+                let fresh =
+                    NodeRuntime::new(node.clone(), classes.len(), &config.admission, now_nanos)?;
                 if previous.is_some() {
                     fresh.came_back(now_nanos);
                 }
@@ -475,6 +518,9 @@ pub struct LiveView<'a> {
     pub exclude: Option<NodeId>,
     /// Where weights come from (the policy's declared needs).
     pub weights: WeightSource,
+    /// Hide nodes whose admission gate is saturated (at the limit, queue full). The first pick
+    /// does; when it finds no node, a second pick without it chooses the node that sheds.
+    pub hide_saturated: bool,
 }
 
 impl ClusterView for LiveView<'_> {
@@ -491,13 +537,15 @@ impl ClusterView for LiveView<'_> {
         let feedback = node.feedback.load();
         NodeState {
             available: self.exclude != Some(id)
+                && !(self.hide_saturated && node.admission.is_saturated())
                 && node.out_reason_with(&feedback, self.now_nanos).is_none()
                 && node.draw(id, self.now_nanos),
             weight: match self.weights {
                 WeightSource::Configured => node.config.weight,
                 _ => feedback.weight,
             },
-            active: node.active.load(Ordering::Relaxed),
+            // Queued requests are load committed to the node as much as those in flight.
+            active: node.active.load(Ordering::Relaxed) + node.admission.queued(),
             gathered: feedback.gathered,
         }
     }
@@ -532,6 +580,7 @@ mod tests {
             nodes: &cluster.nodes,
             exclude: None,
             weights: cluster.needs.weights,
+            hide_saturated: true,
         };
         let req = RequestInfo {
             class: 0,

@@ -1,6 +1,7 @@
 //! The switch's configuration: TOML in, a validated [`Config`] out, or one error naming the file,
 //! line and column.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
@@ -42,6 +43,10 @@ pub struct Config {
     pub limits: Limits,
     pub health: Health,
     pub upstream: Upstream,
+    /// Per-node concurrency limits, queues and shedding (see [`crate::admission`]).
+    pub admission: Admission,
+    /// Ejecting nodes that fail requests in a row (see [`crate::outlier`]).
+    pub outlier: Outlier,
     pub load: LoadGathering,
     /// The HTTP cache, when a `[cache]` section is present.
     pub cache: Option<CacheConfig>,
@@ -89,15 +94,24 @@ impl Default for Redirect {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Timeouts {
     /// Connecting to a node.
     #[serde(with = "humantime_serde")]
     pub connect: Duration,
-    /// From sending a request to a node until its response head arrives (then 504).
+    /// From sending a request to its first node until a response head arrives, across every
+    /// attempt (then 504). Time waiting in a node's queue is not counted (`admission`).
     #[serde(with = "humantime_serde")]
     pub upstream: Duration,
+    /// One node's time to send a response head. A node that takes longer counts a timeout
+    /// (the outlier detector sees it) and an idempotent request without a body is retried on
+    /// another node while `upstream` leaves time; otherwise 504.
+    #[serde(with = "humantime_serde")]
+    pub first_byte: Duration,
+    /// `first_byte` for some classes (`{ static = "2s", cpu = "20s" }`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub first_byte_by_class: BTreeMap<String, humantime_serde::Serde<Duration>>,
     /// A client connection with no bytes moving either way is closed after this.
     #[serde(with = "humantime_serde")]
     pub client_idle: Duration,
@@ -114,6 +128,9 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(2),
             upstream: Duration::from_secs(30),
+            // Envoy's default route timeout.
+            first_byte: Duration::from_secs(15),
+            first_byte_by_class: BTreeMap::new(),
             client_idle: Duration::from_secs(60),
             header_read: Duration::from_secs(10),
             grace: Duration::from_secs(10),
@@ -359,6 +376,136 @@ impl Default for Upstream {
     }
 }
 
+/// Per-node admission (see [`crate::admission`]): a concurrency limit in front of every node,
+/// a bounded queue behind it, and `503` + `Retry-After` for what fits in neither.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Admission {
+    /// `"adaptive"` (the default: the limit follows the node's latency), a number (a fixed
+    /// limit, HAProxy's `maxconn`), or `"off"` (no limit, no queue: every request goes through).
+    pub limit: LimitMode,
+    /// Most requests waiting for a slot, per node; 0: none wait.
+    pub queue: u32,
+    /// Longest wait in the queue (HAProxy's `timeout queue`), then 503.
+    #[serde(with = "humantime_serde")]
+    pub queue_timeout: Duration,
+    /// Adaptive: the lowest limit, also the limit while baselines are measured (Envoy's
+    /// `min_concurrency`, 3).
+    pub min_limit: u32,
+    /// Adaptive: the highest limit (Envoy's `max_concurrency_limit`, 1000).
+    pub max_limit: u32,
+    /// Adaptive: the limit before the node's latency is known (Netflix's `initialLimit`, 20).
+    pub initial_limit: u32,
+    /// Adaptive: latency above the baseline tolerated before the limit falls, % (Envoy's
+    /// `buffer`, 25).
+    pub latency_buffer_percent: u32,
+    /// Adaptive: how often the unloaded latency is measured again (plus up to 15 % jitter).
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            limit: LimitMode::Adaptive,
+            queue: 100,
+            queue_timeout: Duration::from_secs(1),
+            min_limit: 3,
+            max_limit: 1000,
+            initial_limit: 20,
+            latency_buffer_percent: 25,
+            probe_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Admission {
+    /// The adaptive limiter's settings.
+    pub fn adaptive(&self) -> crate::admission::AdaptiveSettings {
+        crate::admission::AdaptiveSettings {
+            min: self.min_limit,
+            max: self.max_limit,
+            initial: self.initial_limit,
+            buffer: f64::from(self.latency_buffer_percent) / 100.0,
+            probe_interval_nanos: u64::try_from(self.probe_interval.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// `Retry-After` on a shed request: the queue timeout, in whole seconds, at least 1.
+    pub fn retry_after_s(&self) -> u64 {
+        self.queue_timeout.as_secs_f64().ceil().max(1.0) as u64
+    }
+}
+
+/// How a node's concurrency is limited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub enum LimitMode {
+    Adaptive,
+    Fixed(u32),
+    Off,
+}
+
+impl TryFrom<toml::Value> for LimitMode {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, String> {
+        match value {
+            toml::Value::String(s) if s == "adaptive" => Ok(LimitMode::Adaptive),
+            toml::Value::String(s) if s == "off" => Ok(LimitMode::Off),
+            toml::Value::Integer(n) if (1..=1_000_000).contains(&n) => {
+                Ok(LimitMode::Fixed(n as u32))
+            }
+            other => Err(format!(
+                "admission.limit must be \"adaptive\", \"off\" or a number from 1 to 1000000, \
+                 not {other}"
+            )),
+        }
+    }
+}
+
+impl Serialize for LimitMode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            LimitMode::Adaptive => s.serialize_str("adaptive"),
+            LimitMode::Off => s.serialize_str("off"),
+            LimitMode::Fixed(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+/// The outlier detector (Envoy's outlier detection; see [`crate::outlier`]): a node that fails
+/// `consecutive_failures` requests in a row — a 5xx, no response head within `first_byte`, a
+/// reset or a close without a response — is ejected for `base_ejection` × the times it has been
+/// ejected in a row (at most `max_ejection`); never more than `max_ejected_percent` of the nodes
+/// at once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Outlier {
+    /// Failures in a row that eject a node (Envoy's `consecutive_5xx`, 5); 0 turns it off.
+    pub consecutive_failures: u32,
+    /// The first ejection's length; the n-th in a row lasts n times this.
+    #[serde(with = "humantime_serde")]
+    pub base_ejection: Duration,
+    /// The longest ejection (Envoy's `max_ejection_time`, 300 s).
+    #[serde(with = "humantime_serde")]
+    pub max_ejection: Duration,
+    /// Most nodes out by ejection at once, % of the cluster (at least one node of two or
+    /// more may be ejected; a single node never is).
+    pub max_ejected_percent: u32,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Outlier {
+            consecutive_failures: 5,
+            base_ejection: Duration::from_secs(10),
+            max_ejection: Duration::from_secs(300),
+            max_ejected_percent: 50,
+        }
+    }
+}
+
 /// A configuration error, located in its file when it came from one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
@@ -405,6 +552,10 @@ struct RawConfig {
     health: Health,
     #[serde(default)]
     upstream: Upstream,
+    #[serde(default)]
+    admission: Admission,
+    #[serde(default)]
+    outlier: Outlier,
     #[serde(default)]
     load: LoadGathering,
     cache: Option<CacheConfig>,
@@ -503,6 +654,8 @@ impl Config {
             limits: Limits::default(),
             health: Health::default(),
             upstream: Upstream::default(),
+            admission: Admission::default(),
+            outlier: Outlier::default(),
             load: LoadGathering::default(),
             cache: None,
             redirect: None,
@@ -538,6 +691,9 @@ impl Config {
         check_load(&self.load).map_err(plain)?;
         check_upstream(&self.upstream).map_err(|(_, e)| plain(e))?;
         check_health(&self.health).map_err(|(_, e)| plain(e))?;
+        check_timeouts(&self.timeouts, &class_names(&classifier)).map_err(|(_, e)| plain(e))?;
+        check_admission(&self.admission).map_err(|(_, e)| plain(e))?;
+        check_outlier(&self.outlier).map_err(|(_, e)| plain(e))?;
         if let Some(cache) = &self.cache {
             cache
                 .check(&class_names(&classifier))
@@ -641,16 +797,7 @@ impl Config {
                 rule.class
             );
         }
-        let t = &self.timeouts;
-        let _ = writeln!(
-            out,
-            "timeouts  connect {}, upstream {}, client idle {}, header read {}, grace {}",
-            humantime::format_duration(t.connect),
-            humantime::format_duration(t.upstream),
-            humantime::format_duration(t.client_idle),
-            humantime::format_duration(t.header_read),
-            humantime::format_duration(t.grace)
-        );
+        let _ = writeln!(out, "{}", describe_timeouts(&self.timeouts));
         let l = &self.limits;
         let _ = writeln!(
             out,
@@ -678,6 +825,8 @@ impl Config {
             u.retry_budget_min_per_second
         );
         let _ = writeln!(out, "{}", describe_health(&self.health));
+        let _ = writeln!(out, "{}", describe_admission(&self.admission));
+        let _ = writeln!(out, "{}", describe_outlier(&self.outlier));
         let needs = self
             .classifier()
             .ok()
@@ -720,6 +869,65 @@ impl Config {
         }
         out
     }
+}
+
+fn describe_timeouts(t: &Timeouts) -> String {
+    let d = humantime::format_duration;
+    let by_class: Vec<String> = t
+        .first_byte_by_class
+        .iter()
+        .map(|(class, timeout)| format!("{class} {}", d(timeout.into_inner())))
+        .collect();
+    format!(
+        "timeouts  connect {}, first byte {}{}, upstream {} (all attempts), client idle {}, \
+         header read {}, grace {}",
+        d(t.connect),
+        d(t.first_byte),
+        match by_class.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", by_class.join(", ")),
+        },
+        d(t.upstream),
+        d(t.client_idle),
+        d(t.header_read),
+        d(t.grace)
+    )
+}
+
+fn describe_admission(a: &Admission) -> String {
+    let d = humantime::format_duration;
+    let limit = match a.limit {
+        LimitMode::Off => return "admission off: no per-node limit or queue".to_string(),
+        LimitMode::Fixed(n) => format!("fixed limit {n} per node"),
+        LimitMode::Adaptive => format!(
+            "adaptive limit per node ({}..{}, from {}, latency buffer {} %, baseline every {})",
+            a.min_limit,
+            a.max_limit,
+            a.initial_limit,
+            a.latency_buffer_percent,
+            d(a.probe_interval)
+        ),
+    };
+    format!(
+        "admission {limit}; queue {} per node, timeout {}; beyond: 503 with Retry-After {} s",
+        a.queue,
+        d(a.queue_timeout),
+        a.retry_after_s()
+    )
+}
+
+fn describe_outlier(o: &Outlier) -> String {
+    if o.consecutive_failures == 0 {
+        return "outlier   off".to_string();
+    }
+    format!(
+        "outlier   eject after {} failures in a row (5xx, first-byte timeout, reset) for {} × \
+         ejections in a row (at most {}), at most {} % of the nodes",
+        o.consecutive_failures,
+        humantime::format_duration(o.base_ejection),
+        humantime::format_duration(o.max_ejection),
+        o.max_ejected_percent
+    )
 }
 
 fn describe_health(h: &Health) -> String {
@@ -851,6 +1059,112 @@ fn check_health(h: &Health) -> Result<(), (&'static str, String)> {
         if value == 0 {
             return Err((key, format!("health.{key} must be at least 1")));
         }
+    }
+    Ok(())
+}
+
+/// The `timeouts` key at fault (a path below `[timeouts]`) and why.
+fn check_timeouts(t: &Timeouts, classes: &[String]) -> Result<(), (Vec<String>, String)> {
+    if t.first_byte < Duration::from_millis(1) {
+        return Err((
+            vec!["first_byte".into()],
+            "timeouts.first_byte must be at least 1ms".into(),
+        ));
+    }
+    for (class, timeout) in &t.first_byte_by_class {
+        let path = vec!["first_byte_by_class".into(), class.clone()];
+        if !classes.contains(class) {
+            return Err((
+                path,
+                format!(
+                    "timeouts.first_byte_by_class names unknown class `{class}` (classes: {})",
+                    classes.join(", ")
+                ),
+            ));
+        }
+        if timeout.into_inner() < Duration::from_millis(1) {
+            return Err((
+                path,
+                format!("timeouts.first_byte_by_class.{class} must be at least 1ms"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `admission` key at fault and why.
+fn check_admission(a: &Admission) -> Result<(), (&'static str, String)> {
+    if a.min_limit == 0 {
+        return Err(("min_limit", "admission.min_limit must be at least 1".into()));
+    }
+    if a.max_limit < a.min_limit {
+        return Err((
+            "max_limit",
+            format!(
+                "admission.max_limit ({}) must be at least admission.min_limit ({})",
+                a.max_limit, a.min_limit
+            ),
+        ));
+    }
+    if !(a.min_limit..=a.max_limit).contains(&a.initial_limit) {
+        return Err((
+            "initial_limit",
+            format!(
+                "admission.initial_limit ({}) must be from min_limit ({}) to max_limit ({})",
+                a.initial_limit, a.min_limit, a.max_limit
+            ),
+        ));
+    }
+    if a.queue > 1_000_000 {
+        return Err(("queue", "admission.queue must be at most 1000000".into()));
+    }
+    if a.queue > 0 && a.queue_timeout < Duration::from_millis(1) {
+        return Err((
+            "queue_timeout",
+            "admission.queue_timeout must be at least 1ms (or set queue = 0)".into(),
+        ));
+    }
+    if a.latency_buffer_percent > 1000 {
+        return Err((
+            "latency_buffer_percent",
+            "admission.latency_buffer_percent must be 0 to 1000".into(),
+        ));
+    }
+    if a.probe_interval < Duration::from_secs(1) {
+        return Err((
+            "probe_interval",
+            "admission.probe_interval must be at least 1s".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The `outlier` key at fault and why.
+fn check_outlier(o: &Outlier) -> Result<(), (&'static str, String)> {
+    if o.max_ejected_percent > 100 {
+        return Err((
+            "max_ejected_percent",
+            format!(
+                "outlier.max_ejected_percent is {}; it must be 0 to 100",
+                o.max_ejected_percent
+            ),
+        ));
+    }
+    if o.base_ejection < Duration::from_millis(10) {
+        return Err((
+            "base_ejection",
+            "outlier.base_ejection must be at least 10ms".into(),
+        ));
+    }
+    if o.max_ejection < o.base_ejection {
+        return Err((
+            "max_ejection",
+            format!(
+                "outlier.max_ejection ({}) must be at least outlier.base_ejection ({})",
+                humantime::format_duration(o.max_ejection),
+                humantime::format_duration(o.base_ejection)
+            ),
+        ));
     }
     Ok(())
 }
@@ -1056,6 +1370,8 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         limits: raw.limits,
         health: raw.health,
         upstream: raw.upstream,
+        admission: raw.admission,
+        outlier: raw.outlier,
         load: raw.load,
         cache: raw.cache,
         redirect: raw.redirect,
@@ -1096,6 +1412,21 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             loc.error(span, e)
         })?;
     }
+    check_timeouts(&config.timeouts, &class_names(&classifier)).map_err(|(path, e)| {
+        let keys: Vec<&str> = std::iter::once("timeouts")
+            .chain(path.iter().map(String::as_str))
+            .collect();
+        let span = value_span(loc.text, &keys).or(find_key(loc.text, "timeouts"));
+        loc.error(span, e)
+    })?;
+    check_admission(&config.admission).map_err(|(key, e)| {
+        let span = value_span(loc.text, &["admission", key]).or(find_key(loc.text, "admission"));
+        loc.error(span, e)
+    })?;
+    check_outlier(&config.outlier).map_err(|(key, e)| {
+        let span = value_span(loc.text, &["outlier", key]).or(find_key(loc.text, "outlier"));
+        loc.error(span, e)
+    })?;
     check_health(&config.health).map_err(|(key, e)| {
         let span = value_span(loc.text, &["health", key]).or(find_key(loc.text, "health"));
         loc.error(span, e)
@@ -1470,6 +1801,106 @@ address = "127.0.0.1:9001"
             assert_eq!((e.line, e.column), at, "{line}: {e}");
             assert!(e.message.contains(message), "{line}: {e}");
             assert!(!e.to_string().contains('\n'), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn admission_and_outlier_defaults_and_values() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.admission, Admission::default());
+        assert_eq!(c.admission.limit, LimitMode::Adaptive);
+        assert_eq!(c.outlier.consecutive_failures, 5);
+        assert_eq!(c.timeouts.first_byte, Duration::from_secs(15));
+        let described = c.describe();
+        assert!(
+            described.contains("admission adaptive limit per node (3..1000, from 20"),
+            "{described}"
+        );
+        assert!(
+            described.contains("outlier   eject after 5 failures in a row"),
+            "{described}"
+        );
+        let text = format!(
+            "{MINIMAL}[admission]\nlimit = 8\nqueue = 4\nqueue_timeout = \"250ms\"\n\
+             [outlier]\nconsecutive_failures = 0\n\
+             [timeouts]\nfirst_byte = \"2s\"\nfirst_byte_by_class = {{ cpu = \"20s\" }}\n"
+        );
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(c.admission.limit, LimitMode::Fixed(8));
+        assert_eq!((c.admission.queue, c.admission.retry_after_s()), (4, 1));
+        let described = c.describe();
+        assert!(
+            described.contains("admission fixed limit 8 per node; queue 4 per node, timeout 250ms"),
+            "{described}"
+        );
+        assert!(described.contains("outlier   off"), "{described}");
+        assert!(described.contains("first byte 2s (cpu 20s)"), "{described}");
+        let cluster = crate::cluster::Cluster::build(c, 1, None, 0).unwrap();
+        let cpu = cluster
+            .classifier
+            .classes()
+            .iter()
+            .position(|k| k.name == "cpu")
+            .unwrap();
+        assert_eq!(cluster.first_byte[cpu], Duration::from_secs(20));
+        assert_eq!(cluster.first_byte[0], Duration::from_secs(2));
+        let off = Config::parse(&format!("{MINIMAL}[admission]\nlimit = \"off\"\n"), None).unwrap();
+        assert!(off.describe().contains("admission off"));
+    }
+
+    #[test]
+    fn bad_admission_outlier_and_timeout_values_are_named_and_located() {
+        let cases = [
+            (
+                "[admission]\nlimit = \"lots\"",
+                (7, 9),
+                "\"adaptive\", \"off\" or a number",
+            ),
+            ("[admission]\nlimit = 0", (7, 9), "a number from 1"),
+            (
+                "[admission]\nmin_limit = 0",
+                (7, 13),
+                "min_limit must be at least 1",
+            ),
+            (
+                "[admission]\nmax_limit = 2",
+                (7, 13),
+                "must be at least admission.min_limit (3)",
+            ),
+            (
+                "[admission]\ninitial_limit = 2000",
+                (7, 17),
+                "initial_limit (2000)",
+            ),
+            (
+                "[admission]\nprobe_interval = \"10ms\"",
+                (7, 18),
+                "at least 1s",
+            ),
+            ("[outlier]\nmax_ejected_percent = 101", (7, 23), "0 to 100"),
+            (
+                "[outlier]\nbase_ejection = \"1ms\"",
+                (7, 17),
+                "at least 10ms",
+            ),
+            (
+                "[outlier]\nmax_ejection = \"1s\"",
+                (7, 16),
+                "at least outlier.base_ejection (10s)",
+            ),
+            ("[timeouts]\nfirst_byte = \"0s\"", (7, 14), "at least 1ms"),
+            (
+                "[timeouts]\nfirst_byte_by_class = { video = \"1s\" }",
+                (7, 33),
+                "unknown class `video`",
+            ),
+        ];
+        for (section, at, message) in cases {
+            let text = format!("{MINIMAL}\n{section}\n");
+            let e = Config::parse(&text, Some("x.toml")).unwrap_err();
+            assert_eq!((e.line, e.column), at, "{section}: {e}");
+            assert!(e.message.contains(message), "{section}: {e}");
+            assert!(!e.to_string().contains('\n'), "{section}: {e}");
         }
     }
 

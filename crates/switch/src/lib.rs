@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+pub mod admission;
 pub mod body;
 pub mod cache_config;
 pub mod caching;
@@ -13,6 +14,7 @@ pub mod gather;
 pub mod health;
 pub mod io;
 pub mod membership;
+pub mod outlier;
 pub mod proxy;
 pub mod redirect;
 pub mod retry;

@@ -1,4 +1,15 @@
-//! Proxying one request: limits, classification, dispatch, forwarding, retry and accounting.
+//! Proxying one request: limits, classification, dispatch, admission, forwarding, retry and
+//! accounting.
+//!
+//! A request's way to a node: the policy picks a node (hiding nodes whose admission gate is
+//! saturated, see [`crate::admission`]); the node's gate admits it at once, queues it, or sheds
+//! it with `503` + `Retry-After`; the request is sent with the class's first-byte timeout
+//! (bounded by what is left of `timeouts.upstream`); the response head, or the failure, goes to
+//! the admission limiter, passive health and the outlier detector ([`crate::outlier`]). A
+//! request that waited out a node's queue timeout never reached it, so it goes to another node
+//! with room, if one has (HAProxy's `option redispatch`). A request that failed before any byte reached the client, is idempotent and has no body, is
+//! sent once more to another node when the node refused the connection, closed it without a
+//! response, or missed the first-byte timeout — within the retry budget.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,9 +25,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 
+use crate::admission::{Permit, Shed};
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
 use crate::cluster::{Cluster, FailureKind, LiveView, NodeRuntime};
 use crate::config::{Config, KeyKind};
+use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
 
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
@@ -229,7 +242,8 @@ pub(crate) fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// Bookkeeping for one request placed on a node, settled when its response ends.
+/// Bookkeeping for one request placed on a node, settled when its response ends — or, whatever
+/// else ends it (the client gone, an error, a panic), when it is dropped.
 struct Placement {
     switch: Arc<Switch>,
     cluster: Arc<Cluster>,
@@ -239,6 +253,17 @@ struct Placement {
     /// `Epoch` nanoseconds at dispatch.
     started_nanos: u64,
     conn: Arc<ConnState>,
+    /// The node's admission slot, freed when the placement is dropped.
+    permit: Permit,
+    settled: bool,
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settle(false);
+        }
+    }
 }
 
 impl Placement {
@@ -246,7 +271,11 @@ impl Placement {
         &self.cluster.nodes[self.node_id]
     }
 
-    fn settle(&self, ok: bool) {
+    /// Releases the node's `active` count and tells the policy how it went (once).
+    fn settle(&mut self, ok: bool) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
         let node = self.node();
         node.active.fetch_sub(1, Ordering::Relaxed);
         let now = self.switch.epoch.now_nanos();
@@ -272,7 +301,7 @@ struct SettleOnEnd(Option<Placement>);
 
 impl OnEnd for SettleOnEnd {
     fn on_end(&mut self, completed: bool) {
-        if let Some(p) = self.0.take() {
+        if let Some(mut p) = self.0.take() {
             p.settle(completed);
             p.conn.request_done();
         }
@@ -408,7 +437,7 @@ impl Forward {
     }
 
     /// Counts a request placed on `node_id`; the placement settles the count when it ends.
-    fn place(&self, node_id: NodeId, now: u64) -> Placement {
+    fn place(&self, node_id: NodeId, now: u64, permit: Permit) -> Placement {
         let node = &self.cluster.nodes[node_id];
         node.active.fetch_add(1, Ordering::Relaxed);
         node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
@@ -420,7 +449,62 @@ impl Forward {
             key: self.pq.clone(),
             started_nanos: now,
             conn: Arc::clone(&self.conn),
+            permit,
+            settled: false,
         }
+    }
+
+    /// The policy's pick, avoiding nodes whose admission gate is saturated while another node
+    /// has room; when none has and `or_saturated`, the pick among all of them (that node will
+    /// shed the request).
+    fn pick(
+        &self,
+        info: &RequestInfo<'_>,
+        exclude: Option<NodeId>,
+        or_saturated: bool,
+        now: u64,
+    ) -> Option<NodeId> {
+        let cluster = &self.cluster;
+        let view = |hide_saturated| LiveView {
+            now_nanos: now,
+            nodes: &cluster.nodes,
+            exclude,
+            weights: cluster.needs.weights,
+            hide_saturated,
+        };
+        cluster
+            .policy
+            .pick(info, &view(true))
+            .or_else(|| {
+                or_saturated
+                    .then(|| cluster.policy.pick(info, &view(false)))
+                    .flatten()
+            })
+            .filter(|&id| id < cluster.nodes.len())
+    }
+
+    /// `503` with `Retry-After` for a request the node's admission gate turned away.
+    fn shed(&self, node: &NodeRuntime, shed: Shed) -> Response<ResponseBody> {
+        let admission = &self.cluster.config.admission;
+        let name = &node.config.name;
+        let cause = match shed {
+            Shed::QueueFull => format!(
+                "node {name} is at its concurrency limit ({}) and cannot queue more requests \
+                 ({} waiting); request shed",
+                node.admission.limit(),
+                node.admission.queued()
+            ),
+            Shed::QueueTimeout => format!(
+                "node {name} had no free slot within the queue timeout ({}); request shed",
+                humantime::format_duration(admission.queue_timeout)
+            ),
+        };
+        let mut resp = error_response(StatusCode::SERVICE_UNAVAILABLE, &cause);
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(admission.retry_after_s()),
+        );
+        self.with_class(resp)
     }
 
     /// The policy found no node: 502 with the last failure when a retry found none, else 503.
@@ -444,8 +528,8 @@ impl Forward {
         ))
     }
 
-    /// Picks a node with the policy and sends the request there (once more elsewhere when
-    /// `retryable`, connecting fails or the node closes without a response, and the retry
+    /// Picks a node with the policy, waits for its admission and sends the request there (once
+    /// more elsewhere when `retryable`, the failure is one a retry can cure, and the retry
     /// budget allows). `Ok` is the node's response, `Err` the switch's own.
     pub(crate) async fn dispatch(
         &self,
@@ -462,29 +546,36 @@ impl Forward {
             key,
             key_hash: hash_key(key),
         };
+        switch.retry_budget.record_request(switch.epoch.now_nanos());
         let mut body = Some(body);
         let mut exclude = None;
         let mut last_failure: Option<String> = None;
+        // What is left of `timeouts.upstream` (time in a queue does not count).
+        let mut time_left = config.timeouts.upstream;
+        // A request that timed out in a node's queue, and that node.
+        let mut queued_out: Option<NodeId> = None;
         for attempt in 0..2 {
             let now = switch.epoch.now_nanos();
-            if attempt == 0 {
-                switch.retry_budget.record_request(now);
-            }
-            let view = LiveView {
-                now_nanos: now,
-                nodes: &cluster.nodes,
-                exclude,
-                weights: cluster.needs.weights,
-            };
-            let Some(node_id) = cluster
-                .policy
-                .pick(&info, &view)
-                .filter(|&id| id < cluster.nodes.len())
-            else {
-                return Err(self.no_node(last_failure.as_deref()));
+            let Some(node_id) = self.pick(&info, exclude, queued_out.is_none(), now) else {
+                return Err(match queued_out {
+                    Some(id) => self.shed(&cluster.nodes[id], Shed::QueueTimeout),
+                    None => self.no_node(last_failure.as_deref()),
+                });
             };
             let node = &cluster.nodes[node_id];
-            let placement = self.place(node_id, now);
+            let permit = match node.admission.admit(self.class).await {
+                Ok(permit) => permit,
+                // It never reached the node: another node with room may take it, whatever
+                // its method (HAProxy's `option redispatch`); no retry budget is spent.
+                Err(Shed::QueueTimeout) if attempt == 0 => {
+                    queued_out = Some(node_id);
+                    exclude = Some(node_id);
+                    continue;
+                }
+                Err(shed) => return Err(self.shed(node, shed)),
+            };
+            let now = switch.epoch.now_nanos();
+            let mut placement = self.place(node_id, now, permit);
             let keep_for_retry = retryable && attempt == 0;
             let attempt_headers = if keep_for_retry {
                 headers.clone()
@@ -493,12 +584,15 @@ impl Forward {
             };
             let up_body = body.take().unwrap_or(UpstreamBody::Empty);
             let up_req = upstream_request(&self.method, attempt_headers, node, &self.pq, up_body);
-
-            let sent =
-                tokio::time::timeout(config.timeouts.upstream, send_upstream(config, up_req)).await;
-            let (kind, cause, empty_reply) = match sent {
+            let first_byte = cluster.first_byte[self.class];
+            let wait = first_byte.min(time_left);
+            let sent = tokio::time::timeout(wait, send_upstream(config, up_req)).await;
+            let after = switch.epoch.now_nanos();
+            let took = after.saturating_sub(now);
+            time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
+            let failure = match sent {
                 Ok(Ok(resp)) => {
-                    node.record_response();
+                    self.head_arrived(node_id, resp.status(), took, &placement.permit, after);
                     return Ok(forward_response(
                         resp,
                         placement,
@@ -515,29 +609,29 @@ impl Forward {
                     placement.settle(false);
                     return Err(self.body_too_large());
                 }
-                Ok(Err(e)) if e.is_connect() => (FailureKind::Connect, innermost_cause(&e), false),
-                Ok(Err(e)) => (FailureKind::Other, innermost_cause(&e), is_empty_reply(&e)),
-                Err(_elapsed) => (FailureKind::Timeout, String::new(), false),
+                Ok(Err(e)) if e.is_connect() => Failure::of(FailureKind::Connect, &e),
+                Ok(Err(e)) => Failure::of(FailureKind::Other, &e),
+                Err(_elapsed) => {
+                    node.admission
+                        .record(self.class, took, &placement.permit, after);
+                    Failure::timeout(wait, wait < first_byte || time_left.is_zero())
+                }
             };
             placement.settle(false);
-            let now = switch.epoch.now_nanos();
-            node.record_failure(kind, now, &config.health);
-            let failure = describe_failure(kind, empty_reply, node, &cause, config);
-            // HAProxy's `retry-on conn-failure empty-response`: the node cannot have acted on
-            // a request it never answered, and an idempotent one may be sent again anyway.
-            let worth_retrying = kind == FailureKind::Connect || empty_reply;
-            if keep_for_retry && worth_retrying && self.retry_allowed(now) {
+            drop(placement);
+            let described = self.count_failure(node_id, &failure, after);
+            if keep_for_retry && failure.worth_retrying() && self.retry_allowed(after) {
                 node.retries.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!("{failure}; retrying on another node");
-                last_failure = Some(failure);
+                tracing::debug!("{described}; retrying on another node");
+                last_failure = Some(described);
                 exclude = Some(node_id);
                 continue;
             }
-            let status = match kind {
+            let status = match failure.kind {
                 FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
             };
-            return Err(self.with_class(error_response(status, &failure)));
+            return Err(self.with_class(error_response(status, &described)));
         }
         Err(self.with_class(error_response(
             StatusCode::BAD_GATEWAY,
@@ -545,6 +639,121 @@ impl Forward {
                 .as_deref()
                 .unwrap_or("no node could take the request"),
         )))
+    }
+
+    /// A response head from `node_id`: the admission limiter learns its latency, the outlier
+    /// detector whether it was a server error.
+    fn head_arrived(
+        &self,
+        node_id: NodeId,
+        status: StatusCode,
+        took_nanos: u64,
+        permit: &Permit,
+        now: u64,
+    ) {
+        let node = &self.cluster.nodes[node_id];
+        node.record_response();
+        node.admission.record(self.class, took_nanos, permit, now);
+        if status.is_server_error() {
+            self.count_outlier_failure(node_id, now);
+        } else {
+            node.outlier.on_success(now, &self.cluster.config.outlier);
+        }
+    }
+
+    /// Records a failed request to `node_id` with passive health and the outlier detector, and
+    /// describes it as the client reads it.
+    fn count_failure(&self, node_id: NodeId, failure: &Failure, now: u64) -> String {
+        let node = &self.cluster.nodes[node_id];
+        node.record_failure(failure.kind, now, &self.cluster.config.health);
+        // Connect failures are passive health's (it takes a node out sooner).
+        if failure.kind != FailureKind::Connect {
+            self.count_outlier_failure(node_id, now);
+        }
+        failure.describe(node)
+    }
+
+    fn count_outlier_failure(&self, node_id: NodeId, now: u64) {
+        let cluster = &self.cluster;
+        let settings = &cluster.config.outlier;
+        let name = &cluster.nodes[node_id].config.name;
+        match crate::outlier::on_failure(&cluster.nodes, node_id, now, settings) {
+            Verdict::Stays => {}
+            Verdict::Ejected(length) => tracing::warn!(
+                node = %name,
+                "node ejected for {} after {} failed requests in a row",
+                humantime::format_duration(length),
+                settings.consecutive_failures
+            ),
+            Verdict::Prevented => tracing::warn!(
+                node = %name,
+                "node failed {} requests in a row but stays: {} % of the nodes are ejected already",
+                settings.consecutive_failures,
+                settings.max_ejected_percent
+            ),
+        }
+    }
+}
+
+/// Why one attempt to a node failed.
+struct Failure {
+    kind: FailureKind,
+    cause: String,
+    /// The node closed or reset the connection before a response head.
+    empty_reply: bool,
+    /// For a timeout: how long the node had.
+    waited: std::time::Duration,
+    /// For a timeout: the first-byte timeout fired with time left for another node.
+    retry_time_left: bool,
+}
+
+impl Failure {
+    fn of(kind: FailureKind, e: &hyper_util::client::legacy::Error) -> Failure {
+        Failure {
+            kind,
+            cause: innermost_cause(e),
+            empty_reply: kind == FailureKind::Other && is_empty_reply(e),
+            waited: std::time::Duration::ZERO,
+            retry_time_left: false,
+        }
+    }
+
+    /// No response head within `waited`; `overall` when that was the last of
+    /// `timeouts.upstream`.
+    fn timeout(waited: std::time::Duration, overall: bool) -> Failure {
+        Failure {
+            kind: FailureKind::Timeout,
+            cause: String::new(),
+            empty_reply: false,
+            waited,
+            retry_time_left: !overall,
+        }
+    }
+
+    /// HAProxy's `retry-on conn-failure empty-response response-timeout`: the node cannot
+    /// have answered a request it never answered, and an idempotent one may be sent again.
+    fn worth_retrying(&self) -> bool {
+        match self.kind {
+            FailureKind::Connect => true,
+            FailureKind::Other => self.empty_reply,
+            FailureKind::Timeout => self.retry_time_left,
+        }
+    }
+
+    /// The cause of the failure, as the client reads it.
+    fn describe(&self, node: &NodeRuntime) -> String {
+        let (name, addr, cause) = (&node.config.name, node.config.address, &self.cause);
+        match self.kind {
+            FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
+            FailureKind::Timeout => format!(
+                "node {name} ({addr}) sent no response within {}",
+                humantime::format_duration(self.waited)
+            ),
+            FailureKind::Other if self.empty_reply => {
+                format!("node {name} ({addr}) closed the connection without a response: {cause}")
+            }
+            FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
+        }
     }
 }
 
@@ -561,28 +770,6 @@ impl Forward {
             tracing::debug!("retry budget spent; the failure goes to the client");
         }
         granted
-    }
-}
-
-/// The cause of a failed request to `node`, as the client reads it.
-fn describe_failure(
-    kind: FailureKind,
-    empty_reply: bool,
-    node: &NodeRuntime,
-    cause: &str,
-    config: &Config,
-) -> String {
-    let (name, addr) = (&node.config.name, node.config.address);
-    match kind {
-        FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
-        FailureKind::Timeout => format!(
-            "node {name} ({addr}) sent no response within {}",
-            humantime::format_duration(config.timeouts.upstream)
-        ),
-        FailureKind::Other if empty_reply => {
-            format!("node {name} ({addr}) closed the connection without a response: {cause}")
-        }
-        FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
     }
 }
 

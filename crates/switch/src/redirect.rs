@@ -39,6 +39,8 @@ pub(crate) fn answer(
         nodes: &cluster.nodes,
         exclude: None,
         weights: cluster.needs.weights,
+        // A redirected client goes to the node itself: no admission gate stands in its way.
+        hide_saturated: false,
     };
     let Some(node) = cluster
         .policy

@@ -1,0 +1,636 @@
+//! Admission: how many requests each node may have in flight, and what happens to the rest.
+//!
+//! Every node has a [`Gate`] between the policy's pick and the upstream connection:
+//!
+//! - **A concurrency limit.** By default *adaptive* ([`limiter`]: Envoy's gradient controller,
+//!   the limit follows the node's latency against its unloaded latency, so it finds the node's
+//!   capacity without tuning); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
+//!   or `"off"` (no gate at all: every request goes straight to the node, as before).
+//! - **A bounded queue** (`queue`, per node) for requests that find the node at its limit,
+//!   shortest expected job first: waiters are ordered by their class's recent latency on the
+//!   node (first come, first served within a class), and a request that finds the queue full
+//!   takes the place of the costliest waiter when that one's class is costlier than its own
+//!   (the displaced request is shed). Under overload by an expensive class (a CGI), a cheap one
+//!   (a static file) still gets the next free slot instead of being shed with it.
+//!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
+//!   it goes to another node that has room if there is one (it never reached this one, so any
+//!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
+//!   start it in time — at most `limit × queue_timeout / latency` requests wait, with `latency`
+//!   a moving average of the node's response-head times — so under overload the excess is shed
+//!   at once instead of waiting out the timeout.
+//! - **Shedding.** A request that finds the limit reached and the queue full is answered `503`
+//!   with `Retry-After` at once, counted per node and reason (`queue-full`, `queue-timeout`).
+//!
+//! **What the policy sees.** A node at its limit with a full queue is not `available` for the
+//! pick, so the policy places the request on another node while one has room; only when every
+//! node that is otherwise up is saturated does the policy pick among them all, and the node it
+//! picks sheds the request. A node's `active` in the view counts its queued requests as well as
+//! those in flight: both are load the switch has committed to it, and least-connections or LARD
+//! should steer away from a queue as from a busy node.
+//!
+//! **Accounting.** A slot is a [`Permit`], released by `Drop` whatever ends the request (its
+//! response ends, the client goes away, a retry moves it, an error). A waiter that goes away
+//! (the client closed, the queue timed out) leaves the queue in its own `Drop`, and a slot
+//! granted to it in that instant is passed on, so the counts always return to zero.
+//!
+//! **Memory.** A queued request holds its parsed head and the task that waits (a few KB); the
+//! queue bound caps that per node.
+
+pub mod limiter;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+pub use limiter::{AdaptiveSettings, GradientLimiter, Sample};
+
+use crate::config::{Admission, LimitMode};
+
+/// Why a request was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    /// At the limit, and the queue was full (or the node could not start it in time).
+    QueueFull,
+    /// It waited `queue_timeout` in the queue without getting a slot.
+    QueueTimeout,
+}
+
+impl Shed {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shed::QueueFull => "queue-full",
+            Shed::QueueTimeout => "queue-timeout",
+        }
+    }
+}
+
+/// How a gate limits its node.
+#[derive(Debug)]
+enum Mode {
+    Off,
+    Fixed(u32),
+    Adaptive(Box<GradientLimiter>),
+}
+
+/// What a waiter is told when it leaves the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    /// A slot is its own.
+    Slot,
+    /// A cheaper request took its place; it is shed.
+    Displaced,
+}
+
+struct Waiter {
+    id: u64,
+    /// Its class's expected latency on the node, nanoseconds (`f64::MAX` when unknown).
+    cost: f64,
+    grant: oneshot::Sender<Grant>,
+}
+
+/// What the gate's lock protects.
+struct GateState {
+    mode: Mode,
+    queue_max: u32,
+    queue_timeout: Duration,
+    in_flight: u32,
+    waiters: VecDeque<Waiter>,
+    /// Moving average of response-head latency, nanoseconds (0 before the first).
+    latency_nanos: f64,
+    /// The same per class, the cost that orders the queue (0 before the first).
+    class_latency: Vec<f64>,
+    next_id: u64,
+}
+
+impl GateState {
+    fn limit(&self) -> u32 {
+        match &self.mode {
+            Mode::Off => u32::MAX,
+            Mode::Fixed(n) => *n,
+            Mode::Adaptive(l) => l.limit(),
+        }
+    }
+
+    /// How many may wait now: the configured bound, or fewer when the node could not start
+    /// more than that within the queue timeout at its current pace.
+    fn queue_cap(&self) -> u32 {
+        if self.latency_nanos <= 0.0 {
+            return self.queue_max;
+        }
+        let startable =
+            f64::from(self.limit()) * self.queue_timeout.as_nanos() as f64 / self.latency_nanos;
+        self.queue_max.min((startable.ceil() as u32).max(1))
+    }
+
+    /// Hands free slots to the oldest waiters still waiting.
+    fn grant_waiters(&mut self) {
+        while self.in_flight < self.limit() {
+            let Some(waiter) = self.waiters.pop_front() else {
+                break;
+            };
+            if waiter.grant.send(Grant::Slot).is_ok() {
+                self.in_flight += 1;
+            }
+        }
+    }
+
+    fn cost_of(&self, class: usize) -> f64 {
+        match self.class_latency.get(class) {
+            Some(&l) if l > 0.0 => l,
+            _ => f64::MAX,
+        }
+    }
+
+    /// Queues a waiter of `cost` in its place (after every waiter that costs no more); when the
+    /// queue is full, only in place of a costlier waiter, who is told it is displaced. `None`
+    /// when there is no place for it.
+    fn enqueue(&mut self, cost: f64) -> Option<(u64, oneshot::Receiver<Grant>)> {
+        if self.waiters.len() as u32 >= self.queue_cap() {
+            let costliest = self.waiters.back().map_or(0.0, |w| w.cost);
+            if costliest <= cost {
+                return None;
+            }
+            let displaced = self
+                .waiters
+                .pop_back()
+                .expect("a full queue has a last waiter");
+            let _ = displaced.grant.send(Grant::Displaced);
+        }
+        let (tx, rx) = oneshot::channel();
+        let id = self.next_id;
+        self.next_id += 1;
+        let at = self.waiters.partition_point(|w| w.cost <= cost);
+        self.waiters.insert(
+            at,
+            Waiter {
+                id,
+                cost,
+                grant: tx,
+            },
+        );
+        Some((id, rx))
+    }
+}
+
+/// One node's admission: its limit, its queue and its counters.
+pub struct Gate {
+    state: Mutex<GateState>,
+    /// Copies of the state for lock-free reads (the policy's view, `/status`, metrics).
+    limit: AtomicU32,
+    in_flight: AtomicU32,
+    queued: AtomicU32,
+    queue_cap: AtomicU32,
+    pub shed_queue_full: AtomicU64,
+    pub shed_queue_timeout: AtomicU64,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("limit", &self.limit.load(Ordering::Relaxed))
+            .field("in_flight", &self.in_flight.load(Ordering::Relaxed))
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A gate's state as `/status` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GateStatus {
+    /// `adaptive`, `fixed` or `off`.
+    pub mode: &'static str,
+    /// Requests the node may have in flight now (absent when off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    pub in_flight: u32,
+    pub queued: u32,
+    /// How many may wait now (the bound, or fewer: what the node can start in time).
+    pub queue_cap: u32,
+    pub shed: ShedCounts,
+    /// Adaptive: the limit is pinned to the minimum while the baselines are measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probing: Option<bool>,
+    /// Adaptive: the last window's median latency over the class baselines (1 = unloaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ratio: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ShedCounts {
+    pub queue_full: u64,
+    pub queue_timeout: u64,
+}
+
+/// A slot on a node; dropping it frees the slot for the next request.
+#[must_use]
+pub struct Permit {
+    gate: Option<Arc<Gate>>,
+    /// Requests in flight on the node when this one was admitted, itself included.
+    pub in_flight: u32,
+}
+
+impl Permit {
+    /// A permit of a node whose admission is off: it holds nothing.
+    pub fn unlimited() -> Permit {
+        Permit {
+            gate: None,
+            in_flight: 0,
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.release();
+        }
+    }
+}
+
+/// A place in a node's queue; leaving it (granted or not) is settled by `Drop`.
+struct Ticket<'a> {
+    gate: &'a Arc<Gate>,
+    id: u64,
+    grant: oneshot::Receiver<Grant>,
+    /// The grant has been seen and dealt with.
+    settled: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // After `close`, no grant can arrive: either one already did (a slot goes back; a
+        // displaced waiter is out of the queue already), or the entry is still queued and
+        // comes out.
+        self.grant.close();
+        match self.grant.try_recv() {
+            Ok(Grant::Slot) => self.gate.release(),
+            Ok(Grant::Displaced) => {}
+            Err(_) => self.gate.leave_queue(self.id),
+        }
+    }
+}
+
+impl Gate {
+    /// A gate for `settings` on a node serving `classes` classes.
+    pub fn new(settings: &Admission, classes: usize, now_nanos: u64) -> Gate {
+        let gate = Gate {
+            state: Mutex::new(GateState {
+                mode: Mode::Off,
+                queue_max: 0,
+                queue_timeout: Duration::ZERO,
+                in_flight: 0,
+                waiters: VecDeque::new(),
+                latency_nanos: 0.0,
+                class_latency: vec![0.0; classes],
+                next_id: 0,
+            }),
+            limit: AtomicU32::new(u32::MAX),
+            in_flight: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+            queue_cap: AtomicU32::new(0),
+            shed_queue_full: AtomicU64::new(0),
+            shed_queue_timeout: AtomicU64::new(0),
+        };
+        gate.configure(settings, classes, now_nanos);
+        gate
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // The state is a few counters kept consistent under the lock; a panic elsewhere while
+        // holding it leaves nothing half-done that matters more than stopping admission.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Applies a (re)loaded configuration. An adaptive limiter whose settings and classes are
+    /// unchanged keeps what it learned; a new limit lets waiters in at once.
+    pub fn configure(&self, settings: &Admission, classes: usize, now_nanos: u64) {
+        let mut state = self.lock();
+        state.class_latency.resize(classes, 0.0);
+        state.queue_max = settings.queue;
+        state.queue_timeout = settings.queue_timeout;
+        let adaptive = settings.adaptive();
+        state.mode = match (
+            settings.limit,
+            std::mem::replace(&mut state.mode, Mode::Off),
+        ) {
+            (LimitMode::Off, _) => Mode::Off,
+            (LimitMode::Fixed(n), _) => Mode::Fixed(n),
+            (LimitMode::Adaptive, Mode::Adaptive(old)) if old.settings() == adaptive => {
+                Mode::Adaptive(old)
+            }
+            (LimitMode::Adaptive, _) => {
+                Mode::Adaptive(Box::new(GradientLimiter::new(adaptive, classes, now_nanos)))
+            }
+        };
+        state.grant_waiters();
+        self.publish(&state);
+    }
+
+    fn publish(&self, state: &GateState) {
+        self.limit.store(state.limit(), Ordering::Relaxed);
+        self.in_flight.store(state.in_flight, Ordering::Relaxed);
+        self.queued
+            .store(state.waiters.len() as u32, Ordering::Relaxed);
+        self.queue_cap.store(state.queue_cap(), Ordering::Relaxed);
+    }
+
+    /// Whether a request sent here now would be shed: at the limit, and no room to wait.
+    pub fn is_saturated(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) >= self.limit.load(Ordering::Relaxed)
+            && self.queued.load(Ordering::Relaxed) >= self.queue_cap.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting for a slot.
+    pub fn queued(&self) -> u32 {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// The current limit (`u32::MAX` when off).
+    pub fn limit(&self) -> u32 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot for a request of `class`: at once when the node is under its limit and
+    /// nobody waits, else after waiting in the queue; or the reason it cannot have one.
+    pub async fn admit(self: &Arc<Self>, class: usize) -> Result<Permit, Shed> {
+        let (id, grant, timeout) = {
+            let mut state = self.lock();
+            let limit = state.limit();
+            if matches!(state.mode, Mode::Off) {
+                return Ok(Permit::unlimited());
+            }
+            if state.in_flight < limit && state.waiters.is_empty() {
+                state.in_flight += 1;
+                let in_flight = state.in_flight;
+                self.publish(&state);
+                return Ok(self.permit(in_flight));
+            }
+            let cost = state.cost_of(class);
+            let Some((id, rx)) = state.enqueue(cost) else {
+                drop(state);
+                self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
+                return Err(Shed::QueueFull);
+            };
+            self.publish(&state);
+            (id, rx, state.queue_timeout)
+        };
+        let mut ticket = Ticket {
+            gate: self,
+            id,
+            grant,
+            settled: false,
+        };
+        let waited = tokio::time::timeout(timeout, &mut ticket.grant).await;
+        // Out of time (or the sender gone): a grant may have come in this very moment.
+        let grant = match waited {
+            Ok(Ok(grant)) => Some(grant),
+            Ok(Err(_)) | Err(_) => {
+                ticket.grant.close();
+                ticket.grant.try_recv().ok()
+            }
+        };
+        ticket.settled = grant.is_some();
+        drop(ticket);
+        match grant {
+            Some(Grant::Slot) => Ok(self.permit(self.in_flight.load(Ordering::Relaxed))),
+            Some(Grant::Displaced) => {
+                self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
+                Err(Shed::QueueFull)
+            }
+            None => {
+                self.shed_queue_timeout.fetch_add(1, Ordering::Relaxed);
+                Err(Shed::QueueTimeout)
+            }
+        }
+    }
+
+    fn permit(self: &Arc<Self>, in_flight: u32) -> Permit {
+        Permit {
+            gate: Some(Arc::clone(self)),
+            in_flight,
+        }
+    }
+
+    fn release(&self) {
+        let mut state = self.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        state.grant_waiters();
+        self.publish(&state);
+    }
+
+    fn leave_queue(&self, id: u64) {
+        let mut state = self.lock();
+        if let Some(at) = state.waiters.iter().position(|w| w.id == id) {
+            state.waiters.remove(at);
+        }
+        self.publish(&state);
+    }
+
+    /// A response head came back from the node `latency_nanos` after the request was sent.
+    pub fn record(&self, class: usize, latency_nanos: u64, permit: &Permit, now_nanos: u64) {
+        if permit.gate.is_none() {
+            return;
+        }
+        let mut state = self.lock();
+        let latency = latency_nanos as f64;
+        // Moving averages over about the last eight responses.
+        let average = |avg: f64| match avg {
+            0.0 => latency,
+            avg => avg + (latency - avg) / 8.0,
+        };
+        state.latency_nanos = average(state.latency_nanos);
+        if class >= state.class_latency.len() {
+            state.class_latency.resize(class + 1, 0.0);
+        }
+        state.class_latency[class] = average(state.class_latency[class]);
+        let in_flight_at_end = state.in_flight;
+        if let Mode::Adaptive(limiter) = &mut state.mode {
+            limiter.record(Sample {
+                class,
+                latency_nanos,
+                in_flight: permit.in_flight,
+                in_flight_at_end,
+                at_nanos: now_nanos,
+            });
+            state.grant_waiters();
+        }
+        self.publish(&state);
+    }
+
+    /// What `/status` shows.
+    pub fn status(&self) -> GateStatus {
+        let state = self.lock();
+        let (mode, probing, ratio) = match &state.mode {
+            Mode::Off => ("off", None, None),
+            Mode::Fixed(_) => ("fixed", None, None),
+            Mode::Adaptive(l) => ("adaptive", Some(l.is_probing()), Some(l.last_ratio())),
+        };
+        GateStatus {
+            mode,
+            limit: (mode != "off").then(|| state.limit()),
+            in_flight: state.in_flight,
+            queued: state.waiters.len() as u32,
+            queue_cap: match mode {
+                "off" => 0,
+                _ => state.queue_cap(),
+            },
+            shed: ShedCounts {
+                queue_full: self.shed_queue_full.load(Ordering::Relaxed),
+                queue_timeout: self.shed_queue_timeout.load(Ordering::Relaxed),
+            },
+            probing,
+            latency_ratio: ratio,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixed(limit: u32, queue: u32, timeout_ms: u64) -> Arc<Gate> {
+        let settings = Admission {
+            limit: LimitMode::Fixed(limit),
+            queue,
+            queue_timeout: Duration::from_millis(timeout_ms),
+            ..Admission::default()
+        };
+        Arc::new(Gate::new(&settings, 1, 0))
+    }
+
+    #[tokio::test]
+    async fn permits_come_back_on_drop_and_pass_to_the_oldest_waiter() {
+        let gate = fixed(2, 2, 10_000);
+        let a = gate.admit(0).await.unwrap();
+        let b = gate.admit(0).await.unwrap();
+        assert_eq!((a.in_flight, b.in_flight), (1, 2));
+        let waiting = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(0).await.map(|p| p.in_flight) })
+        };
+        while gate.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!gate.is_saturated(), "one place left in the queue");
+        let second = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(0).await.is_ok() })
+        };
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert!(gate.is_saturated());
+        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueFull));
+        drop(a);
+        assert_eq!(waiting.await.unwrap(), Ok(2));
+        drop(b);
+        assert!(second.await.unwrap());
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.queued), (0, 0));
+        assert_eq!(status.shed.queue_full, 1);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_times_out_or_goes_away_leaves_the_queue() {
+        let gate = fixed(1, 4, 50);
+        let held = gate.admit(0).await.unwrap();
+        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueTimeout));
+        assert_eq!(gate.queued(), 0);
+        let abandoned = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(0).await.is_ok() })
+        };
+        while gate.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        abandoned.abort();
+        let _ = abandoned.await;
+        assert_eq!(gate.queued(), 0, "the dropped waiter left its place");
+        drop(held);
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.queued), (0, 0));
+        assert_eq!(status.shed.queue_timeout, 1);
+    }
+
+    #[tokio::test]
+    async fn the_queue_holds_only_what_the_node_can_start_in_time() {
+        let gate = fixed(2, 100, 1000);
+        let permit = gate.admit(0).await.unwrap();
+        // Responses take 500 ms: two slots start four requests a second, so four may wait
+        // for one second.
+        gate.record(0, 500_000_000, &permit, 1);
+        assert_eq!(gate.status().queue_cap, 4);
+    }
+
+    #[tokio::test]
+    async fn a_cheap_request_waits_ahead_of_costly_ones_and_displaces_them_when_full() {
+        let gate = fixed(1, 2, 10_000);
+        let held = gate.admit(0).await.unwrap();
+        // Class 1 costs 100 ms on this node, class 2 one.
+        gate.record(1, 100_000_000, &held, 1);
+        gate.record(2, 1_000_000, &held, 1);
+        let wait = |class| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(class).await.map(|p| (class, p)) })
+        };
+        let costly = [wait(1), wait(1)];
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        // The queue is full of costly waiters: a cheap one takes the last one's place…
+        let cheap = wait(2);
+        let displaced = loop {
+            if let Some(i) = costly.iter().position(|c| c.is_finished()) {
+                break i;
+            }
+            tokio::task::yield_now().await;
+        };
+        let [first, second] = costly;
+        let (displaced, kept) = match displaced {
+            0 => (first, second),
+            _ => (second, first),
+        };
+        assert_eq!(displaced.await.unwrap().err(), Some(Shed::QueueFull));
+        assert_eq!(gate.queued(), 2);
+        // …and gets the next slot before the costly one that came earlier.
+        drop(held);
+        let (class, slot) = cheap.await.unwrap().unwrap();
+        assert_eq!(class, 2);
+        assert!(!kept.is_finished());
+        assert_eq!(gate.status().shed.queue_full, 1);
+        drop(slot);
+        assert_eq!(kept.await.unwrap().unwrap().0, 1);
+    }
+
+    #[tokio::test]
+    async fn off_admits_everything_and_holds_nothing() {
+        let gate = Arc::new(Gate::new(
+            &Admission {
+                limit: LimitMode::Off,
+                ..Admission::default()
+            },
+            1,
+            0,
+        ));
+        let permits: Vec<Permit> = futures_admit(&gate, 1000).await;
+        assert_eq!(permits.len(), 1000);
+        assert!(!gate.is_saturated());
+        assert_eq!(gate.status().in_flight, 0);
+    }
+
+    async fn futures_admit(gate: &Arc<Gate>, n: usize) -> Vec<Permit> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(gate.admit(0).await.unwrap());
+        }
+        out
+    }
+}

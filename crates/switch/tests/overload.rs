@@ -1,0 +1,319 @@
+//! Admission over real sockets: a node offered more concurrent requests than its limit sheds the
+//! excess at once with `503` + `Retry-After`, queues what it can start, hides from the policy
+//! while saturated, times out queued requests, and every count returns to zero afterwards —
+//! also when clients go away while queued or in flight.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use hyper::StatusCode;
+
+/// Starts `n` requests for `path` at once.
+fn spawn_gets(
+    addr: std::net::SocketAddr,
+    path: &'static str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Answer>> {
+    (0..n)
+        .map(|_| tokio::spawn(async move { get(addr, path).await }))
+        .collect()
+}
+
+fn admission<'a>(status: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
+    &node_status(status, node)["admission"]
+}
+
+#[tokio::test]
+async fn excess_requests_are_shed_at_once_and_counts_return_to_zero() {
+    let node = Backend::start("n0").await;
+    let text = config_for(
+        &[&node],
+        "[admission]\nlimit = 2\nqueue = 2\nqueue_timeout = \"20s\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+
+    let calls = spawn_gets(addr, "/hold", 10);
+    // Two reach the node, two wait in the queue, six are shed without waiting for anything.
+    wait_until("two requests held at the node", || node.held() == 2).await;
+    let status = wait_for_status(admin, "six requests shed", |s| {
+        admission(s, "n0")["shed"]["queue_full"] == 6
+    })
+    .await;
+    let gate = admission(&status, "n0");
+    assert_eq!(gate["mode"], "fixed", "{gate}");
+    assert_eq!(
+        (gate["in_flight"].as_u64(), gate["queued"].as_u64()),
+        (Some(2), Some(2)),
+        "{gate}"
+    );
+    assert_eq!(node_status(&status, "n0")["active"], 2);
+    // The shed answers come back while the others are still held: nobody waited for them.
+    wait_until("six answers", || {
+        calls.iter().filter(|c| c.is_finished()).count() == 6
+    })
+    .await;
+    let (mut shed, mut rest) = (Vec::new(), Vec::new());
+    for call in calls {
+        match call.is_finished() {
+            true => shed.push(call.await.unwrap()),
+            false => rest.push(call),
+        }
+    }
+    for answer in &shed {
+        assert_eq!(
+            answer.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            answer.text()
+        );
+        assert_eq!(answer.header("retry-after"), "20");
+        assert!(
+            answer.text().contains("concurrency limit (2)"),
+            "{}",
+            answer.text()
+        );
+    }
+    let metrics = get(admin, "/metrics").await.text();
+    for line in [
+        "capstan_requests_shed_total{node=\"n0\",reason=\"queue-full\"} 6",
+        "capstan_node_queue_length{node=\"n0\"} 2",
+        "capstan_node_concurrency_limit{node=\"n0\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+
+    // Released, the two held and the two queued are answered by the node.
+    node.release();
+    for call in rest {
+        let answer = call.await.unwrap();
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    }
+    assert_eq!(node.hits(), 4);
+    let status = wait_for_status(admin, "every count back to zero", |s| {
+        let gate = admission(s, "n0");
+        gate["in_flight"] == 0 && gate["queued"] == 0 && node_status(s, "n0")["active"] == 0
+    })
+    .await;
+    assert_eq!(admission(&status, "n0")["shed"]["queue_timeout"], 0);
+}
+
+#[tokio::test]
+async fn a_saturated_node_is_hidden_from_the_policy_while_another_has_room() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    // Consistent hashing sends one key to one node — unless that node has no room.
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n[admission]\nlimit = 1\nqueue = 0\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+
+    let first = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the key's node holds a request", || {
+        nodes[0].held() + nodes[1].held() == 1
+    })
+    .await;
+    let owner = if nodes[0].held() == 1 { "n0" } else { "n1" };
+    let second = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the other node takes the same key", || {
+        nodes[0].held() == 1 && nodes[1].held() == 1
+    })
+    .await;
+    // Both saturated: the key's own node is picked, and sheds.
+    let third = get(addr, "/hold").await;
+    assert_eq!(
+        third.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.text()
+    );
+    assert_eq!(third.header("retry-after"), "1");
+    let status = status_json(admin).await;
+    assert_eq!(
+        admission(&status, owner)["shed"]["queue_full"],
+        1,
+        "{status}"
+    );
+    for node in &nodes {
+        node.release();
+    }
+    for call in [first, second] {
+        assert_eq!(call.await.unwrap().status, StatusCode::OK);
+    }
+    // With room again, the key goes back to its own node.
+    assert_eq!(get(addr, "/hold").await.node(), owner);
+}
+
+#[tokio::test]
+async fn a_queued_request_gives_up_after_the_queue_timeout() {
+    let node = Backend::start("n0").await;
+    let text = config_for(
+        &[&node],
+        "[admission]\nlimit = 1\nqueue = 4\nqueue_timeout = \"200ms\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let held = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the node holds a request", || node.held() == 1).await;
+    let waited = get(addr, "/other").await;
+    assert_eq!(
+        waited.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        waited.text()
+    );
+    assert!(
+        waited.text().contains("queue timeout (200ms)"),
+        "{}",
+        waited.text()
+    );
+    assert_eq!(waited.header("retry-after"), "1");
+    let status = status_json(admin).await;
+    assert_eq!(
+        admission(&status, "n0")["shed"]["queue_timeout"],
+        1,
+        "{status}"
+    );
+    assert_eq!(admission(&status, "n0")["queued"], 0, "{status}");
+    node.release();
+    assert_eq!(held.await.unwrap().status, StatusCode::OK);
+    assert_eq!(
+        node.hits(),
+        1,
+        "the timed-out request never reached the node"
+    );
+}
+
+#[tokio::test]
+async fn a_request_that_times_out_in_a_queue_moves_to_a_node_with_room() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n\
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let first = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the key's node holds a request", || {
+        nodes[0].held() + nodes[1].held() == 1
+    })
+    .await;
+    let (owner, other) = match nodes[0].held() {
+        1 => ("n0", 1),
+        _ => ("n1", 0),
+    };
+    // The same key waits in its node's queue (the node is not saturated: the queue has room),
+    // times out there, and is taken by the other node.
+    let second = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the other node holds the second request", || {
+        nodes[other].held() == 1
+    })
+    .await;
+    let status = status_json(admin).await;
+    assert_eq!(
+        admission(&status, owner)["shed"]["queue_timeout"],
+        1,
+        "{status}"
+    );
+    for node in &nodes {
+        node.release();
+    }
+    assert_eq!(first.await.unwrap().node(), owner);
+    let moved = second.await.unwrap();
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text());
+    assert_eq!(moved.node(), nodes[other].name);
+}
+
+#[tokio::test]
+async fn clients_that_go_away_release_their_slots_and_places_in_the_queue() {
+    let node = Backend::start("n0").await;
+    // The switch closes connections idle for 300 ms, in flight or queued alike: that is the
+    // client going away, seen from the switch.
+    let text = config_for(
+        &[&node],
+        "[timeouts]\nclient_idle = \"300ms\"\n\
+         [admission]\nlimit = 1\nqueue = 5\nqueue_timeout = \"30s\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        streams.push(stream);
+    }
+    wait_for_status(admin, "one in flight, three queued", |s| {
+        let gate = admission(s, "n0");
+        gate["in_flight"] == 1 && gate["queued"] == 3
+    })
+    .await;
+    let status = wait_for_status(admin, "the abandoned requests to leave every count", |s| {
+        let gate = admission(s, "n0");
+        gate["in_flight"] == 0 && gate["queued"] == 0 && node_status(s, "n0")["active"] == 0
+    })
+    .await;
+    let shed = &admission(&status, "n0")["shed"];
+    assert_eq!(
+        (shed["queue_full"].as_u64(), shed["queue_timeout"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // The freed slot serves the next client.
+    node.release();
+    let answer = tokio::time::timeout(Duration::from_secs(10), get(addr, "/after"))
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_default_is_an_adaptive_limit_shown_in_status_and_metrics() {
+    let node = Backend::start("n0").await;
+    let sw = start_switch(&config_for(&[&node], "")).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/x").await.status, StatusCode::OK);
+    }
+    let status = status_json(admin).await;
+    let gate = admission(&status, "n0");
+    assert_eq!(gate["mode"], "adaptive", "{gate}");
+    assert_eq!(gate["limit"], 20, "the initial limit: {gate}");
+    assert_eq!(gate["probing"], false, "{gate}");
+    assert_eq!(gate["queue_cap"], 100, "{gate}");
+    let metrics = get(admin, "/metrics").await.text();
+    assert!(
+        metrics.contains("capstan_node_concurrency_limit{node=\"n0\"} 20"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn admission_off_forwards_everything_and_shows_no_limit() {
+    let node = Backend::start("n0").await;
+    let text = config_for(&[&node], "[admission]\nlimit = \"off\"\n");
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let calls = spawn_gets(addr, "/hold", 40);
+    wait_until("all forty at the node", || node.held() == 40).await;
+    let status = status_json(admin).await;
+    let gate = admission(&status, "n0");
+    assert_eq!(gate["mode"], "off", "{gate}");
+    assert!(gate["limit"].is_null(), "{gate}");
+    assert_eq!(node_status(&status, "n0")["active"], 40);
+    let metrics = get(admin, "/metrics").await.text();
+    assert!(
+        !metrics.contains("capstan_node_concurrency_limit"),
+        "{metrics}"
+    );
+    node.release();
+    for call in calls {
+        assert_eq!(call.await.unwrap().status, StatusCode::OK);
+    }
+}

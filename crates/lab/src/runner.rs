@@ -489,6 +489,15 @@ fn switch_config(exp: &Experiment, row: &PolicyRow) -> toml::Table {
     // not end the wait either.
     let mut timeouts = toml::Table::new();
     timeouts.insert("upstream".into(), exp.load.timeout.clone().into());
+    timeouts.insert("first_byte".into(), exp.load.timeout.clone().into());
+    // The papers' switches forwarded everything: no admission limit, no shedding, no ejection
+    // of a slow node, so the lab's rows measure the policies as the papers did.
+    let mut admission = toml::Table::new();
+    admission.insert("limit".into(), "off".into());
+    t.insert("admission".into(), toml::Value::Table(admission));
+    let mut outlier = toml::Table::new();
+    outlier.insert("consecutive_failures".into(), 0.into());
+    t.insert("outlier".into(), toml::Value::Table(outlier));
     let load_timeout = parse_duration("load.timeout", &exp.load.timeout).unwrap_or_default();
     if load_timeout > Duration::from_secs(60) {
         timeouts.insert("client_idle".into(), exp.load.timeout.clone().into());

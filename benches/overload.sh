@@ -134,7 +134,7 @@ print(f"| {mode} | {heavy['offered']} | {ok} | {in_window / seconds:.1f} | {heav
       f"| {lat['p50']:.1f} / {lat['p99']:.1f} | {rss[0] / 1024:.0f} → {max(rss) / 1024:.0f} "
       f"| {max(active)} | {load} |")
 PY
-}}
+}
 
 echo "RATE=$RATE/s of cpu_med.cgi for ${SECONDS_PER_RUN}s (capacity 20/s), static $STATIC_RATE/s"
 echo

@@ -51,8 +51,9 @@ impl Gathered {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NodeState {
     /// **Live.** False while the node is administratively down or draining, out by passive or
-    /// active health checks, silent (its reports stopped), or excluded for this decision (a
-    /// retry must not go back to the node that just failed).
+    /// active health checks or outlier ejection, silent (its reports stopped), or excluded for
+    /// this decision (a retry must not go back to the node that just failed). The live switch
+    /// also hides a node at its admission limit with a full queue while another has room.
     pub available: bool,
     /// Configured weight (≥ 1), or derived from gathered state (see the module doc).
     pub weight: u32,

@@ -157,7 +157,7 @@ pub struct NodeStatus {
     pub slow_start: Option<SlowStartStatus>,
     pub active: u32,
     /// The admission gate: limit, in flight, queue, requests shed.
-    pub admission: crate::admission::GateStatus,
+    pub admission: AdmissionStatus,
     /// The outlier detector's record: failures in a row, ejections.
     pub outlier: crate::outlier::OutlierStatus,
     pub served: u64,
@@ -180,6 +180,30 @@ pub struct NodeStatus {
     pub latency_ms: LatencySummary,
     /// Requests placed on this node per class.
     pub classes: std::collections::BTreeMap<String, u64>,
+}
+
+/// A node's admission gate, with its per-class latencies by class name.
+#[derive(Serialize)]
+pub struct AdmissionStatus {
+    #[serde(flatten)]
+    pub gate: crate::admission::GateStatus,
+    /// Recent response-head latency of each class on the node, ms (it orders the queue).
+    pub class_latency_ms: std::collections::BTreeMap<String, f64>,
+}
+
+impl AdmissionStatus {
+    fn of(mut gate: crate::admission::GateStatus, classes: &[String]) -> Self {
+        let latencies = std::mem::take(&mut gate.class_latency_ms);
+        AdmissionStatus {
+            class_latency_ms: classes
+                .iter()
+                .zip(latencies)
+                .filter(|(_, l)| *l > 0.0)
+                .map(|(c, l)| (c.clone(), (l * 1000.0).round() / 1000.0))
+                .collect(),
+            gate,
+        }
+    }
 }
 
 /// A slow-starting node's ramp.
@@ -253,7 +277,7 @@ fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u
             share,
         }),
         active: node.active.load(Ordering::Relaxed),
-        admission: node.admission.status(),
+        admission: AdmissionStatus::of(node.admission.status(), classes),
         outlier: node.outlier.status(now),
         served: node.served.load(Ordering::Relaxed),
         redirects: node.redirects.load(Ordering::Relaxed),

@@ -15,7 +15,10 @@
 //!   cluster and starts with a probe; a web node's classes differ by orders of magnitude — a
 //!   static file in a millisecond, a CGI in a hundred — so one minimum would read every CGI
 //!   request as queueing.)
-//! - **Gradient.** Over each window of [`WINDOW_NANOS`] the median of the samples' ratios
+//! - **Gradient.** Over each window of at least [`WINDOW_NANOS`], counting only requests sent
+//!   after the window began (a node's latency answers a new limit only a response time later;
+//!   samples of requests sent under the previous limit would make the limit swing, so a window
+//!   lasts at least one response time), the median of the samples' ratios
 //!   `latency / baseline(class)` is the queueing the node adds; `gradient = (1 + buffer) /
 //!   median`, clamped to [0.5, 2]. The new limit is `gradient × limit + √(gradient × limit)`:
 //!   the square root is Envoy's headroom, which lets the limit grow while latency stays at the
@@ -110,6 +113,8 @@ pub struct GradientLimiter {
     windows_at_min: u32,
     /// The last window's median ratio (for `/status`), 0 before the first.
     last_ratio: f64,
+    /// No probe has ended yet: the limit is the initial guess, not a measured one.
+    untracked: bool,
 }
 
 impl GradientLimiter {
@@ -129,6 +134,7 @@ impl GradientLimiter {
             next_probe_at: 0,
             windows_at_min: 0,
             last_ratio: 0.0,
+            untracked: true,
         };
         limiter.schedule_probe(now_nanos);
         limiter
@@ -175,10 +181,11 @@ impl GradientLimiter {
             self.learn_baseline(sample);
             return;
         };
-        if self.window.ratios.len() < MAX_WINDOW_SAMPLES {
-            self.window
-                .ratios
-                .push(sample.latency_nanos as f64 / baseline.max(1) as f64);
+        self.untracked = false;
+        let sent_at = sample.at_nanos.saturating_sub(sample.latency_nanos);
+        if sent_at >= self.window.started_at && self.window.ratios.len() < MAX_WINDOW_SAMPLES {
+            let latency = sample.latency_nanos as f64;
+            self.window.ratios.push(latency / baseline.max(1) as f64);
         }
         self.window.peak_in_flight = self.window.peak_in_flight.max(sample.in_flight);
         let elapsed = sample.at_nanos.saturating_sub(self.window.started_at);
@@ -260,6 +267,13 @@ impl GradientLimiter {
         }
         let samples = std::mem::take(&mut probe.samples);
         self.probe = None;
+        // The first probe of a node loaded before anything was known of it: the initial limit
+        // was a guess, so the limit starts from the minimum and grows from there. Later probes
+        // give back the limit the node had earned.
+        if self.untracked {
+            self.limit = f64::from(self.settings.min);
+            self.untracked = false;
+        }
         for class in 0..self.baselines.len() {
             let mut of_class: Vec<f64> = samples
                 .iter()

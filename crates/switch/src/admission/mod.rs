@@ -12,6 +12,13 @@
 //!   takes the place of the costliest waiter when that one's class is costlier than its own
 //!   (the displaced request is shed). Under overload by an expensive class (a CGI), a cheap one
 //!   (a static file) still gets the next free slot instead of being shed with it.
+//! - **An express lane** for requests at least [`EXPRESS_RATIO`] times cheaper than the
+//!   costliest class on the node: they do not wait for a slot but take one of `limit` express
+//!   slots of their own. On a node that shares its CPU among the requests in flight, `limit`
+//!   requests that cost a tenth of the others add at most a tenth of its load, while they would
+//!   otherwise wait for an expensive request to finish (on a node at its limit those finish in
+//!   bunches, so that wait is most of a costly request's time). At most `2 × limit` requests
+//!   are in flight, the second half only cheap ones.
 //!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
 //!   it goes to another node that has room if there is one (it never reached this one, so any
 //!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
@@ -46,6 +53,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub use limiter::{AdaptiveSettings, GradientLimiter, Sample};
+
+/// How much cheaper than the costliest class on a node a class must be to take the express
+/// lane.
+pub const EXPRESS_RATIO: f64 = 10.0;
 
 use crate::config::{Admission, LimitMode};
 
@@ -86,7 +97,7 @@ enum Grant {
 
 struct Waiter {
     id: u64,
-    /// Its class's expected latency on the node, nanoseconds (`f64::MAX` when unknown).
+    /// Its class's expected latency on the node, nanoseconds (0 when unknown).
     cost: f64,
     grant: oneshot::Sender<Grant>,
 }
@@ -96,7 +107,10 @@ struct GateState {
     mode: Mode,
     queue_max: u32,
     queue_timeout: Duration,
+    /// Requests holding a regular slot.
     in_flight: u32,
+    /// Requests holding an express slot.
+    express: u32,
     waiters: VecDeque<Waiter>,
     /// Moving average of response-head latency, nanoseconds (0 before the first).
     latency_nanos: f64,
@@ -137,11 +151,19 @@ impl GateState {
         }
     }
 
+    /// The expected latency of `class` on the node. A class not seen yet counts as free, so
+    /// that it is served and its cost learned (a pessimistic guess would keep it out of a full
+    /// queue for good).
     fn cost_of(&self, class: usize) -> f64 {
-        match self.class_latency.get(class) {
-            Some(&l) if l > 0.0 => l,
-            _ => f64::MAX,
-        }
+        self.class_latency.get(class).copied().unwrap_or(0.0)
+    }
+
+    /// Whether a request of `class` may take an express slot now: its class is known and at
+    /// least [`EXPRESS_RATIO`] times cheaper than the costliest, and one is free.
+    fn express_allowed(&self, class: usize) -> bool {
+        let cost = self.cost_of(class);
+        let costliest = self.class_latency.iter().copied().fold(0.0, f64::max);
+        cost > 0.0 && cost * EXPRESS_RATIO <= costliest && self.express < self.limit()
     }
 
     /// Queues a waiter of `cost` in its place (after every waiter that costs no more); when the
@@ -181,6 +203,7 @@ pub struct Gate {
     /// Copies of the state for lock-free reads (the policy's view, `/status`, metrics).
     limit: AtomicU32,
     in_flight: AtomicU32,
+    express: AtomicU32,
     queued: AtomicU32,
     queue_cap: AtomicU32,
     pub shed_queue_full: AtomicU64,
@@ -206,6 +229,8 @@ pub struct GateStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
     pub in_flight: u32,
+    /// Of `in_flight`, requests on express slots (cheap classes; see the module doc).
+    pub express: u32,
     pub queued: u32,
     /// How many may wait now (the bound, or fewer: what the node can start in time).
     pub queue_cap: u32,
@@ -216,6 +241,10 @@ pub struct GateStatus {
     /// Adaptive: the last window's median latency over the class baselines (1 = unloaded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ratio: Option<f64>,
+    /// Recent response-head latency of each class on the node, ms (what orders the queue),
+    /// by class id; 0 for a class not seen yet. (`/status` shows them by class name.)
+    #[serde(skip)]
+    pub class_latency_ms: Vec<f64>,
 }
 
 #[derive(Clone, Copy, Debug, serde::Serialize)]
@@ -230,6 +259,8 @@ pub struct Permit {
     gate: Option<Arc<Gate>>,
     /// Requests in flight on the node when this one was admitted, itself included.
     pub in_flight: u32,
+    /// An express slot (see the module doc).
+    pub express: bool,
 }
 
 impl Permit {
@@ -238,6 +269,7 @@ impl Permit {
         Permit {
             gate: None,
             in_flight: 0,
+            express: false,
         }
     }
 }
@@ -245,7 +277,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(gate) = self.gate.take() {
-            gate.release();
+            gate.release(self.express);
         }
     }
 }
@@ -269,7 +301,7 @@ impl Drop for Ticket<'_> {
         // comes out.
         self.grant.close();
         match self.grant.try_recv() {
-            Ok(Grant::Slot) => self.gate.release(),
+            Ok(Grant::Slot) => self.gate.release(false),
             Ok(Grant::Displaced) => {}
             Err(_) => self.gate.leave_queue(self.id),
         }
@@ -285,6 +317,7 @@ impl Gate {
                 queue_max: 0,
                 queue_timeout: Duration::ZERO,
                 in_flight: 0,
+                express: 0,
                 waiters: VecDeque::new(),
                 latency_nanos: 0.0,
                 class_latency: vec![0.0; classes],
@@ -292,6 +325,7 @@ impl Gate {
             }),
             limit: AtomicU32::new(u32::MAX),
             in_flight: AtomicU32::new(0),
+            express: AtomicU32::new(0),
             queued: AtomicU32::new(0),
             queue_cap: AtomicU32::new(0),
             shed_queue_full: AtomicU64::new(0),
@@ -337,6 +371,7 @@ impl Gate {
     fn publish(&self, state: &GateState) {
         self.limit.store(state.limit(), Ordering::Relaxed);
         self.in_flight.store(state.in_flight, Ordering::Relaxed);
+        self.express.store(state.express, Ordering::Relaxed);
         self.queued
             .store(state.waiters.len() as u32, Ordering::Relaxed);
         self.queue_cap.store(state.queue_cap(), Ordering::Relaxed);
@@ -369,9 +404,15 @@ impl Gate {
             }
             if state.in_flight < limit && state.waiters.is_empty() {
                 state.in_flight += 1;
-                let in_flight = state.in_flight;
+                let in_flight = state.in_flight + state.express;
                 self.publish(&state);
-                return Ok(self.permit(in_flight));
+                return Ok(self.permit(in_flight, false));
+            }
+            if state.express_allowed(class) {
+                state.express += 1;
+                let in_flight = state.in_flight + state.express;
+                self.publish(&state);
+                return Ok(self.permit(in_flight, true));
             }
             let cost = state.cost_of(class);
             let Some((id, rx)) = state.enqueue(cost) else {
@@ -400,7 +441,7 @@ impl Gate {
         ticket.settled = grant.is_some();
         drop(ticket);
         match grant {
-            Some(Grant::Slot) => Ok(self.permit(self.in_flight.load(Ordering::Relaxed))),
+            Some(Grant::Slot) => Ok(self.permit(self.in_flight(), false)),
             Some(Grant::Displaced) => {
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
                 Err(Shed::QueueFull)
@@ -412,17 +453,27 @@ impl Gate {
         }
     }
 
-    fn permit(self: &Arc<Self>, in_flight: u32) -> Permit {
+    fn permit(self: &Arc<Self>, in_flight: u32, express: bool) -> Permit {
         Permit {
             gate: Some(Arc::clone(self)),
             in_flight,
+            express,
         }
     }
 
-    fn release(&self) {
+    /// Requests in flight on the node through this gate, express ones included.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed) + self.express.load(Ordering::Relaxed)
+    }
+
+    fn release(&self, express: bool) {
         let mut state = self.lock();
-        state.in_flight = state.in_flight.saturating_sub(1);
-        state.grant_waiters();
+        if express {
+            state.express = state.express.saturating_sub(1);
+        } else {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            state.grant_waiters();
+        }
         self.publish(&state);
     }
 
@@ -451,7 +502,7 @@ impl Gate {
             state.class_latency.resize(class + 1, 0.0);
         }
         state.class_latency[class] = average(state.class_latency[class]);
-        let in_flight_at_end = state.in_flight;
+        let in_flight_at_end = state.in_flight + state.express;
         if let Mode::Adaptive(limiter) = &mut state.mode {
             limiter.record(Sample {
                 class,
@@ -476,7 +527,8 @@ impl Gate {
         GateStatus {
             mode,
             limit: (mode != "off").then(|| state.limit()),
-            in_flight: state.in_flight,
+            in_flight: state.in_flight + state.express,
+            express: state.express,
             queued: state.waiters.len() as u32,
             queue_cap: match mode {
                 "off" => 0,
@@ -488,6 +540,7 @@ impl Gate {
             },
             probing,
             latency_ratio: ratio,
+            class_latency_ms: state.class_latency.iter().map(|l| l / 1e6).collect(),
         }
     }
 }
@@ -574,9 +627,9 @@ mod tests {
     async fn a_cheap_request_waits_ahead_of_costly_ones_and_displaces_them_when_full() {
         let gate = fixed(1, 2, 10_000);
         let held = gate.admit(0).await.unwrap();
-        // Class 1 costs 100 ms on this node, class 2 one.
+        // Class 1 costs 100 ms on this node, class 2 twenty (too much for the express lane).
         gate.record(1, 100_000_000, &held, 1);
-        gate.record(2, 1_000_000, &held, 1);
+        gate.record(2, 20_000_000, &held, 1);
         let wait = |class| {
             let gate = Arc::clone(&gate);
             tokio::spawn(async move { gate.admit(class).await.map(|p| (class, p)) })
@@ -608,6 +661,35 @@ mod tests {
         assert_eq!(gate.status().shed.queue_full, 1);
         drop(slot);
         assert_eq!(kept.await.unwrap().unwrap().0, 1);
+    }
+
+    #[tokio::test]
+    async fn much_cheaper_requests_take_the_express_lane() {
+        let gate = fixed(2, 0, 1000);
+        let a = gate.admit(1).await.unwrap();
+        let b = gate.admit(1).await.unwrap();
+        assert_eq!(
+            gate.admit(2).await.err(),
+            Some(Shed::QueueFull),
+            "class 2 is unknown"
+        );
+        // Class 1 costs 100 ms on this node, class 2 ten, class 3 five.
+        gate.record(1, 100_000_000, &a, 1);
+        gate.record(2, 10_000_000, &a, 1);
+        gate.record(3, 5_000_000, &a, 1);
+        assert_eq!(gate.admit(1).await.err(), Some(Shed::QueueFull));
+        let cheap = [gate.admit(2).await.unwrap(), gate.admit(3).await.unwrap()];
+        assert!(cheap.iter().all(|p| p.express));
+        assert_eq!(
+            gate.admit(3).await.err(),
+            Some(Shed::QueueFull),
+            "express is full too"
+        );
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.express), (4, 2));
+        drop(cheap);
+        drop((a, b));
+        assert_eq!(gate.status().in_flight, 0);
     }
 
     #[tokio::test]

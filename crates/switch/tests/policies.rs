@@ -229,16 +229,6 @@ async fn cap_load_skips_nodes_reporting_high_load() {
 
 /// Polls `/status` until node `node` shows `load` (gathered), failing after 10 s.
 async fn wait_for_load(admin: std::net::SocketAddr, node: usize, load: f64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = status_json(admin).await;
-        if status["nodes"][node]["load"] == load {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node {node} never showed load {load}: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("node {node} to show load {load}");
+    wait_for_status(admin, &what, |s| s["nodes"][node]["load"] == load).await;
 }

@@ -12,30 +12,57 @@ use std::time::{Duration, Instant};
 use capstan_core::LoadReport;
 use support::*;
 
-fn agent(extra: &[&str]) -> (Proc, SocketAddr) {
+/// A running `capstan agent`, asked over loopback HTTP.
+struct Agent {
+    proc: Proc,
+    addr: SocketAddr,
+}
+
+fn agent(extra: &[&str]) -> Agent {
     let addr = free_addr();
     let listen = addr.to_string();
     let mut args = vec!["agent", "--listen", &listen, "--interval", "400ms"];
     args.extend_from_slice(extra);
-    (spawn(&args, addr), addr)
+    Agent {
+        proc: spawn(&args, addr),
+        addr,
+    }
 }
 
-fn report(addr: SocketAddr) -> LoadReport {
-    let r = get(addr, "/_capstan/load");
-    assert_eq!(r.status, 200, "{}", r.text());
-    LoadReport::parse(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
-}
+impl Agent {
+    /// The agent's report; a failure says whether the agent is still running and what it said.
+    fn report(&mut self) -> LoadReport {
+        let r = match try_http(self.addr, "GET", "/_capstan/load") {
+            Ok(r) => r,
+            Err(e) => {
+                let state = match self.proc.0.try_wait() {
+                    Ok(Some(status)) => format!("the agent exited ({status})"),
+                    _ => "the agent is still running".to_string(),
+                };
+                let _ = self.proc.0.kill();
+                let _ = self.proc.0.wait();
+                panic!(
+                    "GET /_capstan/load on {}: {e}; {state}; its stderr: {}",
+                    self.addr,
+                    self.proc.stderr_text()
+                );
+            }
+        };
+        assert_eq!(r.status, 200, "{}", r.text());
+        LoadReport::parse(&r.body).unwrap_or_else(|e| panic!("{e}: {}", r.text()))
+    }
 
-/// The report once it covers a whole interval of samples.
-fn settled_report(addr: SocketAddr) -> LoadReport {
-    poll(
-        "a report covering a whole interval",
-        Duration::from_secs(10),
-        || {
-            let r = report(addr);
-            (r.interval.length_s >= 0.4).then_some(r)
-        },
-    )
+    /// The report once it covers a whole interval of samples.
+    fn settled_report(&mut self) -> LoadReport {
+        poll(
+            "a report covering a whole interval",
+            Duration::from_secs(10),
+            || {
+                let r = self.report();
+                (r.interval.length_s >= 0.4).then_some(r)
+            },
+        )
+    }
 }
 
 /// Polls `check` until it gives a value, at most `limit`.
@@ -131,8 +158,8 @@ fn bad_flags_are_one_line_and_non_zero() {
 #[test]
 fn the_report_parses_and_the_cpu_utilisation_rises_under_a_cpu_hog() {
     let _alone = alone();
-    let (_agent, addr) = agent(&["--name", "web1"]);
-    let idle = settled_report(addr);
+    let mut agent = agent(&["--name", "web1"]);
+    let idle = agent.settled_report();
     assert_eq!(idle.resources, "agent");
     assert_eq!(idle.node, "web1");
     assert!(idle.cores >= 1);
@@ -144,7 +171,7 @@ fn the_report_parses_and_the_cpu_utilisation_rises_under_a_cpu_hog() {
     });
     let target = (before + 0.2).min(0.9);
     let busy = poll("cpu_util to rise", Duration::from_secs(20), || {
-        let r = report(addr);
+        let r = agent.report();
         (r.interval.cpu_util >= target).then_some(r)
     });
     eprintln!(
@@ -220,8 +247,8 @@ fn direct_writer(path: std::path::PathBuf) -> Option<impl Fn() + Send + Sync + C
 #[test]
 fn disk_utilisation_rises_under_direct_writes() {
     let _alone = alone();
-    let (_agent, addr) = agent(&[]);
-    let before = settled_report(addr).interval.disk_util;
+    let mut agent = agent(&[]);
+    let before = agent.settled_report().interval.disk_util;
     let path = std::env::temp_dir().join(format!("capstan-agent-disk-{}", std::process::id()));
     let _cleanup = RemoveOnDrop(path.clone());
     let Some(write) = direct_writer(path) else {
@@ -234,7 +261,7 @@ fn disk_utilisation_rises_under_direct_writes() {
     let started = Instant::now();
     let mut seen = 0.0f64;
     while started.elapsed() < Duration::from_secs(20) {
-        seen = seen.max(report(addr).interval.disk_util);
+        seen = seen.max(agent.report().interval.disk_util);
         if seen >= target {
             break;
         }
@@ -323,7 +350,7 @@ fn nginx(addr: SocketAddr, agent: SocketAddr) -> Option<Nginx> {
         addr,
     };
     poll("nginx to listen", Duration::from_secs(10), || {
-        std::net::TcpStream::connect(addr).ok()
+        accepts(addr).then_some(())
     });
     Some(nginx)
 }
@@ -337,7 +364,7 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
     };
     let url = format!("http://{nginx_addr}/nginx_status");
     let listen = addr.to_string();
-    let _agent = spawn(
+    let proc = spawn(
         &[
             "agent",
             "--listen",
@@ -349,7 +376,8 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
         ],
         addr,
     );
-    let idle = settled_report(addr);
+    let mut agent = Agent { proc, addr };
+    let idle = agent.settled_report();
     assert_eq!(
         idle.active_requests, 0,
         "the agent's own status request is not counted"
@@ -364,7 +392,7 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
         })
         .collect();
     poll("3 requests in progress", Duration::from_secs(10), || {
-        (report(addr).active_requests == 3).then_some(())
+        (agent.report().active_requests == 3).then_some(())
     });
     drop(partial);
     for _ in 0..10 {
@@ -372,7 +400,7 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
     }
     // The three cut-off requests count as handled too (nginx counts a request once it starts).
     let served = poll("13 requests served", Duration::from_secs(10), || {
-        let r = report(addr);
+        let r = agent.report();
         (r.since_start.served >= 13).then_some(r.since_start.served)
     });
     assert_eq!(
@@ -380,9 +408,9 @@ fn nginx_requests_in_progress_and_handled_come_from_stub_status() {
         "the agent's own status requests are not counted"
     );
     // Nothing more arrives: a few ticks later the count still stands.
-    let later = report(addr).uptime_s + 1.0;
+    let later = agent.report().uptime_s + 1.0;
     let r = poll("a second to pass", Duration::from_secs(10), || {
-        let r = report(addr);
+        let r = agent.report();
         (r.uptime_s >= later).then_some(r)
     });
     assert_eq!((r.since_start.served, r.active_requests), (13, 0));

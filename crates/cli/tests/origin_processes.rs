@@ -190,7 +190,7 @@ fn without_a_limit_there_is_no_process_report() {
         ],
         main,
     );
-    eventually("the report address", || TcpStream::connect(rep).is_ok());
+    eventually("the report address", || accepts(rep));
     let r = report(rep);
     assert!(r.get("processes").is_none(), "{r}");
     assert_eq!(r["cache"]["capacity_bytes"], r["cache"]["configured_bytes"]);

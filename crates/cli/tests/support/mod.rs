@@ -80,7 +80,7 @@ pub fn spawn(args: &[&str], ready: SocketAddr) -> Proc {
         .expect("capstan starts");
     let mut proc = Proc(child);
     let started = Instant::now();
-    while TcpStream::connect(ready).is_err() {
+    while !accepts(ready) {
         if let Some(status) = proc.0.try_wait().unwrap() {
             panic!(
                 "capstan {args:?} exited early ({status}): {}",
@@ -123,17 +123,27 @@ impl Reply {
     }
 }
 
+/// Whether something listens at `addr`. A connection to itself (TCP simultaneous open, possible
+/// when the port lies in the ephemeral range and nothing listens) does not count.
+pub fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect(addr).is_ok_and(|s| s.local_addr().ok() != s.peer_addr().ok())
+}
+
 /// One request on a fresh connection (`Connection: close`), read to the end.
 pub fn http(addr: SocketAddr, method: &str, path: &str) -> Reply {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    try_http(addr, method, path).unwrap_or_else(|e| panic!("{method} {path} to {addr}: {e}"))
+}
+
+/// [`http`], with a failure to connect, send or read given back rather than a panic.
+pub fn try_http(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
+    )?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read reply");
+    s.read_to_end(&mut raw)?;
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -151,7 +161,7 @@ pub fn http(addr: SocketAddr, method: &str, path: &str) -> Reply {
     {
         body = dechunk(&body);
     }
-    Reply { status, head, body }
+    Ok(Reply { status, head, body })
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> Reply {

@@ -8,7 +8,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use support::{eventually, free_addr, get, spawn, Proc};
+use support::{accepts, eventually, free_addr, get, spawn, Proc};
 
 /// The node's load report, from the report address (outside the process limit).
 fn report(addr: SocketAddr) -> serde_json::Value {

@@ -18,6 +18,7 @@ const SERVE_EXAMPLES: &str = "Examples:
   capstan serve --listen 127.0.0.1:8080 --node 127.0.0.1:9001 --cache 256MiB
   capstan serve --config examples/cache.toml          # every cache setting, commented
   capstan serve --config examples/health.toml         # health checks, slow start, membership
+  capstan serve --config examples/overload.toml       # admission limits, queues, outlier ejection
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
@@ -26,6 +27,11 @@ and the running configuration keeps serving.
 Health: passive (health.fail_threshold connect failures take a node out for health.backoff);
 active checks with health.check_path (GET every check_interval; fall failures out, rise
 passes back; expect_status); health.slow_start ramps a joining or returning node's share.
+
+Overload (on by default): each node has an adaptive concurrency limit ([admission] limit =
+\"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); what fits in neither gets 503 with
+Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);
+[outlier] ejects a node after consecutive_failures 5xx/timeouts/resets in a row.
 
 Membership on the admin listener, without a reload: POST /nodes (name, address, weight as
 JSON or query), POST /nodes/NAME/drain and /undrain, DELETE /nodes/NAME; in-flight requests

@@ -112,7 +112,8 @@ struct GateState {
     /// Requests holding an express slot.
     express: u32,
     waiters: VecDeque<Waiter>,
-    /// Moving average of response-head latency, nanoseconds (0 before the first).
+    /// Moving average of response-head latency on regular slots, nanoseconds (0 before the
+    /// first).
     latency_nanos: f64,
     /// The same per class, the cost that orders the queue (0 before the first).
     class_latency: Vec<f64>,
@@ -497,7 +498,10 @@ impl Gate {
             0.0 => latency,
             avg => avg + (latency - avg) / 8.0,
         };
-        state.latency_nanos = average(state.latency_nanos);
+        // The pace that sizes the queue is that of the regular slots the queue waits for.
+        if !permit.express {
+            state.latency_nanos = average(state.latency_nanos);
+        }
         if class >= state.class_latency.len() {
             state.class_latency.resize(class + 1, 0.0);
         }

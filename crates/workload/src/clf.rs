@@ -137,7 +137,9 @@ fn parse_time(s: &str) -> Result<i64, String> {
     let (day, year) = (num(0, 1, 31)?, num(2, 1970, 9999)?);
     let (h, m, sec) = (num(3, 0, 23)?, num(4, 0, 59)?, num(5, 0, 60)?);
     let zb = zone.as_bytes();
-    if zb.len() != 5 || !(zb[0] == b'+' || zb[0] == b'-') {
+    // Bytes, not chars: a multi-byte character must not reach the slicing below.
+    if zb.len() != 5 || !(zb[0] == b'+' || zb[0] == b'-') || !zb[1..].iter().all(u8::is_ascii_digit)
+    {
         return Err(bad());
     }
     let zh: i64 = zone[1..3].parse().map_err(|_| bad())?;
@@ -199,6 +201,11 @@ mod tests {
         let e =
             parse_clf("h - - [10/Oct/2000:13:55:36 -0700] \"GET a HTTP/1.0\" 200 1").unwrap_err();
         assert!(e.message.contains("path"), "{e}");
+        // Found by fuzzing (fuzz/corpus/input_files): a zone of five bytes, not five ASCII
+        // characters, once panicked on a char boundary.
+        let e = parse_clf("h - - [10/Oct/2000:3:55:36 -0\u{463}0] \"GET /a HTTP/1.0\" 200 1")
+            .unwrap_err();
+        assert!(e.message.contains("bad date"), "{e}");
         assert!(parse_clf("\n")
             .unwrap_err()
             .to_string()

@@ -11,9 +11,15 @@ fuzz_target!(|data: &[u8]| {
     };
     match capstan_workload::parse_clf(text) {
         Ok(log) => assert!(log.entries.len() <= text.lines().count()),
-        Err(e) => assert!(!e.to_string().trim_end().contains('\n'), "one-line error: {e}"),
+        Err(e) => assert!(
+            !e.to_string().trim_end().contains('\n'),
+            "one-line error: {e}"
+        ),
     }
     if let Err(e) = capstan_workload::parse_filelist(text) {
-        assert!(!e.to_string().trim_end().contains('\n'), "one-line error: {e}");
+        assert!(
+            !e.to_string().trim_end().contains('\n'),
+            "one-line error: {e}"
+        );
     }
 });

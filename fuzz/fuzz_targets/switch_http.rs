@@ -35,7 +35,12 @@ struct World {
 /// The node: reads the whole request, answers 200; paths under `/c/` are cachable.
 async fn node_answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let cachable = req.uri().path().starts_with("/c/");
-    let body = req.into_body().collect().await.map(|b| b.to_bytes().len()).unwrap_or(0);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes().len())
+        .unwrap_or(0);
     let mut resp = Response::new(Full::new(Bytes::from(format!("read {body} bytes\n"))));
     if cachable {
         resp.headers_mut()
@@ -53,7 +58,10 @@ async fn run_node(listener: tokio::net::TcpListener) {
             let conn = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service_fn(node_answer));
             if let Err(e) = conn.await {
-                assert!(!e.is_parse(), "the switch forwarded a malformed message: {e}");
+                assert!(
+                    !e.is_parse(),
+                    "the switch forwarded a malformed message: {e}"
+                );
             }
         });
     }

@@ -93,6 +93,27 @@ impl LazyStream {
         }
     }
 
+    /// Waits until the client has sent something (or closed), at most `limit`; `false` when the
+    /// time ran out. A connection costs only this wait until then: hyper's buffers (8 KB to read,
+    /// 8 KB for response heads, both fixed by hyper) are set up once there is a request to read.
+    /// Already-arrived bytes (the usual case after a deferred accept) are seen without a
+    /// registration with the event loop.
+    pub async fn first_bytes(&mut self, limit: std::time::Duration) -> io::Result<bool> {
+        if let LazyStream::Direct(s) = self {
+            let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+            match socket2::SockRef::from(&*s).peek(&mut probe) {
+                Ok(_) => return Ok(true),
+                Err(e) if hand_to_tokio(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let stream = self.registered()?;
+        match tokio::time::timeout(limit, stream.readable()).await {
+            Ok(ready) => ready.map(|()| true),
+            Err(_elapsed) => Ok(false),
+        }
+    }
+
     /// Registers the socket with the event loop (once), so that it can wait for readiness.
     fn registered(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
         if let LazyStream::Direct(_) = self {

@@ -449,10 +449,24 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
     }
 }
 
-async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, peer: SocketAddr) {
+async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: SocketAddr) {
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
     let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
+    // A client that connects and stays silent gets `header_read` to start its request (as a
+    // started request gets to finish its head), not the whole idle timeout, and costs no
+    // buffers meanwhile.
+    match stream.first_bytes(header_read).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!(%peer, "closing client connection: no request within header_read");
+            return;
+        }
+        Err(e) => {
+            tracing::debug!(%peer, "client connection ended before a request: {e}");
+            return;
+        }
+    }
     let state = Arc::new(ConnState::default());
     let io = TokioIo::new(TrackedStream {
         inner: stream,
@@ -477,8 +491,16 @@ async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, peer: Socket
         let switch = Arc::clone(switch);
         let state = Arc::clone(&state);
         let peer = crate::proxy::peer_header(peer);
+        // Boxed: hyper keeps a slot for the request future in every connection from the start,
+        // so an unboxed future (the whole proxy path, several KB) would be paid by every idle
+        // connection rather than only while a request runs.
         service_fn(move |req| {
-            crate::proxy::handle(Arc::clone(&switch), Arc::clone(&state), peer.clone(), req)
+            Box::pin(crate::proxy::handle(
+                Arc::clone(&switch),
+                Arc::clone(&state),
+                peer.clone(),
+                req,
+            ))
         })
     };
     let conn = builder.serve_connection(io, service);

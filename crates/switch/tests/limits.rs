@@ -130,6 +130,36 @@ async fn slow_header_client_is_cut_off() {
 }
 
 #[tokio::test]
+async fn a_silent_connection_gets_header_read_to_start_its_request() {
+    let a = Backend::start("a").await;
+    let sw = start_switch(&config_for(
+        &[&a],
+        "[timeouts]\nheader_read = \"300ms\"\nclient_idle = \"60s\"\n",
+    ))
+    .await;
+    let addr = sw.listen_addrs[0];
+    // Silent from the start: closed once header_read has passed, not after client_idle.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let end = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    assert!(
+        matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+        "closed, not timed out: {end:?}"
+    );
+    // The silent one was handed over by the deferred accept with nothing to read, so its wait
+    // went through the event loop. A client that pauses before its request is served as usual.
+    let mut late = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    late.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    late.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
 async fn idle_keep_alive_connection_is_closed() {
     let a = Backend::start("a").await;
     let sw = start_switch(&config_for(&[&a], "[timeouts]\nclient_idle = \"300ms\"\n")).await;

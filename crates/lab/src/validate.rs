@@ -16,7 +16,9 @@
 //! spread a run of its length has in theory: the 95th percentile of the relative error of the
 //! same queue, simulated for the same number of jobs from an empty start, over many seeds. A
 //! point within 5 % passes; one outside 5 % but inside that spread is "within noise" (the run was
-//! too short to test 5 %); anything else is a miss.
+//! too short to test 5 %); anything else is a miss. When the machine rather than the stack is the
+//! limit — the overhead moved between a probe before the points and one after, or the node's
+//! timers woke late on average — the case's points are "machine-limited" instead of judged.
 //!
 //! Why the M/M/c case is one node with `c` cores and not `c` nodes: the switch dispatches each
 //! request when it arrives and every node queues its own, so `c` nodes behind it are `c` queues
@@ -211,7 +213,9 @@ impl Schedule {
     pub fn estimate_s(&self) -> f64 {
         let per_point = (self.settle + self.window).as_secs_f64() + 0.5;
         CASES.len() as f64
-            * (1.5 + (self.warm + self.probe).as_secs_f64() + per_point * self.rhos.len() as f64)
+            * (1.5
+                + (self.warm + self.probe * 2).as_secs_f64()
+                + per_point * self.rhos.len() as f64)
     }
 }
 
@@ -251,15 +255,21 @@ pub struct CaseResult {
     pub queue: String,
     pub law: String,
     /// Mean response at near-zero load minus what theory gives there: what the HTTP path,
-    /// process wake-ups and timers add to every request.
+    /// process wake-ups and timers add to every request. The mean of a probe before the points
+    /// and one after.
     pub overhead_ms: f64,
+    pub overhead_before_ms: f64,
+    pub overhead_after_ms: f64,
     pub probe_requests: u64,
     /// The node's timers: mean lateness of a wake-up past its modelled deadline, µs.
     pub timer_mean_late_us: f64,
+    /// Set when the machine, not the stack, limited the case (see [`machine_limit`]); its
+    /// points then have the verdict `machine-limited`.
+    pub machine_limited: Option<String>,
     pub points: Vec<ValidationPoint>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ValidationPoint {
     pub rho: f64,
     pub offered_rps: f64,
@@ -277,7 +287,7 @@ pub struct ValidationPoint {
     pub error_pct: f64,
     /// 95th percentile of |relative error| of a run this long, in theory, %.
     pub noise_pct: f64,
-    /// `within 5 %`, `within noise` or `miss`.
+    /// `within 5 %`, `within noise`, `miss`, or `machine-limited` (see the case).
     pub verdict: String,
 }
 
@@ -384,6 +394,79 @@ fn bench(c: &Cluster, path: &str, engine: Engine, seed: u64) -> Result<BenchConf
     Ok(cfg)
 }
 
+/// The near-zero-load run: open Poisson arrivals at utilisation [`PROBE_RHO`] with constant
+/// demands, so the processes wake up per request as they do under the measured loads (a
+/// closed-loop client keeps them busy and would understate it). Returns what the stack adds to
+/// a request: the mean response less the theory's (the little queueing at that load), and how
+/// many requests it saw.
+async fn probe(
+    case: &Case,
+    c: &Cluster,
+    length: Duration,
+    seed: u64,
+) -> Result<(f64, u64), LabError> {
+    let mut cfg = bench(
+        c,
+        &case.path("const"),
+        Engine::Open {
+            rate: PROBE_RHO * case.servers as f64 / (case.mean_ms() / 1e3),
+        },
+        seed,
+    )?;
+    cfg.duration = length;
+    let p = capstan_bench::run(cfg, None)
+        .await
+        .map_err(|e| LabError::Run(e.to_string()))?;
+    let l = &p.latency_ms.corrected;
+    if l.count == 0 || p.errors_total > 0 {
+        return Err(LabError::Run(format!(
+            "{}: the overhead probe got {} responses and {} errors",
+            case.name, l.count, p.errors_total
+        )));
+    }
+    let theory_ms = case.constant_theory(PROBE_RHO) * case.mean_ms();
+    Ok((l.mean - theory_ms, l.count))
+}
+
+/// One utilisation, measured raw (corrections come once the overhead is known).
+async fn measure(
+    case: &Case,
+    c: &mut Cluster,
+    s: &Schedule,
+    rho: f64,
+    seed: u64,
+) -> Result<(ValidationPoint, f64), LabError> {
+    let rate = rho * case.servers as f64 / (case.mean_ms() / 1e3);
+    let mut cfg = bench(c, &case.path(case.law), Engine::Open { rate }, seed)?;
+    cfg.duration = s.settle + s.window;
+    cfg.settle = s.settle;
+    let node = c.nodes[0].1;
+    let before = cluster::load_report(node).await.map_err(LabError::Run)?;
+    let r = capstan_bench::run(cfg, None)
+        .await
+        .map_err(|e| LabError::Run(e.to_string()))?;
+    c.check_alive()?;
+    let after = cluster::load_report(node).await.map_err(LabError::Run)?;
+    let (a, b) = (&before.since_start, &after.since_start);
+    let util = (b.cpu_busy_s - a.cpu_busy_s) / (b.length_s - a.length_s).max(1e-9);
+    let l = &r.latency_ms.corrected;
+    let formula_ms = case.theory(rho) * case.mean_ms();
+    let noise = case.noise(rho, l.count, seed.wrapping_mul(31));
+    let point = ValidationPoint {
+        rho,
+        offered_rps: round(rate, 2),
+        measured: l.count,
+        errors: r.errors_total,
+        node_util: round(util, 4),
+        formula_ms: round(formula_ms, 3),
+        raw_ms: round(l.mean, 3),
+        raw_error_pct: round(100.0 * (l.mean / formula_ms - 1.0), 2),
+        noise_pct: round(100.0 * noise, 1),
+        ..ValidationPoint::default()
+    };
+    Ok((point, l.mean))
+}
+
 async fn run_case(
     case: &Case,
     s: &Schedule,
@@ -403,78 +486,39 @@ async fn run_case(
     capstan_bench::run(warm, None)
         .await
         .map_err(|e| LabError::Run(e.to_string()))?;
-    // Near-zero load: open Poisson arrivals at utilisation PROBE_RHO with constant demands, so
-    // the processes wake up per request as they do under the measured loads (a closed-loop
-    // client keeps them busy and would understate it). The little queueing there is at that
-    // load is known from theory and taken off too.
-    let mut probe = bench(
-        &c,
-        &case.path("const"),
-        Engine::Open {
-            rate: PROBE_RHO * case.servers as f64 / (case.mean_ms() / 1e3),
-        },
-        seed,
-    )?;
-    probe.duration = s.probe;
-    let p = capstan_bench::run(probe, None)
-        .await
-        .map_err(|e| LabError::Run(e.to_string()))?;
-    if p.latency_ms.corrected.count == 0 || p.errors_total > 0 {
-        return Err(LabError::Run(format!(
-            "{}: the overhead probe got {} responses and {} errors",
-            case.name, p.latency_ms.corrected.count, p.errors_total
-        )));
-    }
-    let overhead_ms =
-        p.latency_ms.corrected.mean - case.constant_theory(PROBE_RHO) * case.mean_ms();
+    let (before_ms, n1) = probe(case, &c, s.probe, seed).await?;
     let mut points = Vec::new();
     for (k, &rho) in s.rhos.iter().enumerate() {
-        let rate = rho * case.servers as f64 / (case.mean_ms() / 1e3);
-        let mut cfg = bench(
-            &c,
-            &case.path(case.law),
-            Engine::Open { rate },
-            seed.wrapping_add(1 + k as u64),
-        )?;
-        cfg.duration = s.settle + s.window;
-        cfg.settle = s.settle;
-        let before = cluster::load_report(c.nodes[0].1)
-            .await
-            .map_err(LabError::Run)?;
-        let r = capstan_bench::run(cfg, None)
-            .await
-            .map_err(|e| LabError::Run(e.to_string()))?;
-        c.check_alive()?;
-        let after = cluster::load_report(c.nodes[0].1)
-            .await
-            .map_err(LabError::Run)?;
-        let (a, b) = (&before.since_start, &after.since_start);
-        let util = (b.cpu_busy_s - a.cpu_busy_s) / (b.length_s - a.length_s).max(1e-9);
-        let l = &r.latency_ms.corrected;
-        let formula_ms = case.theory(rho) * case.mean_ms();
-        let corrected_ms = l.mean - overhead_ms;
-        let error_pct = 100.0 * (corrected_ms / formula_ms - 1.0);
-        let noise_pct = 100.0 * case.noise(rho, l.count, seed.wrapping_mul(31) + k as u64);
-        points.push(ValidationPoint {
-            rho,
-            offered_rps: round(rate, 2),
-            measured: l.count,
-            errors: r.errors_total,
-            node_util: round(util, 4),
-            formula_ms: round(formula_ms, 3),
-            raw_ms: round(l.mean, 3),
-            corrected_ms: round(corrected_ms, 3),
-            raw_error_pct: round(100.0 * (l.mean / formula_ms - 1.0), 2),
-            error_pct: round(error_pct, 2),
-            noise_pct: round(noise_pct, 1),
-            verdict: verdict(error_pct, noise_pct).into(),
-        });
+        points.push(measure(case, &mut c, s, rho, seed.wrapping_add(1 + k as u64)).await?);
     }
+    // Once more after the points: if the machine's other work changed the overhead meanwhile,
+    // subtracting it would not be subtracting a constant.
+    let (after_ms, n2) = probe(case, &c, s.probe, seed.wrapping_add(99)).await?;
+    let overhead_ms = (before_ms + after_ms) / 2.0;
     let timer = cluster::load_report(c.nodes[0].1)
         .await
         .map_err(LabError::Run)?
         .timer
         .unwrap_or_default();
+    let shortfall = points
+        .iter()
+        .map(|(p, _)| (p.rho, p.node_util))
+        .find(|(rho, util)| (util - rho).abs() > 0.25 * rho);
+    let limited = machine_limit(after_ms - before_ms, timer.mean_late_us, shortfall);
+    let points = points
+        .into_iter()
+        .map(|(mut p, raw_ms)| {
+            let corrected_ms = raw_ms - overhead_ms;
+            let error_pct = 100.0 * (corrected_ms / p.formula_ms - 1.0);
+            p.corrected_ms = round(corrected_ms, 3);
+            p.error_pct = round(error_pct, 2);
+            p.verdict = match &limited {
+                Some(_) => "machine-limited".into(),
+                None => verdict(error_pct, p.noise_pct).into(),
+            };
+            p
+        })
+        .collect();
     Ok(CaseResult {
         name: case.name.into(),
         title: case.title.into(),
@@ -483,10 +527,39 @@ async fn run_case(
         queue: case.queue.into(),
         law: case.law.into(),
         overhead_ms: round(overhead_ms, 3),
-        probe_requests: p.latency_ms.corrected.count,
+        overhead_before_ms: round(before_ms, 3),
+        overhead_after_ms: round(after_ms, 3),
+        probe_requests: n1 + n2,
         timer_mean_late_us: round(timer.mean_late_us, 1),
+        machine_limited: limited,
         points,
     })
+}
+
+/// Why the comparison says more about this machine than about the stack, if it does: the node
+/// was not as busy as the offered load says (`(ρ, measured utilisation)`: the load did not get
+/// through), the overhead moved by more than a fifth of a demand between the probes (other work
+/// on the machine came or went), or the node's timers woke on average more than a tenth of a
+/// demand late (its threads waited for a core).
+pub fn machine_limit(drift_ms: f64, late_us: f64, shortfall: Option<(f64, f64)>) -> Option<String> {
+    if let Some((rho, util)) = shortfall {
+        Some(format!(
+            "at ρ {rho:.1} the node was {:.0} % busy: the offered load did not get through",
+            100.0 * util
+        ))
+    } else if drift_ms.abs() > 0.2 * MEAN_MS {
+        Some(format!(
+            "the fixed overhead moved by {drift_ms:+.2} ms during the case (> {:.1} ms): other work on the machine",
+            0.2 * MEAN_MS
+        ))
+    } else if late_us > 100.0 * MEAN_MS {
+        Some(format!(
+            "the node's timers woke {late_us:.0} µs late on average (> {:.0} µs): its threads waited for a core",
+            100.0 * MEAN_MS
+        ))
+    } else {
+        None
+    }
 }
 
 /// One line per point, for the terminal.
@@ -565,19 +638,29 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
     for c in &r.cases {
         let _ = write!(
             h,
-            "<h2>{}</h2><p>{} — <code>{}</code>. Overhead {:.3} ms (from {} probe requests); \
-             node timers {:.0} µs late on average.</p><table><tr><th>ρ</th><th>offered req/s</th>\
+            "<h2>{}</h2><p>{} — <code>{}</code>. Overhead {:.3} ms (probes before and after the \
+             points: {:.3} and {:.3} ms, {} requests); node timers {:.0} µs late on average.{}</p><table><tr><th>ρ</th><th>offered req/s</th>\
              <th>node util %</th><th>measured</th><th>theory ms</th><th>raw ms</th><th>corrected ms</th>\
              <th>raw error</th><th>error</th><th>noise ±</th><th class=\"l\">verdict</th></tr>",
             esc(&c.name),
             esc(&c.title),
             esc(&c.formula),
             c.overhead_ms,
+            c.overhead_before_ms,
+            c.overhead_after_ms,
             c.probe_requests,
-            c.timer_mean_late_us
+            c.timer_mean_late_us,
+            c.machine_limited
+                .as_ref()
+                .map(|m| format!(" <b class=\"warn\">Machine-limited: {}.</b>", esc(m)))
+                .unwrap_or_default()
         );
         for p in &c.points {
-            let class = if p.verdict == "miss" { "warn" } else { "ok" };
+            let class = if p.verdict == "miss" || p.verdict == "machine-limited" {
+                "warn"
+            } else {
+                "ok"
+            };
             let _ = write!(
                 h,
                 "<tr><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td>\
@@ -709,6 +792,16 @@ mod tests {
         let long = mm1.noise(0.5, 30_000, 1);
         assert!(long < short && long < 0.1, "{short} {long}");
         assert!(mm1.noise(0.9, 300, 1) > short);
+    }
+
+    #[test]
+    fn machine_limits() {
+        assert_eq!(machine_limit(0.3, 200.0, None), None);
+        assert!(machine_limit(-1.5, 200.0, None).unwrap().contains("moved"));
+        assert!(machine_limit(0.0, 900.0, None).unwrap().contains("late"));
+        assert!(machine_limit(0.0, 0.0, Some((0.6, 0.4)))
+            .unwrap()
+            .contains("did not get through"));
     }
 
     #[test]

@@ -349,6 +349,23 @@ fn record(
     }
 }
 
+/// What a difference in this direction is most likely made of (the report's paragraph lists
+/// every cause; this names the one that fits the sign).
+fn why(metric: &str, diff_pct: f64) -> &'static str {
+    let sim_faster = if metric == "throughput" {
+        diff_pct > 0.0
+    } else {
+        diff_pct < 0.0
+    };
+    if sim_faster {
+        " — the simulator is faster: the lab's requests also cross the HTTP path and wait for \
+         this machine's cores, which the model leaves out"
+    } else {
+        " — the simulator is slower: the lab's memory caches stay warm from level to level, and \
+         its short windows are noisy"
+    }
+}
+
 fn diff_pct(live: f64, sim: f64) -> f64 {
     if live.abs() < 1e-12 {
         return if sim.abs() < 1e-12 { 0.0 } else { 100.0 };
@@ -410,17 +427,17 @@ pub fn agreement(live: &[SeriesResult], sim: &[SeriesResult]) -> Vec<Agreement> 
             })
             .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()));
         let (verdict, worst_text) = match worst {
-            Some((m, d, level)) => (
-                if d.abs() <= 100.0 * TOLERANCE {
-                    "agree"
-                } else {
-                    "disagree"
-                },
-                format!(
+            Some((m, d, level)) => {
+                let agree = d.abs() <= 100.0 * TOLERANCE;
+                let mut text = format!(
                     "largest difference: {m} {d:+.1} % at {}",
                     crate::runner::fmt_level(level)
-                ),
-            ),
+                );
+                if !agree {
+                    text.push_str(why(m, d));
+                }
+                (if agree { "agree" } else { "disagree" }, text)
+            }
             None => ("no data", String::new()),
         };
         out.push(Agreement {

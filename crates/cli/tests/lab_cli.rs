@@ -667,25 +667,32 @@ fn validate_quick_matches_queueing_theory() {
     for c in cases {
         let name = c["name"].as_str().unwrap();
         let overhead = c["overhead_ms"].as_f64().unwrap();
-        assert!(
-            (0.0..50.0).contains(&overhead),
-            "{name}: overhead {overhead} ms"
-        );
+        assert!(overhead.is_finite(), "{name}: overhead {overhead}");
         let points = c["points"].as_array().unwrap();
         assert_eq!(points.len(), 2, "{name}");
         let limited = c["machine_limited"].as_str();
-        if let Some(why) = limited {
-            eprintln!("note: {name} is machine-limited ({why}); its errors are not judged");
+        match limited {
+            Some(why) => {
+                eprintln!("note: {name} is machine-limited ({why}); its errors are not judged")
+            }
+            // What HTTP and wake-ups add is positive and well under the response itself.
+            None => assert!(
+                (0.0..50.0).contains(&overhead),
+                "{name}: overhead {overhead} ms"
+            ),
         }
         for p in points {
             let rho = p["rho"].as_f64().unwrap();
             assert_eq!(p["errors"], 0, "{name} ρ {rho}");
             assert!(p["measured"].as_u64().unwrap() > 50, "{name} ρ {rho}: {p}");
+            // The offered load got through (else the case says it was machine-limited).
             let util = p["node_util"].as_f64().unwrap();
-            assert!(
-                (util - rho).abs() <= 0.25 * rho,
-                "{name} ρ {rho}: node busy {util}"
-            );
+            if limited.is_none() {
+                assert!(
+                    (util - rho).abs() <= 0.25 * rho,
+                    "{name} ρ {rho}: node busy {util}"
+                );
+            }
             let (err, noise) = (
                 p["error_pct"].as_f64().unwrap(),
                 p["noise_pct"].as_f64().unwrap(),

@@ -151,6 +151,10 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// After the schedule ends, how long in-flight requests may still finish.
     pub drain: Duration,
+    /// Latency statistics leave out the requests due in the first `settle` of the schedule
+    /// (they are still sent and counted): a queue that starts empty reaches its steady state
+    /// first, and a mean measured from an empty start would be too low (`capstan lab validate`).
+    pub settle: Duration,
     /// HTTP/1.1 persistent connections; otherwise HTTP/1.0, one connection per request.
     pub keepalive: bool,
     /// Open engine: requests due while this many are in flight are dropped.
@@ -191,6 +195,7 @@ impl BenchConfig {
             connect_timeout: Duration::from_millis(500),
             timeout: Duration::from_secs(10),
             drain: Duration::from_secs(2),
+            settle: Duration::ZERO,
             keepalive: false,
             max_inflight: None,
             method: "GET".into(),

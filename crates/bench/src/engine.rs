@@ -326,8 +326,10 @@ pub(crate) fn run_lane(
         .map_err(|e| BenchError::Io(format!("cannot start a generator thread: {e}")))?;
     let local = tokio::task::LocalSet::new();
     let cfg = &ctx.cfg;
+    let mut stats = Stats::new(ctx.t0, ctx.window_s, ctx.table.classes.len());
+    stats.settle_s = cfg.settle.as_secs_f64();
     let lane_state = Rc::new(Lane {
-        stats: RefCell::new(Stats::new(ctx.t0, ctx.window_s, ctx.table.classes.len())),
+        stats: RefCell::new(stats),
         connect_slots: Semaphore::new(cfg.connections),
         queue: RefCell::new(VecDeque::new()),
         work: Notify::new(),

@@ -48,6 +48,9 @@ pub struct Stats {
     pub t0: Instant,
     /// End of the schedule (seconds after `t0`): completions after it are drain, not window.
     pub window_s: f64,
+    /// Requests due before this many seconds after `t0` are left out of the latency
+    /// histograms (`BenchConfig::settle`).
+    pub settle_s: f64,
     pub corrected: Histogram<u64>,
     pub uncorrected: Histogram<u64>,
     pub lag: Histogram<u64>,
@@ -89,6 +92,7 @@ impl Stats {
         Stats {
             t0,
             window_s,
+            settle_s: 0.0,
             corrected: new_hist(),
             uncorrected: new_hist(),
             lag: new_hist(),
@@ -195,12 +199,15 @@ impl Stats {
         self.inflight = self.inflight.saturating_sub(1);
         let corrected = done.saturating_duration_since(intended).as_micros() as u64;
         let uncorrected = done.saturating_duration_since(sent).as_micros() as u64;
-        record(&mut self.corrected, corrected);
-        record(&mut self.uncorrected, uncorrected);
-        record(
-            &mut self.ttfb,
-            resp.first_byte.saturating_duration_since(sent).as_micros() as u64,
-        );
+        let settled = self.secs(intended) >= self.settle_s;
+        if settled {
+            record(&mut self.corrected, corrected);
+            record(&mut self.uncorrected, uncorrected);
+            record(
+                &mut self.ttfb,
+                resp.first_byte.saturating_duration_since(sent).as_micros() as u64,
+            );
+        }
         self.completed += 1;
         if self.secs(done) < self.window_s {
             self.completed_in_window += 1;
@@ -215,7 +222,9 @@ impl Stats {
         let c = &mut self.classes[class as usize];
         c.requests += 1;
         c.bytes += resp.body_bytes;
-        record(&mut c.hist, corrected);
+        if settled {
+            record(&mut c.hist, corrected);
+        }
         let mut is_error = false;
         if resp.status >= 400 {
             let kind = if resp.status >= 500 {

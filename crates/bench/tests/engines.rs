@@ -362,3 +362,34 @@ async fn connections_come_from_the_configured_source_addresses_in_turn() {
         "{peers:?}"
     );
 }
+
+/// `settle`: requests due in the first part of the schedule are sent and counted, but left out
+/// of the latency statistics (a queue fills first). Here only those early requests are slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_leaves_the_first_requests_out_of_the_latencies() {
+    let slow_until = Instant::now() + Duration::from_millis(500);
+    let (url, _) = tiny_server(move |now| {
+        if now < slow_until {
+            Duration::from_millis(80)
+        } else {
+            Duration::ZERO
+        }
+    })
+    .await;
+    let mut c = cfg(url, 100.0, 1.5);
+    c.settle = Duration::from_millis(700);
+    let r = run(c, None).await.unwrap();
+    let counted = r.latency_ms.corrected.count;
+    assert!(r.completed >= 140, "{}", r.completed);
+    // Requests due in the last 0.8 s of 1.5 s.
+    assert!(
+        (0.4 * r.completed as f64..0.65 * r.completed as f64).contains(&(counted as f64)),
+        "{counted} of {}",
+        r.completed
+    );
+    assert!(
+        r.latency_ms.corrected.max < 80.0,
+        "{:?}",
+        r.latency_ms.corrected
+    );
+}

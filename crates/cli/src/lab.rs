@@ -15,6 +15,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
+  capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
@@ -23,12 +24,22 @@ switch and the load generator (warned above 80 % of a core). The report is OUT/i
 (self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
-classes, workload, load levels, --quick settings, the paper's numbers).";
+classes, workload, load levels, --quick settings, the paper's numbers).
+
+`capstan lab validate` checks the live stack against queueing theory instead: open Poisson
+arrivals through the switch to one emulated node whose CPU demands are exponential or constant
+(origin's /cgi-bin/demand.cgi), at utilisations 0.3–0.9 (--quick: 0.3 and 0.6), for M/M/1,
+M/G/1-PS and M/M/2 (Erlang C). Each point reports the measured mean response, the formula, the
+error after the fixed HTTP overhead (measured at near-zero load, utilisation 0.1) and before it, the
+noise a run that long has in theory (simulated), and a verdict: within 5 %, within noise,
+miss, or machine-limited (the overhead moved between probes before and after the points, or the
+node's timers woke late: other work on this machine, not the stack). Output: OUT/index.html and OUT/validation.json.";
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = LAB_EXAMPLES)]
 pub struct LabArgs {
-    /// A built-in experiment name or an experiment TOML file [default: mix-6040]
+    /// A built-in experiment name, an experiment TOML file, or `validate` (the live stack
+    /// against queueing theory) [default: mix-6040]
     #[arg(value_name = "EXPERIMENT")]
     experiment: Option<String>,
 
@@ -61,6 +72,13 @@ pub struct LabArgs {
     /// Seed of the trees and the request streams.
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
+
+    /// Which world runs the experiment: `live` (nodes, switch and load on this machine), `sim`
+    /// (the discrete-event simulator, in virtual time, seconds of wall time) or `both` (the
+    /// report sets them side by side per policy with an agreement verdict, 15 % tolerance).
+    /// The simulator runs closed-loop file-list experiments.
+    #[arg(long, value_name = "WORLD", default_value = "live", value_parser = ["live", "sim", "both"])]
+    engine: String,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -72,7 +90,14 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .experiment
         .clone()
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    if name == "validate" {
+        return validate(&args);
+    }
     let exp = Experiment::load(&name)?;
+    let worlds: capstan_lab::Worlds = args.engine.parse().map_err(anyhow::Error::msg)?;
+    if worlds != capstan_lab::Worlds::Live {
+        capstan_lab::simulate::check(&exp)?;
+    }
     let exe = std::env::current_exe().context("cannot find the capstan binary")?;
     let opts = Options {
         quick: args.quick,
@@ -82,13 +107,21 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         seed: args.seed,
         exe,
         work_dir: args.out.join("logs"),
-        command: std::env::args()
-            .enumerate()
-            .map(|(i, a)| if i == 0 { "capstan".to_string() } else { a })
-            .collect::<Vec<_>>()
-            .join(" "),
+        command: command_line(),
+        worlds,
     };
     let plan = Plan::new(&exp, &opts)?;
+    // The simulator first: it takes seconds, and a translation it refuses stops the run before
+    // the live part starts.
+    let world = match worlds {
+        capstan_lab::Worlds::Live => None,
+        _ => Some(capstan_lab::simulate::run(&plan)?),
+    };
+    if let (capstan_lab::Worlds::Sim, Some(world)) = (worlds, world.clone()) {
+        let mut results = capstan_lab::simulate::sim_only_results(&plan, &opts, world);
+        capstan_lab::report::conclude(&mut results, &exp);
+        return finish(&results, &args);
+    }
     eprintln!(
         "capstan lab: {} — {} ({} runs, about {:.0} s)",
         exp.name,
@@ -114,10 +147,24 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         Some(r) => r?,
         None => bail!("interrupted; no report written"),
     };
+    if let Some(world) = world {
+        capstan_lab::simulate::attach(&mut results, world);
+    }
     capstan_lab::report::conclude(&mut results, &exp);
-    let path = capstan_lab::report::write(&results, &args.out)?;
+    finish(&results, &args)
+}
+
+/// Writes the report and prints the summary.
+fn finish(results: &capstan_lab::LabResults, args: &LabArgs) -> anyhow::Result<()> {
+    let path = capstan_lab::report::write(results, &args.out)?;
     println!("{} — {}", results.title, results.figure);
-    print!("{}", capstan_lab::report::summary_table(&results));
+    print!("{}", capstan_lab::report::summary_table(results));
+    for a in &results.agreement {
+        println!(
+            "lab vs simulator, {}: {} ({})",
+            a.series, a.verdict, a.worst
+        );
+    }
     for f in &results.findings {
         println!("- {f}");
     }
@@ -133,6 +180,80 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| if i == 0 { "capstan".to_string() } else { a })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `capstan lab validate`: the live stack against queueing theory.
+fn validate(args: &LabArgs) -> anyhow::Result<()> {
+    if !args.policies.is_empty() || args.nodes.is_some() || args.repetitions.is_some() {
+        bail!("lab validate takes only --quick, --seed and --out (its cases fix policy and nodes)");
+    }
+    let opts = capstan_lab::validate::ValidateOptions {
+        quick: args.quick,
+        seed: args.seed.unwrap_or(1),
+        exe: std::env::current_exe().context("cannot find the capstan binary")?,
+        work_dir: args.out.join("logs"),
+        command: command_line(),
+    };
+    let schedule = capstan_lab::validate::Schedule::new(args.quick);
+    eprintln!(
+        "capstan lab validate: {} cases × {} utilisations, about {:.0} s",
+        capstan_lab::validate::CASES.len(),
+        schedule.rhos.len(),
+        schedule.estimate_s()
+    );
+    let observer: capstan_lab::Observer = Arc::new(|e: Event| {
+        if let Event::Message(m) = e {
+            eprintln!("{m}");
+        }
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = capstan_lab::validate::run(&opts, Some(observer)) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    let results = match outcome {
+        Some(r) => r?,
+        None => bail!("interrupted; no report written"),
+    };
+    let path = capstan_lab::validate::write(&results, &args.out)?;
+    print!("{}", capstan_lab::validate::summary_table(&results));
+    println!("report: {}", path.display());
+    println!("data:   {}", args.out.join("validation.json").display());
+    let verdicts: Vec<&str> = results
+        .cases
+        .iter()
+        .flat_map(|c| c.points.iter().map(|p| p.verdict.as_str()))
+        .collect();
+    let count = |v: &str| verdicts.iter().filter(|x| **x == v).count();
+    // No failing exit status on a miss: a point outside its 95 % noise band happens by chance
+    // one time in twenty, and the verdicts are the result.
+    println!(
+        "{} of {} points within 5 %, {} within noise, {} missed, {} machine-limited",
+        count("within 5 %"),
+        verdicts.len(),
+        count("within noise"),
+        count("miss"),
+        count("machine-limited")
+    );
+    for c in &results.cases {
+        if let Some(m) = &c.machine_limited {
+            println!("! {}: machine-limited: {m}", c.name);
+        }
+    }
+    Ok(())
+}
+
 fn list() {
     println!("Built-in experiments (capstan lab NAME [--quick]):");
     for (name, text) in capstan_lab::BUILTIN {
@@ -141,6 +262,10 @@ fn list() {
             Err(e) => println!("  {name:<16} (broken: {e})"),
         }
     }
+    println!(
+        "  {:<16} the live stack against queueing theory (M/M/1, M/G/1-PS, Erlang C)",
+        "validate"
+    );
     println!("Default: {}", capstan_lab::DEFAULT);
 }
 

@@ -14,6 +14,11 @@ use capstan_workload::{DocTree, TreeKind};
                   thesis's CGI services (/cgi-bin/cpu_light.cgi, /cgi-bin/cpu_med.cgi, \
                   /cgi-bin/disk_load.cgi?file=PATH), /secure/… variants with the CAP paper's SSL \
                   costs, and a JSON load report at GET /_capstan/load.\n\n\
+                  For checks against queueing theory (capstan lab validate), \
+                  /cgi-bin/demand.cgi?ms=M[&law=const|exp][&queue=ps|fcfs] spends a CPU demand of \
+                  mean M ms, constant or exponential, on the processor-shared CPU (ps) or on one \
+                  of the --cores served first come first served from one queue (fcfs: M/M/c; \
+                  emulated only).\n\n\
                   With --resources emulated (the default) each request waits in modelled CPU \
                   (processor sharing), disk (FCFS), NIC and memory-cache queues, so many nodes on \
                   one machine behave like separate machines. With --resources real it burns a \

@@ -47,6 +47,9 @@ fn help_and_list() {
         "--repetitions",
         "--out",
         "--seed",
+        "--engine",
+        "lab validate",
+        "Erlang C",
         "Examples:",
     ] {
         assert!(help.contains(needle), "help lacks {needle}");
@@ -59,6 +62,7 @@ fn help_and_list() {
     }
     assert!(list.contains("Jones thesis Fig. 5") && list.contains("Banga & Druschel Fig. 7"));
     assert!(list.contains("SWEB"), "{list}");
+    assert!(list.contains("validate"), "{list}");
     assert!(!list.contains("broken"), "{list}");
 }
 
@@ -476,4 +480,243 @@ fn sweb_skewed_quick() {
     assert_eq!(locality["series"], "home-node");
     assert_eq!(locality["fell_behind_rps"], 8.0, "{locality}");
     assert!(html.contains("SWEB §3.3") && html.contains("81.4"));
+}
+
+/// A small experiment both worlds can run: two nodes, the WebStone tree with the thesis's CPU
+/// and disk CGIs, closed-loop clients.
+const TWO_WORLDS: &str = r#"
+name = "two-worlds"
+title = "two worlds"
+figure = "none (test)"
+[nodes]
+count = 2
+tree = "webstone"
+[switch]
+policies = ["round-robin", "least-connections"]
+load_interval = "100ms"
+[workload]
+kind = "mix"
+dynamic = [
+  { path = "/cgi-bin/cpu_light.cgi", weight = 300 },
+  { path = "/cgi-bin/disk_load.cgi?file=/file50k.html", weight = 100 },
+]
+[load]
+engine = "closed"
+levels = [2, 6]
+duration = "1500ms"
+warmup = "300ms"
+"#;
+
+/// `--engine both`: the lab's runs and the simulator's of the same experiment side by side, with
+/// a verdict per policy whose numbers follow from the two worlds' (no claim about timing).
+#[test]
+fn engine_both_sets_lab_and_simulator_side_by_side() {
+    let dir = temp_dir("two-worlds");
+    let file = dir.join("two-worlds.toml");
+    std::fs::write(&file, TWO_WORLDS).unwrap();
+    let (r, html, stdout) = run_lab("both", &[file.to_str().unwrap(), "--engine", "both"]);
+    check_consistent(&r, true);
+    assert_eq!(r["worlds"], "both");
+    let live = r["series"].as_array().unwrap();
+    let sim = r["sim"]["series"].as_array().unwrap();
+    let agreement = r["agreement"].as_array().unwrap();
+    assert_eq!(live.len(), 2);
+    assert_eq!(sim.len(), live.len());
+    assert_eq!(agreement.len(), live.len());
+    assert!(r["sim"]["events"].as_u64().unwrap() > 1000);
+    for (a, s) in agreement.iter().zip(sim) {
+        let label = a["series"].as_str().unwrap();
+        assert_eq!(s["label"], label);
+        assert!(["agree", "disagree"].contains(&a["verdict"].as_str().unwrap()));
+        assert_eq!(a["tolerance_pct"], 15.0);
+        let rows = a["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{label}");
+        let mut worst: f64 = 0.0;
+        for row in rows {
+            let level = row["level"].as_f64().unwrap();
+            for m in ["throughput", "mean_ms", "p90_ms"] {
+                let (l, s) = match m {
+                    "throughput" => ("live_throughput", "sim_throughput"),
+                    "mean_ms" => ("live_mean_ms", "sim_mean_ms"),
+                    _ => ("live_p90_ms", "sim_p90_ms"),
+                };
+                let (l, s) = (row[l].as_f64().unwrap(), row[s].as_f64().unwrap());
+                assert!(l > 0.0 && s > 0.0, "{label} @ {level}: {m} {l} {s}");
+                let key = format!("{}_diff_pct", m.trim_end_matches("_ms"));
+                let d = row[&key].as_f64().unwrap();
+                assert!((d - 100.0 * (s - l) / l).abs() < 0.11, "{label}: {key} {d}");
+                worst = worst.max(d.abs());
+            }
+            for u in row["sim_util"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .chain(row["live_util"].as_array().unwrap())
+            {
+                assert!((0.0..=1.0).contains(&u.as_f64().unwrap()), "{row}");
+            }
+            assert_eq!(row["sim_util"].as_array().unwrap().len(), 2);
+        }
+        // The verdict is the tolerance applied to the largest difference.
+        assert_eq!(a["verdict"] == "agree", worst <= 15.0, "{a}");
+    }
+    // The simulated world is a closed loop with no think time: Little's law, N = X · R.
+    for s in sim {
+        for p in s["points"].as_array().unwrap() {
+            let n = p["level"].as_f64().unwrap();
+            let x = p["throughput_mean"].as_f64().unwrap();
+            let r_s = p["mean_ms"].as_f64().unwrap() / 1e3;
+            assert!(
+                (x * r_s - n).abs() <= 0.1 * n,
+                "{}: {x} × {r_s} vs {n}",
+                s["label"]
+            );
+        }
+    }
+    assert!(
+        html.contains("Lab and simulator side by side"),
+        "report lacks the comparison"
+    );
+    assert!(
+        stdout.contains("lab vs simulator, round-robin:"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--engine sim` runs only the simulator (no node is started) and says what it cannot run.
+#[test]
+fn engine_sim_runs_only_the_simulator() {
+    let dir = temp_dir("sim-only");
+    let file = dir.join("two-worlds.toml");
+    std::fs::write(&file, TWO_WORLDS).unwrap();
+    let out_dir = dir.join("report");
+    let out = capstan(&[
+        "lab",
+        file.to_str().unwrap(),
+        "--engine",
+        "sim",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["worlds"], "sim");
+    assert_eq!(r["series"].as_array().unwrap().len(), 2);
+    assert!(
+        r["series"][0]["points"][1]["throughput_mean"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        !out_dir.join("logs").join("node1.log").exists(),
+        "a node was started"
+    );
+    for (args, needle) in [
+        (vec!["lab", "overload", "--engine", "sim"], "closed-loop"),
+        (vec!["lab", "sessions", "--engine", "both"], "closed-loop"),
+        (vec!["lab", "mix-6040", "--engine", "twin"], "invalid value"),
+    ] {
+        let out = capstan(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `capstan lab validate --quick`: the live stack against M/M/1, M/G/1-PS and Erlang C. The
+/// check is of behaviour, with a generous tolerance: where a run this short can tell (its noise
+/// in theory is under 25 %) and the machine was not the limit (the command says when other work
+/// moved the overhead it subtracts or kept the load from getting through), the node was as busy
+/// as the offered load says and the measured mean is within 25 % of the formula. The measured
+/// errors are in BENCHMARKS.md.
+#[test]
+fn validate_quick_matches_queueing_theory() {
+    let dir = temp_dir("validate");
+    let out_dir = dir.join("report");
+    let out = capstan(&[
+        "lab",
+        "validate",
+        "--quick",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("validation.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["schema"], "capstan-lab-validate/1");
+    let cases = r["cases"].as_array().unwrap();
+    let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["mm1", "mg1-ps", "erlang-c"]);
+    let mut tested = 0;
+    for c in cases {
+        let name = c["name"].as_str().unwrap();
+        let overhead = c["overhead_ms"].as_f64().unwrap();
+        assert!(overhead.is_finite(), "{name}: overhead {overhead}");
+        let points = c["points"].as_array().unwrap();
+        assert_eq!(points.len(), 2, "{name}");
+        let limited = c["machine_limited"].as_str();
+        match limited {
+            Some(why) => {
+                eprintln!("note: {name} is machine-limited ({why}); its errors are not judged")
+            }
+            // What HTTP and wake-ups add is positive and well under the response itself.
+            None => assert!(
+                (0.0..50.0).contains(&overhead),
+                "{name}: overhead {overhead} ms"
+            ),
+        }
+        for p in points {
+            let rho = p["rho"].as_f64().unwrap();
+            assert_eq!(p["errors"], 0, "{name} ρ {rho}");
+            assert!(p["measured"].as_u64().unwrap() > 50, "{name} ρ {rho}: {p}");
+            // The offered load got through (else the case says it was machine-limited).
+            let util = p["node_util"].as_f64().unwrap();
+            if limited.is_none() {
+                assert!(
+                    (util - rho).abs() <= 0.25 * rho,
+                    "{name} ρ {rho}: node busy {util}"
+                );
+            }
+            let (err, noise) = (
+                p["error_pct"].as_f64().unwrap(),
+                p["noise_pct"].as_f64().unwrap(),
+            );
+            let corrected = p["corrected_ms"].as_f64().unwrap();
+            let raw = p["raw_ms"].as_f64().unwrap();
+            assert!((raw - corrected - overhead).abs() < 0.01, "{name}: {p}");
+            assert_eq!(p["verdict"] == "machine-limited", limited.is_some(), "{p}");
+            if limited.is_none() && noise <= 25.0 {
+                assert!(
+                    err.abs() <= 25.0,
+                    "{name} ρ {rho}: {err:+.1} % off theory: {p}"
+                );
+                tested += 1;
+            }
+        }
+    }
+    if tested == 0 {
+        eprintln!(
+            "note: no point was judged (machine-limited or too noisy); structure checked only"
+        );
+    }
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("erlang-c"));
+    assert!(stdout.contains("mg1-ps"), "{stdout}");
+    let _ = std::fs::remove_dir_all(dir);
 }

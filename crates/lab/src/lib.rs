@@ -19,10 +19,13 @@ pub mod experiment;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod simulate;
+pub mod validate;
 
 pub use experiment::{Experiment, BUILTIN, DEFAULT};
 pub use results::LabResults;
 pub use runner::{run, Event, Observer, Options, Plan};
+pub use simulate::Worlds;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LabError {

@@ -11,7 +11,7 @@ use crate::results::*;
 use crate::runner::fmt_level;
 use crate::LabError;
 
-const COLOURS: [RGBColor; 10] = [
+pub(crate) const COLOURS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -28,6 +28,25 @@ const COLOURS: [RGBColor; 10] = [
 pub fn conclude(r: &mut LabResults, exp: &Experiment) {
     r.paper = exp.paper.as_ref().map(|p| compare(r, p));
     r.findings = findings(r, exp);
+    if !r.agreement.is_empty() {
+        let agree: Vec<&str> = r
+            .agreement
+            .iter()
+            .filter(|a| a.verdict == "agree")
+            .map(|a| a.series.as_str())
+            .collect();
+        r.findings.push(format!(
+            "Lab and simulator agree within {:.0} % (throughput, mean and p90 at every level) for {} of {} series{}",
+            r.agreement[0].tolerance_pct,
+            agree.len(),
+            r.agreement.len(),
+            if agree.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", agree.join(", "))
+            }
+        ));
+    }
 }
 
 fn pct_more(a: f64, b: f64) -> Option<f64> {
@@ -527,9 +546,13 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
     } else {
         "both had headroom"
     };
-    f.push(format!(
-        "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
-    ));
+    if r.worlds == "sim" {
+        f.push("Simulated: no switch or load generator ran; the numbers are virtual time.".into());
+    } else {
+        f.push(format!(
+            "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
+        ));
+    }
     f
 }
 
@@ -641,14 +664,20 @@ pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError>
     Ok(path)
 }
 
-fn esc(s: &str) -> String {
+/// The reports' style sheet.
+pub(crate) const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
+     table{border-collapse:collapse;margin:1em 0;font-size:90%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
+     th{background:#f3f3f3}td.l,th.l{text-align:left}.warn{color:#a40}.ok{color:#060}code,pre{background:#f6f6f6;padding:2px 4px}\
+     svg{max-width:100%;height:auto}";
+
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-fn err(e: impl std::fmt::Display) -> LabError {
+pub(crate) fn err(e: impl std::fmt::Display) -> LabError {
     LabError::Report(format!("plot: {e}"))
 }
 
@@ -1056,6 +1085,143 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
     }
 }
 
+/// Lab and simulator side by side (`--engine both`): a plot of both worlds' throughput and, per
+/// series, a table with the differences and the verdict.
+fn html_agreement(h: &mut String, r: &LabResults) -> Result<(), LabError> {
+    let Some(sim) = &r.sim else {
+        return Ok(());
+    };
+    let tol = r.agreement.first().map_or(15.0, |a| a.tolerance_pct);
+    let _ = write!(
+        h,
+        "<h2>Lab and simulator side by side</h2><p>The same experiment in the discrete-event \
+         simulator (<code>capstan_sim::closed</code>): the same nodes, file list, clients, policies \
+         and T_gat, {:.0} s of virtual time per level ({} events in {:.2} s). Differences are \
+         (simulator − lab) / lab. A series <b>agrees</b> when throughput, mean and p90 response \
+         time are within {tol:.0} % at every level. What the simulator leaves out, and so what a \
+         difference may come from: the HTTP path (load generator → switch → node and back over \
+         loopback TCP, a connection per request: about a millisecond per request, which lengthens \
+         every closed-loop cycle and lowers throughput when few clients are busy), the switch's and \
+         generator's CPU on this machine (warned in the runs below), and the emulated nodes' timer \
+         lateness; the lab's windows are short (its own noise), and its nodes' memory caches stay \
+         warm from one level to the next while the simulator starts each level afresh.</p>",
+        sim.window_s, sim.events, sim.wall_s
+    );
+    h.push_str(&worlds_svg(r, sim)?);
+    h.push_str(
+        "<table><tr><th class=\"l\">series</th><th class=\"l\">verdict</th><th>level</th>\
+         <th>conn/s lab</th><th>sim</th><th>Δ</th><th>mean ms lab</th><th>sim</th><th>Δ</th>\
+         <th>p90 ms lab</th><th>sim</th><th>Δ</th><th class=\"l\">node util % lab</th>\
+         <th class=\"l\">sim</th></tr>",
+    );
+    let pct = |d: f64| {
+        let class = if d.abs() > tol { " class=\"warn\"" } else { "" };
+        format!("<td{class}>{d:+.1} %</td>")
+    };
+    let utils = |v: &[f64]| {
+        v.iter()
+            .map(|u| format!("{:.0}", 100.0 * u))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for a in &r.agreement {
+        for (i, row) in a.rows.iter().enumerate() {
+            let head = if i == 0 {
+                format!(
+                    "<td class=\"l\" rowspan=\"{n}\">{}</td><td class=\"l {}\" rowspan=\"{n}\">{}<br><small>{}</small></td>",
+                    esc(&a.series),
+                    if a.verdict == "agree" { "ok" } else { "warn" },
+                    esc(&a.verdict),
+                    esc(&a.worst),
+                    n = a.rows.len()
+                )
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                h,
+                "<tr>{head}<td>{}</td><td>{:.1}</td><td>{:.1}</td>{}<td>{:.1}</td><td>{:.1}</td>{}\
+                 <td>{:.1}</td><td>{:.1}</td>{}<td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+                fmt_level(row.level),
+                row.live_throughput,
+                row.sim_throughput,
+                pct(row.throughput_diff_pct),
+                row.live_mean_ms,
+                row.sim_mean_ms,
+                pct(row.mean_diff_pct),
+                row.live_p90_ms,
+                row.sim_p90_ms,
+                pct(row.p90_diff_pct),
+                utils(&row.live_util),
+                utils(&row.sim_util)
+            );
+        }
+    }
+    h.push_str("</table>");
+    Ok(())
+}
+
+/// Throughput against load in both worlds: the lab solid, the simulator dashed.
+fn worlds_svg(r: &LabResults, sim: &SimWorld) -> Result<String, LabError> {
+    let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
+    let ymax = r
+        .series
+        .iter()
+        .chain(&sim.series)
+        .flat_map(|s| s.points.iter().map(|p| p.throughput_mean))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 400)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption("lab (solid) and simulator (dashed)", ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(r.x_label.as_str())
+            .y_desc("conn/s")
+            .draw()
+            .map_err(err)?;
+        for (i, s) in r.series.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            let pts = |s: &SeriesResult| -> Vec<(f64, f64)> {
+                s.points
+                    .iter()
+                    .map(|p| (p.level, p.throughput_mean))
+                    .collect()
+            };
+            chart
+                .draw_series(LineSeries::new(pts(s), c.stroke_width(2)))
+                .map_err(err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+            if let Some(t) = sim.series.iter().find(|t| t.label == s.label) {
+                chart
+                    .draw_series(DashedLineSeries::new(pts(t), 6, 4, c.stroke_width(2)))
+                    .map_err(err)?;
+                chart
+                    .draw_series(
+                        pts(t)
+                            .into_iter()
+                            .map(|p| Cross::new(p, 4, c.stroke_width(1))),
+                    )
+                    .map_err(err)?;
+            }
+        }
+        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
 fn html(r: &LabResults) -> Result<String, LabError> {
     let mut h = String::new();
     let key = {
@@ -1076,11 +1242,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     };
     let _ = write!(
         h,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab: {}</title><style>\
-         body{{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}}\
-         table{{border-collapse:collapse;margin:1em 0;font-size:90%}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
-         th{{background:#f3f3f3}}td.l,th.l{{text-align:left}}.warn{{color:#a40}}code,pre{{background:#f6f6f6;padding:2px 4px}}\
-         svg{{max-width:100%;height:auto}}</style></head><body>",
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab: {}</title><style>{STYLE}</style></head><body>",
         esc(&r.experiment)
     );
     let _ = write!(
@@ -1133,8 +1295,15 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         }
         h.push_str("</ul>");
     }
+    if r.worlds == "sim" {
+        h.push_str(
+            "<p><b>World:</b> the simulator only (<code>--engine sim</code>): every number below is \
+             virtual time; no node, switch or load generator ran.</p>",
+        );
+    }
     h.push_str("<h2>Throughput vs load</h2>");
     h.push_str(&throughput_svg(r)?);
+    html_agreement(&mut h, r)?;
     h.push_str("<pre>");
     h.push_str(&esc(&summary_table(r)));
     h.push_str("</pre>");

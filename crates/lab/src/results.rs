@@ -34,6 +34,60 @@ pub struct LabResults {
     pub paper: Option<PaperCompare>,
     pub findings: Vec<String>,
     pub warnings: Vec<String>,
+    /// Which worlds ran: `live`, `sim` (then `series` are the simulator's), or `both`.
+    #[serde(default = "live")]
+    pub worlds: String,
+    /// With both worlds: the simulator's run of the same experiment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimWorld>,
+    /// With both worlds: lab and simulator side by side per series, with a verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agreement: Vec<Agreement>,
+}
+
+fn live() -> String {
+    "live".into()
+}
+
+/// The experiment as the simulator ran it (`capstan_sim::closed`), shaped as the lab's series.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SimWorld {
+    /// The simulator's measured window per level (at least 30 s of virtual time).
+    pub window_s: f64,
+    /// Events simulated, and the wall time they took.
+    pub events: u64,
+    pub wall_s: f64,
+    pub series: Vec<SeriesResult>,
+}
+
+/// One series in both worlds: `agree` when throughput, mean and p90 response time are within
+/// `tolerance_pct` of the lab's at every level.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Agreement {
+    pub series: String,
+    pub tolerance_pct: f64,
+    pub verdict: String,
+    /// The largest difference, in words.
+    pub worst: String,
+    pub rows: Vec<AgreementRow>,
+}
+
+/// One load level in both worlds; differences are (sim − live) / live, in %.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgreementRow {
+    pub level: f64,
+    pub live_throughput: f64,
+    pub sim_throughput: f64,
+    pub throughput_diff_pct: f64,
+    pub live_mean_ms: f64,
+    pub sim_mean_ms: f64,
+    pub mean_diff_pct: f64,
+    pub live_p90_ms: f64,
+    pub sim_p90_ms: f64,
+    pub p90_diff_pct: f64,
+    /// Each node's busiest-resource utilisation (0–1), mean over repetitions.
+    pub live_util: Vec<f64>,
+    pub sim_util: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -32,6 +32,8 @@ pub struct Options {
     pub work_dir: PathBuf,
     /// The command line, for the report.
     pub command: String,
+    /// Live, simulated, or both side by side.
+    pub worlds: crate::Worlds,
 }
 
 /// What the runner tells its caller (the CLI draws a progress bar from these).
@@ -310,31 +312,7 @@ pub async fn run(
                 runs.push(rec);
             }
         }
-        let points = plan
-            .levels
-            .iter()
-            .map(|&level| {
-                let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
-                let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
-                let (m, sd) = mean_stdev(&tp);
-                let avg = |f: &dyn Fn(&RunRecord) -> f64| {
-                    mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
-                };
-                Point {
-                    level,
-                    runs: rs.len(),
-                    throughput_mean: round(m, 2),
-                    throughput_stdev: round(sd, 2),
-                    mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
-                    p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
-                    p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
-                    p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
-                    errors: rs.iter().map(|r| r.errors).sum(),
-                    util_min: round(avg(&|r| r.util_min), 4),
-                    util_max: round(avg(&|r| r.util_max), 4),
-                }
-            })
-            .collect();
+        let points = points(&plan.levels, &runs);
         series_out.push(SeriesResult {
             label: s.label.clone(),
             policy: s.policy.clone(),
@@ -382,7 +360,38 @@ pub async fn run(
         paper: None,
         findings: Vec::new(),
         warnings,
+        worlds: "live".into(),
+        sim: None,
+        agreement: Vec::new(),
     })
+}
+
+/// Each level's runs averaged over repetitions.
+pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
+    levels
+        .iter()
+        .map(|&level| {
+            let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
+            let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
+            let (m, sd) = mean_stdev(&tp);
+            let avg = |f: &dyn Fn(&RunRecord) -> f64| {
+                mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
+            };
+            Point {
+                level,
+                runs: rs.len(),
+                throughput_mean: round(m, 2),
+                throughput_stdev: round(sd, 2),
+                mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
+                p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
+                p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
+                p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
+                errors: rs.iter().map(|r| r.errors).sum(),
+                util_min: round(avg(&|r| r.util_min), 4),
+                util_max: round(avg(&|r| r.util_max), 4),
+            }
+        })
+        .collect()
 }
 
 pub fn fmt_level(l: f64) -> String {
@@ -897,7 +906,7 @@ fn per_class(r: &capstan_bench::RunResult) -> BTreeMap<String, ClassLatency> {
     classes
 }
 
-fn versions() -> Versions {
+pub(crate) fn versions() -> Versions {
     let rustc = std::process::Command::new("rustc")
         .arg("--version")
         .output()

@@ -35,6 +35,11 @@ struct State {
     /// This node's path to the other nodes' disks (NFS over the interconnect), FCFS: reads of
     /// files another node holds (`--partition`) queue here instead of at the local disk.
     remote: Fcfs,
+    /// The cores as `cores` first-come-first-served servers fed by one queue, for demands that
+    /// ask for that discipline instead of processor sharing (`/cgi-bin/demand.cgi?queue=fcfs`:
+    /// M/M/c). A job goes to the core that frees up first, which with service times known on
+    /// arrival is exactly one central FCFS queue.
+    cores_fcfs: Vec<Fcfs>,
     cache: LruBytes,
     /// The cache's capacity with nothing else taking memory; processes take from it.
     cache_configured: u64,
@@ -111,6 +116,7 @@ impl Emulated {
                 disk: Disk::new(params.disk, params.speed),
                 nic: Nic::new(params.nic),
                 remote: Fcfs::new(),
+                cores_fcfs: vec![Fcfs::new(); params.cores.max(1) as usize],
                 cache: LruBytes::new(params.cache_bytes(tree_bytes)),
                 cache_configured: params.cache_bytes(tree_bytes),
                 waiters: HashMap::new(),
@@ -232,6 +238,28 @@ impl Emulated {
         slot.finish
     }
 
+    /// Hold one core for `work_s` seconds of CPU (at speed 1), first come first served over the
+    /// node's cores with one queue (see `State::cores_fcfs`), arriving at model time `at`.
+    /// Returns the model time at which it finished (after waiting for it).
+    pub async fn cpu_fcfs(&self, at: f64, work_s: f64) -> f64 {
+        if work_s <= 0.0 {
+            return at;
+        }
+        let slot = {
+            let mut st = self.lock();
+            let Some(core) = st
+                .cores_fcfs
+                .iter_mut()
+                .min_by(|a, b| a.busy_until().total_cmp(&b.busy_until()))
+            else {
+                return at;
+            };
+            core.submit(at, work_s / self.speed)
+        };
+        self.sleep_until(slot.finish).await;
+        slot.finish
+    }
+
     /// Read over NFS for `seconds` (at speed 1: the owner's disk is taken to be as fast as this
     /// node's), FCFS on this node's path to the other nodes, arriving at model time `at`.
     /// Returns the model time at which the data had arrived (after waiting for it).
@@ -283,9 +311,10 @@ impl Emulated {
         let mut st = self.lock();
         let done = st.cpu.advance(now);
         st.wake(done);
+        let fcfs_s: f64 = st.cores_fcfs.iter().map(|c| c.busy_seconds(now)).sum();
         Busy {
             at: now,
-            cpu_s: st.cpu.busy_core_seconds() / self.cores as f64,
+            cpu_s: (st.cpu.busy_core_seconds() + fcfs_s) / self.cores as f64,
             disk_s: st.disk.busy_seconds(now),
             nic_s: st.nic.busy_seconds(now),
         }

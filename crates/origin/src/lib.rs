@@ -3,7 +3,9 @@
 //! It serves a generated document tree (WebStone, Web Polygraph, or the CAP paper's size law),
 //! the Jones thesis's CGI services (`/cgi-bin/cpu_light.cgi`, `/cgi-bin/cpu_med.cgi`,
 //! `/cgi-bin/disk_load.cgi?file=…`), secure variants of everything under `/secure/…` with the
-//! CAP paper's SSL costs, and a load report at `GET /_capstan/load`.
+//! CAP paper's SSL costs, and a load report at `GET /_capstan/load`. For checks against
+//! queueing theory, `/cgi-bin/demand.cgi?ms=M&law=exp&queue=fcfs` spends a stated CPU demand
+//! (constant or exponential) on the processor-shared CPU or first come first served on a core.
 //!
 //! With `resources = emulated` every request spends *modelled* time in the node's CPU (processor
 //! sharing over `cores`), disk (FCFS), NIC and memory cache, so many nodes on one small machine

@@ -31,9 +31,11 @@ pub enum Kind {
     DiskLoad,
     /// Anything under `/secure/`.
     Secure,
+    /// `/cgi-bin/demand.cgi`: a demand the request states (queueing-theory checks).
+    Demand,
 }
 
-const KINDS: usize = 6;
+const KINDS: usize = 7;
 
 impl Kind {
     const ALL: [Kind; KINDS] = [
@@ -43,6 +45,7 @@ impl Kind {
         Kind::CpuMed,
         Kind::DiskLoad,
         Kind::Secure,
+        Kind::Demand,
     ];
 
     /// The key in the report's `classes`.
@@ -54,6 +57,7 @@ impl Kind {
             Kind::CpuMed => "cpu_med",
             Kind::DiskLoad => "disk_load",
             Kind::Secure => "secure",
+            Kind::Demand => "demand",
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use capstan_core::report::LoadReport;
 use capstan_model::Demand;
-use capstan_workload::{DocFile, DocTree, LifeCycle};
+use capstan_workload::{stream, Dist, DocFile, DocTree, LifeCycle, WorkloadRng};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -43,6 +43,9 @@ pub struct Node {
     /// read (or synthesised) per request.
     bodies: Vec<OnceLock<Bytes>>,
     body_budget: AtomicU64,
+    /// Draws the demands of `/cgi-bin/demand.cgi?law=exp`, seeded by the node's seed and name
+    /// so a run repeats.
+    demand_rng: std::sync::Mutex<WorkloadRng>,
 }
 
 /// Default memory for file bodies kept in memory (`body_memory_mb`): real mode (the WebStone tree is 6 MB, webstone-2000
@@ -111,6 +114,10 @@ impl Node {
             (None, Res::Emulated(_)) => EMULATED_BODY_MEMORY,
         });
         Ok(Arc::new(Node {
+            demand_rng: std::sync::Mutex::new(stream(
+                config.seed,
+                &format!("origin-demand-{name}"),
+            )),
             bodies: tree.files.iter().map(|_| OnceLock::new()).collect(),
             body_budget,
             name_header: HeaderValue::from_str(&name).ok(),
@@ -354,6 +361,7 @@ async fn serve<B>(
             Some(Kind::DiskLoad),
             disk_load(node, req.uri().query(), secure).await,
         ),
+        "/cgi-bin/demand.cgi" => (Some(Kind::Demand), demand(node, req.uri().query()).await),
         _ => match node.tree.position(path) {
             Some(i) => {
                 let local = node.holds(full_path);
@@ -383,6 +391,83 @@ async fn cgi(node: &Node, name: &str, ms: f64, secure: bool) -> Resp {
     };
     let t = node.cpu(node.clock(), ms / 1e3 + ssl.cpu_s).await;
     node.nic(t, len + ssl.nic_bytes).await;
+    text(StatusCode::OK, &body)
+}
+
+/// How `/cgi-bin/demand.cgi` spends its demand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DemandSpec {
+    mean_ms: f64,
+    exponential: bool,
+    fcfs: bool,
+}
+
+/// Parses `ms=M[&law=const|exp][&queue=ps|fcfs]`; the error is one line.
+fn demand_spec(query: Option<&str>) -> Result<DemandSpec, String> {
+    let mut spec = DemandSpec {
+        mean_ms: f64::NAN,
+        exponential: false,
+        fcfs: false,
+    };
+    for (k, v) in query
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+    {
+        match (k, v) {
+            ("ms", v) => spec.mean_ms = v.parse().unwrap_or(f64::NAN),
+            ("law", "const") => spec.exponential = false,
+            ("law", "exp") => spec.exponential = true,
+            ("queue", "ps") => spec.fcfs = false,
+            ("queue", "fcfs") => spec.fcfs = true,
+            _ => {
+                return Err(format!(
+                    "demand.cgi: bad parameter {k}={v:?} (ms=M, law=const|exp, queue=ps|fcfs)"
+                ))
+            }
+        }
+    }
+    if !(spec.mean_ms > 0.0 && spec.mean_ms <= 60_000.0) {
+        return Err("demand.cgi needs ms=M, a mean CPU demand from 0 to 60000 ms".into());
+    }
+    Ok(spec)
+}
+
+/// A CPU demand the request states (for checks against queueing theory): `ms` of CPU at speed
+/// 1, constant or drawn from an exponential law with that mean, spent on the processor-shared
+/// CPU (`queue=ps`) or on one of the cores first come first served (`queue=fcfs`, emulated
+/// only).
+async fn demand(node: &Node, query: Option<&str>) -> Resp {
+    let spec = match demand_spec(query) {
+        Ok(s) => s,
+        Err(e) => return text(StatusCode::BAD_REQUEST, &format!("{e}\n")),
+    };
+    let seconds = if spec.exponential {
+        let mut rng = node.demand_rng.lock().unwrap_or_else(|p| p.into_inner());
+        Dist::Exp {
+            mean: spec.mean_ms / 1e3,
+        }
+        .sample(&mut *rng)
+    } else {
+        spec.mean_ms / 1e3
+    };
+    let body = format!(
+        "demand done: {:.3} ms of cpu on {}\n",
+        seconds * 1e3,
+        node.name
+    );
+    let t = match (&node.res, spec.fcfs) {
+        (Res::Emulated(e), true) => e.cpu_fcfs(e.now(), seconds).await,
+        (Res::Real(_), true) => {
+            return text(
+                StatusCode::NOT_IMPLEMENTED,
+                "demand.cgi: queue=fcfs needs --resources emulated\n",
+            )
+        }
+        (_, false) => node.cpu(node.clock(), seconds).await,
+    };
+    node.nic(t, body.len() as u64).await;
     text(StatusCode::OK, &body)
 }
 
@@ -616,6 +701,28 @@ async fn static_file<B>(
 mod tests {
     use super::*;
     use capstan_workload::TreeKind;
+
+    #[test]
+    fn demand_parameters() {
+        let s = demand_spec(Some("ms=5&law=exp&queue=fcfs")).unwrap();
+        assert_eq!((s.mean_ms, s.exponential, s.fcfs), (5.0, true, true));
+        let s = demand_spec(Some("ms=2.5")).unwrap();
+        assert_eq!((s.mean_ms, s.exponential, s.fcfs), (2.5, false, false));
+        for bad in [
+            None,
+            Some("ms=0"),
+            Some("ms=x"),
+            Some("ms=1&law=pareto"),
+            Some("ms=1&queue=lifo"),
+            Some("ms=1&x"),
+        ] {
+            let e = demand_spec(bad).unwrap_err();
+            assert!(
+                e.starts_with("demand.cgi") && !e.contains('\n'),
+                "{bad:?}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn percent_decoding() {

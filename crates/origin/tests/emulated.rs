@@ -287,3 +287,48 @@ async fn bad_config_is_refused() {
     let e = capstan_origin::start(c).await.err().unwrap();
     assert!(e.to_string().contains("fixed file count"), "{e}");
 }
+
+/// `/cgi-bin/demand.cgi` (for checks against queueing theory): the stated demand, processor
+/// shared or first come first served over the cores, exponential draws with the stated mean,
+/// and one-line 400s for bad parameters.
+#[tokio::test]
+async fn demand_cgi_spends_the_stated_demand_ps_or_fcfs() {
+    let node = start(config()).await;
+    let a = node.addr();
+    let ps = "/cgi-bin/demand.cgi?ms=100";
+    let (x, y) = tokio::join!(get(a, ps), get(a, ps));
+    assert_eq!((x.status, y.status), (200, 200));
+    let (tx, ty) = (ms(x.elapsed), ms(y.elapsed));
+    // Processor sharing (the default): both finish together at about 200 ms.
+    assert!((tx - ty).abs() < 60.0 && tx > 190.0, "PS: {tx} / {ty}");
+    let fcfs = "/cgi-bin/demand.cgi?ms=100&queue=fcfs";
+    let (x, y) = tokio::join!(get(a, fcfs), get(a, fcfs));
+    let mut t = [ms(x.elapsed), ms(y.elapsed)];
+    t.sort_by(f64::total_cmp);
+    // First come first served on the one core: ~100 ms, then ~200 ms.
+    assert!(
+        (95.0..180.0).contains(&t[0]) && t[1] - t[0] > 70.0,
+        "FCFS: {t:?}"
+    );
+    // Exponential demands: mean 2 ms over 200 requests, as the node's CPU time counts them.
+    let before = load(a).await["since_start"]["cpu_busy_s"].as_f64().unwrap();
+    for _ in 0..200 {
+        assert_eq!(get(a, "/cgi-bin/demand.cgi?ms=2&law=exp").await.status, 200);
+    }
+    let after = load(a).await["since_start"]["cpu_busy_s"].as_f64().unwrap();
+    let mean_ms = (after - before) / 200.0 * 1e3;
+    // 200 exponential draws: the mean's standard error is 0.14 ms.
+    assert!((1.4..2.6).contains(&mean_ms), "mean demand {mean_ms} ms");
+    // The load report counts them as their own kind.
+    assert!(load(a).await["classes"].get("demand").is_some());
+    for bad in ["", "?ms=0", "?ms=5&law=pareto", "?ms=5&queue=lifo"] {
+        let r = get(a, &format!("/cgi-bin/demand.cgi{bad}")).await;
+        assert_eq!(r.status, 400, "{bad}");
+        let body = String::from_utf8_lossy(&r.body);
+        assert!(
+            body.starts_with("demand.cgi") && body.trim().lines().count() == 1,
+            "{body}"
+        );
+    }
+    node.shutdown().await;
+}

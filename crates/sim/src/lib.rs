@@ -15,6 +15,7 @@
 //!   and Belady's MIN replayed on request traces: hit ratios by cache size.
 
 pub mod cache;
+pub mod closed;
 pub mod engine;
 pub mod event;
 pub mod policy;

@@ -743,7 +743,11 @@ impl Config {
         use std::fmt::Write;
         let mut out = String::new();
         let listen: Vec<String> = self.listen.iter().map(|a| a.to_string()).collect();
-        let _ = writeln!(out, "listen    {}", listen.join(", "));
+        let listen = match listen.is_empty() {
+            true => "(none)".to_string(),
+            false => listen.join(", "),
+        };
+        let _ = writeln!(out, "listen    {listen}");
         for listener in &self.listeners {
             let _ = writeln!(out, "listener  {}", listener.describe());
         }
@@ -1020,6 +1024,12 @@ fn describe_rule(rule: &RuleSpec) -> String {
             Some(value) => parts.push(format!("header {v}: {value:?}")),
             None => parts.push(format!("header {v}")),
         }
+    }
+    if let Some(v) = rule.tls {
+        parts.push(format!("tls {v}"));
+    }
+    if let Some(v) = &rule.sni {
+        parts.push(format!("sni {v:?}"));
     }
     parts.join(" and ")
 }

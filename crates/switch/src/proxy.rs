@@ -365,6 +365,8 @@ async fn proxy(
         path: pq.path(),
         query: pq.query(),
         headers: &HeaderMapLookup(&parts.headers),
+        tls: conn.tls.get().is_some(),
+        sni: conn.tls.get().and_then(|t| t.sni.as_deref()),
     });
     if let Some(redirect) = crate::redirect::answer(switch, cluster, class, &pq) {
         return Err(redirect);
@@ -543,7 +545,7 @@ impl Forward {
     ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
         let (switch, cluster) = (&self.switch, &self.cluster);
         let config = &cluster.config;
-        if self.conn.https {
+        if self.conn.tls.get().is_some() {
             headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         }
         let key = key_of(&self.pq, config.upstream.key);

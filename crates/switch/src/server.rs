@@ -117,8 +117,9 @@ pub struct ConnState {
     /// no head is being read.
     head_started: AtomicU64,
     in_flight: AtomicU32,
-    /// The client came over TLS (the node is told `X-Forwarded-Proto: https`).
-    pub(crate) https: bool,
+    /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
+    /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
+    pub(crate) tls: std::sync::OnceLock<crate::listener::ClientTls>,
 }
 
 impl ConnState {
@@ -463,13 +464,13 @@ async fn serve_connection(
     peer: SocketAddr,
     endpoint: &Endpoint,
 ) {
-    use crate::listener::{negotiated, sniff_h2c, Protocol};
-    let start = endpoint.start(&switch.cluster.load().config);
-    let header_read = switch.cluster.load().config.timeouts.header_read;
-    let state = Arc::new(ConnState {
-        https: start.tls.is_some(),
-        ..ConnState::default()
-    });
+    use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
+    let (start, header_read) = {
+        let cluster = switch.cluster.load();
+        let config = &cluster.config;
+        (endpoint.start(config), config.timeouts.header_read)
+    };
+    let state = Arc::new(ConnState::default());
     let io = TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
@@ -484,6 +485,7 @@ async fn serve_connection(
                 Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
             };
             let protocol = negotiated(tls_stream.get_ref().1);
+            let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
             serve_http(switch, tls_stream, peer, state, protocol).await;
         }
         None if start.h2c => {

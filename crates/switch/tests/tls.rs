@@ -577,10 +577,11 @@ fn bad_certificate_files_are_located_one_line_errors() {
         assert!(!line.contains('\n'), "one line: {line}");
         assert!(line.starts_with("t.toml:"), "{line}");
     }
-    for (extra, want) in [
-        ("alpn = [\"spdy\"]\n", "ALPN protocol `spdy`"),
-        ("tls_versions = [\"1.1\"]\n", "TLS version `1.1`"),
-        ("h2c = true\n", "h2c is for plain listeners"),
+    for (extra, want, line) in [
+        ("alpn = [\"spdy\"]\n", "ALPN protocol `spdy`", 3),
+        ("tls_versions = [\"1.1\"]\n", "TLS version `1.1`", 3),
+        ("h2c = true\n", "h2c is for plain listeners", 3),
+        ("[http2]\nmax_concurrent_streams = 0\n", "at least 1", 4),
     ] {
         let text = format!(
             "[[listener]]\naddress = \"127.0.0.1:0\"\n{extra}[[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n[[node]]\naddress = \"127.0.0.1:1\"\n",
@@ -589,6 +590,31 @@ fn bad_certificate_files_are_located_one_line_errors() {
         );
         let err = capstan_switch::Config::parse(&text, Some("t.toml")).unwrap_err();
         assert!(err.to_string().contains(want), "{err}");
-        assert_eq!(err.line, 3, "{err}");
+        assert_eq!(err.line, line, "{err}");
     }
+}
+
+#[tokio::test]
+async fn class_rules_can_match_tls_and_the_sni_name() {
+    let a = Backend::start("a").await;
+    let rules = "[[class]]\nname = \"static\"\n[[class]]\nname = \"secure\"\ncpu_ms = 20.0\n\
+                 [[class]]\nname = \"shop\"\n\
+                 [[rule]]\nclass = \"shop\"\nsni = \"*.EXAMPLE.test\"\n\
+                 [[rule]]\nclass = \"secure\"\ntls = true\n";
+    let sw = start_switch(&tls_config(&[&a], &THREE, rules)).await;
+    let tls_addr = sw.listen_addrs[1];
+    assert_eq!(class_over_tls(tls_addr, "www.example.test").await, "shop");
+    assert_eq!(class_over_tls(tls_addr, "localhost").await, "secure");
+    assert_eq!(get(sw.listen_addrs[0], "/").await.class(), "static");
+}
+
+/// The class the switch gave a request over TLS with this SNI name (its `X-Capstan-Class`).
+async fn class_over_tls(addr: SocketAddr, name: &str) -> String {
+    let tls = connect(addr, name, h1()).await.unwrap();
+    let answer = h1_over(tls, "/").await;
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix("x-capstan-class: "))
+        .unwrap_or_default()
+        .to_string()
 }

@@ -17,15 +17,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// ALPN protocol ids the switch can speak.
 pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
 
 /// One certificate of a listener, as written in the configuration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CertificateFiles {
     /// PEM file with the certificate chain: the server's certificate first, then intermediates.
     pub cert: PathBuf,
@@ -33,9 +32,8 @@ pub struct CertificateFiles {
     pub key: PathBuf,
 }
 
-/// A TLS listener's settings, as written under `[[listener]]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A TLS listener's settings, as written under `[[listener]]` (see [`crate::listener`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct TlsFiles {
     /// Certificates offered by SNI name (their subjectAltName DNS names, wildcards included);
     /// the first one is the default for clients that send no name or an unknown one.

@@ -19,6 +19,7 @@ const SERVE_EXAMPLES: &str = "Examples:
   capstan serve --config examples/cache.toml          # every cache setting, commented
   capstan serve --config examples/health.toml         # health checks, slow start, membership
   capstan serve --config examples/overload.toml       # admission limits, queues, outlier ejection
+  capstan serve --config examples/tls.toml            # HTTPS (certificates by SNI), HTTP/2, h2c
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
@@ -32,6 +33,14 @@ Overload (on by default): each node has an adaptive concurrency limit ([admissio
 \"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); what fits in neither gets 503 with
 Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);
 [outlier] ejects a node after consecutive_failures 5xx/timeouts/resets in a row.
+
+TLS and HTTP/2: a [[listener]] with [[listener.certificate]] cert/key (PEM) terminates TLS
+1.2/1.3 with the certificate for the client's SNI name (the first is the default), offers h2
+and http/1.1 by ALPN, resumes sessions by tickets; h2c = true on a plain [[listener]] takes
+HTTP/2 with prior knowledge; [http2] sets stream and header limits. Each HTTP/2 stream is
+dispatched on its own; nodes get HTTP/1.1. Certificates are re-read on SIGHUP / POST /reload
+(new handshakes get them, open connections keep theirs); a bad file or a key that does not
+match its certificate is one error line (capstan check says the same).
 
 Membership on the admin listener, without a reload: POST /nodes (name, address, weight as
 JSON or query), POST /nodes/NAME/drain and /undrain, DELETE /nodes/NAME; in-flight requests

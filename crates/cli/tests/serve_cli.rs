@@ -27,6 +27,9 @@ fn serve_and_check_help_describe_every_option() {
         "--dry-run",
         "SIGHUP",
         "SIGTERM",
+        "TLS",
+        "HTTP/2",
+        "examples/tls.toml",
     ] {
         assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
     }

@@ -72,6 +72,13 @@ pub struct RuleSpec {
     /// With `header`: its value matches this glob (`*` matches anything).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header_value: Option<String>,
+    /// The client came over TLS (`true`) or in the clear (`false`): the CAP paper's secure
+    /// class is one of its own because every request of it pays for encryption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<bool>,
+    /// The TLS client's SNI name matches this glob (case-insensitive; `*.example.org`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
 }
 
 /// What is wrong with a set of classes and rules.
@@ -89,7 +96,7 @@ pub enum ClassifierError {
     },
     #[error("default class `{class}` is not defined (defined: {defined})")]
     UnknownDefault { class: String, defined: String },
-    #[error("rule {rule} has no condition; give at least one of path_prefix, glob, regex, extension, method, query, header")]
+    #[error("rule {rule} has no condition; give at least one of path_prefix, glob, regex, extension, method, query, header, tls, sni")]
     NoCondition { rule: usize },
     #[error("rule {rule}: bad glob `{pattern}`: {reason}")]
     BadGlob {
@@ -116,6 +123,10 @@ pub struct RequestFacts<'a> {
     pub query: Option<&'a str>,
     /// The request's headers.
     pub headers: &'a dyn HeaderLookup,
+    /// The request came over TLS.
+    pub tls: bool,
+    /// The TLS client's SNI name, if it sent one.
+    pub sni: Option<&'a str>,
 }
 
 /// Header access for the classifier, so `core` needs no HTTP library.
@@ -153,6 +164,8 @@ enum Condition {
         name: String,
         value: Option<GlobMatcher>,
     },
+    Tls(bool),
+    Sni(GlobMatcher),
 }
 
 impl Condition {
@@ -169,6 +182,8 @@ impl Condition {
                 None => false,
                 Some(v) => value.as_ref().is_none_or(|g| g.is_match(v)),
             },
+            Condition::Tls(tls) => req.tls == *tls,
+            Condition::Sni(glob) => req.sni.is_some_and(|name| glob.is_match(name)),
         }
     }
 }
@@ -371,6 +386,20 @@ fn conditions_of(rule: usize, spec: &RuleSpec) -> Result<Vec<Condition>, Classif
         (None, Some(_)) => return Err(ClassifierError::ValueWithoutHeader { rule }),
         (None, None) => {}
     }
+    if let Some(tls) = spec.tls {
+        out.push(Condition::Tls(tls));
+    }
+    if let Some(pattern) = &spec.sni {
+        let glob = globset::GlobBuilder::new(pattern)
+            .case_insensitive(true)
+            .build()
+            .map_err(|e| ClassifierError::BadGlob {
+                rule,
+                pattern: pattern.clone(),
+                reason: e.kind().to_string(),
+            })?;
+        out.push(Condition::Sni(glob.compile_matcher()));
+    }
     if out.is_empty() {
         return Err(ClassifierError::NoCondition { rule });
     }
@@ -424,6 +453,8 @@ mod tests {
             path,
             query,
             headers,
+            tls: false,
+            sni: None,
         }
     }
 
@@ -554,6 +585,38 @@ mod tests {
         assert!(matches!(
             Classifier::new(&bad, &[], "a").unwrap_err(),
             ClassifierError::BadProfile { .. }
+        ));
+    }
+
+    #[test]
+    fn tls_and_sni_rules() {
+        let secure = RuleSpec {
+            sni: Some("*.Shop.example".into()),
+            ..rule("cpu")
+        };
+        let any_tls = RuleSpec {
+            tls: Some(true),
+            ..rule("disk")
+        };
+        let c = Classifier::new(
+            &classes(&["static", "cpu", "disk"]),
+            &[secure, any_tls],
+            "static",
+        )
+        .unwrap();
+        let mut f = facts("GET", "/", None, &NoHeaders);
+        assert_eq!(c.class(c.classify(&f)).name, "static");
+        f.tls = true;
+        assert_eq!(c.class(c.classify(&f)).name, "disk");
+        f.sni = Some("www.shop.example");
+        assert_eq!(c.class(c.classify(&f)).name, "cpu");
+        let bad = RuleSpec {
+            sni: Some("[".into()),
+            ..rule("cpu")
+        };
+        assert!(matches!(
+            Classifier::new(&classes(&["static", "cpu"]), &[bad], "static"),
+            Err(ClassifierError::BadGlob { .. })
         ));
     }
 }

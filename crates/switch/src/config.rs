@@ -24,8 +24,13 @@ pub struct Config {
     /// Where it was read from; `None` when built from command-line flags.
     #[serde(skip)]
     pub source: Option<PathBuf>,
-    /// Client-facing listeners.
+    /// Client-facing plain HTTP/1.1 listeners.
     pub listen: Vec<SocketAddr>,
+    /// `[[listener]]` entries: TLS listeners, plain ones with h2c (see [`crate::listener`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<crate::listener::Listener>,
+    /// HTTP/2 limits for client connections.
+    pub http2: crate::http2::Http2,
     /// Admin listener (`/status`, `/metrics`, `POST /reload`), if any.
     pub admin: Option<SocketAddr>,
     /// Bearer token the admin's mutating endpoints require (`admin_token`, or read from
@@ -531,6 +536,10 @@ impl std::error::Error for ConfigError {}
 struct RawConfig {
     #[serde(default)]
     listen: Vec<Spanned<String>>,
+    #[serde(default, rename = "listener")]
+    listeners: Vec<Spanned<crate::listener::RawListener>>,
+    #[serde(default)]
+    http2: crate::http2::Http2,
     admin: Option<Spanned<String>>,
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<String>>,
@@ -642,6 +651,8 @@ impl Config {
         Config {
             source: None,
             listen,
+            listeners: Vec::new(),
+            http2: Default::default(),
             admin: None,
             admin_token: None,
             debug_headers: false,
@@ -671,7 +682,7 @@ impl Config {
             column: 0,
             message,
         };
-        if self.listen.is_empty() {
+        if self.listen.is_empty() && self.listeners.is_empty() {
             return Err(plain(
                 "no listener: give at least one listen address".into(),
             ));
@@ -688,6 +699,7 @@ impl Config {
         self.build_policy_for(&classifier)
             .map_err(|e| plain(format!("policy {}: {e}", self.policy.name())))?;
         check_limits(&self.limits).map_err(plain)?;
+        self.http2.check().map_err(|(_, e)| plain(e))?;
         check_load(&self.load).map_err(plain)?;
         check_upstream(&self.upstream).map_err(|(_, e)| plain(e))?;
         check_health(&self.health).map_err(|(_, e)| plain(e))?;
@@ -731,7 +743,14 @@ impl Config {
         use std::fmt::Write;
         let mut out = String::new();
         let listen: Vec<String> = self.listen.iter().map(|a| a.to_string()).collect();
-        let _ = writeln!(out, "listen    {}", listen.join(", "));
+        let listen = match listen.is_empty() {
+            true => "(none)".to_string(),
+            false => listen.join(", "),
+        };
+        let _ = writeln!(out, "listen    {listen}");
+        for listener in &self.listeners {
+            let _ = writeln!(out, "listener  {}", listener.describe());
+        }
         match self.admin {
             Some(admin) => {
                 let token = match &self.admin_token {
@@ -1006,6 +1025,12 @@ fn describe_rule(rule: &RuleSpec) -> String {
             None => parts.push(format!("header {v}")),
         }
     }
+    if let Some(v) = rule.tls {
+        parts.push(format!("tls {v}"));
+    }
+    if let Some(v) = &rule.sni {
+        parts.push(format!("sni {v:?}"));
+    }
     parts.join(" and ")
 }
 
@@ -1269,7 +1294,9 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     for addr in &raw.listen {
         listen.push(resolve_address(addr.get_ref()).map_err(|e| loc.error(Some(addr.span()), e))?);
     }
-    if listen.is_empty() {
+    let listeners = crate::listener::resolve(&raw.listeners, loc.base_dir)
+        .map_err(|(span, e)| loc.error(span, e))?;
+    if listen.is_empty() && listeners.is_empty() {
         return Err(loc.error(None, "no listener: add `listen = [\"127.0.0.1:8080\"]`"));
     }
     let admin = match &raw.admin {
@@ -1358,6 +1385,8 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     let config = Config {
         source: None,
         listen,
+        listeners,
+        http2: raw.http2,
         admin,
         admin_token,
         debug_headers: raw.debug_headers,
@@ -1401,6 +1430,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         .build_policy_for(&classifier)
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
+    config.http2.check().map_err(|(key, e)| {
+        let span = value_span(loc.text, &["http2", key]).or(find_key(loc.text, "http2"));
+        loc.error(span, e)
+    })?;
     check_load(&config.load).map_err(|e| loc.error(find_key(loc.text, "load"), e))?;
     check_upstream(&config.upstream).map_err(|(key, e)| {
         let span = value_span(loc.text, &["upstream", key]).or(find_key(loc.text, "upstream"));

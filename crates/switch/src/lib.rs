@@ -12,7 +12,9 @@ pub mod cluster;
 pub mod config;
 pub mod gather;
 pub mod health;
+pub mod http2;
 pub mod io;
+pub mod listener;
 pub mod membership;
 pub mod outlier;
 pub mod proxy;
@@ -20,6 +22,7 @@ pub mod redirect;
 pub mod retry;
 pub mod server;
 pub mod strict;
+pub mod tls;
 
 pub use config::{Config, ConfigError, NodeConfig};
 pub use server::{run, start, Running, Switch};

@@ -345,6 +345,9 @@ async fn proxy(
     mut req: Request<Incoming>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let config = &cluster.config;
+    if let Some(refusal) = crate::http2::check_request(&req) {
+        return Err(refusal);
+    }
     if let Some(refusal) = crate::strict::check_request(&mut req) {
         return Err(refusal);
     }
@@ -362,6 +365,8 @@ async fn proxy(
         path: pq.path(),
         query: pq.query(),
         headers: &HeaderMapLookup(&parts.headers),
+        tls: conn.tls.get().is_some(),
+        sni: conn.tls.get().and_then(|t| t.sni.as_deref()),
     });
     if let Some(redirect) = crate::redirect::answer(switch, cluster, class, &pq) {
         return Err(redirect);
@@ -540,6 +545,9 @@ impl Forward {
     ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
         let (switch, cluster) = (&self.switch, &self.cluster);
         let config = &cluster.config;
+        if self.conn.tls.get().is_some() {
+            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        }
         let key = key_of(&self.pq, config.upstream.key);
         let info = RequestInfo {
             class: self.class,

@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
 use crate::io::{Acceptor, LazyStream};
+use crate::listener::Endpoint;
 use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::cluster::{Cluster, Epoch};
@@ -60,7 +61,10 @@ impl Switch {
             tracing::warn!("{warning}");
         }
         let mut note = String::new();
-        if config.listen != current.config.listen || config.admin != current.config.admin {
+        if config.listen != current.config.listen
+            || config.admin != current.config.admin
+            || crate::listener::kinds_differ(&config, &current.config)
+        {
             note = " (listener changes take effect on restart)".into();
         }
         let cluster = Cluster::build(
@@ -113,6 +117,9 @@ pub struct ConnState {
     /// no head is being read.
     head_started: AtomicU64,
     in_flight: AtomicU32,
+    /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
+    /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
+    pub(crate) tls: std::sync::OnceLock<crate::listener::ClientTls>,
 }
 
 impl ConnState {
@@ -317,12 +324,12 @@ impl Switch {
 /// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
 /// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let listen = config.listen.clone();
+    let endpoints = Endpoint::all(&config);
     let admin = config.admin;
     let switch = Switch::new(config)?;
-    let listeners = listen
-        .iter()
-        .map(|&addr| bind(addr, false))
+    let listeners = endpoints
+        .into_iter()
+        .map(|(addr, endpoint)| Ok((bind(addr, false)?, endpoint)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let admin = admin.map(bind_admin).transpose()?;
     serve_on(switch, listeners, admin, true)
@@ -332,16 +339,17 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 /// The primary worker also serves the admin listener and gathers node loads.
 fn serve_on(
     switch: Arc<Switch>,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Vec<(std::net::TcpListener, Endpoint)>,
     admin: Option<std::net::TcpListener>,
     primary: bool,
 ) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
-    for listener in listeners {
+    for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
-        tasks.push(tokio::spawn(accept_loop(Arc::clone(&switch), listener)));
+        let accepting = accept_loop(Arc::clone(&switch), listener, Arc::new(endpoint));
+        tasks.push(tokio::spawn(accepting));
     }
     if primary {
         tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
@@ -414,7 +422,7 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
-async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
+async fn accept_loop(switch: Arc<Switch>, listener: Acceptor, endpoint: Arc<Endpoint>) {
     let mut stop = switch.shutdown.subscribe();
     loop {
         let permit = tokio::select! {
@@ -441,21 +449,30 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
         switch.open_connections.fetch_add(1, Ordering::AcqRel);
         switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
         let switch = Arc::clone(&switch);
+        let endpoint = Arc::clone(&endpoint);
         tokio::spawn(async move {
-            serve_connection(&switch, stream, peer).await;
+            serve_connection(&switch, stream, peer, &endpoint).await;
             drop(permit);
             switch.connection_closed();
         });
     }
 }
 
-async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: SocketAddr) {
-    let cluster = switch.cluster.load_full();
-    let config = &cluster.config;
-    let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
-    // A client that connects and stays silent gets `header_read` to start its request (as a
-    // started request gets to finish its head), not the whole idle timeout, and costs no
-    // buffers meanwhile.
+async fn serve_connection(
+    switch: &Arc<Switch>,
+    mut stream: LazyStream,
+    peer: SocketAddr,
+    endpoint: &Endpoint,
+) {
+    use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
+    let (start, header_read) = {
+        let cluster = switch.cluster.load();
+        let config = &cluster.config;
+        (endpoint.start(config), config.timeouts.header_read)
+    };
+    // A client that connects and stays silent gets `header_read` to start its request (or its
+    // TLS handshake), as a started request gets to finish its head, not the whole idle timeout;
+    // and it costs no buffers (hyper's, TLS's) meanwhile.
     match stream.first_bytes(header_read).await {
         Ok(true) => {}
         Ok(false) => {
@@ -468,25 +485,48 @@ async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: So
         }
     }
     let state = Arc::new(ConnState::default());
-    let io = TokioIo::new(TrackedStream {
+    let io = TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .keep_alive(true)
-        // Do not read from the client while its request is being answered only to notice that
-        // it went away (HAProxy's default too, without `option abortonclose`): that read would
-        // fail with EAGAIN on nearly every request and cost the registration with the event
-        // loop that a one-request connection otherwise never needs (see `crate::io`). A
-        // client that half-closes after its request still gets the answer.
-        .half_close(true)
-        .header_read_timeout(None)
-        .max_header_size(config.limits.max_request_line + config.limits.max_header_bytes + 64);
-    if config.limits.max_headers != 100 {
-        builder.max_headers(config.limits.max_headers);
+    };
+    match start.tls {
+        Some(tls) => {
+            // The handshake is part of the request head's time.
+            let accept = tokio_rustls::TlsAcceptor::from(tls).accept(io);
+            let tls_stream = match tokio::time::timeout(header_read, accept).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            };
+            let protocol = negotiated(tls_stream.get_ref().1);
+            let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
+            serve_http(switch, tls_stream, peer, state, protocol).await;
+        }
+        None if start.h2c => {
+            let (protocol, io) = match tokio::time::timeout(header_read, sniff_h2c(io)).await {
+                Ok(Ok(sniffed)) => sniffed,
+                _ => return,
+            };
+            serve_http(switch, io, peer, state, protocol).await;
+        }
+        None => serve_http(switch, io, peer, state, Protocol::Http1).await,
     }
-    drop(cluster);
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on a client connection (TLS already terminated, if any).
+async fn serve_http<I>(
+    switch: &Arc<Switch>,
+    io: I,
+    peer: SocketAddr,
+    state: Arc<ConnState>,
+    protocol: crate::listener::Protocol,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let cluster = switch.cluster.load_full();
+    let config = &cluster.config;
+    let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
+    let io = TokioIo::new(io);
     let service = {
         let switch = Arc::clone(switch);
         let state = Arc::clone(&state);
@@ -503,14 +543,62 @@ async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: So
             ))
         })
     };
+    if let crate::listener::Protocol::Http2 = protocol {
+        let conn = config.http2.builder().serve_connection(io, service);
+        drop(cluster);
+        // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
+        // without a request closes its connection.
+        let deadlines = Watchdog::new(idle, idle);
+        let graceful = hyper::server::conn::http2::Connection::graceful_shutdown;
+        return drive(switch, conn, graceful, &state, peer, deadlines).await;
+    }
+    let mut builder = http1::Builder::new();
+    builder
+        .keep_alive(true)
+        // Do not read from the client while its request is being answered only to notice that
+        // it went away (HAProxy's default too, without `option abortonclose`): that read would
+        // fail with EAGAIN on nearly every request and cost the registration with the event
+        // loop that a one-request connection otherwise never needs (see `crate::io`). A
+        // client that half-closes after its request still gets the answer.
+        .half_close(true)
+        .header_read_timeout(None)
+        .max_header_size(config.limits.max_request_line + config.limits.max_header_bytes + 64);
+    if config.limits.max_headers != 100 {
+        builder.max_headers(config.limits.max_headers);
+    }
+    drop(cluster);
     let conn = builder.serve_connection(io, service);
+    let graceful = http1::Connection::graceful_shutdown;
+    drive(
+        switch,
+        conn,
+        graceful,
+        &state,
+        peer,
+        Watchdog::new(idle, header_read),
+    )
+    .await;
+}
+
+/// Runs a client connection to its end: until the protocol finishes it, the watchdog finds a
+/// deadline passed, or (after a graceful close on shutdown) the last request is answered.
+async fn drive<C, G>(
+    switch: &Arc<Switch>,
+    conn: C,
+    graceful: G,
+    state: &ConnState,
+    peer: SocketAddr,
+    mut watchdog: Watchdog,
+) where
+    C: std::future::Future<Output = hyper::Result<()>>,
+    G: Fn(Pin<&mut C>),
+{
     let mut conn = std::pin::pin!(conn);
     let mut stop = switch.shutdown.subscribe();
     let mut stopping = *stop.borrow();
     if stopping {
-        conn.as_mut().graceful_shutdown();
+        graceful(conn.as_mut());
     }
-    let mut watchdog = Watchdog::new(idle, header_read);
     let mut ticker =
         tokio::time::interval_at(tokio::time::Instant::now() + watchdog.tick, watchdog.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -524,10 +612,10 @@ async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: So
             }
             _ = stop.wait_for(|s| *s), if !stopping => {
                 stopping = true;
-                conn.as_mut().graceful_shutdown();
+                graceful(conn.as_mut());
             }
             _ = ticker.tick() => {
-                if let Some(why) = watchdog.check(&state) {
+                if let Some(why) = watchdog.check(state) {
                     tracing::debug!(%peer, "closing client connection: {why}");
                     return;
                 }
@@ -542,35 +630,38 @@ async fn serve_connection(switch: &Arc<Switch>, mut stream: LazyStream, peer: So
 /// on the request path. Blocks until the switch has stopped.
 pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let threads = threads.max(1);
-    let listen = config.listen.clone();
+    let endpoints = Endpoint::all(&config);
     let admin = config.admin;
     let switch = Switch::new(config)?;
     // SO_REUSEPORT would also let this switch share a port with another process of the same
     // user, splitting its traffic silently; a plain bind first makes a taken port an error.
-    let listen = listen
+    let listen = endpoints
         .iter()
-        .map(|&addr| Ok(bind(addr, false)?.local_addr()?))
+        .map(|(addr, _)| Ok(bind(*addr, false)?.local_addr()?))
         .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
     let first = listen
         .iter()
-        .map(|&addr| bind(addr, threads > 1))
+        .zip(&endpoints)
+        .map(|(&addr, (_, endpoint))| Ok((bind(addr, threads > 1)?, endpoint.clone())))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let bound: Vec<SocketAddr> = first
         .iter()
-        .map(|l| l.local_addr())
+        .map(|(l, _)| l.local_addr())
         .collect::<io::Result<_>>()?;
     let mut workers = Vec::new();
     for _ in 1..threads {
         workers.push(
             bound
                 .iter()
-                .map(|&addr| bind(addr, true))
+                .zip(&endpoints)
+                .map(|(&addr, (_, endpoint))| Ok((bind(addr, true)?, endpoint.clone())))
                 .collect::<anyhow::Result<Vec<_>>>()?,
         );
     }
     let admin = admin.map(bind_admin).transpose()?;
-    for addr in &bound {
-        tracing::info!("listening on http://{addr} ({threads} worker threads)");
+    for (addr, (_, endpoint)) in bound.iter().zip(&endpoints) {
+        let scheme = endpoint.scheme();
+        tracing::info!("listening on {scheme}://{addr} ({threads} worker threads)");
     }
     if let Some(admin) = &admin {
         tracing::info!(

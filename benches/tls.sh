@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# HTTPS through Capstan and HAProxy, side by side on this machine, in one run.
+#
+# Four nginx back-ends serve a 1 KB file over plain HTTP. In front of them, each on its own port
+# with the same number of worker threads and the same certificate (examples/tls/, ECDSA P-256
+# and RSA-2048): Capstan and HAProxy 2.6, both terminating TLS 1.3 and forwarding HTTP/1.1 to the
+# back-ends round robin. Every round visits every proxy once per scenario, so the shared
+# machine's noise spreads evenly; the table shows medians and ranges over the rounds.
+#
+#   bash benches/tls.sh                   # 3 rounds × 10 s per cell, 1 worker thread each
+#   ROUNDS=5 SECONDS_PER_RUN=15 THREADS=2 bash benches/tls.sh
+#   CAPSTAN=/path/to/capstan bash benches/tls.sh    # skip the build
+#
+# Scenarios: keep-alive (wrk, HTTP/1.1 over TLS, persistent connections), handshake (wrk with
+# `Connection: close`: a full TLS handshake per request, wrk does not resume sessions) and h2
+# (h2load, 10 connections × 10 concurrent streams).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+THREADS=${THREADS:-1}
+CONNECTIONS=${CONNECTIONS:-50}
+OUT=${OUT:-target/bench-tls}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need haproxy || ! need nginx || ! need wrk || ! need h2load; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy nginx wrk nghttp2-client >/dev/null
+  else
+    echo "needs haproxy, nginx, wrk and h2load (apt-get install haproxy nginx wrk nghttp2-client)" >&2
+    exit 1
+  fi
+fi
+
+if [ -z "${CAPSTAN:-}" ]; then
+  cargo build --release --locked --quiet -p capstan-cli
+  CAPSTAN=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
+fi
+mkdir -p "$OUT"
+pki=$PWD/examples/tls
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+chmod 755 "$work"  # the nginx workers run as another user
+mkdir -p "$work/www"
+python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
+
+cat > "$work/backends.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/backends.pid;
+error_log $work/backends.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:19101; root $work/www; }
+  server { listen 127.0.0.1:19102; root $work/www; }
+  server { listen 127.0.0.1:19103; root $work/www; }
+  server { listen 127.0.0.1:19104; root $work/www; }
+}
+CONF
+
+# One Capstan and one HAProxy per key type.
+declare -A port=([capstan-ecdsa]=18441 [haproxy-ecdsa]=18442 [capstan-rsa]=18443 [haproxy-rsa]=18444)
+for kind in ecdsa rsa; do
+  base=localhost; [ "$kind" = rsa ] && base=localhost-rsa
+  cat "$pki/$base.pem" "$pki/$base.key" > "$work/$kind.pem"  # HAProxy's crt: chain and key
+  cat > "$work/capstan-$kind.toml" <<CONF
+[[listener]]
+address = "127.0.0.1:${port[capstan-$kind]}"
+[[listener.certificate]]
+cert = "$pki/$base.pem"
+key = "$pki/$base.key"
+[timeouts]
+client_idle = "60s"
+[[node]]
+address = "127.0.0.1:19101"
+[[node]]
+address = "127.0.0.1:19102"
+[[node]]
+address = "127.0.0.1:19103"
+[[node]]
+address = "127.0.0.1:19104"
+CONF
+  cat > "$work/haproxy-$kind.cfg" <<CONF
+global
+  nbthread $THREADS
+  maxconn 8000
+  ssl-default-bind-options ssl-min-ver TLSv1.2
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 60s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:${port[haproxy-$kind]} ssl crt $work/$kind.pem alpn h2,http/1.1
+  default_backend be
+backend be
+  balance roundrobin
+  http-reuse always
+  server s1 127.0.0.1:19101
+  server s2 127.0.0.1:19102
+  server s3 127.0.0.1:19103
+  server s4 127.0.0.1:19104
+CONF
+done
+
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
+
+# CPU clock ticks (user + system) used so far by process $1 and its children.
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
+  done
+  echo "$total"
+}
+
+nginx -c "$work/backends.conf" & pids+=($!)
+for p in 19101 19102 19103 19104; do wait_port $p; done
+declare -A proxy_pid
+for kind in ecdsa rsa; do
+  RUST_LOG=warn "$CAPSTAN" serve --threads "$THREADS" --config "$work/capstan-$kind.toml" &
+  proxy_pid[capstan-$kind]=$!
+  haproxy -f "$work/haproxy-$kind.cfg" &
+  proxy_pid[haproxy-$kind]=$!
+done
+pids+=("${proxy_pid[@]}")
+for p in "${port[@]}"; do wait_port "$p"; done
+for proxy in "${!port[@]}"; do  # both answer over HTTPS, HTTP/2 too
+  curl -sSf --cacert "$pki/ca.pem" --http2 -o /dev/null "https://localhost:${port[$proxy]}/1k.html"
+done
+
+proxies=(capstan-ecdsa haproxy-ecdsa capstan-rsa haproxy-rsa)
+clk_tck=$(getconf CLK_TCK)
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "haproxy: $(haproxy -v | head -1)"
+  echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version | head -1)"
+} > "$OUT/run-info.txt"
+
+results="$OUT/runs.tsv"
+printf 'round\tscenario\tproxy\trps\tlatency_ms\tp99_ms\terrors\tcpu_us_per_req\n' > "$results"
+run_cell() { # ROUND SCENARIO PROXY
+  local round=$1 sname=$2 pname=$3 url="https://localhost:${port[$3]}/1k.html" cpu_before cpu_after
+  echo "round $round/$ROUNDS  $sname  $pname" >&2
+  cpu_before=$(cpu_ticks "${proxy_pid[$pname]}")
+  case $sname in
+    keep-alive) wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency "$url" > "$work/out" ;;
+    handshake) wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency -H "Connection: close" "$url" > "$work/out" ;;
+    h2) h2load -t1 -c10 -m10 -D"$SECONDS_PER_RUN" "$url" > "$work/out" ;;
+  esac
+  cpu_after=$(cpu_ticks "${proxy_pid[$pname]}")
+  python3 - "$work/out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+SCALE = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+def ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
+    if not m:
+        sys.exit(f"cannot read latency {v!r} in:\n{text}")
+    return float(m.group(1)) * SCALE[m.group(2)]
+def find(pattern):
+    m = re.search(pattern, text, re.MULTILINE)
+    if not m:
+        sys.exit(f"output lacks {pattern!r}:\n{text}")
+    return m.group(1)
+if "h2load" in text or "finished in" in text:
+    rps = float(find(r"finished in [\d.]+s, ([\d.]+) req/s"))
+    requests = int(find(r"requests: \d+ total, \d+ started, (\d+) done"))
+    errors = int(find(r"requests: .* (\d+) failed")) + int(find(r"requests: .* (\d+) errored"))
+    lat = ms(find(r"time for request:\s+\S+\s+\S+\s+(\S+)"))  # mean
+    p99 = float("nan")
+else:
+    rps = float(find(r"Requests/sec:\s+([\d.]+)"))
+    lat = ms(find(r"^\s+50%\s+(\S+)"))
+    p99 = ms(find(r"^\s+99%\s+(\S+)"))
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    errors = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+    requests = int(find(r"(\d+) requests in"))
+cpu_us = (float(sys.argv[6]) - float(sys.argv[5])) / float(sys.argv[7]) * 1e6 / max(requests, 1)
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{lat:.3f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
+PY
+}
+
+for round in $(seq "$ROUNDS"); do
+  for scenario in keep-alive handshake h2; do
+    for proxy in "${proxies[@]}"; do
+      run_cell "$round" "$scenario" "$proxy"
+    done
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/run-info.txt"
+
+python3 - "$results" "$ROUNDS" "$SECONDS_PER_RUN" "$THREADS" "$CONNECTIONS" <<'PY' | tee "$OUT/summary.md"
+import csv, math, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+rounds, secs, threads, conns = sys.argv[2:6]
+print(f"{rounds} rounds × {secs} s, {threads} worker thread(s) per proxy, TLS 1.3; keep-alive and handshake: "
+      f"wrk -t1 -c{conns} (latency p50/p99); h2: h2load -c10 -m10 (latency = mean); medians (ranges)\n")
+print("| scenario | proxy | req/s | ratio to HAProxy (same key) | latency ms | p99 ms | proxy CPU µs/req | errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
+def cell(values, fmt):
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "–"
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+for scenario in dict.fromkeys(r["scenario"] for r in rows):
+    med = {}
+    for proxy in dict.fromkeys(r["proxy"] for r in rows):
+        c = [r for r in rows if r["scenario"] == scenario and r["proxy"] == proxy]
+        med[proxy] = {k: [float(r[k]) for r in c] for k in ("rps", "latency_ms", "p99_ms", "cpu_us_per_req")}
+        med[proxy]["errors"] = sum(int(r["errors"]) for r in c)
+    for proxy, m in med.items():
+        base = statistics.median(med["haproxy-" + proxy.split("-")[1]]["rps"])
+        ratio = statistics.median(m["rps"]) / base
+        print(f"| {scenario} | {proxy} | {cell(m['rps'], '{:.0f}')} | {ratio:.2f} | {cell(m['latency_ms'], '{:.2f}')} "
+              f"| {cell(m['p99_ms'], '{:.2f}')} | {cell(m['cpu_us_per_req'], '{:.1f}')} | {m['errors']} |")
+PY
+echo "raw runs: $results; machine: $OUT/run-info.txt" >&2

@@ -97,6 +97,12 @@ pub struct ServeArgs {
     /// Print the resolved configuration and exit instead of serving.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// Validate the configuration (file and flags, as `capstan check` does, plus the access
+    /// log file can be opened) and exit: 0 and `ok` when valid, 1 with one line when not.
+    /// Run it before a reload, e.g. `ExecReload` in a systemd unit.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub check_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -117,11 +123,37 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `serve --check-only`: what `capstan check` checks, for the flags too, and what only starting
+/// would find (an access log file that cannot be opened). Listeners are not bound: the running
+/// switch holds them.
+fn check_only(args: &ServeArgs, config: &Config) -> anyhow::Result<()> {
+    if let Some(log) = &config.access_log {
+        if log.path != "-" {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log.path)
+                .with_context(|| format!("access_log.path: cannot open {}", log.path))?;
+        }
+    }
+    if let Some(warning) = config.admin_exposure_warning() {
+        eprintln!("warning: {warning}");
+    }
+    match &args.config {
+        Some(path) => println!("ok: {}", path.display()),
+        None => println!("ok"),
+    }
+    Ok(())
+}
+
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve_config(&args)?;
     if args.dry_run {
         print!("{}", config.describe());
         return Ok(());
+    }
+    if args.check_only {
+        return check_only(&args, &config);
     }
     let threads = match args.threads {
         Some(0) => bail!("--threads must be at least 1"),

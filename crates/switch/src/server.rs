@@ -34,6 +34,10 @@ pub struct Switch {
     pub retry_budget: crate::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
     pub cache: Option<crate::caching::CacheLayer>,
+    /// The access log, when the configuration has an `[access_log]` section at start.
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    /// Connections closed on PROXY protocol listeners.
+    pub proxy_rejections: crate::proxy_protocol::Rejections,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
     /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
@@ -113,6 +117,9 @@ pub struct ConnState {
     /// no head is being read.
     head_started: AtomicU64,
     in_flight: AtomicU32,
+    /// The client's addresses and when it connected (absent for requests the switch makes
+    /// itself, such as background cache refreshes).
+    pub peer: Option<crate::peer::Peer>,
 }
 
 impl ConnState {
@@ -296,6 +303,11 @@ impl Switch {
             .as_ref()
             .map(crate::caching::CacheLayer::new)
             .transpose()?;
+        let access_log = config
+            .access_log
+            .as_ref()
+            .map(|log| crate::access_log::AccessLog::open(log).map(Arc::new))
+            .transpose()?;
         let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Switch {
@@ -306,6 +318,8 @@ impl Switch {
             reloads: AtomicU64::new(0),
             retry_budget: Default::default(),
             cache,
+            access_log,
+            proxy_rejections: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             reload_lock: tokio::sync::Mutex::new(()),
             shutdown,
@@ -338,10 +352,19 @@ fn serve_on(
 ) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
-    for listener in listeners {
+    let configured = switch.cluster.load().config.listen.clone();
+    for (i, listener) in listeners.into_iter().enumerate() {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
-        tasks.push(tokio::spawn(accept_loop(Arc::clone(&switch), listener)));
+        // Listeners are bound in the order of `listen`.
+        let proxied = configured.get(i).is_some_and(|&addr| {
+            switch.cluster.load().config.proxy_protocol.accepts_on(addr)
+        });
+        tasks.push(tokio::spawn(accept_loop(
+            Arc::clone(&switch),
+            listener,
+            proxied,
+        )));
     }
     if primary {
         tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
@@ -414,8 +437,15 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
-async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
+async fn accept_loop(switch: Arc<Switch>, listener: Acceptor, proxied: bool) {
     let mut stop = switch.shutdown.subscribe();
+    let listening = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            tracing::error!("listener lost its address: {e}");
+            return;
+        }
+    };
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&switch.connection_slots).acquire_owned() => match permit {
@@ -442,6 +472,15 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
         switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
         let switch = Arc::clone(&switch);
         tokio::spawn(async move {
+            let mut stream = stream;
+            let peer = match client_of(&switch, &mut stream, peer, listening, proxied).await {
+                Some(client) => client,
+                None => {
+                    drop(permit);
+                    switch.connection_closed();
+                    return;
+                }
+            };
             serve_connection(&switch, stream, peer).await;
             drop(permit);
             switch.connection_closed();
@@ -449,11 +488,52 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor) {
     }
 }
 
-async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, peer: SocketAddr) {
+/// Who the client is: the socket's peer, or on a PROXY protocol listener the address in the
+/// header a trusted balancer sent (`None`: the connection is to be closed).
+async fn client_of(
+    switch: &Switch,
+    stream: &mut LazyStream,
+    peer: SocketAddr,
+    listening: SocketAddr,
+    proxied: bool,
+) -> Option<crate::peer::Peer> {
+    let accepted = std::time::Instant::now();
+    if !proxied {
+        return Some(crate::peer::Peer {
+            client: peer,
+            local: listening,
+            accepted,
+        });
+    }
+    let cluster = switch.cluster.load_full();
+    let config = &cluster.config;
+    let settings = &config.proxy_protocol;
+    let header_read = config.timeouts.header_read;
+    let rejections = &switch.proxy_rejections;
+    match crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections)
+        .await
+    {
+        Ok((client, local)) => Some(crate::peer::Peer {
+            client,
+            local,
+            accepted,
+        }),
+        Err(why) => {
+            tracing::debug!("PROXY protocol listener {listening}: {why}");
+            None
+        }
+    }
+}
+
+async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, client: crate::peer::Peer) {
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
     let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
-    let state = Arc::new(ConnState::default());
+    let peer = client.client;
+    let state = Arc::new(ConnState {
+        peer: Some(client),
+        ..ConnState::default()
+    });
     let io = TokioIo::new(TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
@@ -481,7 +561,8 @@ async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, peer: Socket
             crate::proxy::handle(Arc::clone(&switch), Arc::clone(&state), peer.clone(), req)
         })
     };
-    let conn = builder.serve_connection(io, service);
+    // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
+    let conn = builder.serve_connection(io, service).with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let mut stop = switch.shutdown.subscribe();
     let mut stopping = *stop.borrow();
@@ -602,6 +683,7 @@ fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -610,6 +692,13 @@ fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
                 _ = hup.recv() => {
                     if let Err(e) = switch.reload().await {
                         tracing::error!("reload refused, the old configuration keeps serving: {e}");
+                    }
+                    continue;
+                }
+                _ = usr1.recv() => {
+                    if let Some(log) = &switch.access_log {
+                        tracing::info!("SIGUSR1: reopening the access log");
+                        log.reopen();
                     }
                     continue;
                 }

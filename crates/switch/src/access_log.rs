@@ -518,6 +518,14 @@ pub(crate) fn current_notes() -> Option<Arc<Notes>> {
     NOTES.try_with(Arc::clone).ok()
 }
 
+/// Runs `work` (a task the request started, such as a cache fill) with the request's notes.
+pub(crate) async fn with_notes<F: std::future::Future>(notes: Option<Arc<Notes>>, work: F) -> F::Output {
+    match notes {
+        Some(notes) => NOTES.scope(notes, work).await,
+        None => work.await,
+    }
+}
+
 /// A new connection to the node was established for this request.
 pub(crate) fn note_connected(notes: &Notes) {
     notes.with(|n, at| n.connect = Some(at));
@@ -579,6 +587,7 @@ impl Pending {
         let (parts, body) = resp.into_parts();
         let cache_status = parts.headers.get(&crate::caching::CACHE_STATUS).cloned();
         let logged = LoggedBody {
+            expected: body.size_hint().exact(),
             inner: body,
             bytes: 0,
             status: parts.status.as_u16(),
@@ -633,6 +642,9 @@ impl Pending {
 /// dropped unfinished).
 pub struct LoggedBody {
     inner: ResponseBody,
+    /// The body's length when known at the start: sending that much completes it (hyper does
+    /// not poll a body of known length after its last byte).
+    expected: Option<u64>,
     bytes: u64,
     status: u16,
     cache_status: Option<HeaderValue>,
@@ -656,7 +668,7 @@ impl LoggedBody {
                 if let Some(data) = frame.data_ref() {
                     self.bytes += data.len() as u64;
                 }
-                if self.inner.is_end_stream() {
+                if self.inner.is_end_stream() || self.expected == Some(self.bytes) {
                     self.finish(true);
                 }
             }
@@ -678,7 +690,7 @@ impl LoggedBody {
 
 impl Drop for LoggedBody {
     fn drop(&mut self) {
-        let completed = self.inner.is_end_stream();
+        let completed = self.inner.is_end_stream() || self.expected == Some(self.bytes);
         self.finish(completed);
     }
 }

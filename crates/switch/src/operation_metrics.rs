@@ -30,8 +30,8 @@ impl OperationCollector {
             log_dropped: log.map(|l| l.dropped()),
             proxy_untrusted: rejections.untrusted.load(Ordering::Relaxed),
             proxy_malformed: rejections.malformed.load(Ordering::Relaxed),
-            tunnels_open: crate::upgrade::TUNNELS_OPEN.load(Ordering::Relaxed),
-            tunnels_opened: crate::upgrade::TUNNELS_OPENED.load(Ordering::Relaxed),
+            tunnels_open: switch.tunnels.open.load(Ordering::Relaxed),
+            tunnels_opened: switch.tunnels.opened.load(Ordering::Relaxed),
         }
     }
 }

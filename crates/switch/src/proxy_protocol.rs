@@ -136,6 +136,13 @@ pub fn encode_v2(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     out
 }
 
+/// The PROXY v2 header with command LOCAL: a connection the proxy makes on its own behalf.
+pub fn encode_v2_local() -> Vec<u8> {
+    let mut out = V2_SIGNATURE.to_vec();
+    out.extend_from_slice(&[0x20, 0x00, 0, 0]);
+    out
+}
+
 fn as_v6(ip: IpAddr) -> Ipv6Addr {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
@@ -374,9 +381,12 @@ impl tower_service::Service<Uri> for NodeConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let header = match (self.send, addresses_in(&uri)) {
+            (SendVersion::Off, _) => None,
             (SendVersion::V1, Some((src, dst))) => Some(encode_v1(src, dst)),
             (SendVersion::V2, Some((src, dst))) => Some(encode_v2(src, dst)),
-            _ => None,
+            // The switch's own connection (a health check): no client to name.
+            (SendVersion::V1, None) => Some(b"PROXY UNKNOWN\r\n".to_vec()),
+            (SendVersion::V2, None) => Some(encode_v2_local()),
         };
         // The request that made this connection is being handled now (this call happens in
         // its task); the connection may finish after it went elsewhere.
@@ -439,6 +449,8 @@ mod tests {
         let mut reader = &wire[..];
         assert_eq!(read_header(&mut reader).await.unwrap(), Some((src, dst)));
         assert_eq!(reader, b"GET / HTTP/1.1\r\n");
+        let local = encode_v2_local();
+        assert_eq!(read_header(&mut &local[..]).await.unwrap(), None);
         let v6 = encode_v2("[2001:db8::1]:9".parse().unwrap(), dst);
         let mut reader = &v6[..];
         let (s, d) = read_header(&mut reader).await.unwrap().unwrap();

@@ -38,6 +38,8 @@ pub struct Switch {
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// Connections closed on PROXY protocol listeners.
     pub proxy_rejections: crate::proxy_protocol::Rejections,
+    /// WebSocket and CONNECT tunnels.
+    pub tunnels: crate::upgrade::TunnelCounts,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
     /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
@@ -123,6 +125,14 @@ pub struct ConnState {
 }
 
 impl ConnState {
+    /// The state of a new connection from `peer`.
+    pub fn of(peer: Option<crate::peer::Peer>) -> Self {
+        ConnState {
+            peer,
+            ..ConnState::default()
+        }
+    }
+
     pub fn request_started(&self) {
         self.head_started.store(0, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -320,6 +330,7 @@ impl Switch {
             cache,
             access_log,
             proxy_rejections: Default::default(),
+            tunnels: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             reload_lock: tokio::sync::Mutex::new(()),
             shutdown,
@@ -530,10 +541,7 @@ async fn serve_connection(switch: &Arc<Switch>, stream: LazyStream, client: crat
     let config = &cluster.config;
     let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
     let peer = client.client;
-    let state = Arc::new(ConnState {
-        peer: Some(client),
-        ..ConnState::default()
-    });
+    let state = Arc::new(ConnState::of(Some(client)));
     let io = TokioIo::new(TrackedStream {
         inner: stream,
         state: Arc::clone(&state),

@@ -62,10 +62,14 @@ impl UpgradeConfig {
     }
 }
 
-/// Tunnels open now, for `/metrics`.
-pub static TUNNELS_OPEN: AtomicU64 = AtomicU64::new(0);
-/// Tunnels opened since start.
-pub static TUNNELS_OPENED: AtomicU64 = AtomicU64::new(0);
+/// The switch's tunnels, for `/metrics`.
+#[derive(Default)]
+pub struct TunnelCounts {
+    /// Open now.
+    pub open: AtomicU64,
+    /// Opened since start.
+    pub opened: AtomicU64,
+}
 
 /// What kind of tunnel a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +150,9 @@ pub(crate) async fn pass(
     if opened {
         let node_side = hyper::upgrade::on(&mut resp);
         let idle = config.upgrade.idle_timeout;
+        let open = OpenTunnel::new(Arc::clone(&forward.switch));
         tokio::spawn(async move {
+            let _open = open;
             match tokio::try_join!(client_side, node_side) {
                 Ok((client, node)) => {
                     splice(TokioIo::new(client), TokioIo::new(node), idle).await
@@ -336,19 +342,19 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 }
 
 /// Counts an open tunnel for as long as it lives.
-struct OpenTunnel;
+struct OpenTunnel(Arc<crate::server::Switch>);
 
 impl OpenTunnel {
-    fn new() -> OpenTunnel {
-        TUNNELS_OPEN.fetch_add(1, Ordering::Relaxed);
-        TUNNELS_OPENED.fetch_add(1, Ordering::Relaxed);
-        OpenTunnel
+    fn new(switch: Arc<crate::server::Switch>) -> OpenTunnel {
+        switch.tunnels.open.fetch_add(1, Ordering::Relaxed);
+        switch.tunnels.opened.fetch_add(1, Ordering::Relaxed);
+        OpenTunnel(switch)
     }
 }
 
 impl Drop for OpenTunnel {
     fn drop(&mut self) {
-        TUNNELS_OPEN.fetch_sub(1, Ordering::Relaxed);
+        self.0.tunnels.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -359,7 +365,6 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let _open = OpenTunnel::new();
     let moved = Arc::new(AtomicU64::new(0));
     let mut client = Watched {
         inner: client,

@@ -28,7 +28,8 @@ fn version_names_release_commit_target_and_profile() {
     assert_eq!(fields.len(), 3, "{line}");
     let commit = fields[0].trim_end_matches("-modified");
     assert!(
-        commit == "unknown" || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        commit == "unknown"
+            || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
         "{line}"
     );
     assert!(fields[1].contains("linux"), "target: {line}");
@@ -45,9 +46,16 @@ fn completions_for_each_shell_and_a_one_line_error_for_others() {
         let out = run(&["completions", shell]);
         assert!(out.status.success(), "{shell}");
         let script = String::from_utf8(out.stdout).unwrap();
-        assert!(script.contains(marker), "{shell}: {}", &script[..200.min(script.len())]);
+        assert!(
+            script.contains(marker),
+            "{shell}: {}",
+            &script[..200.min(script.len())]
+        );
         assert!(script.contains("serve"), "{shell} completes subcommands");
-        assert!(script.contains("--check-only"), "{shell} completes serve's flags");
+        assert!(
+            script.contains("check-only"),
+            "{shell} completes serve's flags"
+        );
     }
     let out = run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
@@ -61,7 +69,10 @@ fn man_page_is_roff_naming_the_subcommands() {
     let out = run(&["man"]);
     assert!(out.status.success());
     let page = String::from_utf8(out.stdout).unwrap();
-    assert!(page.starts_with(".ie \\n(.g") || page.contains(".TH capstan 1"), "{page}");
+    assert!(
+        page.starts_with(".ie \\n(.g") || page.contains(".TH capstan 1"),
+        "{page}"
+    );
     assert!(page.contains(".TH capstan 1"), "{page}");
     for word in ["serve", "bench", "completions", "SUBCOMMANDS"] {
         assert!(page.contains(word), "man page lacks {word}");
@@ -97,7 +108,11 @@ fn check_only_validates_and_exits() {
     )
     .unwrap();
     let out = run(&["serve", "--config", good.to_str().unwrap(), "--check-only"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         format!("ok: {}\n", good.display())
@@ -112,7 +127,9 @@ fn check_only_validates_and_exits() {
 
     let bad = scratch("bad.toml");
     for text in [
-        format!("listen = [\"{listen}\"]\n[access_log]\nsample = 0\n[[node]]\naddress = \"{node}\"\n"),
+        format!(
+            "listen = [\"{listen}\"]\n[access_log]\nsample = 0\n[[node]]\naddress = \"{node}\"\n"
+        ),
         format!(
             "listen = [\"{listen}\"]\n[access_log]\npath = \"/nonexistent-dir/a.log\"\n\
              [[node]]\naddress = \"{node}\"\n"
@@ -151,7 +168,7 @@ fn sigusr1_reopens_the_access_log_and_the_bench_replays_it() {
     )
     .unwrap();
     let mut switch = spawn(&["serve", "--config", config.to_str().unwrap()], listen);
-    for path in ["/file1.html", "/file2.html", "/file3.html"] {
+    for path in ["/file500.html", "/file5k.html", "/file500.html"] {
         assert_eq!(get(listen, path).status, 200);
     }
     eventually("3 lines in the log", || lines_in(&log) == 3);
@@ -159,7 +176,7 @@ fn sigusr1_reopens_the_access_log_and_the_bench_replays_it() {
     switch.signal("USR1");
     // Until the writer has reopened, lines may still go to the renamed file; after, to the new.
     eventually("a new access.log", || {
-        assert_eq!(get(listen, "/file4.html").status, 200);
+        assert_eq!(get(listen, "/file500.html").status, 200);
         std::thread::sleep(Duration::from_millis(150));
         lines_in(&log) >= 1
     });
@@ -180,7 +197,9 @@ fn sigusr1_reopens_the_access_log_and_the_bench_replays_it() {
         String::from_utf8_lossy(&replayed.stderr)
     );
     // Every replayed request was logged as well, in the new file.
-    eventually("the replayed requests logged", || lines_in(&log) >= before + moved);
+    eventually("the replayed requests logged", || {
+        lines_in(&log) >= before + moved
+    });
     switch.signal("TERM");
     assert!(switch.wait_exit(Duration::from_secs(10)).unwrap().success());
     let text = std::fs::read_to_string(&rotated).unwrap();

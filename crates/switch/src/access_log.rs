@@ -77,7 +77,11 @@ impl AccessLogConfig {
             LogFormat::Combined => "combined",
             LogFormat::Json => "json",
         };
-        let to = if self.path == "-" { "stdout" } else { &self.path };
+        let to = if self.path == "-" {
+            "stdout"
+        } else {
+            &self.path
+        };
         format!(
             "access log: {format} to {to}, 1 request in {}, buffer {} records\n",
             self.sample, self.buffer
@@ -155,7 +159,8 @@ impl AccessLog {
         let written = Arc::new(AtomicU64::new(0));
         let reopen = Arc::new(AtomicBool::new(false));
         let writer = {
-            let (written, reopen, format) = (Arc::clone(&written), Arc::clone(&reopen), config.format);
+            let (written, reopen, format) =
+                (Arc::clone(&written), Arc::clone(&reopen), config.format);
             std::thread::Builder::new()
                 .name("capstan-access-log".into())
                 .spawn(move || write_records(receiver, sink, format, &written, &reopen))?
@@ -173,7 +178,11 @@ impl AccessLog {
 
     /// Whether the next request is one of those logged.
     fn sampled(&self) -> bool {
-        self.sample <= 1 || self.seen.fetch_add(1, Ordering::Relaxed) % self.sample == 0
+        self.sample <= 1
+            || self
+                .seen
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.sample)
     }
 
     /// Hands a record to the writer; never waits.
@@ -222,7 +231,10 @@ enum Sink {
 impl Sink {
     fn open(path: &str) -> anyhow::Result<Sink> {
         if path == "-" {
-            return Ok(Sink::Stdout(BufWriter::with_capacity(64 * 1024, io::stdout())));
+            return Ok(Sink::Stdout(BufWriter::with_capacity(
+                64 * 1024,
+                io::stdout(),
+            )));
         }
         let path = PathBuf::from(path);
         let file = open_append(&path)
@@ -242,7 +254,9 @@ impl Sink {
 
     /// Opens the path anew; on failure the old file keeps being written.
     fn reopen(&mut self) {
-        let Sink::File { path, out } = self else { return };
+        let Sink::File { path, out } = self else {
+            return;
+        };
         let _ = out.flush();
         match open_append(path) {
             Ok(file) => *out = BufWriter::with_capacity(64 * 1024, file),
@@ -255,7 +269,10 @@ impl Sink {
 }
 
 fn open_append(path: &std::path::Path) -> io::Result<File> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 /// The writer thread: formats and writes records until every sender is gone.
@@ -519,7 +536,10 @@ pub(crate) fn current_notes() -> Option<Arc<Notes>> {
 }
 
 /// Runs `work` (a task the request started, such as a cache fill) with the request's notes.
-pub(crate) async fn with_notes<F: std::future::Future>(notes: Option<Arc<Notes>>, work: F) -> F::Output {
+pub(crate) async fn with_notes<F: std::future::Future>(
+    notes: Option<Arc<Notes>>,
+    work: F,
+) -> F::Output {
     match notes {
         Some(notes) => NOTES.scope(notes, work).await,
         None => work.await,
@@ -603,11 +623,13 @@ impl Pending {
             Ok(mut noted) => std::mem::take(&mut *noted),
             Err(_) => Noted::default(),
         };
-        let decision = noted.decision.unwrap_or(match (&noted.node, &cache_status) {
-            (Some(_), _) => "forward",
-            (None, Some(_)) => "cache",
-            (None, None) => "switch",
-        });
+        let decision = noted
+            .decision
+            .unwrap_or(match (&noted.node, &cache_status) {
+                (Some(_), _) => "forward",
+                (None, Some(_)) => "cache",
+                (None, None) => "switch",
+            });
         let record = Record {
             time: self.time,
             client: self.client,

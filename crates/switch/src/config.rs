@@ -916,7 +916,11 @@ fn describe_operation(config: &Config) -> String {
     out.push_str(&format!(
         "upgrades  {}, CONNECT {}, tunnel idle timeout {}\n",
         if u.enabled { "passed to nodes" } else { "off" },
-        if u.connect { "passed to nodes" } else { "refused (405)" },
+        if u.connect {
+            "passed to nodes"
+        } else {
+            "refused (405)"
+        },
         humantime::format_duration(u.idle_timeout)
     ));
     out

@@ -330,11 +330,14 @@ pub async fn handle(
 ) -> Result<Response<ResponseBody>, Infallible> {
     conn.request_started();
     let cluster = switch.cluster.load_full();
-    let logged =
-        crate::access_log::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
+    let logged = crate::access_log::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
     let resp = match &logged {
         None => proxy(&switch, &cluster, &conn, &peer, req).await,
-        Some(entry) => entry.scope(proxy(&switch, &cluster, &conn, &peer, req)).await,
+        Some(entry) => {
+            entry
+                .scope(proxy(&switch, &cluster, &conn, &peer, req))
+                .await
+        }
     };
     let resp = match resp {
         Ok(resp) => resp,

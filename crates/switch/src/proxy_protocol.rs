@@ -253,7 +253,10 @@ pub fn parse_v1(line: &[u8]) -> Result<Carried, String> {
 /// A v2 header's version/command byte, family/protocol byte and address block.
 pub fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried, String> {
     if version_command >> 4 != 2 {
-        return Err(format!("PROXY v2: version {} is not 2", version_command >> 4));
+        return Err(format!(
+            "PROXY v2: version {} is not 2",
+            version_command >> 4
+        ));
     }
     match version_command & 0x0f {
         0 => return Ok(None), // LOCAL: the balancer's own connection (a health check)

@@ -368,9 +368,9 @@ fn serve_on(
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
         // Listeners are bound in the order of `listen`.
-        let proxied = configured.get(i).is_some_and(|&addr| {
-            switch.cluster.load().config.proxy_protocol.accepts_on(addr)
-        });
+        let proxied = configured
+            .get(i)
+            .is_some_and(|&addr| switch.cluster.load().config.proxy_protocol.accepts_on(addr));
         tasks.push(tokio::spawn(accept_loop(
             Arc::clone(&switch),
             listener,

@@ -154,9 +154,7 @@ pub(crate) async fn pass(
         tokio::spawn(async move {
             let _open = open;
             match tokio::try_join!(client_side, node_side) {
-                Ok((client, node)) => {
-                    splice(TokioIo::new(client), TokioIo::new(node), idle).await
-                }
+                Ok((client, node)) => splice(TokioIo::new(client), TokioIo::new(node), idle).await,
                 Err(e) => tracing::debug!("tunnel not opened: {e}"),
             }
         });

@@ -52,7 +52,9 @@ async fn combined_lines_are_read_back_by_the_replay_parser() {
     assert_eq!(send(addr, req, Bytes::new()).await.status, StatusCode::OK);
     let upload = Request::post("/upload");
     assert_eq!(
-        send(addr, upload, Bytes::from_static(b"12345")).await.status,
+        send(addr, upload, Bytes::from_static(b"12345"))
+            .await
+            .status,
         StatusCode::OK
     );
     let lines = wait_for_lines(&path, 3).await;
@@ -118,7 +120,10 @@ async fn json_lines_carry_timings_class_decision_node_and_cache_status() {
     assert!(at("sent") <= at("first_byte"), "{line}");
     assert!(at("first_byte") >= 30.0, "the node took 30 ms: {line}");
     assert!(at("first_byte") <= at("end"), "{line}");
-    assert!(at("connect") <= at("first_byte"), "a new connection: {line}");
+    assert!(
+        at("connect") <= at("first_byte"),
+        "a new connection: {line}"
+    );
     assert!(line["time"].as_str().unwrap().ends_with('Z'));
 }
 
@@ -142,7 +147,10 @@ async fn switch_answers_say_why() {
     assert!(connect.starts_with("HTTP/1.1 405"), "{connect}");
     let lines = wait_for_lines(&path, 2).await;
     let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
-    assert_eq!((first["status"].as_u64(), first["decision"].as_str()), (Some(414), Some("switch")));
+    assert_eq!(
+        (first["status"].as_u64(), first["decision"].as_str()),
+        (Some(414), Some("switch"))
+    );
     assert!(first["node"].is_null());
     let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
     assert_eq!(second["target"], "example.org:443");
@@ -166,16 +174,19 @@ async fn sampling_logs_one_request_in_n() {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while written().await < 3.0 {
-        assert!(std::time::Instant::now() < deadline, "3 lines never written");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "3 lines never written"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let lines = wait_for_lines(&path, 3).await;
     assert_eq!(lines.len(), 3, "{lines:?}");
-    let paths: Vec<&str> = lines
-        .iter()
-        .map(|l| l.split('"').nth(1).unwrap())
-        .collect();
-    assert_eq!(paths, ["GET /0 HTTP/1.1", "GET /3 HTTP/1.1", "GET /6 HTTP/1.1"]);
+    let paths: Vec<&str> = lines.iter().map(|l| l.split('"').nth(1).unwrap()).collect();
+    assert_eq!(
+        paths,
+        ["GET /0 HTTP/1.1", "GET /3 HTTP/1.1", "GET /6 HTTP/1.1"]
+    );
 }
 
 fn metric(text: &str, name: &str) -> f64 {
@@ -233,7 +244,8 @@ async fn bad_settings_are_one_line_errors() {
         ("[access_log]\nbuffer = 0\n", "access_log.buffer"),
         ("[access_log]\nrotate = true\n", "unknown field"),
     ] {
-        let text = format!("listen = [\"127.0.0.1:0\"]\n{extra}[[node]]\naddress = \"127.0.0.1:1\"\n");
+        let text =
+            format!("listen = [\"127.0.0.1:0\"]\n{extra}[[node]]\naddress = \"127.0.0.1:1\"\n");
         let err = capstan_switch::Config::parse(&text, Some("t.toml")).unwrap_err();
         let shown = err.to_string();
         assert!(shown.contains(says), "{extra}: {shown}");
@@ -244,7 +256,8 @@ async fn bad_settings_are_one_line_errors() {
     let config = capstan_switch::Config::parse(text, None).unwrap();
     let err = capstan_switch::start(config).await.err().unwrap();
     assert!(
-        err.to_string().contains("access_log.path: cannot open /nonexistent-dir/x.log"),
+        err.to_string()
+            .contains("access_log.path: cannot open /nonexistent-dir/x.log"),
         "{err}"
     );
 }

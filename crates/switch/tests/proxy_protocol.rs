@@ -34,7 +34,9 @@ async fn header_node(header_len: usize) -> (SocketAddr, mpsc::UnboundedReceiver<
                 let mut buf = Vec::new();
                 loop {
                     let mut chunk = [0u8; 4096];
-                    let Ok(n) = stream.read(&mut chunk).await else { return };
+                    let Ok(n) = stream.read(&mut chunk).await else {
+                        return;
+                    };
                     if n == 0 {
                         return;
                     }
@@ -173,7 +175,14 @@ async fn a_trusted_balancers_v1_and_v2_headers_name_the_client() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(lines.starts_with("203.0.113.9 - - ["), "{lines}");
-    assert!(lines.lines().nth(1).unwrap().starts_with("2001:db8::7 - - ["), "{lines}");
+    assert!(
+        lines
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("2001:db8::7 - - ["),
+        "{lines}"
+    );
     drop(sw);
 }
 

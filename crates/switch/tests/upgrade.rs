@@ -38,8 +38,7 @@ async fn echo_node() -> SocketAddr {
             tokio::spawn(async move {
                 let head = read_head(&mut stream).await;
                 let lower = head.to_ascii_lowercase();
-                if !lower.contains("upgrade: websocket") || !lower.contains("connection: upgrade")
-                {
+                if !lower.contains("upgrade: websocket") || !lower.contains("connection: upgrade") {
                     let _ = stream
                         .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
                         .await;
@@ -78,11 +77,17 @@ async fn websocket_echo_through_the_switch() {
     let mut client = TcpStream::connect(sw.listen_addrs[0]).await.unwrap();
     client.write_all(UPGRADE).await.unwrap();
     let head = read_head(&mut client).await;
-    assert!(head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{head}"
+    );
     let lower = head.to_ascii_lowercase();
     assert!(lower.contains("upgrade: websocket\r\n"), "{head}");
     assert!(lower.contains("connection: upgrade\r\n"), "{head}");
-    assert!(lower.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="), "{head}");
+    assert!(
+        lower.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{head}"
+    );
     // What the node saw: the upgrade fields kept, the WebSocket fields passed, the proxy's own.
     let mut len = [0u8; 4];
     client.read_exact(&mut len).await.unwrap();
@@ -90,7 +95,10 @@ async fn websocket_echo_through_the_switch() {
     client.read_exact(&mut seen).await.unwrap();
     let seen = String::from_utf8(seen).unwrap().to_ascii_lowercase();
     assert!(seen.starts_with("get /chat http/1.1\r\n"), "{seen}");
-    assert!(seen.contains("sec-websocket-key: dghlihnhbxbszsbub25jzq==\r\n"), "{seen}");
+    assert!(
+        seen.contains("sec-websocket-key: dghlihnhbxbszsbub25jzq==\r\n"),
+        "{seen}"
+    );
     assert!(seen.contains("x-forwarded-for: 127.0.0.1\r\n"), "{seen}");
     // Bytes both ways, several times, in frames of any size.
     for message in [&b"hello"[..], &[7u8; 100_000][..], b"bye"] {
@@ -108,7 +116,11 @@ async fn websocket_echo_through_the_switch() {
     drop(client);
     let admin = sw.admin_addr.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !get(admin, "/metrics").await.text().contains("capstan_tunnels_open 0") {
+    while !get(admin, "/metrics")
+        .await
+        .text()
+        .contains("capstan_tunnels_open 0")
+    {
         assert!(std::time::Instant::now() < deadline, "tunnel never closed");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -151,9 +163,15 @@ async fn connect_is_refused_unless_enabled() {
         b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n",
     )
     .await;
-    assert!(raw.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{raw}");
+    assert!(
+        raw.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{raw}"
+    );
     assert!(raw.contains("CONNECT is not enabled"), "{raw}");
-    assert!(raw.to_ascii_lowercase().contains("\r\nallow: get,"), "{raw}");
+    assert!(
+        raw.to_ascii_lowercase().contains("\r\nallow: get,"),
+        "{raw}"
+    );
     assert_eq!(a.hits(), 0);
 }
 
@@ -166,7 +184,10 @@ async fn connect_passes_to_a_node_when_enabled() {
     tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
         let head = read_head(&mut stream).await;
-        assert!(head.starts_with("CONNECT example.org:443 HTTP/1.1\r\n"), "{head}");
+        assert!(
+            head.starts_with("CONNECT example.org:443 HTTP/1.1\r\n"),
+            "{head}"
+        );
         stream
             .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             .await

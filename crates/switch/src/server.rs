@@ -509,6 +509,15 @@ async fn client_of(
     proxied: bool,
 ) -> Option<crate::peer::Peer> {
     let accepted = std::time::Instant::now();
+    let cluster = switch.cluster.load_full();
+    let config = &cluster.config;
+    // A wildcard listener does not say which address was reached; a PROXY header sent on to a
+    // node must (one system call, only then).
+    let sends_proxy = config.proxy_protocol.send != crate::proxy_protocol::SendVersion::Off;
+    let listening = match listening.ip().is_unspecified() && sends_proxy {
+        true => stream.local_addr().unwrap_or(listening),
+        false => listening,
+    };
     if !proxied {
         return Some(crate::peer::Peer {
             client: peer,
@@ -516,8 +525,6 @@ async fn client_of(
             accepted,
         });
     }
-    let cluster = switch.cluster.load_full();
-    let config = &cluster.config;
     let settings = &config.proxy_protocol;
     let header_read = config.timeouts.header_read;
     let rejections = &switch.proxy_rejections;

@@ -14,17 +14,6 @@ fn main() {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".into());
-    let dirty = Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .is_some_and(|out| !out.stdout.is_empty());
-    let commit = if dirty && commit != "unknown" {
-        format!("{commit}-modified")
-    } else {
-        commit
-    };
     let target = std::env::var("TARGET").unwrap_or_else(|_| "unknown".into());
     let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into());
     println!("cargo:rustc-env=CAPSTAN_BUILD_COMMIT={commit}");

@@ -26,7 +26,7 @@ fn version_names_release_commit_target_and_profile() {
         .unwrap_or_else(|| panic!("{line}"));
     let fields: Vec<&str> = rest.trim_end_matches(')').split(", ").collect();
     assert_eq!(fields.len(), 3, "{line}");
-    let commit = fields[0].trim_end_matches("-modified");
+    let commit = fields[0];
     assert!(
         commit == "unknown"
             || (commit.len() == 12 && commit.bytes().all(|b| b.is_ascii_hexdigit())),

@@ -83,7 +83,7 @@ impl AccessLogConfig {
             &self.path
         };
         format!(
-            "access log: {format} to {to}, 1 request in {}, buffer {} records\n",
+            "log       {format} access log to {to}, 1 request in {}, buffer {} lines\n",
             self.sample, self.buffer
         )
     }

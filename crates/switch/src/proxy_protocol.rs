@@ -74,7 +74,12 @@ impl ProxyProtocolConfig {
     pub fn describe(&self) -> String {
         let mut out = String::new();
         if self.send != SendVersion::Off {
-            out.push_str(&format!("proxy protocol to nodes: {:?}\n", self.send).to_lowercase());
+            let version = if self.send == SendVersion::V1 {
+                "v1"
+            } else {
+                "v2"
+            };
+            out.push_str(&format!("proxy     PROXY protocol {version} to nodes\n"));
         }
         if !self.accept_on.is_empty() {
             let on: Vec<String> = self.accept_on.iter().map(|a| a.to_string()).collect();
@@ -84,7 +89,7 @@ impl ProxyProtocolConfig {
                 .map(|n| format!("{}/{}", n.addr, n.prefix))
                 .collect();
             out.push_str(&format!(
-                "proxy protocol accepted on {} from {}\n",
+                "proxy     PROXY headers accepted on {} from {}\n",
                 on.join(", "),
                 from.join(", ")
             ));

@@ -19,10 +19,12 @@ const SERVE_EXAMPLES: &str = "Examples:
   capstan serve --config examples/cache.toml          # every cache setting, commented
   capstan serve --config examples/health.toml         # health checks, slow start, membership
   capstan serve --config examples/overload.toml       # admission limits, queues, outlier ejection
+  capstan serve --config examples/operation.toml      # access log, WebSocket, PROXY protocol
+  capstan serve --config /etc/capstan/capstan.toml --check-only   # validate, exit 0 or 1
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
-and the running configuration keeps serving.
+and the running configuration keeps serving. SIGUSR1 reopens the access log file (logrotate).
 
 Health: passive (health.fail_threshold connect failures take a node out for health.backoff);
 active checks with health.check_path (GET every check_interval; fall failures out, rise

@@ -18,7 +18,7 @@ fn log_path(name: &str) -> PathBuf {
     path
 }
 
-/// The file's lines, once it has `n` (the writer flushes when its channel goes quiet).
+/// The file's lines, once it has `n` (the writer flushes every 20 ms).
 async fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -224,7 +224,7 @@ async fn a_full_buffer_drops_and_counts() {
         let written = metric(&metrics, "capstan_access_log_written_total");
         let dropped = metric(&metrics, "capstan_access_log_dropped_total");
         let lines = std::fs::read_to_string(&path).unwrap().lines().count();
-        // Lines reach the file when the writer flushes (its channel quiet for 100 ms).
+        // Lines reach the file when the writer flushes its batch.
         if written + dropped == f64::from(requests) && lines as f64 == written {
             break;
         }

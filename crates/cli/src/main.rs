@@ -17,10 +17,22 @@ mod wan;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `capstan --version`: the release, the commit it was built from, the target and profile.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CAPSTAN_BUILD_COMMIT"),
+    ", ",
+    env!("CAPSTAN_BUILD_TARGET"),
+    ", ",
+    env!("CAPSTAN_BUILD_PROFILE"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "capstan",
-    version,
+    version = VERSION,
     about = "A content-aware web switch for clusters, and the lab to measure it",
     long_about = "Capstan classifies every HTTP request by the load it puts on a back-end node, \
                   dispatches it with a chosen policy (CAP, LARD, consistent hashing, two choices, …) \
@@ -50,6 +62,17 @@ enum Command {
     Lab(lab::LabArgs),
     /// Emulate WAN paths (delay, bandwidth, queueing, loss) between network namespaces.
     Wan(wan::WanArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_help = "Examples:\n  \
+        capstan completions bash > /etc/bash_completion.d/capstan\n  \
+        capstan completions zsh > \"${fpath[1]}/_capstan\"\n  \
+        capstan completions fish > ~/.config/fish/completions/capstan.fish")]
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout: `capstan man > /usr/local/share/man/man1/capstan.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +90,8 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Wan(args) => wan::run(args),
+        Command::Completions { shell } => completions(shell),
+        Command::Man => man_page(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -97,6 +122,33 @@ fn report_usage_error(e: clap::Error) -> ExitCode {
             eprintln!("capstan: {first} (see --help)");
             ExitCode::from(2)
         }
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut command, "capstan", &mut out);
+    write_stdout(&out)
+}
+
+/// One page for `capstan` with every subcommand's synopsis (clap_mangen renders the top
+/// command; the subcommands' own options are in `capstan SUBCOMMAND --help`).
+fn man_page() -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+    write_stdout(&out)
+}
+
+/// Writes to stdout; a closed pipe (`capstan man | head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }
 

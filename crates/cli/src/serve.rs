@@ -20,10 +20,12 @@ const SERVE_EXAMPLES: &str = "Examples:
   capstan serve --config examples/health.toml         # health checks, slow start, membership
   capstan serve --config examples/overload.toml       # admission limits, queues, outlier ejection
   capstan serve --config examples/tls.toml            # HTTPS (certificates by SNI), HTTP/2, h2c
+  capstan serve --config examples/operation.toml      # access log, WebSocket, PROXY protocol
+  capstan serve --config /etc/capstan/capstan.toml --check-only   # validate, exit 0 or 1
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
 SIGHUP re-reads --config (as does POST /reload on the admin listener); a bad file is refused
-and the running configuration keeps serving.
+and the running configuration keeps serving. SIGUSR1 reopens the access log file (logrotate).
 
 Health: passive (health.fail_threshold connect failures take a node out for health.backoff);
 active checks with health.check_path (GET every check_interval; fall failures out, rise
@@ -106,6 +108,12 @@ pub struct ServeArgs {
     /// Print the resolved configuration and exit instead of serving.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// Validate the configuration (file and flags, as `capstan check` does, plus the access
+    /// log file can be opened) and exit: 0 and `ok` when valid, 1 with one line when not.
+    /// Run it before a reload, e.g. `ExecReload` in a systemd unit.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub check_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -126,11 +134,37 @@ pub fn check(args: CheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `serve --check-only`: what `capstan check` checks, for the flags too, and what only starting
+/// would find (an access log file that cannot be opened). Listeners are not bound: the running
+/// switch holds them.
+fn check_only(args: &ServeArgs, config: &Config) -> anyhow::Result<()> {
+    if let Some(log) = &config.access_log {
+        if log.path != "-" {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log.path)
+                .with_context(|| format!("access_log.path: cannot open {}", log.path))?;
+        }
+    }
+    if let Some(warning) = config.admin_exposure_warning() {
+        eprintln!("warning: {warning}");
+    }
+    match &args.config {
+        Some(path) => println!("ok: {}", path.display()),
+        None => println!("ok"),
+    }
+    Ok(())
+}
+
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = resolve_config(&args)?;
     if args.dry_run {
         print!("{}", config.describe());
         return Ok(());
+    }
+    if args.check_only {
+        return check_only(&args, &config);
     }
     let threads = match args.threads {
         Some(0) => bail!("--threads must be at least 1"),

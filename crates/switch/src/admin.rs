@@ -750,6 +750,9 @@ fn metrics(switch: &Switch) -> String {
             now_nanos: switch.epoch.now_nanos(),
         }),
     }));
+    registry.register_collector(Box::new(crate::operation_metrics::OperationCollector::of(
+        switch,
+    )));
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
         let _ = writeln!(out, "# encoding failed: {e}");

@@ -101,6 +101,8 @@ pub enum ResponseBody {
     },
     /// A cache fill's body, shared with every client that asked for it.
     Fill(FillReader),
+    /// Any of the above, counted and logged when it ends (see [`crate::access_log`]).
+    Logged(Box<crate::access_log::LoggedBody>),
 }
 
 impl ResponseBody {
@@ -137,6 +139,7 @@ impl Body for ResponseBody {
         match this {
             ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ResponseBody::Fill(reader) => Pin::new(reader).poll_frame(cx),
+            ResponseBody::Logged(logged) => logged.poll_frame(cx),
             ResponseBody::Upstream { inner, .. } => {
                 let polled = Pin::new(inner).poll_frame(cx);
                 match polled {
@@ -153,7 +156,7 @@ impl Body for ResponseBody {
                         // it knows, so the end is noticed here as well.
                         let ended = match this {
                             ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
-                            ResponseBody::Full(_) | ResponseBody::Fill(_) => false,
+                            _ => false,
                         };
                         if ended {
                             this.finish(true);
@@ -170,6 +173,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(bytes) => bytes.is_none(),
             ResponseBody::Fill(reader) => reader.is_end_stream(),
+            ResponseBody::Logged(logged) => logged.is_end_stream(),
             ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -179,6 +183,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ResponseBody::Full(None) => SizeHint::with_exact(0),
             ResponseBody::Fill(reader) => reader.size_hint(),
+            ResponseBody::Logged(logged) => logged.size_hint(),
             ResponseBody::Upstream { inner, .. } => inner.size_hint(),
         }
     }

@@ -15,8 +15,11 @@ use capstan_core::{
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+pub use crate::access_log::AccessLogConfig;
 pub use crate::admin_auth::AdminToken;
 pub use crate::cache_config::CacheConfig;
+pub use crate::proxy_protocol::ProxyProtocolConfig;
+pub use crate::upgrade::UpgradeConfig;
 
 /// A validated configuration.
 #[derive(Clone, Debug, Serialize)]
@@ -57,6 +60,12 @@ pub struct Config {
     pub cache: Option<CacheConfig>,
     /// URL redirection instead of forwarding, when a `[redirect]` section is present.
     pub redirect: Option<Redirect>,
+    /// The access log, when an `[access_log]` section is present (see [`crate::access_log`]).
+    pub access_log: Option<AccessLogConfig>,
+    /// PROXY protocol to nodes and from front balancers (see [`crate::proxy_protocol`]).
+    pub proxy_protocol: ProxyProtocolConfig,
+    /// WebSocket and other upgrades, `CONNECT` (see [`crate::upgrade`]).
+    pub upgrade: UpgradeConfig,
 }
 
 /// A back-end node.
@@ -569,6 +578,11 @@ struct RawConfig {
     load: LoadGathering,
     cache: Option<CacheConfig>,
     redirect: Option<Redirect>,
+    access_log: Option<AccessLogConfig>,
+    #[serde(default)]
+    proxy_protocol: ProxyProtocolConfig,
+    #[serde(default)]
+    upgrade: UpgradeConfig,
 }
 
 #[derive(Deserialize)]
@@ -670,6 +684,9 @@ impl Config {
             load: LoadGathering::default(),
             cache: None,
             redirect: None,
+            access_log: None,
+            proxy_protocol: ProxyProtocolConfig::default(),
+            upgrade: UpgradeConfig::default(),
         }
     }
 
@@ -711,6 +728,7 @@ impl Config {
                 .check(&class_names(&classifier))
                 .map_err(|(_, e)| plain(e))?;
         }
+        check_operation(self).map_err(|(_, _, e)| plain(e))?;
         Ok(())
     }
 
@@ -886,8 +904,45 @@ impl Config {
                 r.status, r.mark
             );
         }
+        out.push_str(&describe_operation(self));
         out
     }
+}
+
+/// Checks the access log, PROXY protocol and upgrade sections: the section and key at fault
+/// and why.
+fn check_operation(config: &Config) -> Result<(), (&'static str, &'static str, String)> {
+    if let Some(log) = &config.access_log {
+        log.check().map_err(|(key, e)| ("access_log", key, e))?;
+    }
+    config
+        .proxy_protocol
+        .check(&config.listen)
+        .map_err(|(key, e)| ("proxy_protocol", key, e))?;
+    config
+        .upgrade
+        .check()
+        .map_err(|(key, e)| ("upgrade", key, e))
+}
+
+fn describe_operation(config: &Config) -> String {
+    let mut out = String::new();
+    if let Some(log) = &config.access_log {
+        out.push_str(&log.describe());
+    }
+    out.push_str(&config.proxy_protocol.describe());
+    let u = &config.upgrade;
+    out.push_str(&format!(
+        "upgrades  {}, CONNECT {}, tunnel idle timeout {}\n",
+        if u.enabled { "passed to nodes" } else { "off" },
+        if u.connect {
+            "passed to nodes"
+        } else {
+            "refused (405)"
+        },
+        humantime::format_duration(u.idle_timeout)
+    ));
+    out
 }
 
 fn describe_timeouts(t: &Timeouts) -> String {
@@ -1404,6 +1459,9 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         load: raw.load,
         cache: raw.cache,
         redirect: raw.redirect,
+        access_log: raw.access_log,
+        proxy_protocol: raw.proxy_protocol,
+        upgrade: raw.upgrade,
     };
 
     let classifier = config.classifier().map_err(|e| {
@@ -1470,6 +1528,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             loc.error(span, e)
         })?;
     }
+    check_operation(&config).map_err(|(section, key, e)| {
+        let span = value_span(loc.text, &[section, key]).or(find_key(loc.text, section));
+        loc.error(span, e)
+    })?;
     Ok(config)
 }
 

@@ -26,7 +26,7 @@ use crate::cluster::{Cluster, NodeRuntime};
 use crate::config::{Health, StatusSet};
 use crate::server::Switch;
 
-type CheckClient = Client<HttpConnector, Empty<Bytes>>;
+type CheckClient = Client<crate::proxy_protocol::NodeConnector, Empty<Bytes>>;
 
 /// What one check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,6 +180,12 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
     let mut connector = HttpConnector::new();
     connector.enforce_http(true);
     connector.set_nodelay(true);
+    // Nodes that expect a PROXY header get one on checks too (LOCAL: the switch's own
+    // connection, HAProxy's `check-send-proxy`); the setting at start holds until a restart.
+    let connector = crate::proxy_protocol::NodeConnector {
+        inner: connector,
+        send: switch.cluster.load().config.proxy_protocol.send,
+    };
     let client: CheckClient = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(0)
         .build(connector);

@@ -114,6 +114,18 @@ impl LazyStream {
         }
     }
 
+    /// The address the client connected to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            LazyStream::Direct(s) => s.local_addr(),
+            LazyStream::Registered(s) => s.local_addr(),
+            LazyStream::Gone => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the socket is gone",
+            )),
+        }
+    }
+
     /// Registers the socket with the event loop (once), so that it can wait for readiness.
     fn registered(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
         if let LazyStream::Direct(_) = self {

@@ -2,6 +2,7 @@
 //! with a pluggable policy from `capstan-core`, and forwards it over pooled keep-alive
 //! connections.
 
+pub mod access_log;
 pub mod admin;
 pub mod admin_auth;
 pub mod admission;
@@ -16,13 +17,17 @@ pub mod http2;
 pub mod io;
 pub mod listener;
 pub mod membership;
+pub mod operation_metrics;
 pub mod outlier;
+pub mod peer;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod redirect;
 pub mod retry;
 pub mod server;
 pub mod strict;
 pub mod tls;
+pub mod upgrade;
 
 pub use config::{Config, ConfigError, NodeConfig};
 pub use server::{run, start, Running, Switch};

@@ -164,6 +164,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The address as configured (port 0 stays 0).
+    pub fn configured(&self) -> SocketAddr {
+        self.configured
+    }
+
     /// Every client address to bind, and what it speaks: `listen`, then `[[listener]]`s.
     pub fn all(config: &Config) -> Vec<(SocketAddr, Endpoint)> {
         let plain = config.listen.iter().map(|&addr| {

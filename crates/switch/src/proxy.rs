@@ -32,13 +32,14 @@ use crate::config::{Config, KeyKind};
 use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
 
-pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+pub type UpstreamClient = Client<crate::proxy_protocol::NodeConnector, UpstreamBody>;
 
 /// What an upstream client is built from; a reload that changes none of it keeps the pools.
 #[derive(Clone, Copy, PartialEq)]
 struct ClientSettings {
     connect_timeout: std::time::Duration,
     upstream: crate::config::Upstream,
+    proxy_protocol: crate::proxy_protocol::SendVersion,
 }
 
 thread_local! {
@@ -53,6 +54,7 @@ fn send_upstream(config: &Config, req: Request<UpstreamBody>) -> ResponseFuture 
     let settings = ClientSettings {
         connect_timeout: config.timeouts.connect,
         upstream: config.upstream,
+        proxy_protocol: config.proxy_protocol.send,
     };
     CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
@@ -70,6 +72,10 @@ fn make_client(config: &Config) -> UpstreamClient {
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
     connector.enforce_http(true);
+    let connector = crate::proxy_protocol::NodeConnector {
+        inner: connector,
+        send: config.proxy_protocol.send,
+    };
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
         .pool_idle_timeout(config.upstream.pool_idle_timeout)
@@ -244,7 +250,7 @@ pub(crate) fn is_idempotent(method: &Method) -> bool {
 
 /// Bookkeeping for one request placed on a node, settled when its response ends — or, whatever
 /// else ends it (the client gone, an error, a panic), when it is dropped.
-struct Placement {
+pub(crate) struct Placement {
     switch: Arc<Switch>,
     cluster: Arc<Cluster>,
     node_id: NodeId,
@@ -254,7 +260,7 @@ struct Placement {
     started_nanos: u64,
     conn: Arc<ConnState>,
     /// The node's admission slot, freed when the placement is dropped.
-    permit: Permit,
+    pub(crate) permit: Permit,
     settled: bool,
 }
 
@@ -272,7 +278,7 @@ impl Placement {
     }
 
     /// Releases the node's `active` count and tells the policy how it went (once).
-    fn settle(&mut self, ok: bool) {
+    pub(crate) fn settle(&mut self, ok: bool) {
         if std::mem::replace(&mut self.settled, true) {
             return;
         }
@@ -324,7 +330,15 @@ pub async fn handle(
 ) -> Result<Response<ResponseBody>, Infallible> {
     conn.request_started();
     let cluster = switch.cluster.load_full();
-    let resp = proxy(&switch, &cluster, &conn, &peer, req).await;
+    let logged = crate::access_log::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
+    let resp = match &logged {
+        None => proxy(&switch, &cluster, &conn, &peer, req).await,
+        Some(entry) => {
+            entry
+                .scope(proxy(&switch, &cluster, &conn, &peer, req))
+                .await
+        }
+    };
     let resp = match resp {
         Ok(resp) => resp,
         Err(resp) => {
@@ -332,7 +346,10 @@ pub async fn handle(
             resp
         }
     };
-    Ok(resp)
+    Ok(match logged {
+        None => resp,
+        Some(entry) => entry.attach(resp),
+    })
 }
 
 /// `Ok` for a node's response (its body settles the request when it ends), `Err` for a
@@ -368,7 +385,14 @@ async fn proxy(
         tls: conn.tls.get().is_some(),
         sni: conn.tls.get().and_then(|t| t.sni.as_deref()),
     });
+    crate::access_log::note_class(&cluster.class_headers[class]);
+    let tunnel = config
+        .upgrade
+        .enabled
+        .then(|| crate::upgrade::requested(&parts))
+        .flatten();
     if let Some(redirect) = crate::redirect::answer(switch, cluster, class, &pq) {
+        crate::access_log::note_decision("redirect");
         return Err(redirect);
     }
     let forward = Forward {
@@ -380,6 +404,9 @@ async fn proxy(
         pq,
         client_version: parts.version,
     };
+    if let Some(tunnel) = tunnel {
+        return Err(crate::upgrade::pass(&forward, parts, peer, tunnel).await);
+    }
     let cache = crate::caching::Route::of(switch, cluster, class, &parts);
     if let crate::caching::Route::Lookup = cache {
         // A hit never leaves the switch: the forwarding headers are added only on the way to
@@ -431,7 +458,7 @@ pub(crate) struct Forward {
 }
 
 impl Forward {
-    fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
+    pub(crate) fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
         if self.cluster.config.debug_headers {
             resp.headers_mut().insert(
                 &X_CAPSTAN_CLASS,
@@ -442,7 +469,7 @@ impl Forward {
     }
 
     /// Counts a request placed on `node_id`; the placement settles the count when it ends.
-    fn place(&self, node_id: NodeId, now: u64, permit: Permit) -> Placement {
+    pub(crate) fn place(&self, node_id: NodeId, now: u64, permit: Permit) -> Placement {
         let node = &self.cluster.nodes[node_id];
         node.active.fetch_add(1, Ordering::Relaxed);
         node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
@@ -462,7 +489,7 @@ impl Forward {
     /// The policy's pick, avoiding nodes whose admission gate is saturated while another node
     /// has room; when none has and `or_saturated`, the pick among all of them (that node will
     /// shed the request).
-    fn pick(
+    pub(crate) fn pick(
         &self,
         info: &RequestInfo<'_>,
         exclude: Option<NodeId>,
@@ -489,7 +516,8 @@ impl Forward {
     }
 
     /// `503` with `Retry-After` for a request the node's admission gate turned away.
-    fn shed(&self, node: &NodeRuntime, shed: Shed) -> Response<ResponseBody> {
+    pub(crate) fn shed(&self, node: &NodeRuntime, shed: Shed) -> Response<ResponseBody> {
+        crate::access_log::note_decision("shed");
         let admission = &self.cluster.config.admission;
         let name = &node.config.name;
         let cause = match shed {
@@ -513,7 +541,8 @@ impl Forward {
     }
 
     /// The policy found no node: 502 with the last failure when a retry found none, else 503.
-    fn no_node(&self, last_failure: Option<&str>) -> Response<ResponseBody> {
+    pub(crate) fn no_node(&self, last_failure: Option<&str>) -> Response<ResponseBody> {
+        crate::access_log::note_decision("no-node");
         self.with_class(match last_failure {
             Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
             None => error_response(
@@ -571,6 +600,7 @@ impl Forward {
                 });
             };
             let node = &cluster.nodes[node_id];
+            crate::access_log::note_node(&node.name_header);
             let permit = match node.admission.admit(self.class).await {
                 Ok(permit) => permit,
                 // It never reached the node: another node with room may take it, whatever
@@ -591,7 +621,8 @@ impl Forward {
                 std::mem::take(&mut headers)
             };
             let up_body = body.take().unwrap_or(UpstreamBody::Empty);
-            let up_req = upstream_request(&self.method, attempt_headers, node, &self.pq, up_body);
+            let up_req = self.upstream_request(node, attempt_headers, up_body);
+            crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
             let sent = tokio::time::timeout(wait, send_upstream(config, up_req)).await;
@@ -600,6 +631,7 @@ impl Forward {
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
             let failure = match sent {
                 Ok(Ok(resp)) => {
+                    crate::access_log::note_first_byte();
                     self.head_arrived(node_id, resp.status(), took, &placement.permit, after);
                     return Ok(forward_response(
                         resp,
@@ -651,7 +683,7 @@ impl Forward {
 
     /// A response head from `node_id`: the admission limiter learns its latency, the outlier
     /// detector whether it was a server error.
-    fn head_arrived(
+    pub(crate) fn head_arrived(
         &self,
         node_id: NodeId,
         status: StatusCode,
@@ -814,17 +846,39 @@ pub(crate) fn rewrite_request_headers(
     append_list(headers, &header::VIA, &via_value(version));
 }
 
-/// The request as sent to `node`: HTTP/1.1, the client's method, target and (rewritten) headers.
+impl Forward {
+    /// The request as sent to `node`: HTTP/1.1, the client's method, target and (rewritten)
+    /// headers. With PROXY protocol to nodes, the node's URI carries the client's addresses
+    /// (see [`crate::proxy_protocol::authority_for`]).
+    fn upstream_request(
+        &self,
+        node: &NodeRuntime,
+        headers: HeaderMap,
+        body: UpstreamBody,
+    ) -> Request<UpstreamBody> {
+        let send = self.cluster.config.proxy_protocol.send;
+        let authority = match &self.conn.peer {
+            Some(peer) if send != crate::proxy_protocol::SendVersion::Off => {
+                crate::proxy_protocol::authority_for(&node.authority, peer.client, peer.local)
+            }
+            _ => node.authority.clone(),
+        };
+        upstream_request(&self.method, headers, authority, &self.pq, body)
+    }
+}
+
+/// The request as sent to a node at `authority`: HTTP/1.1, the client's method, target and
+/// (rewritten) headers.
 fn upstream_request(
     method: &Method,
     headers: HeaderMap,
-    node: &NodeRuntime,
+    authority: http::uri::Authority,
     pq: &PathAndQuery,
     body: UpstreamBody,
 ) -> Request<UpstreamBody> {
     let uri = Uri::builder()
         .scheme(Scheme::HTTP)
-        .authority(node.authority.clone())
+        .authority(authority)
         .path_and_query(pq.clone())
         .build()
         .expect("scheme, authority and path are valid");

@@ -35,6 +35,12 @@ pub struct Switch {
     pub retry_budget: crate::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
     pub cache: Option<crate::caching::CacheLayer>,
+    /// The access log, when the configuration has an `[access_log]` section at start.
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    /// Connections closed on PROXY protocol listeners.
+    pub proxy_rejections: crate::proxy_protocol::Rejections,
+    /// WebSocket and CONNECT tunnels.
+    pub tunnels: crate::upgrade::TunnelCounts,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
     /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
@@ -120,9 +126,20 @@ pub struct ConnState {
     /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
     /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
     pub(crate) tls: std::sync::OnceLock<crate::listener::ClientTls>,
+    /// The client's addresses and when it connected (absent for requests the switch makes
+    /// itself, such as background cache refreshes).
+    pub peer: Option<crate::peer::Peer>,
 }
 
 impl ConnState {
+    /// The state of a new connection from `peer`.
+    pub fn of(peer: Option<crate::peer::Peer>) -> Self {
+        ConnState {
+            peer,
+            ..ConnState::default()
+        }
+    }
+
     pub fn request_started(&self) {
         self.head_started.store(0, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -303,6 +320,11 @@ impl Switch {
             .as_ref()
             .map(crate::caching::CacheLayer::new)
             .transpose()?;
+        let access_log = config
+            .access_log
+            .as_ref()
+            .map(|log| crate::access_log::AccessLog::open(log).map(Arc::new))
+            .transpose()?;
         let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
         Ok(Arc::new(Switch {
@@ -313,6 +335,9 @@ impl Switch {
             reloads: AtomicU64::new(0),
             retry_budget: Default::default(),
             cache,
+            access_log,
+            proxy_rejections: Default::default(),
+            tunnels: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             reload_lock: tokio::sync::Mutex::new(()),
             shutdown,
@@ -345,10 +370,12 @@ fn serve_on(
 ) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
+    let configured = switch.cluster.load().config.proxy_protocol.clone();
     for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
-        let accepting = accept_loop(Arc::clone(&switch), listener, Arc::new(endpoint));
+        let proxied = configured.accepts_on(endpoint.configured());
+        let accepting = accept_loop(Arc::clone(&switch), listener, Arc::new(endpoint), proxied);
         tasks.push(tokio::spawn(accepting));
     }
     if primary {
@@ -422,8 +449,20 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
-async fn accept_loop(switch: Arc<Switch>, listener: Acceptor, endpoint: Arc<Endpoint>) {
+async fn accept_loop(
+    switch: Arc<Switch>,
+    listener: Acceptor,
+    endpoint: Arc<Endpoint>,
+    proxied: bool,
+) {
     let mut stop = switch.shutdown.subscribe();
+    let listening = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            tracing::error!("listener lost its address: {e}");
+            return;
+        }
+    };
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&switch.connection_slots).acquire_owned() => match permit {
@@ -451,6 +490,15 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor, endpoint: Arc<Endp
         let switch = Arc::clone(&switch);
         let endpoint = Arc::clone(&endpoint);
         tokio::spawn(async move {
+            let mut stream = stream;
+            let peer = match client_of(&switch, &mut stream, peer, listening, proxied).await {
+                Some(client) => client,
+                None => {
+                    drop(permit);
+                    switch.connection_closed();
+                    return;
+                }
+            };
             serve_connection(&switch, stream, peer, &endpoint).await;
             drop(permit);
             switch.connection_closed();
@@ -458,12 +506,57 @@ async fn accept_loop(switch: Arc<Switch>, listener: Acceptor, endpoint: Arc<Endp
     }
 }
 
+/// Who the client is: the socket's peer, or on a PROXY protocol listener the address in the
+/// header a trusted balancer sent (`None`: the connection is to be closed).
+async fn client_of(
+    switch: &Switch,
+    stream: &mut LazyStream,
+    peer: SocketAddr,
+    listening: SocketAddr,
+    proxied: bool,
+) -> Option<crate::peer::Peer> {
+    let accepted = std::time::Instant::now();
+    let cluster = switch.cluster.load_full();
+    let config = &cluster.config;
+    // A wildcard listener does not say which address was reached; a PROXY header sent on to a
+    // node must (one system call, only then).
+    let sends_proxy = config.proxy_protocol.send != crate::proxy_protocol::SendVersion::Off;
+    let listening = match listening.ip().is_unspecified() && sends_proxy {
+        true => stream.local_addr().unwrap_or(listening),
+        false => listening,
+    };
+    if !proxied {
+        return Some(crate::peer::Peer {
+            client: peer,
+            local: listening,
+            accepted,
+        });
+    }
+    let settings = &config.proxy_protocol;
+    let header_read = config.timeouts.header_read;
+    let rejections = &switch.proxy_rejections;
+    match crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections)
+        .await
+    {
+        Ok((client, local)) => Some(crate::peer::Peer {
+            client,
+            local,
+            accepted,
+        }),
+        Err(why) => {
+            tracing::debug!("PROXY protocol listener {listening}: {why}");
+            None
+        }
+    }
+}
+
 async fn serve_connection(
     switch: &Arc<Switch>,
     mut stream: LazyStream,
-    peer: SocketAddr,
+    client: crate::peer::Peer,
     endpoint: &Endpoint,
 ) {
+    let peer = client.client;
     use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
     let (start, header_read) = {
         let cluster = switch.cluster.load();
@@ -484,7 +577,7 @@ async fn serve_connection(
             return;
         }
     }
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState::of(Some(client)));
     let io = TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
@@ -567,8 +660,9 @@ async fn serve_http<I>(
         builder.max_headers(config.limits.max_headers);
     }
     drop(cluster);
-    let conn = builder.serve_connection(io, service);
-    let graceful = http1::Connection::graceful_shutdown;
+    // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
+    let conn = builder.serve_connection(io, service).with_upgrades();
+    let graceful = http1::UpgradeableConnection::graceful_shutdown;
     drive(
         switch,
         conn,
@@ -715,6 +809,7 @@ fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -723,6 +818,13 @@ fn spawn_signal_handlers(switch: Arc<Switch>) -> anyhow::Result<()> {
                 _ = hup.recv() => {
                     if let Err(e) = switch.reload().await {
                         tracing::error!("reload refused, the old configuration keeps serving: {e}");
+                    }
+                    continue;
+                }
+                _ = usr1.recv() => {
+                    if let Some(log) = &switch.access_log {
+                        tracing::info!("SIGUSR1: reopening the access log");
+                        log.reopen();
                     }
                     continue;
                 }

@@ -24,8 +24,8 @@ pub struct LogError {
     pub message: String,
 }
 
-/// A parsed log. Lines whose request is `"-"` (a client that sent nothing before its timeout)
-/// carry no request to replay and are counted in `skipped`.
+/// A parsed log. Lines whose request is `"-"` (a client that sent nothing before its timeout),
+/// `CONNECT` or `OPTIONS *` carry no document to replay and are counted in `skipped`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AccessLog {
     pub entries: Vec<LogEntry>,
@@ -97,6 +97,10 @@ fn parse_line(raw: &str, line: usize) -> Result<Option<LogEntry>, String> {
     let mut parts = request.split(' ');
     let method = parts.next().unwrap_or_default();
     let path = parts.next().ok_or("request line has no path")?;
+    // `CONNECT host:port` and `OPTIONS *` name no document to fetch again.
+    if method == "CONNECT" || path == "*" {
+        return Ok(None);
+    }
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
         return Err(format!("bad method {method:?}"));
     }
@@ -169,11 +173,13 @@ mod tests {
             "127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] \"GET /apache_pb.gif HTTP/1.0\" 200 2326\n\
              \n\
              10.0.0.2 - - [10/Oct/2000:20:55:37 +0000] \"POST /cgi-bin/x?a=b HTTP/1.1\" 404 - \"http://r/\" \"Mozilla/5.0 (X)\"\n\
-             10.0.0.3 - - [10/Oct/2000:20:55:38 +0000] \"-\" 408 0\n",
+             10.0.0.3 - - [10/Oct/2000:20:55:38 +0000] \"-\" 408 0\n\
+             10.0.0.4 - - [10/Oct/2000:20:55:38 +0000] \"CONNECT example.org:443 HTTP/1.1\" 405 120\n\
+             10.0.0.4 - - [10/Oct/2000:20:55:38 +0000] \"OPTIONS * HTTP/1.1\" 200 -\n",
         )
         .unwrap();
         assert_eq!(log.entries.len(), 2);
-        assert_eq!(log.skipped, 1);
+        assert_eq!(log.skipped, 3);
         let a = &log.entries[0];
         assert_eq!(a.time, 971_211_336);
         assert_eq!(

@@ -589,16 +589,20 @@ fn spawn_fill(
     let task = Forward {
         switch: Arc::clone(&forward.switch),
         cluster: Arc::clone(&forward.cluster),
-        // The fill's own connection state: its end must not count against a client's.
-        conn: Arc::new(ConnState::default()),
+        // The fill's own connection state: its end must not count against a client's. It
+        // names the client that started it (PROXY protocol to the node).
+        conn: Arc::new(ConnState::of(forward.conn.peer)),
         class: forward.class,
         method: Method::GET,
         pq: forward.pq.clone(),
         client_version: http::Version::HTTP_11,
     };
+    // The access log line of the request that started the fill names the node it went to.
+    let notes = crate::access_log::current_notes();
     tokio::spawn(async move {
         let fill_key = key.fill_key();
-        run_fill(&task, client_headers, &key, stale, &cfg, &rules, &fill).await;
+        let running = run_fill(&task, client_headers, &key, stale, &cfg, &rules, &fill);
+        crate::access_log::with_notes(notes, running).await;
         if let Some(layer) = &task.switch.cache {
             layer.forget_fill(&fill_key, &fill);
         }

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# What the access log costs: Capstan with no log, a Combined log file and a JSON log file, side
+# by side with nginx as a reverse proxy without and with its own (buffered) access log, in one
+# run on this machine.
+#
+# Four nginx back-ends serve a 1 KB file. wrk drives each proxy in turn, every round visiting
+# every proxy once so that noise from the shared machine spreads evenly; the summary shows
+# medians over the rounds, each configuration's throughput relative to the same proxy without a
+# log, and the proxy's CPU time per request (from /proc, user + system).
+#
+#   bash benches/access_log.sh              # 3 rounds × 8 s per cell, 1 worker thread each
+#   ROUNDS=5 SECONDS_PER_RUN=10 bash benches/access_log.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-8}
+THREADS=${THREADS:-1}
+CONNECTIONS=${CONNECTIONS:-50}
+OUT=${OUT:-${CARGO_TARGET_DIR:-target}/bench-access-log}
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need wrk; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
+  else
+    echo "needs nginx and wrk (apt-get install nginx wrk)" >&2
+    exit 1
+  fi
+fi
+
+cargo build --release --locked --quiet -p capstan-cli
+capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
+mkdir -p "$OUT"
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+chmod 755 "$work"  # the nginx workers run as another user
+mkdir -p "$work/www" "$work/logs"
+chmod 777 "$work/logs"
+python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
+
+cat > "$work/backends.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/backends.pid;
+error_log $work/backends.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:19101; root $work/www; }
+  server { listen 127.0.0.1:19102; root $work/www; }
+  server { listen 127.0.0.1:19103; root $work/www; }
+  server { listen 127.0.0.1:19104; root $work/www; }
+}
+CONF
+
+# nginx as the peer: the same proxy without and with its access log (buffered, as nginx
+# recommends for busy servers).
+nginx_proxy() {
+  local name=$1 port=$2 log=$3
+  cat > "$work/$name.conf" <<CONF
+worker_processes $THREADS;
+daemon off;
+pid $work/$name.pid;
+error_log $work/$name.err warn;
+events { worker_connections 8192; }
+http {
+  $log
+  keepalive_requests 10000000;
+  upstream be {
+    server 127.0.0.1:19101;
+    server 127.0.0.1:19102;
+    server 127.0.0.1:19103;
+    server 127.0.0.1:19104;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:$port;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+CONF
+}
+nginx_proxy nginx-off 18192 "access_log off;"
+nginx_proxy nginx-combined 18193 "access_log $work/logs/nginx.log combined buffer=64k flush=1s;"
+
+capstan_config() {
+  local name=$1 port=$2 log=$3
+  {
+    echo "listen = [\"127.0.0.1:$port\"]"
+    echo "$log"
+    for p in 19101 19102 19103 19104; do printf '[[node]]\naddress = "127.0.0.1:%s"\n' "$p"; done
+  } > "$work/$name.toml"
+}
+capstan_config capstan-off 18190 ""
+capstan_config capstan-combined 18191 "$(printf '[access_log]\npath = "%s"\nformat = "combined"' "$work/logs/combined.log")"
+capstan_config capstan-json 18194 "$(printf '[access_log]\npath = "%s"\nformat = "json"' "$work/logs/json.log")"
+
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
+
+# CPU clock ticks (user + system) used so far by process $1 and its children (nginx workers).
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
+  done
+  echo "$total"
+}
+
+nginx -c "$work/backends.conf" & pids+=($!)
+for p in 19101 19102 19103 19104; do wait_port $p; done
+declare -A proxy_pid
+for name in capstan-off capstan-combined capstan-json; do
+  RUST_LOG=warn "$capstan" serve --threads "$THREADS" --config "$work/$name.toml" &
+  proxy_pid[$name]=$!
+done
+for name in nginx-off nginx-combined; do
+  nginx -c "$work/$name.conf" &
+  proxy_pid[$name]=$!
+done
+pids+=("${proxy_pid[@]}")
+for p in 18190 18191 18192 18193 18194; do wait_port $p; done
+
+proxies=("capstan-off:18190" "capstan-combined:18191" "capstan-json:18194" "nginx-off:18192" "nginx-combined:18193")
+clk_tck=$(getconf CLK_TCK)
+scenarios=("keep-alive:/1k.html:" "close:/1k.html:Connection: close")
+
+results="$OUT/runs.tsv"
+printf 'round\tscenario\tproxy\trps\tp50_ms\tp99_ms\terrors\tcpu_us_per_req\n' > "$results"
+for round in $(seq "$ROUNDS"); do
+  for scenario in "${scenarios[@]}"; do
+    IFS=: read -r sname path header <<<"$scenario"
+    for proxy in "${proxies[@]}"; do
+      pname=${proxy%%:*}; port=${proxy##*:}
+      args=(-t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency)
+      [ -n "$header" ] && args+=(-H "$header")
+      echo "round $round/$ROUNDS  $sname  $pname" >&2
+      cpu_before=$(cpu_ticks "${proxy_pid[$pname]}")
+      wrk "${args[@]}" "http://127.0.0.1:$port$path" > "$work/wrk.out"
+      cpu_after=$(cpu_ticks "${proxy_pid[$pname]}")
+      python3 - "$work/wrk.out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+SCALE = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
+def ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
+    if not m:
+        sys.exit(f"cannot read wrk latency {v!r} in:\n{text}")
+    return float(m.group(1)) * SCALE[m.group(2)]
+def find(pattern):
+    m = re.search(pattern, text, re.MULTILINE)
+    if not m:
+        sys.exit(f"wrk output lacks {pattern!r}:\n{text}")
+    return m.group(1)
+rps = float(find(r"Requests/sec:\s+([\d.]+)"))
+p50 = ms(find(r"^\s+50%\s+(\S+)"))
+p99 = ms(find(r"^\s+99%\s+(\S+)"))
+errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errors = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
+requests = int(find(r"(\d+) requests in"))
+cpu_us = (float(sys.argv[6]) - float(sys.argv[5])) / float(sys.argv[7]) * 1e6 / max(requests, 1)
+print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
+PY
+    done
+  done
+done
+
+echo "log lines written: $(cat "$work"/logs/combined.log | wc -l) combined, $(cat "$work"/logs/json.log | wc -l) json, $(cat "$work"/logs/nginx.log 2>/dev/null | wc -l) nginx" >&2
+python3 - "$results" "$ROUNDS" "$SECONDS_PER_RUN" "$THREADS" "$CONNECTIONS" <<'PY' | tee "$OUT/summary.md"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+rounds, secs, threads, conns = sys.argv[2:6]
+print(f"{rounds} rounds × {secs} s, {threads} worker thread(s) per proxy, wrk -t1 -c{conns}; medians (min–max of req/s)\n")
+print("| scenario | proxy | req/s | range | vs same proxy, no log | p50 ms | p99 ms | proxy CPU µs/req | errors |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+for scenario in dict.fromkeys(r["scenario"] for r in rows):
+    med = {}
+    for proxy in dict.fromkeys(r["proxy"] for r in rows):
+        cell = [r for r in rows if r["scenario"] == scenario and r["proxy"] == proxy]
+        med[proxy] = {k: statistics.median(float(r[k]) for r in cell) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
+        med[proxy]["lo"] = min(float(r["rps"]) for r in cell)
+        med[proxy]["hi"] = max(float(r["rps"]) for r in cell)
+        med[proxy]["errors"] = sum(int(r["errors"]) for r in cell)
+    for proxy, m in med.items():
+        base = med[proxy.split("-")[0] + "-off"]["rps"]
+        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['lo']:.0f}–{m['hi']:.0f} | {m['rps'] / base:.3f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.1f} | {m['errors']} |")
+PY
+echo "raw runs: $results" >&2

@@ -1,0 +1,263 @@
+//! The access log over real sockets: Combined lines the bench's CLF parser reads back, JSON
+//! lines with timings and decisions, sampling, and drops counted instead of waiting.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use hyper::{Request, StatusCode};
+
+fn log_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("capstan-access-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The file's lines, once it has `n` (the writer flushes every 20 ms).
+async fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} has {} lines, want {n}",
+            path.display(),
+            lines.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn combined_lines_are_read_back_by_the_replay_parser() {
+    let a = Backend::start("a").await;
+    let path = log_path("combined.log");
+    let extra = format!("[access_log]\npath = {:?}\nformat = \"combined\"\n", path);
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    let ans = get(addr, "/big?bytes=1000").await;
+    assert_eq!(ans.status, StatusCode::OK);
+    let req = Request::get("/a%20b?x=%221%22")
+        .header("user-agent", "agent \"quoted\"")
+        .header("referer", "http://r.example/");
+    assert_eq!(send(addr, req, Bytes::new()).await.status, StatusCode::OK);
+    let upload = Request::post("/upload");
+    assert_eq!(
+        send(addr, upload, Bytes::from_static(b"12345"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let lines = wait_for_lines(&path, 3).await;
+    let log = capstan_workload::parse_clf(&lines.join("\n")).expect("the bench reads the log");
+    assert_eq!(log.entries.len(), 3, "{lines:?}");
+    let first = &log.entries[0];
+    assert_eq!(
+        (
+            first.host.as_str(),
+            first.method.as_str(),
+            first.path.as_str()
+        ),
+        ("127.0.0.1", "GET", "/big?bytes=1000")
+    );
+    assert_eq!((first.status, first.bytes), (200, 1000));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!((now - first.time).abs() < 60, "logged at {}", first.time);
+    assert!(
+        lines[1].ends_with("\"http://r.example/\" \"agent \\\"quoted\\\"\""),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(log.entries[2].method, "POST");
+}
+
+#[tokio::test]
+async fn json_lines_carry_timings_class_decision_node_and_cache_status() {
+    let a = Backend::start("a").await;
+    let path = log_path("json.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\nformat = \"json\"\n[cache]\nmemory = \"64MiB\"\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    assert_eq!(get(addr, "/slow?ms=30").await.status, StatusCode::OK);
+    let lines = wait_for_lines(&path, 1).await;
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).expect("a JSON line");
+    assert_eq!(line["method"], "GET");
+    assert_eq!(line["target"], "/slow?ms=30");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["bytes"], 1);
+    assert_eq!(line["client"], "127.0.0.1");
+    assert_eq!(line["class"], "static");
+    assert_eq!(line["node"], "a");
+    assert_eq!(line["decision"], "forward");
+    assert_eq!(line["completed"], true);
+    assert!(
+        line["cache"].as_str().unwrap().starts_with("capstan"),
+        "{line}"
+    );
+    let ms = &line["ms"];
+    let at = |k: &str| {
+        ms[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("ms.{k} missing: {line}"))
+    };
+    assert!(at("since_accept") >= 0.0);
+    assert!(at("dispatch") <= at("sent"), "{line}");
+    assert!(at("sent") <= at("first_byte"), "{line}");
+    assert!(at("first_byte") >= 30.0, "the node took 30 ms: {line}");
+    assert!(at("first_byte") <= at("end"), "{line}");
+    assert!(
+        at("connect") <= at("first_byte"),
+        "a new connection: {line}"
+    );
+    assert!(line["time"].as_str().unwrap().ends_with('Z'));
+}
+
+#[tokio::test]
+async fn switch_answers_say_why() {
+    let a = Backend::start("a").await;
+    let path = log_path("refusals.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\nformat = \"json\"\n[limits]\nmax_request_line = 64\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    let long = format!("/{}", "x".repeat(100));
+    assert_eq!(get(addr, &long).await.status, StatusCode::URI_TOO_LONG);
+    let connect = raw_exchange(
+        addr,
+        b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n",
+    )
+    .await;
+    assert!(connect.starts_with("HTTP/1.1 405"), "{connect}");
+    let lines = wait_for_lines(&path, 2).await;
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(
+        (first["status"].as_u64(), first["decision"].as_str()),
+        (Some(414), Some("switch"))
+    );
+    assert!(first["node"].is_null());
+    let second: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!(second["target"], "example.org:443");
+    assert_eq!(second["decision"], "refused");
+}
+
+#[tokio::test]
+async fn sampling_logs_one_request_in_n() {
+    let a = Backend::start("a").await;
+    let path = log_path("sampled.log");
+    let extra = format!("[access_log]\npath = {:?}\nsample = 3\n", path);
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    for i in 0..9 {
+        assert_eq!(get(addr, &format!("/{i}")).await.status, StatusCode::OK);
+    }
+    let admin = sw.admin_addr.unwrap();
+    let written = || async {
+        let metrics = get(admin, "/metrics").await.text();
+        metric(&metrics, "capstan_access_log_written_total")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while written().await < 3.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "3 lines never written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let lines = wait_for_lines(&path, 3).await;
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let paths: Vec<&str> = lines.iter().map(|l| l.split('"').nth(1).unwrap()).collect();
+    assert_eq!(
+        paths,
+        ["GET /0 HTTP/1.1", "GET /3 HTTP/1.1", "GET /6 HTTP/1.1"]
+    );
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A writer that cannot keep up never makes a request wait: what does not fit in the buffer
+/// is dropped and counted, and every request is either written or counted.
+#[tokio::test]
+async fn a_full_buffer_drops_and_counts() {
+    let a = Backend::start("a").await;
+    let path = log_path("tiny-buffer.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\nbuffer = 1\n[admission]\nlimit = \"off\"\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    let admin = sw.admin_addr.unwrap();
+    let requests = 200;
+    let mut tasks = Vec::new();
+    for i in 0..requests {
+        tasks.push(tokio::spawn(async move {
+            get(addr, &format!("/{i}")).await.status
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::OK);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = get(admin, "/metrics").await.text();
+        let written = metric(&metrics, "capstan_access_log_written_total");
+        let dropped = metric(&metrics, "capstan_access_log_dropped_total");
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        // Lines reach the file when the writer flushes its batch.
+        if written + dropped == f64::from(requests) && lines as f64 == written {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "written {written} + dropped {dropped} != {requests}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_settings_are_one_line_errors() {
+    for (extra, says) in [
+        ("[access_log]\nsample = 0\n", "access_log.sample"),
+        ("[access_log]\nformat = \"xml\"\n", "unknown variant"),
+        ("[access_log]\nbuffer = 0\n", "access_log.buffer"),
+        ("[access_log]\nrotate = true\n", "unknown field"),
+    ] {
+        let text =
+            format!("listen = [\"127.0.0.1:0\"]\n{extra}[[node]]\naddress = \"127.0.0.1:1\"\n");
+        let err = capstan_switch::Config::parse(&text, Some("t.toml")).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains(says), "{extra}: {shown}");
+        assert!(!shown.contains('\n'), "{shown}");
+    }
+    let text = "listen = [\"127.0.0.1:0\"]\n[access_log]\npath = \"/nonexistent-dir/x.log\"\n\
+                [[node]]\naddress = \"127.0.0.1:1\"\n";
+    let config = capstan_switch::Config::parse(text, None).unwrap();
+    let err = capstan_switch::start(config).await.err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("access_log.path: cannot open /nonexistent-dir/x.log"),
+        "{err}"
+    );
+}

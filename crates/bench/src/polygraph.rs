@@ -316,20 +316,32 @@ impl Run {
     async fn exchange(&self, robot: usize, path: &str) -> Result<http::Response, ErrorKind> {
         let r = &self.robots[robot];
         let _slot = r.slots.acquire().await.map_err(|_| ErrorKind::Io)?;
-        let idle = r.idle.borrow_mut().pop();
-        let mut conn = match idle {
-            Some(c) => c,
-            None => Conn::new(http::connect(self.addr, None, self.cfg.connect_timeout).await?),
-        };
         let bytes = format!(
             "GET {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: capstan-bench-polygraph\r\n\r\n",
             self.host
         );
-        let resp = conn.roundtrip(bytes.as_bytes(), false, true).await?;
+        let idle = r.idle.borrow_mut().pop();
+        let (conn, resp) = match idle {
+            Some(mut c) => match c.roundtrip(bytes.as_bytes(), false, true).await {
+                Ok(resp) => (c, resp),
+                // The proxy closed the idle connection (its keep-alive timeout) as we reused
+                // it: a client retries a GET on a new connection (RFC 9112 §9.3.1), as
+                // Polygraph's robots do.
+                Err(ErrorKind::Closed | ErrorKind::Reset) => self.fresh(&bytes).await?,
+                Err(e) => return Err(e),
+            },
+            None => self.fresh(&bytes).await?,
+        };
         if resp.reusable {
             r.idle.borrow_mut().push(conn);
         }
         Ok(resp)
+    }
+
+    async fn fresh(&self, request: &str) -> Result<(Conn, http::Response), ErrorKind> {
+        let mut c = Conn::new(http::connect(self.addr, None, self.cfg.connect_timeout).await?);
+        let resp = c.roundtrip(request.as_bytes(), false, true).await?;
+        Ok((c, resp))
     }
 }
 

@@ -807,6 +807,50 @@ fn findings(r: &CacheResults) -> Vec<String> {
             ));
         }
     }
+    out.extend(against_thesis(r, &ran));
+    out
+}
+
+/// One line per number of the thesis: ours beside it.
+fn against_thesis(r: &CacheResults, ran: &[&ContenderResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in &r.paper {
+        let Some(ours) = ran
+            .iter()
+            .find(|c| c.name == p.contender)
+            .and_then(|c| phase(c, &p.phase))
+        else {
+            continue;
+        };
+        let mut parts = Vec::new();
+        if let (Some(d), Some(o)) = (p.dhr, p.offered_dhr) {
+            parts.push(format!(
+                "DHR {:.1} % of {:.1} % offered (thesis {d} % of {o} %)",
+                100.0 * ours.dhr,
+                100.0 * ours.offered_dhr
+            ));
+        } else if let Some(d) = p.dhr {
+            parts.push(format!("DHR {:.1} % (thesis {d} %)", 100.0 * ours.dhr));
+        }
+        if let Some(t) = p.throughput_rps {
+            parts.push(format!(
+                "{:.0} responses/s (thesis {t})",
+                ours.throughput_rps
+            ));
+        }
+        if let Some(h) = p.hit_ms {
+            parts.push(format!("hits {:.2} ms (thesis {h})", ours.hit_ms.mean));
+        }
+        if let Some(m) = p.miss_ms {
+            parts.push(format!("misses {:.1} ms (thesis {m})", ours.miss_ms.mean));
+        }
+        out.push(format!(
+            "{} {} against the thesis: {}",
+            p.contender,
+            p.phase,
+            parts.join("; ")
+        ));
+    }
     out
 }
 

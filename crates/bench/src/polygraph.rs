@@ -30,6 +30,9 @@ use crate::http::{self, CacheMark, Conn, ErrorKind};
 use crate::stats::thread_cpu_s;
 use crate::BenchError;
 
+/// Called once a second with the elapsed seconds, the current phase and the responses so far.
+pub type PolyProgress = std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>;
+
 /// How to drive a workload.
 #[derive(Debug, Clone)]
 pub struct PolyConfig {
@@ -349,7 +352,7 @@ impl Run {
 /// elapsed seconds, the current phase and the responses so far, once a second.
 pub async fn run(
     cfg: PolyConfig,
-    progress: Option<std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>>,
+    progress: Option<PolyProgress>,
 ) -> Result<PolyResult, BenchError> {
     let addr = tokio::net::lookup_host((cfg.target.host.trim_matches(['[', ']']), cfg.target.port))
         .await
@@ -378,7 +381,7 @@ fn run_here(
     cfg: PolyConfig,
     addr: SocketAddr,
     gen: Generator,
-    progress: Option<std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>>,
+    progress: Option<PolyProgress>,
 ) -> Result<PolyResult, BenchError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -425,7 +428,7 @@ fn run_here(
     Ok(summarise(&run, completed, 100.0 * cpu / wall))
 }
 
-async fn tick(r: Rc<Run>, cb: std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>) {
+async fn tick(r: Rc<Run>, cb: PolyProgress) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let g = r.gen.borrow();

@@ -494,18 +494,17 @@ fn polygraph(args: &BenchArgs, file: &Path) -> anyhow::Result<()> {
         },
     };
     let quiet = args.quiet;
-    let progress: Option<std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>> =
-        (!quiet).then(|| {
-            let tty = std::io::stderr().is_terminal();
-            std::sync::Arc::new(move |t: f64, phase: &str, done: u64| {
-                let line = format!("{t:>6.0}s  phase {phase:<8} responses {done}");
-                if tty {
-                    eprint!("\r\x1b[2K{line}");
-                } else if (t as u64).is_multiple_of(10) {
-                    eprintln!("{line}");
-                }
-            }) as std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>
-        });
+    let progress: Option<capstan_bench::polygraph::PolyProgress> = (!quiet).then(|| {
+        let tty = std::io::stderr().is_terminal();
+        std::sync::Arc::new(move |t: f64, phase: &str, done: u64| {
+            let line = format!("{t:>6.0}s  phase {phase:<8} responses {done}");
+            if tty {
+                eprint!("\r\x1b[2K{line}");
+            } else if (t as u64).is_multiple_of(10) {
+                eprintln!("{line}");
+            }
+        }) as capstan_bench::polygraph::PolyProgress
+    });
     let result = runtime()?.block_on(capstan_bench::polygraph::run(config, progress))?;
     end_progress_line(quiet);
     if let Some(p) = &args.json {

@@ -855,7 +855,7 @@ impl PolyFile {
                             .map_err(|_| format!("phase {}: bad fill {f:?}", p.name))?;
                         (k * cache_bytes as f64).round() as u64
                     }
-                    None => parse_bytes(f)?,
+                    None => parse_bytes(f).map_err(|e| format!("phase {}: fill: {e}", p.name))?,
                 }),
                 _ => {
                     return Err(format!(

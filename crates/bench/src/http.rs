@@ -353,6 +353,9 @@ impl Conn {
             let mut reusable = version == 1 && keepalive;
             let mut has_length = false;
             let mut cache = CacheMark::None;
+            // Weaker signs, used when no X-Cache / Cache-Status says it outright.
+            let mut implied = CacheMark::None;
+            let mut aged = false;
             let mut node = None;
             let mut content_type = None;
             let mut location = None;
@@ -381,6 +384,17 @@ impl Conn {
                     cache = classify_x_cache(h.value);
                 } else if name.eq_ignore_ascii_case("cache-status") {
                     cache = classify_cache_status(h.value);
+                } else if name.eq_ignore_ascii_case("x-varnish") {
+                    implied = classify_x_varnish(h.value);
+                } else if name.eq_ignore_ascii_case("via") {
+                    if let m @ (CacheMark::Hit | CacheMark::Miss) = classify_ats_via(h.value) {
+                        implied = m;
+                    }
+                } else if name.eq_ignore_ascii_case("age") {
+                    aged = std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .is_some_and(|a| a > 0);
                 } else if name.eq_ignore_ascii_case("location") && (300..400).contains(&status) {
                     location = Some(String::from_utf8_lossy(h.value).into_owned());
                 } else if name.eq_ignore_ascii_case("x-capstan-node") {
@@ -395,6 +409,12 @@ impl Conn {
                         .to_ascii_lowercase();
                     content_type = Some(t);
                 }
+            }
+            if cache == CacheMark::None {
+                cache = match implied {
+                    CacheMark::None if aged => CacheMark::Hit,
+                    m => m,
+                };
             }
             if head || status == 204 || status == 304 {
                 body = Body::None;
@@ -520,6 +540,33 @@ fn classify_x_cache(v: &[u8]) -> CacheMark {
     }
 }
 
+/// Varnish's `X-Varnish: 32770 3` (this request's id and the id of the request that stored
+/// the object: a hit) or `X-Varnish: 32770` (a miss or a pass).
+fn classify_x_varnish(v: &[u8]) -> CacheMark {
+    match String::from_utf8_lossy(v).split_whitespace().count() {
+        0 => CacheMark::None,
+        1 => CacheMark::Miss,
+        _ => CacheMark::Hit,
+    }
+}
+
+/// Traffic Server's `Via` with `proxy.config.http.insert_response_via_str` ≥ 1:
+/// `http/1.1 host (ApacheTrafficServer/9.2.0 [cHs f ])`; the letter after the first `c` in the
+/// brackets is the cache lookup result — `H` fresh hit, `R` fresh RAM hit; `M` miss, `S` stale,
+/// `A` not acceptable, ` ` no lookup.
+fn classify_ats_via(v: &[u8]) -> CacheMark {
+    let s = String::from_utf8_lossy(v);
+    let Some(codes) = s.rsplit_once('[').map(|(_, c)| c) else {
+        return CacheMark::None;
+    };
+    let b = codes.as_bytes();
+    match b.iter().position(|&c| c == b'c').and_then(|i| b.get(i + 1)) {
+        Some(b'H' | b'R') => CacheMark::Hit,
+        Some(b'M' | b'S' | b'A' | b' ') => CacheMark::Miss,
+        _ => CacheMark::None,
+    }
+}
+
 /// RFC 9211 `Cache-Status: ExampleCache; hit` or `...; fwd=miss`; the last (closest to the
 /// client) cache decides.
 fn classify_cache_status(v: &[u8]) -> CacheMark {
@@ -554,5 +601,20 @@ mod tests {
             CacheMark::Miss
         );
         assert!(contains_token(b"keep-alive, Close", b"close"));
+        assert_eq!(classify_x_varnish(b"32770 3"), CacheMark::Hit);
+        assert_eq!(classify_x_varnish(b"32770"), CacheMark::Miss);
+        assert_eq!(
+            classify_ats_via(b"http/1.1 h (ApacheTrafficServer/9.2.0 [cHs f ])"),
+            CacheMark::Hit
+        );
+        assert_eq!(
+            classify_ats_via(b"http/1.1 h (ApacheTrafficServer/9.2.0 [uScRs f p eN:t cCHp s ])"),
+            CacheMark::Hit
+        );
+        assert_eq!(
+            classify_ats_via(b"http/1.1 h (ApacheTrafficServer/9.2.0 [cMsSf ])"),
+            CacheMark::Miss
+        );
+        assert_eq!(classify_ats_via(b"1.1 capstan"), CacheMark::None);
     }
 }

@@ -1,6 +1,9 @@
 //! `capstan bench`: a load generator that can push a server past its capacity and measures
 //! honestly.
 //!
+//! `--polygraph`: Web Polygraph workloads through a proxy, with hit ratios per phase
+//! ([`polygraph`]).
+//!
 //! Engines: `open` (Banga & Druschel's S-Client: requests start on a schedule whatever the server
 //! does; non-blocking connects abandoned after a timeout and retried), `closed` (WebStone-style
 //! clients), `sessions` (the CAP paper's Table 1 sessions) and `replay` (access logs). Latency is
@@ -20,6 +23,7 @@
 pub mod config;
 mod engine;
 pub mod http;
+pub mod polygraph;
 pub mod report;
 pub mod result;
 pub mod source;
@@ -246,7 +250,7 @@ pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, Strin
 
 /// An open-loop run past capacity holds a socket per request in flight; the default soft limit
 /// (often 1024) would turn into connect errors that are the client's, not the server's.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

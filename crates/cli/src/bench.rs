@@ -28,6 +28,9 @@ use capstan_workload::{
       --sessions R   R sessions/s following the CAP paper's Table 1\n  \
       --replay LOG   a Common/Combined Log Format file, timing scaled by --replay-speed or at \
                      --replay-rate\n\n\
+      --polygraph F  a Web Polygraph workload (robots, content types, working set, phases with \
+                     goals) through a proxy; per phase hit/miss response times and DHR/BHR \
+                     beside the offered hit ratio\n\n\
       --rate, --clients and --sessions are totals over all shards (--shard i/n).\n\n\
       EXAMPLES\n  \
       capstan bench http://127.0.0.1:8080/file5k.html --rate 2000 --duration 30s\n  \
@@ -37,6 +40,7 @@ use capstan_workload::{
       capstan bench http://127.0.0.1:8080/ --rate 300 --tree polygraph --zipf 1.0 --recurrence 0.55\n  \
       capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
+      capstan bench http://127.0.0.1:6081/ --polygraph experiments/polygraph/mixed-inc.toml --time-scale 0.01 --json pg.json\n  \
       capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
       capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
       capstan bench merge a.json b.json --json all.json\n  \
@@ -77,6 +81,17 @@ pub struct BenchArgs {
     /// Replay an access log (Common or Combined Log Format). Example: --replay access.log
     #[arg(long, value_name = "LOG", group = "engine")]
     replay: Option<PathBuf>,
+    /// A Web Polygraph workload (TOML: robots, req_rate, cache_size, working set, content
+    /// types, [[phase]] with load, recurrence and a duration, requests or fill goal; see
+    /// experiments/polygraph/*.toml). Reports per phase offered rate, throughput, hit and miss
+    /// response times, offered hit ratio beside the measured DHR and BHR. Example:
+    /// --polygraph experiments/polygraph/mixed-inc.toml
+    #[arg(long, value_name = "FILE", group = "engine")]
+    polygraph: Option<PathBuf>,
+    /// --polygraph: multiply every phase duration and the working-set length (e.g. 0.01 for a
+    /// short run) [default: the file's time_scale]
+    #[arg(long, value_name = "F")]
+    time_scale: Option<f64>,
 
     /// Length of the run [default: 10s; replay: the log's length]. Example: --duration 30s
     #[arg(long, short = 'd', value_name = "TIME")]
@@ -418,6 +433,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Merge(m)) = &args.command {
         return merge(m);
     }
+    if let Some(file) = &args.polygraph {
+        return polygraph(&args, file);
+    }
     let config = build(&args)?;
     if let Some(n) = args.print_requests {
         let mut out = std::io::stdout().lock();
@@ -440,6 +458,71 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.report.as_deref(),
         args.quiet,
     )
+}
+
+/// `--polygraph FILE`: the workload through the target, a table per phase, `--json` the whole
+/// result with its time line.
+fn polygraph(args: &BenchArgs, file: &Path) -> anyhow::Result<()> {
+    let text = read(file, "workload")?;
+    let mut f: capstan_workload::PolyFile = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        anyhow::anyhow!(
+            "{}:{}: {}",
+            file.display(),
+            line.unwrap_or(0),
+            e.message().replace('\n', " ")
+        )
+    })?;
+    if let Some(s) = args.time_scale {
+        f.time_scale = s;
+    }
+    let workload = f
+        .resolve()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let target = Target::parse(args.url.as_deref().unwrap_or_default())?;
+    let config = capstan_bench::polygraph::PolyConfig {
+        target,
+        workload,
+        timeout: dur(&args.timeout, "timeout")?,
+        connect_timeout: dur(&args.connect_timeout, "connect-timeout")?,
+        drain: dur(&args.drain, "drain")?,
+        max_duration: match &args.duration {
+            Some(d) => dur(d, "duration")?,
+            None => Duration::from_secs(366 * 86_400),
+        },
+    };
+    let quiet = args.quiet;
+    let progress: Option<capstan_bench::polygraph::PolyProgress> = (!quiet).then(|| {
+        let tty = std::io::stderr().is_terminal();
+        std::sync::Arc::new(move |t: f64, phase: &str, done: u64| {
+            let line = format!("{t:>6.0}s  phase {phase:<8} responses {done}");
+            if tty {
+                eprint!("\r\x1b[2K{line}");
+            } else if (t as u64).is_multiple_of(10) {
+                eprintln!("{line}");
+            }
+        }) as capstan_bench::polygraph::PolyProgress
+    });
+    let result = runtime()?.block_on(capstan_bench::polygraph::run(config, progress))?;
+    end_progress_line(quiet);
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&result)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if !quiet {
+        print!("{}", capstan_bench::polygraph::summary_table(&result));
+        println!(
+            "generator CPU {:.1} % of a core; mean object {:.0} B; working set {} objects ({:.1} MB){}",
+            result.generator_cpu_percent,
+            result.mean_object_bytes,
+            result.working_set_objects,
+            result.working_set_bytes as f64 / 1e6,
+            if result.completed { "" } else { "; stopped by --duration before every goal was met" }
+        );
+    }
+    Ok(())
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

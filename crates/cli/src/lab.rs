@@ -16,12 +16,22 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
+  capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
+  capstan lab cache-best-effort --contenders capstan,varnish
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
 response times per class, per-node utilisation (from /_capstan/load) and the real CPU used by the
 switch and the load generator (warned above 80 % of a core). The report is OUT/index.html
 (self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
+
+Cache experiments (cache-mixed-inc, cache-best-effort) run the Bakhtiyari thesis's Web Polygraph
+workloads against `capstan serve` with its cache, Varnish (varnishd -s malloc) and Traffic Server
+(RAM cache and a disk span), each with the same cache size in front of one `capstan origin`; a
+contender whose program is missing is skipped with the reason. Default: durations × 0.01 (minutes);
+--quick: shorter still, a 4 MB cache; --full: the thesis's hours. The report gives per contender and
+phase the offered rate, throughput, DHR/BHR beside the offered hit ratio, hit and miss response
+times, errors, the proxy's CPU and memory, and the thesis's numbers.
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
 classes, workload, load levels, --quick settings, the paper's numbers).
@@ -50,6 +60,15 @@ pub struct LabArgs {
     /// The experiment's short form: fewer levels and policies, shorter windows.
     #[arg(long)]
     quick: bool,
+
+    /// Cache experiments: the thesis's own durations and cache size (hours).
+    #[arg(long, conflicts_with = "quick")]
+    full: bool,
+
+    /// Cache experiments: contenders to run, comma-separated (capstan, varnish,
+    /// trafficserver; replaces the experiment's list).
+    #[arg(long, value_name = "C1,C2", value_delimiter = ',')]
+    contenders: Vec<String>,
 
     /// Policies to run, comma-separated (replaces the experiment's list); a policy may carry
     /// parameters, `lard:load=utilisation,t_high=0.6`, each such row labelled as written.
@@ -90,6 +109,12 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .experiment
         .clone()
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    if let Some(exp) = capstan_lab::cache::CacheExperiment::find(&name) {
+        return run_cache(&args, exp?);
+    }
+    if args.full || !args.contenders.is_empty() {
+        bail!("--full and --contenders apply to the cache experiments (capstan lab --list)");
+    }
     if name == "validate" {
         return validate(&args);
     }
@@ -254,6 +279,48 @@ fn validate(args: &LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A cache experiment: each contender in turn, a table per phase, the report.
+fn run_cache(args: &LabArgs, exp: capstan_lab::cache::CacheExperiment) -> anyhow::Result<()> {
+    use capstan_lab::cache::{CacheOptions, Mode};
+    let mode = match (args.quick, args.full) {
+        (true, _) => Mode::Quick,
+        (_, true) => Mode::Full,
+        _ => Mode::Default,
+    };
+    let opts = CacheOptions {
+        mode,
+        contenders: (!args.contenders.is_empty()).then(|| args.contenders.clone()),
+        exe: std::env::current_exe().context("cannot find the capstan binary")?,
+        work_dir: args.out.join("logs"),
+        command: command_line(),
+    };
+    eprintln!("capstan lab: {} — {} ({mode:?})", exp.name, exp.figure);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let say = |m: String| eprintln!("  {m}");
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = capstan_lab::cache::run_cache(&exp, &opts, &say) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    let results = match outcome {
+        Some(r) => r?,
+        None => bail!("interrupted; no report written"),
+    };
+    let path = capstan_lab::cache::write_report(&results, &args.out)?;
+    println!("{} — {}", results.title, results.figure);
+    print!("{}", capstan_lab::cache::summary_table(&results));
+    for f in &results.findings {
+        println!("- {f}");
+    }
+    println!("report: {}", path.display());
+    println!("data:   {}", args.out.join("results.json").display());
+    Ok(())
+}
+
 fn list() {
     println!("Built-in experiments (capstan lab NAME [--quick]):");
     for (name, text) in capstan_lab::BUILTIN {
@@ -266,6 +333,13 @@ fn list() {
         "  {:<16} the live stack against queueing theory (M/M/1, M/G/1-PS, Erlang C)",
         "validate"
     );
+    println!("Cache experiments (capstan lab NAME [--quick | --full] [--contenders C1,C2]):");
+    for (name, text) in capstan_lab::cache::BUILTIN_CACHE {
+        match capstan_lab::cache::CacheExperiment::parse(text, name) {
+            Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
+            Err(e) => println!("  {name:<17} (broken: {e})"),
+        }
+    }
     println!("Default: {}", capstan_lab::DEFAULT);
 }
 

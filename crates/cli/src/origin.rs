@@ -36,6 +36,12 @@ use capstan_workload::{DocTree, TreeKind};
                   connections shrink the cache and turn hits into disk reads. The load report's \
                   `processes` (in_use, waiting, memory) and `cache.capacity_bytes` show it; \
                   --report-listen serves the report on an address no process limit applies to.\n\n\
+                  Web Polygraph objects: any GET /pg/wWORLD/TYPE/ID_SIZE_C.EXT (the URLs \
+                  `capstan bench --polygraph` asks for) is answered with SIZE bytes after the \
+                  server think time (normal 0.3 s, sd 0.1 s; --polygraph-think-scale), with \
+                  Cache-Control no-store when C is `u` and public with max-age up to the \
+                  object's next modification when it is `c`, and Last-Modified, Expires and \
+                  ETag from the type's life cycle (Bakhtiyari thesis §3.8).\n\n\
                   Prints `listening on ADDR` on standard output once it is serving.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
@@ -142,6 +148,12 @@ pub struct OriginArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 
+    /// Multiply the server think time of Web Polygraph objects (/pg/… URLs; normal(0.3 s,
+    /// 0.1 s) unless the config file's polygraph_think says otherwise) by F; 0: none
+    /// [default: 1]
+    #[arg(long, value_name = "F")]
+    polygraph_think_scale: Option<f64>,
+
     /// Print the tree as a WebStone file list (`/path weight #size`) and exit.
     #[arg(long)]
     print_filelist: bool,
@@ -219,6 +231,9 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     }
     if let Some(v) = args.report_listen {
         c.report_listen = Some(v);
+    }
+    if let Some(v) = args.polygraph_think_scale {
+        c.polygraph_think_scale = v;
     }
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;

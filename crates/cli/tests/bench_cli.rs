@@ -1,6 +1,8 @@
 //! `capstan bench` as a process: help, one-line errors, a run against `capstan origin`, JSON,
 //! report and merge.
 
+mod support;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -142,5 +144,61 @@ fn runs_against_origin_and_merges() {
     assert!(html.contains("<svg") && html.contains("capstan bench"));
     let _ = origin.kill();
     let _ = origin.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `capstan bench --polygraph` straight at `capstan origin` (no cache): every response is a
+/// miss, the offered hit ratio is the workload's, the JSON has the phases and a time line.
+#[test]
+fn polygraph_workload_against_an_origin() {
+    let (_node, addr) = support::origin(&["--polygraph-think-scale", "0.01"]);
+    let dir = std::env::temp_dir().join(format!("capstan-bench-pg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wl = dir.join("wl.toml");
+    std::fs::write(
+        &wl,
+        "robots = 50\nreq_rate = 4\ncache_size = \"256KB\"\n\
+         [[phase]]\nname = \"fill\"\nrecurrence = \"5%\"\nfill = \"1x\"\n\
+         [[phase]]\nname = \"top\"\nduration = \"3s\"\n",
+    )
+    .unwrap();
+    let json = dir.join("pg.json");
+    let url = format!("http://{addr}/");
+    let out = support::run(&[
+        "bench",
+        &url,
+        "--polygraph",
+        wl.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--duration",
+        "60s",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("offDHR%") && stdout.contains("top"),
+        "{stdout}"
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let top = &r["phases"][1];
+    assert_eq!(top["hits"], 0, "an origin is no cache: {top}");
+    assert!(top["offered_dhr"].as_f64().unwrap() > 0.5, "{top}");
+    assert!(
+        (top["offered_rps"].as_f64().unwrap() - 200.0).abs() < 50.0,
+        "{top}"
+    );
+    assert!(r["timeline"].as_array().unwrap().len() >= 3);
+    // A bad workload file is one line.
+    std::fs::write(&wl, "robots = 1\n").unwrap();
+    let out = support::run(&["bench", &url, "--polygraph", wl.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

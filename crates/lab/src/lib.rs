@@ -2,6 +2,9 @@
 //! processes, drives them with the load generator (in-process) once per dispatching policy and
 //! load level, and writes a report (`index.html` with inline SVG plots, `results.json`).
 //!
+//! Cache experiments (`cache-mixed-inc`, `cache-best-effort`) run Web Polygraph workloads
+//! against Capstan's cache, Varnish and Traffic Server instead ([`cache`]).
+//!
 //! ```no_run
 //! # async fn f() -> Result<(), capstan_lab::LabError> {
 //! use capstan_lab::{Experiment, Options, Plan};
@@ -14,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod cache;
 pub mod cluster;
 pub mod experiment;
 pub mod report;

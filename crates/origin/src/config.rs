@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use capstan_core::report::Partition;
 use capstan_model::NodeParams;
-use capstan_workload::TreeKind;
+use capstan_workload::{Dist, TreeKind};
 use serde::{Deserialize, Serialize};
 
 use crate::OriginError;
@@ -126,6 +126,11 @@ pub struct OriginConfig {
     /// gatherer still reads the report while every process is busy (as a `capstan agent` beside
     /// Apache would). Unset: the report is served on `listen` only.
     pub report_listen: Option<SocketAddr>,
+    /// Server think time of Web Polygraph objects (`/pg/…` URLs), seconds: Polygraph's
+    /// `xact_think`, `norm(0.3sec, 0.1sec)` in the Bakhtiyari thesis (§3.8.6).
+    pub polygraph_think: Dist,
+    /// Multiplies every think time (0: none); short lab runs scale it down with their phases.
+    pub polygraph_think_scale: f64,
 }
 
 /// Default process memory: "each Apache process has an incremental memory requirement of about
@@ -246,6 +251,8 @@ impl Default for OriginConfig {
             process_memory: PROCESS_MEMORY,
             backlog: BACKLOG,
             report_listen: None,
+            polygraph_think: Dist::Normal { mean: 0.3, sd: 0.1 },
+            polygraph_think_scale: 1.0,
         }
     }
 }
@@ -289,6 +296,15 @@ impl OriginConfig {
                     "services.{name} must be a non-negative number, got {v}"
                 )));
             }
+        }
+        self.polygraph_think
+            .validate()
+            .map_err(|e| OriginError::Config(format!("polygraph_think: {e}")))?;
+        if !(self.polygraph_think_scale.is_finite() && self.polygraph_think_scale >= 0.0) {
+            return Err(OriginError::Config(format!(
+                "polygraph_think_scale must be ≥ 0, got {}",
+                self.polygraph_think_scale
+            )));
         }
         if self.partition.is_some() && self.resources == Resources::Real {
             return Err(OriginError::Config(

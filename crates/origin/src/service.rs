@@ -362,6 +362,9 @@ async fn serve<B>(
             disk_load(node, req.uri().query(), secure).await,
         ),
         "/cgi-bin/demand.cgi" => (Some(Kind::Demand), demand(node, req.uri().query()).await),
+        _ if path.starts_with(capstan_workload::polygraph::PREFIX) => {
+            (Some(Kind::Static), polygraph_object(node, req, path).await)
+        }
         _ => match node.tree.position(path) {
             Some(i) => {
                 let local = node.holds(full_path);
@@ -569,6 +572,69 @@ fn unix_now() -> u64 {
 fn http_date(secs: u64) -> HeaderValue {
     let s = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
     HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A Web Polygraph object named by its URL (`capstan_workload::polygraph`): its size, type
+/// and cachability come from the path, its validators from the type's life cycle; it is
+/// answered after the server think time (`xact_think`).
+async fn polygraph_object<B>(node: &Node, req: &Request<B>, path: &str) -> Resp {
+    let o = match capstan_workload::polygraph::PolyObject::parse_path(path) {
+        Ok(o) => o,
+        Err(e) => return text(StatusCode::NOT_FOUND, &format!("{e}\n")),
+    };
+    let scale = node.config.polygraph_think_scale;
+    if scale > 0.0 {
+        static DRAWS: AtomicU64 = AtomicU64::new(0);
+        let mut rng = capstan_workload::stream(
+            node.config.seed ^ DRAWS.fetch_add(1, Ordering::Relaxed),
+            "origin-think",
+        );
+        let think = node.config.polygraph_think.sample(&mut rng) * scale;
+        tokio::time::sleep(Duration::from_secs_f64(think.clamp(0.0, 3600.0))).await;
+    }
+    let now = unix_now();
+    let file = DocFile::synthetic(path, o.size, o.content_type, o.cachable, o.life);
+    let v = file.validators(now);
+    let not_modified = o.cachable
+        && req
+            .headers()
+            .get(header::IF_NONE_MATCH)
+            .and_then(|h| h.to_str().ok())
+            .is_some_and(|h| h.split(',').any(|t| t.trim() == v.etag || t.trim() == "*"));
+    let body = if not_modified {
+        Bytes::new()
+    } else {
+        let key = capstan_workload::rng::fnv1a(path.as_bytes());
+        Bytes::from(node.tree.synthesize(key, o.size))
+    };
+    if let Res::Real(r) = &node.res {
+        r.sent(body.len() as u64);
+    }
+    let mut r = Response::new(Full::new(body));
+    if not_modified {
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+    }
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(o.content_type),
+    );
+    h.insert(header::LAST_MODIFIED, http_date(v.last_modified));
+    if let Ok(etag) = HeaderValue::from_str(&v.etag) {
+        h.insert(header::ETAG, etag);
+    }
+    let cc = match (o.cachable, v.expires) {
+        (false, _) => "no-store".to_string(),
+        (true, Some(exp)) => {
+            h.insert(header::EXPIRES, http_date(exp));
+            format!("public, max-age={}", exp.saturating_sub(now))
+        }
+        (true, None) => format!("public, max-age={FIXED_MAX_AGE}"),
+    };
+    if let Ok(cc) = HeaderValue::from_str(&cc) {
+        h.insert(header::CACHE_CONTROL, cc);
+    }
+    r
 }
 
 /// A file of the tree; `local` when this node's own disk holds it (else a miss reads it over

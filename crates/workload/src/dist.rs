@@ -64,6 +64,12 @@ pub enum Dist {
     Exp {
         mean: f64,
     },
+    /// Normal with mean `mean` and standard deviation `sd`, negative draws clamped to 0 (a
+    /// duration or a size cannot be negative): Polygraph's `norm(0.3sec, 0.1sec)` think time.
+    Normal {
+        mean: f64,
+        sd: f64,
+    },
     /// `ln X ~ N(mu, sigma²)`.
     LogNormal {
         mu: f64,
@@ -111,6 +117,7 @@ impl Dist {
             Dist::Const { value } => value,
             Dist::Uniform { low, high } => low + (high - low) * uniform01(rng),
             Dist::Exp { mean } => -mean * open01(rng).ln(),
+            Dist::Normal { mean, sd } => (mean + sd * std_normal(rng)).max(0.0),
             Dist::LogNormal { mu, sigma } => (mu + sigma * std_normal(rng)).exp(),
             Dist::Pareto { alpha, k } => k / open01(rng).powf(1.0 / alpha),
             Dist::Weibull { shape, scale } => scale * (-open01(rng).ln()).powf(1.0 / shape),
@@ -148,6 +155,8 @@ impl Dist {
             Dist::Const { value } => Some(value),
             Dist::Uniform { low, high } => Some((low + high) / 2.0),
             Dist::Exp { mean } => Some(mean),
+            // The clamp at 0 moves the mean only when 0 is within reach (mean < 4 sd).
+            Dist::Normal { mean, sd } if mean >= 4.0 * sd => Some(mean),
             Dist::LogNormal { mu, sigma } => Some((mu + sigma * sigma / 2.0).exp()),
             Dist::Pareto { alpha, k } if alpha > 1.0 => Some(alpha * k / (alpha - 1.0)),
             Dist::InverseGaussian { mu, .. } => Some(mu),
@@ -169,6 +178,7 @@ impl Dist {
             Dist::Const { value } => value.is_finite() && value >= 0.0,
             Dist::Uniform { low, high } => low.is_finite() && high.is_finite() && low <= high,
             Dist::Exp { mean } => pos(mean),
+            Dist::Normal { mean, sd } => mean.is_finite() && sd.is_finite() && sd >= 0.0,
             Dist::LogNormal { mu, sigma } => mu.is_finite() && pos(sigma),
             Dist::Pareto { alpha, k } => pos(alpha) && pos(k),
             Dist::Weibull { shape, scale } => pos(shape) && pos(scale),

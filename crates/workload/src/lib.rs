@@ -2,7 +2,7 @@
 //! document trees a back-end node serves (WebStone, Web Polygraph, the CAP paper's size law),
 //! popularity (Zipf), request mixes with recurrence, arrival processes with phases, ramps and
 //! bursts, the CAP paper's session model, and the WebStone file list and Common Log Format file
-//! formats.
+//! formats, and Web Polygraph workloads (robots, content types, working set, phases with goals).
 //!
 //! Pure by design: no clock, no I/O, no async. Parsers take strings; whoever reads the file owns
 //! the I/O. Time, where it matters (object life cycles, arrival schedules), is passed in or
@@ -19,6 +19,7 @@ pub mod clf;
 pub mod dist;
 pub mod filelist;
 pub mod mix;
+pub mod polygraph;
 pub mod rng;
 pub mod session;
 pub mod tree;
@@ -29,6 +30,7 @@ pub use clf::{parse_clf, AccessLog, LogEntry, LogError};
 pub use dist::Dist;
 pub use filelist::{parse_filelist, FileList, FileListEntry, FileListError};
 pub use mix::{RecurrenceMix, Weighted};
+pub use polygraph::{Generator, PolyFile, PolyRequest, PolyWorkload};
 pub use rng::{stream, WorkloadRng};
 pub use session::{PagePlan, SessionModel};
 pub use tree::{ContentBlock, DocFile, DocTree, LifeCycle, TreeError, TreeKind, Validators};

@@ -120,6 +120,27 @@ pub struct DocFile {
 }
 
 impl DocFile {
+    /// A file that is not part of a generated tree (a Polygraph URL's object), for its
+    /// validators.
+    pub fn synthetic(
+        path: &str,
+        size: u64,
+        content_type: &'static str,
+        cachable: bool,
+        life: LifeCycle,
+    ) -> DocFile {
+        DocFile {
+            etag_base: fnv1a(path.as_bytes()) ^ size,
+            content_offset: 0,
+            path: path.to_string(),
+            size,
+            weight: 1,
+            content_type,
+            cachable,
+            life,
+        }
+    }
+
     /// Validators at `now` (Unix seconds).
     pub fn validators(&self, now: u64) -> Validators {
         match self.life {
@@ -484,6 +505,19 @@ impl DocTree {
             offset = 0;
             Some(s)
         })
+    }
+
+    /// `len` bytes of the seeded block starting at `key % BLOCK_LEN` and wrapping around: the
+    /// body of an object that is not a file of the tree (a Polygraph URL's object).
+    pub fn synthesize(&self, key: u64, len: u64) -> Vec<u8> {
+        let mut v = Vec::with_capacity(len as usize);
+        let mut offset = (key % BLOCK_LEN as u64) as usize;
+        while (v.len() as u64) < len {
+            let n = (BLOCK_LEN - offset).min(len as usize - v.len());
+            v.extend_from_slice(&self.block.bytes[offset..offset + n]);
+            offset = 0;
+        }
+        v
     }
 
     /// The file's bytes in one buffer.

@@ -18,8 +18,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    // Fields separated by NUL: glob, regex, extension, header name, header glob, then the
-    // request's method, path, query, header name and value.
+    // Fields separated by NUL: glob, regex, extension, header name, header glob, SNI glob, then
+    // the request's method, path, query, header name and value, and SNI name (TLS when given).
     let mut f = text.split('\0');
     let mut next = || f.next().unwrap_or("");
     let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
@@ -30,9 +30,11 @@ fuzz_target!(|data: &[u8]| {
         extension: some(next()).map(|e| vec![e]),
         header: some(next()),
         header_value: some(next()),
+        sni: some(next()),
         ..RuleSpec::default()
     };
     let (method, path, query, name, value) = (next(), next(), next(), next(), next());
+    let sni = some(next());
     let classes = ["default", "hit"].map(|name| ClassSpec {
         name: name.into(),
         profile: Default::default(),
@@ -43,6 +45,8 @@ fuzz_target!(|data: &[u8]| {
         path,
         query: query.as_deref(),
         headers: &OneHeader(name, value),
+        tls: sni.is_some(),
+        sni: sni.as_deref(),
     };
     let defaults = Classifier::cap_defaults();
     let _ = defaults.class(defaults.classify(&req));

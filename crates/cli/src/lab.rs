@@ -25,8 +25,9 @@ response times per class, per-node utilisation (from /_capstan/load) and the rea
 switch and the load generator (warned above 80 % of a core). The report is OUT/index.html
 (self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
 
-Cache experiments (cache-mixed-inc, cache-best-effort) run the Bakhtiyari thesis's Web Polygraph
-workloads against `capstan serve` with its cache, Varnish (varnishd -s malloc) and Traffic Server
+Cache experiments (cache-mixed-inc, cache-best-effort, and the single content type baselines
+cache-image, cache-html, cache-download) run the Bakhtiyari thesis's Web Polygraph workloads
+against `capstan serve` with its cache, Varnish (varnishd -s malloc) and Traffic Server
 (RAM cache and a disk span), each with the same cache size in front of one `capstan origin`; a
 contender whose program is missing is skipped with the reason. Default: durations × 0.01 (minutes);
 --quick: shorter still, a 4 MB cache; --full: the thesis's hours. The report gives per contender and

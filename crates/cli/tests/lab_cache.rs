@@ -25,7 +25,14 @@ fn temp_dir(name: &str) -> PathBuf {
 #[test]
 fn list_help_and_bad_files() {
     let list = String::from_utf8(capstan(&["lab", "--list"]).stdout).unwrap();
-    for needle in ["cache-mixed-inc", "cache-best-effort", "Tables 4.5–4.7"] {
+    for needle in [
+        "cache-mixed-inc",
+        "cache-best-effort",
+        "cache-image",
+        "cache-html",
+        "cache-download",
+        "Tables 4.5–4.7",
+    ] {
         assert!(list.contains(needle), "{list}");
     }
     assert!(!list.contains("broken"), "{list}");

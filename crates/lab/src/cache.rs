@@ -1,5 +1,5 @@
-//! Cache experiments (`capstan lab cache-mixed-inc`, `cache-best-effort`): the Bakhtiyari
-//! thesis's Web Polygraph tests (Chapter 4) against Capstan's switch with its cache, Varnish
+//! Cache experiments (`capstan lab cache-mixed-inc`, `cache-best-effort`, `cache-image`,
+//! `cache-html`, `cache-download`): the Bakhtiyari thesis's Web Polygraph tests (Chapter 4) against Capstan's switch with its cache, Varnish
 //! (`varnishd -s malloc,SIZE`) and Apache Traffic Server (a RAM cache and a disk span), one
 //! contender at a time, each with the same cache size in front of the same `capstan origin`.
 //!
@@ -36,6 +36,18 @@ pub const BUILTIN_CACHE: &[(&str, &str)] = &[
         "cache-best-effort",
         include_str!("../../../experiments/cache-best-effort.toml"),
     ),
+    (
+        "cache-image",
+        include_str!("../../../experiments/cache-image.toml"),
+    ),
+    (
+        "cache-html",
+        include_str!("../../../experiments/cache-html.toml"),
+    ),
+    (
+        "cache-download",
+        include_str!("../../../experiments/cache-download.toml"),
+    ),
 ];
 
 /// The contenders a cache experiment knows.
@@ -56,6 +68,9 @@ pub struct CacheExperiment {
     /// Every contender's cache size (Capstan's memory tier, Varnish's malloc storage, Traffic
     /// Server's RAM cache and span), e.g. `"64MB"`. The workload's fill goals refer to it.
     pub cache_size: String,
+    /// The thesis's cache size, which `--full` runs with (default: `cache_size`).
+    #[serde(default)]
+    pub full_cache_size: Option<String>,
     /// Worker threads of each proxy (Capstan `--threads`, Varnish `thread_pools`, Traffic
     /// Server `exec_thread.limit`).
     #[serde(default = "two")]
@@ -170,7 +185,10 @@ impl CacheExperiment {
         match mode {
             Mode::Quick => (self.quick.time_scale, &self.quick.cache_size),
             Mode::Default => (self.time_scale, &self.cache_size),
-            Mode::Full => (1.0, &self.cache_size),
+            Mode::Full => (
+                1.0,
+                self.full_cache_size.as_ref().unwrap_or(&self.cache_size),
+            ),
         }
     }
 

@@ -50,7 +50,7 @@ fn erfc(x: f64) -> f64 {
 }
 
 /// A probability distribution over non-negative reals, as written in a configuration file:
-/// `{ dist = "exp", mean = 4608.0 }`, `{ dist = "lognormal", mu = 7.64, sigma = 1.705 }`, ...
+/// `{ dist = "exp", mean = 4608.0 }`, `{ dist = "log-normal", mu = 7.64, sigma = 1.705 }`, ...
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "dist", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Dist {

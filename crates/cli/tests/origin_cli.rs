@@ -91,8 +91,15 @@ fn help_documents_every_option_with_defaults() {
             .lines()
             .position(|l| l.trim_start().starts_with(flag) || l.contains(&format!(" {flag} ")))
             .unwrap_or_else(|| panic!("{flag} missing from help"));
-        // The option's description (it may wrap) names its default.
-        let text: String = help.lines().skip(line).take(3).collect();
+        // The option's description (it may wrap, over as many lines as the widest flag leaves
+        // it) names its default.
+        let lines: Vec<&str> = help.lines().skip(line).collect();
+        let end = lines
+            .iter()
+            .skip(1)
+            .position(|l| l.trim_start().starts_with('-') || l.trim().is_empty())
+            .map_or(lines.len(), |i| i + 1);
+        let text: String = lines[..end].concat();
         assert!(
             text.contains("[default:") || flag == "--config",
             "{flag} has no default in help"

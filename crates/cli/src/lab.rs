@@ -18,6 +18,8 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
   capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
   capstan lab cache-best-effort --contenders capstan,varnish
+  capstan lab wan-delay --quick                # behind capstan wan's delay router (root), < 3 minutes
+  capstan lab wan-loss --contenders origin-processes,apache2
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
@@ -33,6 +35,16 @@ contender whose program is missing is skipped with the reason. Default: duration
 --quick: shorter still, a 4 MB cache; --full: the thesis's hours. The report gives per contender and
 phase the offered rate, throughput, DHR/BHR beside the offered hit ratio, hit and miss response
 times, errors, the proxy's CPU and memory, and the thesis's numbers.
+
+WAN experiments (wan-delay, wan-loss, wan-mix; Banga & Druschel §5.5–5.6, Figs. 9 and 10; root)
+put the load generator behind `capstan wan`'s delay router (RTT 0–200 ms, loss 0–5 %, or client
+groups on LAN, backbone, wireless and modem paths at once) and run one contender at a time on
+0.0.0.0: the emulated node with 152 processes (origin-processes; origin-processes-1k asks for one
+1 KB file, the paper's trivial workload), event-driven (origin-events), the switch in front of the
+process node (switch), and the real apache2 (prefork, MaxRequestWorkers 152) and nginx serving the
+same tree from disk (installed with apt-get when missing; skipped with the reason otherwise). The
+report plots throughput, open connections and processes against the RTT or loss, and the paper's
+numbers beside ours.
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
 classes, workload, load levels, --quick settings, the paper's numbers).
@@ -62,12 +74,14 @@ pub struct LabArgs {
     #[arg(long)]
     quick: bool,
 
-    /// Cache experiments: the thesis's own durations and cache size (hours).
+    /// Cache experiments: the thesis's own durations and cache size (hours). (WAN experiments
+    /// run their full levels without --quick.)
     #[arg(long, conflicts_with = "quick")]
     full: bool,
 
-    /// Cache experiments: contenders to run, comma-separated (capstan, varnish,
-    /// trafficserver; replaces the experiment's list).
+    /// Cache and WAN experiments: contenders to run, comma-separated, replacing the
+    /// experiment's list (cache: capstan, varnish, trafficserver; WAN: origin-processes,
+    /// origin-processes-1k, origin-events, switch, apache2, nginx).
     #[arg(long, value_name = "C1,C2", value_delimiter = ',')]
     contenders: Vec<String>,
 
@@ -113,8 +127,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(exp) = capstan_lab::cache::CacheExperiment::find(&name) {
         return run_cache(&args, exp?);
     }
+    if let Some(exp) = capstan_lab::wan::WanExperiment::find(&name) {
+        return run_wan(&args, exp?);
+    }
     if args.full || !args.contenders.is_empty() {
-        bail!("--full and --contenders apply to the cache experiments (capstan lab --list)");
+        bail!(
+            "--full and --contenders apply to the cache and WAN experiments (capstan lab --list)"
+        );
     }
     if name == "validate" {
         return validate(&args);
@@ -322,6 +341,58 @@ fn run_cache(args: &LabArgs, exp: capstan_lab::cache::CacheExperiment) -> anyhow
     Ok(())
 }
 
+/// A WAN experiment: each contender at each level behind the delay router, the report.
+fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Result<()> {
+    use capstan_lab::wan::{Mode, WanOptions};
+    if args.full {
+        bail!("--full applies to the cache experiments; a WAN experiment without --quick runs all its levels");
+    }
+    let mode = if args.quick { Mode::Quick } else { Mode::Default };
+    let opts = WanOptions {
+        mode,
+        contenders: (!args.contenders.is_empty()).then(|| args.contenders.clone()),
+        exe: std::env::current_exe().context("cannot find the capstan binary")?,
+        work_dir: args.out.join("logs"),
+        command: command_line(),
+    };
+    let runs = exp.levels(mode).len()
+        * opts
+            .contenders
+            .as_ref()
+            .map_or(exp.contenders(mode).len(), Vec::len);
+    eprintln!(
+        "capstan lab: {} — {} ({runs} runs of {} s, about {:.0} s)",
+        exp.name,
+        exp.figure,
+        exp.duration_s(mode),
+        runs as f64 * (exp.duration_s(mode) + 5.0)
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let say = |m: String| eprintln!("  {m}");
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = capstan_lab::wan::run_wan(&exp, &opts, &say) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    let results = match outcome {
+        Some(r) => r?,
+        None => bail!("interrupted; no report written"),
+    };
+    let path = capstan_lab::wan::write_report(&results, &args.out)?;
+    println!("{} — {}", results.title, results.figure);
+    print!("{}", capstan_lab::wan::summary_table(&results));
+    for f in &results.findings {
+        println!("- {f}");
+    }
+    println!("report: {}", path.display());
+    println!("data:   {}", args.out.join("results.json").display());
+    Ok(())
+}
+
 fn list() {
     println!("Built-in experiments (capstan lab NAME [--quick]):");
     for (name, text) in capstan_lab::BUILTIN {
@@ -337,6 +408,13 @@ fn list() {
     println!("Cache experiments (capstan lab NAME [--quick | --full] [--contenders C1,C2]):");
     for (name, text) in capstan_lab::cache::BUILTIN_CACHE {
         match capstan_lab::cache::CacheExperiment::parse(text, name) {
+            Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
+            Err(e) => println!("  {name:<17} (broken: {e})"),
+        }
+    }
+    println!("WAN experiments (root; capstan lab NAME [--quick] [--contenders C1,C2]):");
+    for (name, text) in capstan_lab::wan::BUILTIN_WAN {
+        match capstan_lab::wan::WanExperiment::parse(text, name) {
             Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
             Err(e) => println!("  {name:<17} (broken: {e})"),
         }

@@ -133,6 +133,12 @@ pub struct OriginArgs {
     #[arg(long, value_name = "N")]
     backlog: Option<u32>,
 
+    /// Start with the modelled memory file cache holding the tree (every file read once, as
+    /// much as fits), so a short run sees a warm server, not a cold disk (emulated mode)
+    /// [default: cold]
+    #[arg(long)]
+    warm_cache: bool,
+
     /// Also serve GET /_capstan/load (only) on this address, outside the process limit, so it
     /// is readable while every process is busy [default: none]
     #[arg(long, value_name = "ADDR")]
@@ -228,6 +234,9 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     }
     if let Some(v) = args.backlog {
         c.backlog = v;
+    }
+    if args.warm_cache {
+        c.warm_cache = true;
     }
     if let Some(v) = args.report_listen {
         c.report_listen = Some(v);

@@ -219,3 +219,40 @@ fn bad_process_settings_are_one_line_errors() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_warm_cache_answers_the_first_request_from_memory() {
+    // A cache as big as the tree: warmed, it holds every file before any request.
+    let (main, rep) = (free_addr(), free_addr());
+    let (main_s, rep_s) = (main.to_string(), rep.to_string());
+    let common = [
+        "origin",
+        "--listen",
+        &main_s,
+        "--report-listen",
+        &rep_s,
+        "--cache-fraction",
+        "1.0",
+        "--threads",
+        "1",
+    ];
+    let first_request = |extra: &[&str]| {
+        let node = spawn(&[&common[..], extra].concat(), main);
+        eventually("the report address", || accepts(rep));
+        let used = report(rep)["cache"]["used_bytes"].as_u64().unwrap();
+        let mut s = send_get(main, "/file5k.html");
+        assert_eq!(read_response(&mut s, Duration::from_secs(10)), 200);
+        let c = &report(rep)["cache"];
+        drop(node);
+        (used, c["hits"].as_u64().unwrap(), c["misses"].as_u64().unwrap())
+    };
+    let (used, hits, misses) = first_request(&["--warm-cache"]);
+    assert!(used > 5_000_000, "the whole WebStone tree is held: {used}");
+    assert_eq!((hits, misses), (1, 0));
+    let (used, hits, misses) = first_request(&[]);
+    assert_eq!((used, hits, misses), (0, 0, 1), "cold: the first read misses");
+    let out = support::run(&["origin", "--warm-cache", "--resources", "real"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("warm_cache needs resources = emulated"), "{err}");
+}

@@ -255,8 +255,8 @@ pub struct CacheResults {
 }
 
 /// A process the lab started, stopped with SIGTERM (then SIGKILL after 5 s) when dropped.
-struct Daemon {
-    child: Child,
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
     name: String,
     log: PathBuf,
 }
@@ -282,7 +282,7 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
-    fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Result<Daemon, String> {
+    pub(crate) fn spawn(name: &str, cmd: &mut Command, log: PathBuf) -> Result<Daemon, String> {
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out.try_clone().map_err(|e| e.to_string())?;
         let child = cmd
@@ -305,7 +305,7 @@ impl Daemon {
     }
 
     /// Waits until `probe` answers 200 through `addr`.
-    async fn ready(
+    pub(crate) async fn ready(
         &mut self,
         addr: SocketAddr,
         probe: &str,
@@ -362,7 +362,8 @@ fn program(contender: &str, exe: &Path) -> Result<PathBuf, String> {
         })
 }
 
-fn version(program: &Path, flag: &str) -> String {
+/// The first line of `program flag`'s output that names a known server.
+pub(crate) fn version(program: &Path, flag: &str) -> String {
     Command::new(program)
         .arg(flag)
         .output()
@@ -375,7 +376,9 @@ fn version(program: &Path, flag: &str) -> String {
             );
             text.lines()
                 .find(|l| {
-                    l.contains("varnish") || l.contains("Traffic Server") || l.contains("capstan")
+                    ["varnish", "Traffic Server", "capstan", "Apache", "nginx"]
+                        .iter()
+                        .any(|name| l.contains(name))
                 })
                 .unwrap_or("")
                 .trim()
@@ -580,7 +583,8 @@ fn tree_pids(pid: u32) -> Vec<u32> {
     all
 }
 
-fn tree_cpu(pid: u32) -> f64 {
+/// CPU seconds of a process and its descendants.
+pub(crate) fn tree_cpu(pid: u32) -> f64 {
     tree_pids(pid)
         .into_iter()
         .filter_map(|p| cpu_seconds(Some(p)))

@@ -3,7 +3,9 @@
 //! load level, and writes a report (`index.html` with inline SVG plots, `results.json`).
 //!
 //! Cache experiments (`cache-mixed-inc`, `cache-best-effort`) run Web Polygraph workloads
-//! against Capstan's cache, Varnish and Traffic Server instead ([`cache`]).
+//! against Capstan's cache, Varnish and Traffic Server instead ([`cache`]); WAN experiments
+//! (`wan-delay`, `wan-loss`, `wan-mix`) put the load behind `capstan wan`'s delay router in
+//! front of emulated nodes, the switch, apache2 and nginx ([`wan`]).
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), capstan_lab::LabError> {
@@ -25,6 +27,7 @@ pub mod results;
 pub mod runner;
 pub mod simulate;
 pub mod validate;
+pub mod wan;
 
 pub use experiment::{Experiment, BUILTIN, DEFAULT};
 pub use results::LabResults;

@@ -131,6 +131,10 @@ pub struct OriginConfig {
     pub polygraph_think: Dist,
     /// Multiplies every think time (0: none); short lab runs scale it down with their phases.
     pub polygraph_think_scale: f64,
+    /// Start with the modelled file cache holding the tree (every file touched once, in tree
+    /// order, so as much of it as fits), as a server that has been running a while: the first
+    /// requests of a short run then see the steady state, not a cold disk. Emulated mode only.
+    pub warm_cache: bool,
 }
 
 /// Default process memory: "each Apache process has an incremental memory requirement of about
@@ -253,6 +257,7 @@ impl Default for OriginConfig {
             report_listen: None,
             polygraph_think: Dist::Normal { mean: 0.3, sd: 0.1 },
             polygraph_think_scale: 1.0,
+            warm_cache: false,
         }
     }
 }
@@ -310,6 +315,13 @@ impl OriginConfig {
             return Err(OriginError::Config(
                 "partition needs resources = emulated: a real cluster reads remote files over a \
                  real NFS mount, with its real cost"
+                    .into(),
+            ));
+        }
+        if self.warm_cache && self.resources == Resources::Real {
+            return Err(OriginError::Config(
+                "warm_cache needs resources = emulated: a real node's file cache is the \
+                 kernel's page cache"
                     .into(),
             ));
         }

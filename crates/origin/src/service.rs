@@ -72,7 +72,15 @@ impl Node {
         addr: SocketAddr,
     ) -> Result<Arc<Node>, OriginError> {
         let res = match config.resources {
-            Resources::Emulated => Res::Emulated(Emulated::new(&config.node, tree.total_bytes())),
+            Resources::Emulated => {
+                let e = Emulated::new(&config.node, tree.total_bytes());
+                if config.warm_cache {
+                    for f in &tree.files {
+                        e.cache_access(&f.path, f.size);
+                    }
+                }
+                Res::Emulated(e)
+            }
             Resources::Real => {
                 let dir = config.data_dir();
                 let (tree, dir2) = (tree.clone(), dir.clone());

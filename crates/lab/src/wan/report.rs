@@ -1,0 +1,416 @@
+//! A WAN experiment's report: the summary table, findings in words (with the paper's numbers
+//! beside ours), and `index.html` with plots of throughput, open connections and processes
+//! against the varied setting, and of the connections over time in each contender's last run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use super::{ContenderRuns, LevelResult, Vary, WanResults};
+use crate::report::{err, COLOURS};
+use crate::LabError;
+
+fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
+    r.contenders.iter().filter(|c| !c.levels.is_empty())
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("–".into(), |x| format!("{x:.digits$}"))
+}
+
+/// One line per contender and level (and per path of a mix).
+pub fn summary_table(r: &WanResults) -> String {
+    let mut s = format!(
+        "{:<20} {:>7} {:>8} {:>8} {:>7} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>6}\n",
+        "contender",
+        "level",
+        "offer/s",
+        "done/s",
+        "errors",
+        "p50 ms",
+        "p99 ms",
+        "conns",
+        "max",
+        "backlog",
+        "procs",
+        "hit"
+    );
+    for c in &r.contenders {
+        if let Some(why) = &c.skipped {
+            let _ = writeln!(s, "{:<20} skipped: {why}", c.name);
+        }
+        for l in &c.levels {
+            let _ = writeln!(
+                s,
+                "{:<20} {:>7} {:>8.0} {:>8.1} {:>7} {:>9.1} {:>9.1} {:>6.1} {:>6} {:>7} {:>6} {:>6}",
+                c.name,
+                l.level,
+                l.offered_rps,
+                l.throughput_rps,
+                l.errors + l.unfinished,
+                l.p50_ms,
+                l.p99_ms,
+                l.established_mean,
+                l.established_max,
+                l.accept_queue_max,
+                opt(l.processes_mean, 0),
+                opt(l.hit_ratio, 3),
+            );
+            if r.vary == Some(Vary::Mix) {
+                for p in &l.paths {
+                    let _ = writeln!(
+                        s,
+                        "  {:<18} {:>7} {:>8.1} {:>8.1} {:>7} {:>9.1} {:>9.1}   router drops {}",
+                        p.name,
+                        "",
+                        p.offered_rps,
+                        p.completed_rps,
+                        p.errors,
+                        p.p50_ms,
+                        p.p99_ms,
+                        p.router_drops
+                    );
+                }
+            }
+        }
+    }
+    s
+}
+
+fn change_pct(first: f64, last: f64) -> Option<f64> {
+    (first > 0.0).then(|| (last / first - 1.0) * 100.0)
+}
+
+/// What the runs show, in words: each contender's throughput and connections from the first
+/// level to the last, the paper's number beside it, and what a mix did per path.
+pub fn findings(r: &WanResults) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in ran(r) {
+        if r.vary == Some(Vary::Mix) {
+            out.extend(mix_finding(c));
+            continue;
+        }
+        let (Some(first), Some(last)) = (c.levels.first(), c.levels.last()) else {
+            continue;
+        };
+        let mut f = format!(
+            "{}: {:.0} → {:.0} completed/s from {} to {} ({}); connections open {:.0} → {:.0}",
+            c.name,
+            first.throughput_rps,
+            last.throughput_rps,
+            first.level,
+            last.level,
+            change_pct(first.throughput_rps, last.throughput_rps)
+                .map_or("–".into(), |p| format!("{p:+.0} %")),
+            first.established_mean,
+            last.established_mean,
+        );
+        if let (Some(a), Some(b)) = (first.processes_mean, last.processes_max) {
+            let _ = write!(f, ", processes {a:.0} → up to {b}");
+        }
+        if let (Some(a), Some(b)) = (first.hit_ratio, last.hit_ratio) {
+            let _ = write!(f, ", file cache hit ratio {a:.2} → {b:.2}");
+        }
+        if last.accept_queue_max > 0 {
+            let _ = write!(f, "; up to {} waiting in the accept queue", last.accept_queue_max);
+        }
+        out.push(f + ".");
+        out.extend(paper_lines(r, c));
+    }
+    out
+}
+
+fn mix_finding(c: &ContenderRuns) -> Option<String> {
+    let l = c.levels.first()?;
+    let paths: Vec<String> = l
+        .paths
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {:.1}/s p50 {:.0} ms p99 {:.0} ms",
+                p.name, p.completed_rps, p.p50_ms, p.p99_ms
+            )
+        })
+        .collect();
+    Some(format!(
+        "{}: {:.1} of {:.0} req/s with {:.0} connections open on average (max {}); per path: {}.",
+        c.name,
+        l.throughput_rps,
+        l.offered_rps,
+        l.established_mean,
+        l.established_max,
+        paths.join("; ")
+    ))
+}
+
+/// The paper's numbers for this contender, each beside ours at the same level.
+fn paper_lines(r: &WanResults, c: &ContenderRuns) -> Vec<String> {
+    let first = c.levels.first();
+    r.paper
+        .iter()
+        .filter(|p| p.contender == c.name)
+        .filter_map(|p| {
+            let ours = c.levels.iter().find(|l| l.level == p.level)?;
+            let mut parts = Vec::new();
+            if let (Some(theirs), Some(f)) = (p.throughput_change_pct, first) {
+                let mine = change_pct(f.throughput_rps, ours.throughput_rps)?;
+                parts.push(format!("throughput {theirs:+.0} % (ours {mine:+.0} %)"));
+            }
+            if let Some(theirs) = p.processes {
+                parts.push(format!(
+                    "{theirs:.0} processes (ours up to {})",
+                    ours.processes_max.map_or("–".into(), |m| m.to_string())
+                ));
+            }
+            if let Some(theirs) = p.active_connections {
+                parts.push(format!(
+                    "{theirs:.0} active connections (ours {:.0})",
+                    ours.established_mean
+                ));
+            }
+            if let Some(theirs) = p.throughput_rps {
+                parts.push(format!(
+                    "{theirs:.0} req/s (ours {:.0}, at our own scale)",
+                    ours.throughput_rps
+                ));
+            }
+            (!parts.is_empty()).then(|| {
+                format!(
+                    "  paper, {} at {}: {} — {}",
+                    p.server,
+                    p.level,
+                    parts.join(", "),
+                    p.source
+                )
+            })
+        })
+        .collect()
+}
+
+fn esc(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A chart of one figure per level, a line per contender; x is the level's position.
+fn levels_svg(
+    r: &WanResults,
+    caption: &str,
+    y_desc: &str,
+    value: &dyn Fn(&LevelResult) -> Option<f64>,
+) -> Result<String, LabError> {
+    let top = ran(r)
+        .flat_map(|c| c.levels.iter().filter_map(value))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let n = r.levels.len().max(2);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(-0.2f64..(n as f64 - 0.8), 0.0..top)
+            .map_err(err)?;
+        let labels = r.levels.clone();
+        chart
+            .configure_mesh()
+            .x_labels(n)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    labels.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc(r.x_label.as_str())
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (i, c) in ran(r).enumerate() {
+            let col = COLOURS[i % COLOURS.len()];
+            let pts: Vec<(f64, f64)> = c
+                .levels
+                .iter()
+                .filter_map(|l| {
+                    let x = r.levels.iter().position(|v| *v == l.level)?;
+                    Some((x as f64, value(l)?))
+                })
+                .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            chart
+                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+                .map_err(err)?
+                .label(c.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
+                });
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Open connections over time in each contender's last run (the highest level).
+fn timeline_svg(r: &WanResults) -> Result<String, LabError> {
+    let last = |c: &ContenderRuns| c.levels.last().cloned().unwrap_or_default();
+    let t_end = ran(r)
+        .flat_map(|c| last(c).samples.into_iter().map(|s| s.t_s))
+        .fold(1.0, f64::max);
+    let top = ran(r)
+        .flat_map(|c| last(c).samples.into_iter().map(|s| s.established as f64))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let level = r.levels.last().cloned().unwrap_or_default();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("connections open at the server over time, {level}"),
+                ("sans-serif", 17),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..t_end, 0.0..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the load started")
+            .y_desc("ESTABLISHED connections")
+            .draw()
+            .map_err(err)?;
+        for (i, c) in ran(r).enumerate() {
+            let col = COLOURS[i % COLOURS.len()];
+            let pts: Vec<(f64, f64)> = last(c)
+                .samples
+                .iter()
+                .map(|s| (s.t_s, s.established as f64))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+                .map_err(err)?
+                .label(c.name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// The plots of a run that varies a setting (a mix has one level: its table says it all).
+fn charts(r: &WanResults) -> Result<String, LabError> {
+    if r.vary == Some(Vary::Mix) {
+        return Ok(String::new());
+    }
+    let mut h = String::from("<h2>Plots</h2>");
+    h += &levels_svg(r, "throughput (Fig. 9)", "responses/s, steady state", &|l| {
+        Some(l.throughput_rps)
+    })?;
+    h += &levels_svg(
+        r,
+        "connections open at the server (Fig. 10, solid)",
+        "mean ESTABLISHED connections",
+        &|l| Some(l.established_mean),
+    )?;
+    h += &levels_svg(
+        r,
+        "server processes (Fig. 10, dotted)",
+        "mean processes",
+        &|l| l.processes_mean,
+    )?;
+    h += &levels_svg(r, "response time", "p99 ms (from the schedule)", &|l| {
+        Some(l.p99_ms)
+    })?;
+    Ok(h)
+}
+
+/// Writes `results.json` and `index.html` into `out`; returns the HTML's path.
+pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| LabError::Report(format!("{}: {e}", out.display())))?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
+    std::fs::write(out.join("results.json"), json)
+        .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html><meta charset=utf-8><title>{t}</title>\
+         <style>body{{font-family:sans-serif;max-width:75em;margin:2em auto}}\
+         td,th{{padding:2px 8px;text-align:left}}table{{border-collapse:collapse}}\
+         tr:nth-child(even){{background:#f3f3f3}}</style>\
+         <h1>{t}</h1><p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
+         {d} s per run. Load average at start: {la}.</p><p><code>{cmd}</code></p>\
+         <h2>Findings</h2><ul>",
+        t = esc(&r.title),
+        f = esc(&r.figure),
+        about = esc(&r.about),
+        m = r.mode,
+        rate = r.rate,
+        d = r.duration_s,
+        la = esc(r.load_at_start.trim()),
+        cmd = esc(&r.command),
+    );
+    for f in &r.findings {
+        let _ = write!(h, "<li>{}</li>", esc(f));
+    }
+    let _ = write!(
+        h,
+        "</ul>{}<h2>Results</h2><pre>{}</pre>",
+        charts(r)?,
+        esc(&summary_table(r))
+    );
+    if r.vary != Some(Vary::Mix) && ran(r).next().is_some() {
+        h += &timeline_svg(r)?;
+    }
+    h.push_str("<h2>Contenders</h2><table><tr><th>contender</th><th>version</th><th>set-up</th><th>CPU ms per 1,000 responses, per level</th></tr>");
+    for c in &r.contenders {
+        let cpu: Vec<String> = c.levels.iter().map(|l| opt(l.cpu_ms_per_1k, 0)).collect();
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&c.name),
+            esc(&c.version),
+            esc(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
+            cpu.join(" / ")
+        );
+    }
+    h.push_str(
+        "</table><p>Columns: conns = mean ESTABLISHED connections on the server's port while \
+         the load ran (first second left out), max = their maximum, backlog = the most \
+         connections waiting in the accept queue, procs = mean server processes (busy \
+         processes of the emulated node, all apache2 processes, nginx's workers), hit = the \
+         emulated file cache's hit ratio. Samples every 250 ms, the generator's results and \
+         the router's per-path counters are in results.json.</p>",
+    );
+    let path = out.join("index.html");
+    std::fs::write(&path, h).map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
+    Ok(path)
+}

@@ -262,10 +262,14 @@ impl RunningServer {
     fn wait_accepting(&self, addr: SocketAddr) -> Result<(), LabError> {
         let end = Instant::now() + START_WITHIN;
         loop {
-            if let Some(status) = self.exit_status() {
-                return Err(self.failure(&format!("exited ({status}) before accepting on {addr}")));
+            if self.master_exited() {
+                return Err(self.failure(&format!("exited before accepting on {addr}")));
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            // Another program may hold the port (then the server fails to bind and exits):
+            // only the server's own listen socket counts.
+            if self.owns_listener(addr.port())
+                && TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            {
                 return Ok(());
             }
             if Instant::now() >= end {
@@ -277,28 +281,40 @@ impl RunningServer {
         }
     }
 
-    /// The master's exit status if it has exited, read without reaping it (so its pid, which is
-    /// also the group id, cannot be reused before the group is killed).
-    fn exit_status(&self) -> Option<String> {
-        match proc_stat(self.pid()) {
-            Some(p) if p.state != 'Z' => None,
-            Some(_) => Some("zombie".into()),
-            None => Some("gone".into()),
-        }
+    /// True when the master holds a socket listening on `port` (by the inodes of
+    /// `/proc/net/tcp{,6}` and the master's descriptors).
+    fn owns_listener(&self, port: u16) -> bool {
+        let inodes = listen_inodes(port);
+        let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", self.pid())) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            fs::read_link(fd.path()).is_ok_and(|target| {
+                let target = target.to_string_lossy();
+                let inode = target
+                    .strip_prefix("socket:[")
+                    .and_then(|t| t.strip_suffix(']'));
+                inode.is_some_and(|i| inodes.iter().any(|n| n == i))
+            })
+        })
+    }
+
+    /// True once the master has exited, read without reaping it (so its pid, which is also
+    /// the group id, cannot be reused before the group is killed).
+    fn master_exited(&self) -> bool {
+        proc_stat(self.pid()).is_none_or(|p| p.state == 'Z')
     }
 
     fn failure(&self, what: &str) -> LabError {
-        let log = tail(&self.error_log(), 3);
-        let out = tail(&self.dir.join("stderr.log"), 3);
+        // nginx writes its complaints to both; the error log has them with more context.
+        let mut log = tail(&self.error_log(), 3);
+        if log.is_empty() {
+            log = tail(&self.dir.join("stderr.log"), 3);
+        }
         LabError::Run(format!(
-            "{} ({}) {what}: {}",
+            "{} ({}) {what}: {log}",
             self.kind,
-            self.config.display(),
-            [log, out]
-                .into_iter()
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(" | ")
+            self.config.display()
         ))
     }
 
@@ -533,6 +549,23 @@ pub fn parse_tcp_table(text: &str, port: u16) -> TcpCounts {
     counts
 }
 
+/// The inodes of the sockets listening on `port` in this network namespace.
+fn listen_inodes(port: u16) -> Vec<String> {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| fs::read_to_string(path).ok())
+        .flat_map(|text| {
+            let rows = text
+                .lines()
+                .map(|l| l.split_whitespace().collect::<Vec<_>>());
+            rows.filter(|f| f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A")
+                .map(|f| f[9].to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid(2) takes no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -732,7 +765,9 @@ fn config_test(
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        // Only the complaints: not "syntax is ok", "test failed" nor Apache's "Action failed."
+        .filter(|l| !l.is_empty() && !l.ends_with("syntax is ok") && !l.ends_with("failed."))
+        .filter(|l| !l.contains("test failed"))
         .collect();
     Err(LabError::Run(format!(
         "{kind} rejects {}: {}",

@@ -35,7 +35,16 @@
 //!   it must be searchable by others; [`RunningServer::start`] says so if they are not.
 //!
 //! [`tcp_counts`] reads the kernel's view of the listen port (ESTABLISHED, SYN-RECV, the accept
-//! queue's length) from `/proc/net/tcp{,6}` of the calling process's network namespace.
+//! queue's length) from `/proc/net/tcp{,6}` of the calling thread's network namespace,
+//! [`RunningServer::tcp_counts`] from the server's.
+//!
+//! The server runs in the network namespace of the thread that calls [`RunningServer::start`]
+//! (a child inherits its creating thread's namespaces): to run it in a WAN emulation's server
+//! namespace, call `start` on a thread that entered it (e.g. `capstan_wan::netns::spawn_in`).
+//!
+//! `cargo run -p capstan-lab --example real_backends` shows both servers under a burst and
+//! Apache's pool growing to 152 processes (numbers in `BENCHMARKS.md`). Needs nginx ≥ 1.19.5
+//! (`-e`) and Apache 2.4.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -176,6 +185,7 @@ pub struct RunningServer {
     kind: ServerKind,
     dir: PathBuf,
     config: PathBuf,
+    port: u16,
 }
 
 impl RunningServer {
@@ -214,6 +224,7 @@ impl RunningServer {
             kind: spec.kind,
             dir,
             config,
+            port: spec.listen.port(),
         };
         server.wait_accepting(spec.probe_addr())?;
         Ok(server)
@@ -231,6 +242,17 @@ impl RunningServer {
     /// The configuration file the server runs with.
     pub fn config_path(&self) -> &Path {
         &self.config
+    }
+
+    /// [`tcp_counts`] of the server's port in the server's own network namespace (the one of
+    /// the thread that started it).
+    pub fn tcp_counts(&self) -> std::io::Result<TcpCounts> {
+        tcp_counts_in(&self.net_dir(), self.port)
+    }
+
+    /// `/proc/PID/net` of the master: its network namespace's tables.
+    fn net_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/net", self.pid()))
     }
 
     /// The server's error log.
@@ -281,10 +303,10 @@ impl RunningServer {
         }
     }
 
-    /// True when the master holds a socket listening on `port` (by the inodes of
-    /// `/proc/net/tcp{,6}` and the master's descriptors).
+    /// True when the master holds a socket listening on `port` (by the inodes of its
+    /// namespace's `/proc/PID/net/tcp{,6}` and its descriptors).
     fn owns_listener(&self, port: u16) -> bool {
-        let inodes = listen_inodes(port);
+        let inodes = listen_inodes(&self.net_dir(), port);
         let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", self.pid())) else {
             return false;
         };
@@ -503,10 +525,17 @@ impl std::ops::AddAssign for TcpCounts {
 }
 
 /// The sockets whose local port is `port` in `/proc/net/tcp` and `/proc/net/tcp6` of the
-/// calling process's network namespace. A missing `tcp6` (IPv6 disabled) counts as empty.
+/// calling thread's network namespace (`/proc/thread-self/net`: `/proc/net` would show the
+/// main thread's, wrong on a thread that entered another namespace). A missing `tcp6` (IPv6
+/// disabled) counts as empty.
 pub fn tcp_counts(port: u16) -> std::io::Result<TcpCounts> {
-    let mut counts = parse_tcp_table(&fs::read_to_string("/proc/net/tcp")?, port);
-    match fs::read_to_string("/proc/net/tcp6") {
+    tcp_counts_in(Path::new("/proc/thread-self/net"), port)
+}
+
+/// [`tcp_counts`] from one `/proc/.../net` directory.
+fn tcp_counts_in(net: &Path, port: u16) -> std::io::Result<TcpCounts> {
+    let mut counts = parse_tcp_table(&fs::read_to_string(net.join("tcp"))?, port);
+    match fs::read_to_string(net.join("tcp6")) {
         Ok(text) => counts += parse_tcp_table(&text, port),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
@@ -549,12 +578,12 @@ pub fn parse_tcp_table(text: &str, port: u16) -> TcpCounts {
     counts
 }
 
-/// The inodes of the sockets listening on `port` in this network namespace.
-fn listen_inodes(port: u16) -> Vec<String> {
+/// The inodes of the sockets listening on `port` in the network namespace of `net`.
+fn listen_inodes(net: &Path, port: u16) -> Vec<String> {
     let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+    ["tcp", "tcp6"]
         .iter()
-        .filter_map(|path| fs::read_to_string(path).ok())
+        .filter_map(|table| fs::read_to_string(net.join(table)).ok())
         .flat_map(|text| {
             let rows = text
                 .lines()

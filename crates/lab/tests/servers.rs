@@ -199,7 +199,61 @@ fn held_connection_is_counted(server: &RunningServer, spec: &ServerSpec) {
         before,
         tcp_counts(port).unwrap()
     );
+    let own = server.tcp_counts().unwrap();
+    assert!(own.established >= 1, "the server's own view: {own:?}");
     drop(held);
+}
+
+/// A server started on a thread inside another network namespace runs there: reachable from
+/// that namespace, absent from this one, counted by its own tables.
+#[test]
+fn runs_in_the_namespace_of_the_starting_thread() {
+    let kind = ServerKind::Nginx;
+    if !available(kind, "runs_in_the_namespace_of_the_starting_thread") {
+        return;
+    }
+    let scratch = Scratch::new("netns");
+    let docroot = scratch.0.join("docs");
+    let tree = DocTree::generate(TreeKind::Cap, 3, Some(5)).unwrap();
+    write_tree(&tree, &docroot).unwrap();
+    let spec = spec(kind, &docroot, 1);
+    let (work, inner) = (scratch.0.clone(), spec.clone());
+    let started = std::thread::spawn(move || {
+        // SAFETY: unshare(2) moves only this thread into a new network namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+        }
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status();
+        if !up.is_ok_and(|s| s.success()) {
+            return Err("ip link set lo up failed".to_string());
+        }
+        let server = RunningServer::start(&inner, &work).map_err(|e| e.to_string())?;
+        let (status, body) = get(inner.probe_addr(), &tree.files[0].path);
+        assert_eq!((status, body.len() as u64), (200, tree.files[0].size));
+        let held = TcpStream::connect(inner.probe_addr()).unwrap();
+        Ok((server, held))
+    })
+    .join()
+    .unwrap();
+    let (server, _held) = match started {
+        Ok(started) => started,
+        Err(why) => {
+            eprintln!("note: runs_in_the_namespace_of_the_starting_thread skipped: {why}");
+            return;
+        }
+    };
+    assert!(
+        TcpStream::connect(spec.probe_addr()).is_err(),
+        "not in this namespace"
+    );
+    assert_eq!(tcp_counts(spec.listen.port()).unwrap().established, 0);
+    assert!(eventually(Duration::from_secs(5), || server
+        .tcp_counts()
+        .unwrap()
+        .established
+        >= 1));
 }
 
 #[test]

@@ -324,7 +324,7 @@ impl RunningServer {
     /// True once the master has exited, read without reaping it (so its pid, which is also
     /// the group id, cannot be reused before the group is killed).
     fn master_exited(&self) -> bool {
-        !proc_stat(self.pid()).is_some_and(|p| p.state != 'Z')
+        proc_stat(self.pid()).is_none_or(|p| p.state == 'Z')
     }
 
     fn failure(&self, what: &str) -> LabError {

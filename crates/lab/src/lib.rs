@@ -25,6 +25,7 @@ pub mod experiment;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod servers;
 pub mod simulate;
 pub mod validate;
 pub mod wan;

@@ -360,12 +360,12 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
             .contenders
             .as_ref()
             .map_or(exp.contenders(mode).len(), Vec::len);
+    let run_s = exp.warmup_s(mode) + exp.duration_s(mode);
     eprintln!(
-        "capstan lab: {} — {} ({runs} runs of {} s, about {:.0} s)",
+        "capstan lab: {} — {} ({runs} runs of {run_s} s, about {:.0} s)",
         exp.name,
         exp.figure,
-        exp.duration_s(mode),
-        runs as f64 * (exp.duration_s(mode) + 5.0)
+        runs as f64 * (run_s + 5.0)
     );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

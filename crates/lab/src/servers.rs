@@ -513,6 +513,13 @@ pub struct TcpCounts {
     pub accept_queue: u32,
     /// Connections in CLOSE-WAIT or CLOSING.
     pub close_wait_or_closing: u32,
+    /// Connections the server has closed while the kernel still delivers the rest of the
+    /// response or waits for the client's FIN (FIN-WAIT-1, FIN-WAIT-2, LAST-ACK): state the
+    /// kernel keeps for a server that closes at once, where Apache kept a process.
+    pub finishing: u32,
+    /// Bytes in the send queues of the port's connections (sent but not yet acknowledged, or
+    /// not yet sent): the socket buffer memory WAN delay ties up (§5.5's 3.6 MB at 200 ms).
+    pub send_queue_bytes: u64,
 }
 
 impl std::ops::AddAssign for TcpCounts {
@@ -521,6 +528,8 @@ impl std::ops::AddAssign for TcpCounts {
         self.syn_recv += o.syn_recv;
         self.accept_queue += o.accept_queue;
         self.close_wait_or_closing += o.close_wait_or_closing;
+        self.finishing += o.finishing;
+        self.send_queue_bytes += o.send_queue_bytes;
     }
 }
 
@@ -561,16 +570,26 @@ pub fn parse_tcp_table(text: &str, port: u16) -> TcpCounts {
         let local_port = local
             .rsplit_once(':')
             .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-        let rx_queue = queues
+        let (tx_queue, rx_queue) = queues
             .split_once(':')
-            .and_then(|(_, rx)| u32::from_str_radix(rx, 16).ok());
+            .map(|(tx, rx)| {
+                (
+                    u64::from_str_radix(tx, 16).ok(),
+                    u32::from_str_radix(rx, 16).ok(),
+                )
+            })
+            .unwrap_or((None, None));
         if local_port != Some(port) {
             continue;
+        }
+        if state != "0A" {
+            counts.send_queue_bytes += tx_queue.unwrap_or(0);
         }
         match state {
             "01" => counts.established += 1,
             "03" => counts.syn_recv += 1,
             "08" | "0B" => counts.close_wait_or_closing += 1,
+            "04" | "05" | "09" => counts.finishing += 1,
             "0A" => counts.accept_queue += rx_queue.unwrap_or(0),
             _ => {}
         }
@@ -884,7 +903,8 @@ mod tests {
     use super::*;
 
     /// Captured from a loopback test: nginx listening on 0.0.0.0:8080 (0x1F90) with 3
-    /// connections in its accept queue, one served, one half-open, one closing, a client
+    /// connections in its accept queue, one served, one half-open, one closing, one closed by
+    /// the server with 1,440 bytes of its response still unacknowledged (FIN-WAIT-1), a client
     /// socket (local port 0xD431) that must not count, and IPv6 lines.
     const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000:1F90 00000000:0000 0A 00000000:00000003 00:00000000 00000000     0        0 41213 1 0000000000000000 100 0 0 10 0
@@ -893,6 +913,7 @@ mod tests {
    3: 0100007F:1F90 0100007F:D433 03 00000000:00000000 02:00000040 00000000     0        0 0 0 0000000000000000
    4: 0100007F:1F90 0100007F:D435 08 00000000:00000001 00:00000000 00000000    33        0 41302 1 0000000000000000 20 4 1 10 -1
    5: 0100007F:0050 00000000:0000 0A 00000000:00000009 00:00000000 00000000     0        0 41000 1 0000000000000000 100 0 0 10 0
+   6: 0100007F:1F90 0100007F:D437 04 000005A0:00000000 01:00000014 00000000     0        0 0 3 0000000000000000 20 4 30 10 -1
 ";
     const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000002 00:00000000 00000000     0        0 41214 1 0000000000000000 100 0 0 10 0
@@ -909,6 +930,8 @@ garbage line
             syn_recv: 1,
             accept_queue: 3,
             close_wait_or_closing: 1,
+            finishing: 1,
+            send_queue_bytes: 1440,
         };
         assert_eq!(c, want);
         assert_eq!(parse_tcp_table(TCP, 80).accept_queue, 9);
@@ -928,6 +951,7 @@ garbage line
         assert_eq!(c.accept_queue, 5);
         assert_eq!(c.close_wait_or_closing, 2);
         assert_eq!(c.syn_recv, 1);
+        assert_eq!((c.finishing, c.send_queue_bytes), (1, 1441));
     }
 
     #[test]

@@ -110,6 +110,8 @@ impl Backend {
             established: tcp.established,
             accept_queue: tcp.accept_queue,
             syn_recv: tcp.syn_recv,
+            finishing: tcp.finishing,
+            send_queue_bytes: tcp.send_queue_bytes,
             processes: None,
             cache_bytes: None,
         };
@@ -120,7 +122,8 @@ impl Backend {
                     s.cache_bytes = r.cache.map(|c| c.capacity_bytes);
                 }
             }
-            Serving::Real(server) => s.processes = Some(server.processes()),
+            // The master only hands out work: the paper counts the serving processes.
+            Serving::Real(server) => s.processes = Some(server.processes().saturating_sub(1)),
         }
         s
     }

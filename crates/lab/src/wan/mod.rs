@@ -93,8 +93,12 @@ pub struct WanExperiment {
     pub groups: Vec<String>,
     /// Offered load, requests/s (open loop, a connection per request as in the paper).
     pub rate: f64,
-    /// Length of each run's load, seconds.
+    /// Length of each run's measured load, seconds.
     pub duration_s: f64,
+    /// Load at the same rate before the measured part, seconds: a server reaches its steady
+    /// state first (Apache's prefork grows its pool by at most 32 processes a second).
+    #[serde(default)]
+    pub warmup_s: f64,
     /// A request's timeout (the generator's `--timeout`), seconds.
     #[serde(default = "twenty")]
     pub timeout_s: f64,
@@ -113,6 +117,8 @@ pub struct WanQuick {
     #[serde(default)]
     pub levels: Option<Vec<String>>,
     pub duration_s: f64,
+    #[serde(default)]
+    pub warmup_s: Option<f64>,
     #[serde(default)]
     pub contenders: Option<Vec<String>>,
 }
@@ -229,6 +235,11 @@ impl WanExperiment {
                 return Err(format!("{what} must be > 0, got {v}"));
             }
         }
+        for v in [Some(self.warmup_s), self.quick.warmup_s].into_iter().flatten() {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("warmup_s must be ≥ 0, got {v}"));
+            }
+        }
         if self.server.process_limit == 0 || self.server.backlog == 0 || self.server.threads == 0
         {
             return Err("[server]: process_limit, backlog and threads must be at least 1".into());
@@ -307,6 +318,13 @@ impl WanExperiment {
         }
     }
 
+    pub fn warmup_s(&self, mode: Mode) -> f64 {
+        match mode {
+            Mode::Quick => self.quick.warmup_s.unwrap_or(self.warmup_s),
+            Mode::Default => self.warmup_s,
+        }
+    }
+
     pub fn contenders(&self, mode: Mode) -> Vec<String> {
         match mode {
             Mode::Quick => self
@@ -377,6 +395,13 @@ pub struct Sample {
     pub accept_queue: u32,
     /// Half-open connections (SYN received).
     pub syn_recv: u32,
+    /// Connections the server has closed whose last bytes or FIN the kernel still handles
+    /// (FIN-WAIT, LAST-ACK): an event-driven server's open connections live here.
+    #[serde(default)]
+    pub finishing: u32,
+    /// Bytes in the send queues of the port's connections (socket buffer memory).
+    #[serde(default)]
+    pub send_queue_bytes: u64,
     /// Server processes (Fig. 10's dotted curve): Apache's children, the emulated node's
     /// processes in use; `None` for one event loop.
     pub processes: Option<u32>,
@@ -392,18 +417,27 @@ pub struct LevelResult {
     pub spec: String,
     pub offered_rps: f64,
     /// Responses per second in the steady state: the mean of the generator's per-second
-    /// completions over the run's whole seconds after the first (so neither the first
-    /// round trips nor the requests still in flight at the end count against a long RTT).
+    /// completions over the measured seconds (after the warm-up, or after the first second
+    /// without one), so neither the first round trips nor the requests still in flight at
+    /// the end count against a long RTT.
     pub throughput_rps: f64,
-    /// Responses completed inside the run's window over its length (the generator's figure).
+    /// Responses completed inside the whole run (warm-up included) over its length (the
+    /// generator's own figure).
     pub completed_rps: f64,
+    /// Errors in the measured seconds, and requests unfinished at the end of the run.
     pub errors: u64,
     pub unfinished: u64,
+    /// Medians over the measured seconds of each second's p50 and p99 (from the schedule).
     pub p50_ms: f64,
     pub p99_ms: f64,
-    /// Means of the samples taken while the load ran (the first second left out).
+    /// Means of the samples taken in the measured seconds.
     pub established_mean: f64,
     pub established_max: u32,
+    /// Mean connections the server has closed but the kernel still finishes (FIN-WAIT,
+    /// LAST-ACK): with ESTABLISHED, every connection the server's machine holds.
+    pub finishing_mean: f64,
+    /// The most bytes waiting in the port's send queues at once.
+    pub send_queue_max_bytes: u64,
     pub accept_queue_max: u32,
     pub processes_mean: Option<f64>,
     pub processes_max: Option<u32>,
@@ -457,6 +491,7 @@ pub struct WanResults {
     pub levels: Vec<String>,
     pub rate: f64,
     pub duration_s: f64,
+    pub warmup_s: f64,
     pub load_at_start: String,
     pub contenders: Vec<ContenderRuns>,
     pub paper: Vec<PaperPoint>,

@@ -22,7 +22,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// One line per contender and level (and per path of a mix).
 pub fn summary_table(r: &WanResults) -> String {
     let mut s = format!(
-        "{:<20} {:>7} {:>8} {:>8} {:>7} {:>9} {:>9} {:>6} {:>6} {:>7} {:>6} {:>6}\n",
+        "{:<20} {:>7} {:>8} {:>8} {:>7} {:>9} {:>9} {:>6} {:>6} {:>6} {:>7} {:>6} {:>6}\n",
         "contender",
         "level",
         "offer/s",
@@ -32,6 +32,7 @@ pub fn summary_table(r: &WanResults) -> String {
         "p99 ms",
         "conns",
         "max",
+        "fin",
         "backlog",
         "procs",
         "hit"
@@ -43,7 +44,7 @@ pub fn summary_table(r: &WanResults) -> String {
         for l in &c.levels {
             let _ = writeln!(
                 s,
-                "{:<20} {:>7} {:>8.0} {:>8.1} {:>7} {:>9.1} {:>9.1} {:>6.1} {:>6} {:>7} {:>6} {:>6}",
+                "{:<20} {:>7} {:>8.0} {:>8.1} {:>7} {:>9.1} {:>9.1} {:>6.1} {:>6} {:>6.1} {:>7} {:>6} {:>6}",
                 c.name,
                 l.level,
                 l.offered_rps,
@@ -53,6 +54,7 @@ pub fn summary_table(r: &WanResults) -> String {
                 l.p99_ms,
                 l.established_mean,
                 l.established_max,
+                l.finishing_mean,
                 l.accept_queue_max,
                 opt(l.processes_mean, 0),
                 opt(l.hit_ratio, 3),
@@ -106,6 +108,12 @@ pub fn findings(r: &WanResults) -> Vec<String> {
             first.established_mean,
             last.established_mean,
         );
+        let _ = write!(
+            f,
+            " (+ {:.0} closed by the server, still finishing in the kernel, {:.0} KB at most in send queues)",
+            last.finishing_mean,
+            last.send_queue_max_bytes as f64 / 1e3
+        );
         if let (Some(a), Some(b)) = (first.processes_mean, last.processes_max) {
             let _ = write!(f, ", processes {a:.0} → up to {b}");
         }
@@ -134,12 +142,14 @@ fn mix_finding(c: &ContenderRuns) -> Option<String> {
         })
         .collect();
     Some(format!(
-        "{}: {:.1} of {:.0} req/s with {:.0} connections open on average (max {}); per path: {}.",
+        "{}: {:.1} of {:.0} req/s with {:.0} connections open on average (max {}) and {:.0} \
+         closed but still finishing in the kernel; per path: {}.",
         c.name,
         l.throughput_rps,
         l.offered_rps,
         l.established_mean,
         l.established_max,
+        l.finishing_mean,
         paths.join("; ")
     ))
 }
@@ -342,6 +352,12 @@ fn charts(r: &WanResults) -> Result<String, LabError> {
     )?;
     h += &levels_svg(
         r,
+        "connections the server closed, still finishing in its kernel",
+        "mean FIN-WAIT / LAST-ACK",
+        &|l| Some(l.finishing_mean),
+    )?;
+    h += &levels_svg(
+        r,
         "server processes (Fig. 10, dotted)",
         "mean processes",
         &|l| l.processes_mean,
@@ -367,7 +383,7 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
          td,th{{padding:2px 8px;text-align:left}}table{{border-collapse:collapse}}\
          tr:nth-child(even){{background:#f3f3f3}}</style>\
          <h1>{t}</h1><p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
-         {d} s per run. Load average at start: {la}.</p><p><code>{cmd}</code></p>\
+         {w} s of warm-up and {d} s measured per run. Load average at start: {la}.</p><p><code>{cmd}</code></p>\
          <h2>Findings</h2><ul>",
         t = esc(&r.title),
         f = esc(&r.figure),
@@ -375,6 +391,7 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
         m = r.mode,
         rate = r.rate,
         d = r.duration_s,
+        w = r.warmup_s,
         la = esc(r.load_at_start.trim()),
         cmd = esc(&r.command),
     );
@@ -403,8 +420,10 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
         );
     }
     h.push_str(
-        "</table><p>Columns: conns = mean ESTABLISHED connections on the server's port while \
-         the load ran (first second left out), max = their maximum, backlog = the most \
+        "</table><p>Columns: conns = mean ESTABLISHED connections on the server's port in the \
+         measured seconds, max = their maximum, fin = mean connections the server has closed \
+         that its kernel still finishes (FIN-WAIT, LAST-ACK: where an event-driven server's \
+         slow connections live), backlog = the most \
          connections waiting in the accept queue, procs = mean server processes (busy \
          processes of the emulated node, all apache2 processes, nginx's workers), hit = the \
          emulated file cache's hit ratio. Samples every 250 ms, the generator's results and \

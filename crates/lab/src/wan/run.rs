@@ -80,6 +80,7 @@ fn results_head(exp: &WanExperiment, opts: &WanOptions) -> WanResults {
         levels: exp.levels(opts.mode),
         rate: exp.rate,
         duration_s: exp.duration_s(opts.mode),
+        warmup_s: exp.warmup_s(opts.mode),
         load_at_start: std::fs::read_to_string("/proc/loadavg").unwrap_or_default(),
         paper: exp.paper.clone(),
         ..Default::default()
@@ -142,7 +143,7 @@ fn bench_args(
         "--rate".into(),
         exp.rate.to_string(),
         "--duration".into(),
-        format!("{}s", exp.duration_s(opts.mode)),
+        format!("{}s", exp.warmup_s(opts.mode) + exp.duration_s(opts.mode)),
         "--timeout".into(),
         format!("{}s", exp.timeout_s),
         // The paper's S-Clients retried a connect after 500 ms; on a 200 ms path whose server
@@ -218,7 +219,7 @@ async fn run_level(
         &std::fs::read_to_string(&json).map_err(|e| LabError::Run(e.to_string()))?,
     )
     .map_err(|e| LabError::Run(format!("{}: {e}", json.display())))?;
-    let mut r = level_result(&result, level, &args, stamped);
+    let mut r = level_result(&result, exp.warmup_s(opts.mode), level, &args, stamped);
     let served = result.completed.max(1) as f64;
     r.cpu_ms_per_1k = Some((b.cpu_seconds() - cpu0) * 1e6 / served);
     if let (Some((h0, m0)), Some((h1, m1))) = (cache0, b.cache_counts().await) {
@@ -228,16 +229,49 @@ async fn run_level(
     Ok(r)
 }
 
+/// The measured seconds of a run: after the warm-up (or the first second, the ramp of a run
+/// that starts empty) up to the end of the schedule; only the drain is left after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Window {
+    from_s: f64,
+    to_s: f64,
+}
+
+impl Window {
+    fn new(result: &RunResult, warmup_s: f64) -> Window {
+        Window {
+            from_s: warmup_s.max(1.0).min(result.duration_s),
+            to_s: result.duration_s,
+        }
+    }
+
+    /// The timeline's whole seconds inside the window.
+    fn seconds<'a>(
+        &self,
+        result: &'a RunResult,
+    ) -> impl Iterator<Item = &'a capstan_bench::TimelineSecond> {
+        let (from, to) = (self.from_s.ceil() as u64, self.to_s.floor() as u64);
+        result
+            .timeline
+            .iter()
+            .filter(move |s| s.t >= from && s.t < to)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    (!v.is_empty()).then(|| v[v.len() / 2])
+}
+
 /// The run's figures from the generator's result and the samples taken while its load ran.
 fn level_result(
     result: &RunResult,
+    warmup_s: f64,
     level: &str,
     args: &[String],
     stamped: Vec<(u64, Sample)>,
 ) -> LevelResult {
     let start = result.started_unix_ms;
-    // The first second is the ramp of a run that starts empty; after the duration only the
-    // drain is left.
     let samples: Vec<Sample> = stamped
         .into_iter()
         .filter(|(t, _)| *t >= start)
@@ -246,26 +280,30 @@ fn level_result(
             ..s
         })
         .collect();
+    let w = Window::new(result, warmup_s);
     let steady: Vec<&Sample> = samples
         .iter()
-        .filter(|s| s.t_s >= 1.0 && s.t_s <= result.duration_s)
+        .filter(|s| s.t_s >= w.from_s && s.t_s <= w.to_s)
         .collect();
     let mean = |f: &dyn Fn(&Sample) -> f64| {
         (!steady.is_empty()).then(|| steady.iter().map(|s| f(s)).sum::<f64>() / steady.len() as f64)
     };
     let processes: Vec<u32> = steady.iter().filter_map(|s| s.processes).collect();
+    let seconds: Vec<_> = w.seconds(result).collect();
     LevelResult {
         level: level.to_string(),
         spec: wan_flags(args),
         offered_rps: result.offered_rps,
-        throughput_rps: steady_throughput(result),
+        throughput_rps: steady_throughput(result, w),
         completed_rps: result.completed_rps,
-        errors: result.errors_total,
+        errors: seconds.iter().map(|s| s.errors).sum(),
         unfinished: result.unfinished,
-        p50_ms: result.latency_ms.corrected.p50,
-        p99_ms: result.latency_ms.corrected.p99,
+        p50_ms: median(seconds.iter().map(|s| s.p50_ms).collect()).unwrap_or(0.0),
+        p99_ms: median(seconds.iter().map(|s| s.p99_ms).collect()).unwrap_or(0.0),
         established_mean: mean(&|s| s.established as f64).unwrap_or(0.0),
         established_max: steady.iter().map(|s| s.established).max().unwrap_or(0),
+        finishing_mean: mean(&|s| s.finishing as f64).unwrap_or(0.0),
+        send_queue_max_bytes: steady.iter().map(|s| s.send_queue_bytes).max().unwrap_or(0),
         accept_queue_max: steady.iter().map(|s| s.accept_queue).max().unwrap_or(0),
         processes_mean: (!processes.is_empty())
             .then(|| processes.iter().map(|&p| p as f64).sum::<f64>() / processes.len() as f64),
@@ -279,16 +317,10 @@ fn level_result(
     }
 }
 
-/// Mean completions per second over the whole seconds 1 … duration − 1 of the timeline; the
-/// generator's in-window figure when the run is too short for that.
-fn steady_throughput(result: &RunResult) -> f64 {
-    let end = result.duration_s.floor() as u64;
-    let seconds: Vec<u64> = result
-        .timeline
-        .iter()
-        .filter(|s| s.t >= 1 && s.t < end)
-        .map(|s| s.completed)
-        .collect();
+/// Mean completions per second over the window's whole seconds; the generator's own figure
+/// when the run is too short for that.
+fn steady_throughput(result: &RunResult, w: Window) -> f64 {
+    let seconds: Vec<u64> = w.seconds(result).map(|s| s.completed).collect();
     if seconds.is_empty() {
         return result.completed_rps;
     }
@@ -347,7 +379,8 @@ mod tests {
             completed_rps: 9.0,
             ..Default::default()
         };
-        assert_eq!(steady_throughput(&r), 9.0, "no timeline: the generator's figure");
+        let w = Window::new(&r, 0.0);
+        assert_eq!(steady_throughput(&r, w), 9.0, "no timeline: the generator's figure");
         for (t, completed) in [(0, 10), (1, 100), (2, 100), (3, 90), (4, 110), (5, 40)] {
             r.timeline.push(capstan_bench::TimelineSecond {
                 t,
@@ -355,7 +388,11 @@ mod tests {
                 ..Default::default()
             });
         }
-        assert_eq!(steady_throughput(&r), 100.0);
+        assert_eq!(steady_throughput(&r, Window::new(&r, 0.0)), 100.0);
+        // After a 3 s warm-up only seconds 3 and 4 are measured.
+        assert_eq!(steady_throughput(&r, Window::new(&r, 3.0)), 100.0);
+        assert_eq!(Window::new(&r, 3.0).seconds(&r).count(), 2);
+        assert_eq!(Window::new(&r, 9.0).seconds(&r).count(), 0, "a warm-up past the end");
     }
 
     #[test]

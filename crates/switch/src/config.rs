@@ -2029,4 +2029,39 @@ address = "127.0.0.1:9001"
         assert_eq!(line_column("ab\ncé\nx", 7), (3, 1));
         assert_eq!(line_column("ab\ncéd", 6), (2, 3));
     }
+
+    #[test]
+    fn connection_limits_parse_with_defaults_and_located_errors() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.limits.max_connections_per_client, 0, "off by default");
+        assert_eq!(c.timeouts.client_send, Duration::from_secs(60));
+        let text = format!(
+            "{MINIMAL}[timeouts]\nclient_send = \"2s\"\n[limits]\nmax_connections_per_client = 8\n\
+             [[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 3\n\
+             max_connections_per_client = 1\n"
+        );
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(c.timeouts.client_send, Duration::from_secs(2));
+        assert_eq!(c.limits.max_connections_per_client, 8);
+        let l = &c.listeners[0];
+        assert_eq!(
+            (l.max_connections, l.max_connections_per_client),
+            (Some(3), Some(1))
+        );
+        let zero =
+            format!("{MINIMAL}[[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 0\n");
+        let e = Config::parse(&zero, Some("z.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (7, 19), "{e}");
+        assert!(
+            e.message.contains("max_connections must be at least 1"),
+            "{e}"
+        );
+        let never = format!("{MINIMAL}[timeouts]\nclient_send = \"0s\"\n");
+        let e = Config::parse(&never, None).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(
+            e.message.contains("client_send must be at least 1ms"),
+            "{e}"
+        );
+    }
 }

@@ -119,7 +119,7 @@ impl ListenerLimits {
 
     /// Takes a connection slot for `client` under the per-address limit; `Err` (counted)
     /// when the address is at its limit. `Ok(None)` when no per-address limit applies.
-    pub fn admit_client(&self, client: IpAddr) -> Result<Option<ClientSlot>, ()> {
+    pub fn admit_client(&self, client: IpAddr) -> Result<Option<ClientSlot>, AtClientLimit> {
         let Some(limiter) = &self.clients else {
             return Ok(None);
         };
@@ -127,7 +127,7 @@ impl ListenerLimits {
             Some(slot) => Ok(Some(slot)),
             None => {
                 self.rejected_per_client.fetch_add(1, Ordering::Relaxed);
-                Err(())
+                Err(AtClientLimit)
             }
         }
     }
@@ -147,6 +147,10 @@ impl ListenerLimits {
         }
     }
 }
+
+/// A client address already holds its `max_connections_per_client` connections.
+#[derive(Debug)]
+pub struct AtClientLimit;
 
 /// A permit from `slots`, counting in `waits` when there was none free at once.
 async fn acquire(slots: &Arc<Semaphore>, waits: &AtomicU64) -> Option<OwnedSemaphorePermit> {

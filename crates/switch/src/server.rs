@@ -73,7 +73,7 @@ impl Switch {
             || config.admin != current.config.admin
             || crate::listener::kinds_differ(&config, &current.config)
         {
-            note = " (listener changes take effect on restart)".into();
+            note = " (listener and connection-limit changes take effect on restart)".into();
         }
         let cluster = Cluster::build(
             config,

@@ -31,6 +31,13 @@ Health: passive (health.fail_threshold connect failures take a node out for heal
 active checks with health.check_path (GET every check_interval; fall failures out, rise
 passes back; expect_status); health.slow_start ramps a joining or returning node's share.
 
+Connections: limits.max_connections (10000) over every listener and max_connections on a
+[[listener]] (HAProxy's bind maxconn): beyond them connections wait in the accept queue.
+limits.max_connections_per_client (0 = off; also per [[listener]]) turns a client address's
+next connection away with 429 and Retry-After (TLS listeners: closed); behind a trusted PROXY
+balancer the declared client address counts. timeouts.client_send (60s) closes a connection
+whose response write makes no progress (a client that stopped reading), freeing its node.
+
 Overload (on by default): each node has an adaptive concurrency limit ([admission] limit =
 \"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); what fits in neither gets 503 with
 Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);

@@ -30,6 +30,8 @@ fn serve_and_check_help_describe_every_option() {
         "TLS",
         "HTTP/2",
         "examples/tls.toml",
+        "max_connections_per_client",
+        "client_send",
     ] {
         assert!(help.contains(flag), "serve --help lacks {flag}:\n{help}");
     }
@@ -72,6 +74,34 @@ fn check_accepts_every_example() {
     assert!(checked >= 5, "examples checked: {checked}");
 }
 
+#[test]
+fn check_describes_the_connection_limits() {
+    let dir = std::env::temp_dir().join(format!("capstan-cli-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let text = "listen = [\"127.0.0.1:8080\"]\n\
+                [timeouts]\nclient_send = \"5s\"\n\
+                [limits]\nmax_connections_per_client = 4\n\
+                [[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 2\n\
+                max_connections_per_client = 0\n\
+                [[node]]\naddress = \"127.0.0.1:9001\"\n";
+    std::fs::write(&path, text).unwrap();
+    let out = run(&["check", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for said in [
+        "client send 5s",
+        "per client address 4",
+        "http://127.0.0.1:8081, at most 2 connections, no per-client limit",
+    ] {
+        assert!(stdout.contains(said), "lacks `{said}`:\n{stdout}");
+    }
+}
+
 fn check_error(text: &str) -> (String, i32) {
     let dir = std::env::temp_dir().join(format!("capstan-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -105,6 +135,9 @@ fn check_names_file_line_and_column_of_each_mistake() {
         (format!("listen = [\"127.0.0.1:8080\"]\n{node}[upstream]\nretry_budget_percent = 101\n"), "5:24:"),
         (format!("listen = [\"127.0.0.1:8080\"]\nadmin_token_file = \"/no/such/token\"\n{node}"), "2:20:"),
         (format!("listen = [\"127.0.0.1:8080\"]\nadmin_token = \"too short\"\n{node}"), "2:15:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[timeouts]\nclient_send = \"0s\"\n"), "5:15:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n{node}[limits]\nmax_connections_per_client = -1\n"), "5:30:"),
+        (format!("listen = [\"127.0.0.1:8080\"]\n[[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 0\n{node}"), "4:19:"),
     ];
     for (text, location) in cases {
         let (rest, code) = check_error(&text);

@@ -115,6 +115,8 @@ pub struct Status {
     pub uptime_s: f64,
     pub open_connections: usize,
     pub accepted_connections: u64,
+    /// Every client listener: its limits, open connections, pauses and turned-away clients.
+    pub listeners: Vec<crate::connection_limits::ListenerStatus>,
     pub reloads: u64,
     pub classes: Vec<String>,
     pub retry_budget: RetryBudgetStatus,
@@ -349,6 +351,7 @@ fn status(switch: &Switch) -> Status {
         uptime_s: switch.epoch.now_nanos() as f64 / 1e9,
         open_connections: switch.open_connections.load(Ordering::Relaxed),
         accepted_connections: switch.accepted_connections.load(Ordering::Relaxed),
+        listeners: switch.listeners(),
         reloads: switch.reloads.load(Ordering::Relaxed),
         classes,
         retry_budget,
@@ -752,6 +755,9 @@ fn metrics(switch: &Switch) -> String {
     }));
     registry.register_collector(Box::new(crate::operation_metrics::OperationCollector::of(
         switch,
+    )));
+    registry.register_collector(Box::new(crate::connection_limits::ListenerCollector::of(
+        &switch.listeners(),
     )));
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

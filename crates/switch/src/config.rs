@@ -132,6 +132,11 @@ pub struct Timeouts {
     /// A client must send a whole request head within this, once it has started one.
     #[serde(with = "humantime_serde")]
     pub header_read: Duration,
+    /// A response write to a client may make no progress for this long (the client stopped
+    /// reading); then the connection is closed and its node connection released (nginx's
+    /// `send_timeout`). While a write waits, `client_idle` does not apply.
+    #[serde(with = "humantime_serde")]
+    pub client_send: Duration,
     /// On SIGTERM, in-flight requests get this long to finish.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
@@ -147,6 +152,8 @@ impl Default for Timeouts {
             first_byte_by_class: BTreeMap::new(),
             client_idle: Duration::from_secs(60),
             header_read: Duration::from_secs(10),
+            // nginx's `send_timeout` is 60 s too.
+            client_send: Duration::from_secs(60),
             grace: Duration::from_secs(10),
         }
     }
@@ -165,6 +172,9 @@ pub struct Limits {
     pub max_body_bytes: u64,
     /// Most client connections open at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// Most connections open at once from one client address (after a trusted PROXY
+    /// header, the address it declares); one more is answered `429` and closed. 0: no limit.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for Limits {
@@ -175,6 +185,9 @@ impl Default for Limits {
             max_headers: 100,
             max_body_bytes: 100 * 1024 * 1024,
             max_connections: 10_000,
+            // Off: clients behind one NAT or an L4 balancer without PROXY protocol share an
+            // address, and the lab's robots all come from loopback.
+            max_connections_per_client: 0,
         }
     }
 }
@@ -838,7 +851,8 @@ impl Config {
         let l = &self.limits;
         let _ = writeln!(
             out,
-            "limits    request line {} B, headers {} B / {} fields, body {}, connections {}",
+            "limits    request line {} B, headers {} B / {} fields, body {}, connections {}, \
+             per client address {}",
             l.max_request_line,
             l.max_header_bytes,
             l.max_headers,
@@ -847,7 +861,11 @@ impl Config {
             } else {
                 format!("{} B", l.max_body_bytes)
             },
-            l.max_connections
+            l.max_connections,
+            match l.max_connections_per_client {
+                0 => "unlimited".to_string(),
+                n => n.to_string(),
+            }
         );
         let u = &self.upstream;
         let _ = writeln!(
@@ -954,7 +972,7 @@ fn describe_timeouts(t: &Timeouts) -> String {
         .collect();
     format!(
         "timeouts  connect {}, first byte {}{}, upstream {} (all attempts), client idle {}, \
-         header read {}, grace {}",
+         header read {}, client send {}, grace {}",
         d(t.connect),
         d(t.first_byte),
         match by_class.is_empty() {
@@ -964,6 +982,7 @@ fn describe_timeouts(t: &Timeouts) -> String {
         d(t.upstream),
         d(t.client_idle),
         d(t.header_read),
+        d(t.client_send),
         d(t.grace)
     )
 }
@@ -1149,6 +1168,12 @@ fn check_timeouts(t: &Timeouts, classes: &[String]) -> Result<(), (Vec<String>, 
         return Err((
             vec!["first_byte".into()],
             "timeouts.first_byte must be at least 1ms".into(),
+        ));
+    }
+    if t.client_send < Duration::from_millis(1) {
+        return Err((
+            vec!["client_send".into()],
+            "timeouts.client_send must be at least 1ms".into(),
         ));
     }
     for (class, timeout) in &t.first_byte_by_class {
@@ -2003,5 +2028,40 @@ address = "127.0.0.1:9001"
     fn line_column_counts_characters() {
         assert_eq!(line_column("ab\ncé\nx", 7), (3, 1));
         assert_eq!(line_column("ab\ncéd", 6), (2, 3));
+    }
+
+    #[test]
+    fn connection_limits_parse_with_defaults_and_located_errors() {
+        let c = Config::parse(MINIMAL, None).unwrap();
+        assert_eq!(c.limits.max_connections_per_client, 0, "off by default");
+        assert_eq!(c.timeouts.client_send, Duration::from_secs(60));
+        let text = format!(
+            "{MINIMAL}[timeouts]\nclient_send = \"2s\"\n[limits]\nmax_connections_per_client = 8\n\
+             [[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 3\n\
+             max_connections_per_client = 1\n"
+        );
+        let c = Config::parse(&text, None).unwrap();
+        assert_eq!(c.timeouts.client_send, Duration::from_secs(2));
+        assert_eq!(c.limits.max_connections_per_client, 8);
+        let l = &c.listeners[0];
+        assert_eq!(
+            (l.max_connections, l.max_connections_per_client),
+            (Some(3), Some(1))
+        );
+        let zero =
+            format!("{MINIMAL}[[listener]]\naddress = \"127.0.0.1:8081\"\nmax_connections = 0\n");
+        let e = Config::parse(&zero, Some("z.toml")).unwrap_err();
+        assert_eq!((e.line, e.column), (7, 19), "{e}");
+        assert!(
+            e.message.contains("max_connections must be at least 1"),
+            "{e}"
+        );
+        let never = format!("{MINIMAL}[timeouts]\nclient_send = \"0s\"\n");
+        let e = Config::parse(&never, None).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(
+            e.message.contains("client_send must be at least 1ms"),
+            "{e}"
+        );
     }
 }

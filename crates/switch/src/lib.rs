@@ -11,6 +11,7 @@ pub mod cache_config;
 pub mod caching;
 pub mod cluster;
 pub mod config;
+pub mod connection_limits;
 pub mod gather;
 pub mod health;
 pub mod http2;

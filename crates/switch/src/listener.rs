@@ -18,6 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use toml::Spanned;
 
 use crate::config::{resolve_address, Config};
+use crate::connection_limits::{ClientLimiter, ListenerLimits};
 use crate::tls::{CertificateFiles, ErrorAt, Tls, TlsFiles};
 
 /// One `[[listener]]` entry, resolved.
@@ -29,11 +30,32 @@ pub struct Listener {
     /// Present for a TLS listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
+    /// Most connections open at once on this listener (HAProxy's `bind … maxconn`); more
+    /// wait in its accept queue. `limits.max_connections` holds as well.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
+    /// This listener's own `limits.max_connections_per_client`, counting only its own
+    /// connections (0: no limit here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<usize>,
 }
 
 impl Listener {
     /// `https://ADDR (h2, http/1.1; 2 certificates)` and the like, for logs and `capstan check`.
     pub fn describe(&self) -> String {
+        let mut limits = String::new();
+        if let Some(n) = self.max_connections {
+            limits.push_str(&format!(", at most {n} connections"));
+        }
+        match self.max_connections_per_client {
+            Some(0) => limits.push_str(", no per-client limit"),
+            Some(n) => limits.push_str(&format!(", at most {n} per client address")),
+            None => {}
+        }
+        self.describe_kind() + &limits
+    }
+
+    fn describe_kind(&self) -> String {
         match &self.tls {
             Some(tls) => {
                 let names: Vec<String> = tls
@@ -69,6 +91,8 @@ pub(crate) struct RawListener {
     certificates: Vec<Spanned<RawCertificate>>,
     alpn: Option<Spanned<Vec<String>>>,
     tls_versions: Option<Spanned<Vec<String>>>,
+    max_connections: Option<Spanned<usize>>,
+    max_connections_per_client: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize)]
@@ -114,7 +138,19 @@ pub(crate) fn resolve(
         let tls = is_tls
             .then(|| load_tls(l, base_dir).map_err(|(span, e)| (span, format!("{name}: {e}"))))
             .transpose()?;
-        listeners.push(Listener { address, h2c, tls });
+        if let Some(max) = l.max_connections.as_ref().filter(|m| *m.get_ref() == 0) {
+            return Err((
+                Some(max.span()),
+                format!("{name}: max_connections must be at least 1 (leave it out for no limit)"),
+            ));
+        }
+        listeners.push(Listener {
+            address,
+            h2c,
+            tls,
+            max_connections: l.max_connections.as_ref().map(|m| *m.get_ref()),
+            max_connections_per_client: l.max_connections_per_client.as_ref().map(|m| *m.get_ref()),
+        });
     }
     Ok(listeners)
 }
@@ -154,13 +190,15 @@ fn load_tls(
     })
 }
 
-/// What a bound client socket speaks, fixed when the switch starts.
-#[derive(Clone, Debug)]
+/// What a bound client socket speaks, fixed when the switch starts, and its connection limits.
+#[derive(Clone)]
 pub struct Endpoint {
     /// The address as configured (port 0 stays 0), to find the listener again after a reload.
     configured: SocketAddr,
     h2c: bool,
     tls_at_start: Option<Arc<rustls::ServerConfig>>,
+    /// Shared by every worker accepting on this address.
+    pub limits: Arc<ListenerLimits>,
 }
 
 impl Endpoint {
@@ -170,20 +208,29 @@ impl Endpoint {
     }
 
     /// Every client address to bind, and what it speaks: `listen`, then `[[listener]]`s.
+    /// Listeners without a `max_connections_per_client` of their own share one count per
+    /// client address, under `limits.max_connections_per_client`.
     pub fn all(config: &Config) -> Vec<(SocketAddr, Endpoint)> {
+        let shared = ClientLimiter::new(config.limits.max_connections_per_client);
         let plain = config.listen.iter().map(|&addr| {
             let endpoint = Endpoint {
                 configured: addr,
                 h2c: false,
                 tls_at_start: None,
+                limits: Arc::new(ListenerLimits::new(addr, None, shared.clone())),
             };
             (addr, endpoint)
         });
         let listeners = config.listeners.iter().map(|l| {
+            let clients = match l.max_connections_per_client {
+                Some(own) => ClientLimiter::new(own),
+                None => shared.clone(),
+            };
             let endpoint = Endpoint {
                 configured: l.address,
                 h2c: l.h2c,
                 tls_at_start: l.tls.as_ref().map(|t| Arc::clone(&t.server_config)),
+                limits: Arc::new(ListenerLimits::new(l.address, l.max_connections, clients)),
             };
             (l.address, endpoint)
         });
@@ -334,16 +381,26 @@ impl Endpoint {
     }
 }
 
-/// Whether a reload changes what some `[[listener]]` speaks or where (that waits for a
-/// restart); new certificates alone do not count.
+/// Whether a reload changes what some `[[listener]]` speaks or where, or a connection limit
+/// (those wait for a restart); new certificates alone do not count.
 pub(crate) fn kinds_differ(new: &Config, old: &Config) -> bool {
-    let kinds = |c: &Config| -> Vec<(SocketAddr, bool, bool)> {
+    type Kind = (SocketAddr, bool, bool, Option<usize>, Option<usize>);
+    let kinds = |c: &Config| -> Vec<Kind> {
         c.listeners
             .iter()
-            .map(|l| (l.address, l.h2c, l.tls.is_some()))
+            .map(|l| {
+                let limits = (l.max_connections, l.max_connections_per_client);
+                (l.address, l.h2c, l.tls.is_some(), limits.0, limits.1)
+            })
             .collect()
     };
-    kinds(new) != kinds(old)
+    let limits = |c: &Config| {
+        (
+            c.limits.max_connections,
+            c.limits.max_connections_per_client,
+        )
+    };
+    kinds(new) != kinds(old) || limits(new) != limits(old)
 }
 
 /// What a TLS client told in its handshake, kept for its requests.

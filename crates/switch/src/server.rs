@@ -43,6 +43,8 @@ pub struct Switch {
     pub tunnels: crate::upgrade::TunnelCounts,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
+    /// Every client listener, with its limits and counters (see [`crate::connection_limits`]).
+    endpoints: Vec<(SocketAddr, Endpoint)>,
     /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
     pub(crate) reload_lock: tokio::sync::Mutex<()>,
     shutdown: watch::Sender<bool>,
@@ -71,7 +73,7 @@ impl Switch {
             || config.admin != current.config.admin
             || crate::listener::kinds_differ(&config, &current.config)
         {
-            note = " (listener changes take effect on restart)".into();
+            note = " (listener and connection-limit changes take effect on restart)".into();
         }
         let cluster = Cluster::build(
             config,
@@ -107,6 +109,44 @@ impl Switch {
             self.all_closed.notify_waiters();
         }
     }
+
+    /// Every client listener's limits and counters, `listen` first, then `[[listener]]`s.
+    pub fn listeners(&self) -> Vec<crate::connection_limits::ListenerStatus> {
+        self.endpoints
+            .iter()
+            .map(|(_, endpoint)| endpoint.limits.status())
+            .collect()
+    }
+}
+
+/// One accepted client connection, counted open (switch-wide and on its listener) and holding
+/// its slots under the connection limits until it is dropped, whatever ends it.
+struct OpenConnection {
+    switch: Arc<Switch>,
+    _on_listener: crate::connection_limits::OpenOnListener,
+    _slots: crate::connection_limits::Slots,
+}
+
+impl OpenConnection {
+    fn new(
+        switch: &Arc<Switch>,
+        endpoint: &Endpoint,
+        slots: crate::connection_limits::Slots,
+    ) -> Self {
+        switch.open_connections.fetch_add(1, Ordering::AcqRel);
+        switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection {
+            switch: Arc::clone(switch),
+            _on_listener: endpoint.limits.opened(),
+            _slots: slots,
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.switch.connection_closed();
+    }
 }
 
 /// What one client connection is doing, for its idle and header-read deadlines.
@@ -122,6 +162,9 @@ pub struct ConnState {
     /// The tick (plus one) at which the first byte of the next request head arrived; 0 while
     /// no head is being read.
     head_started: AtomicU64,
+    /// The tick (plus one) since which a write to the client has been waiting for room in the
+    /// socket (the client is not reading); 0 while no write waits.
+    write_blocked: AtomicU64,
     in_flight: AtomicU32,
     /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
     /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
@@ -164,6 +207,23 @@ impl ConnState {
 
     fn on_write(&self) {
         self.activity.fetch_add(1, Ordering::Relaxed);
+        self.write_blocked.store(0, Ordering::Relaxed);
+    }
+
+    fn on_write_blocked(&self) {
+        if self.write_blocked.load(Ordering::Relaxed) == 0 {
+            let now = self.ticks.load(Ordering::Relaxed);
+            self.write_blocked.store(now + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes what a write to the client came to.
+    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(n)) if *n > 0 => self.on_write(),
+            Poll::Pending => self.on_write_blocked(),
+            _ => {}
+        }
     }
 }
 
@@ -172,19 +232,21 @@ struct Watchdog {
     tick: Duration,
     idle_ticks: u64,
     header_ticks: u64,
+    send_ticks: u64,
     last_activity: u64,
     quiet_ticks: u64,
 }
 
 impl Watchdog {
-    fn new(idle: Duration, header_read: Duration) -> Self {
-        let tick =
-            (idle.min(header_read) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    fn new(idle: Duration, header_read: Duration, client_send: Duration) -> Self {
+        let shortest = idle.min(header_read).min(client_send);
+        let tick = (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
         let in_ticks = |d: Duration| (d.as_nanos() / tick.as_nanos().max(1)).max(1) as u64;
         Watchdog {
             tick,
             idle_ticks: in_ticks(idle),
             header_ticks: in_ticks(header_read),
+            send_ticks: in_ticks(client_send),
             last_activity: 0,
             quiet_ticks: 0,
         }
@@ -203,6 +265,12 @@ impl Watchdog {
         let head = state.head_started.load(Ordering::Relaxed);
         if head != 0 && now.saturating_sub(head - 1) > self.header_ticks {
             return Some("request head not received within the header-read timeout");
+        }
+        let blocked = state.write_blocked.load(Ordering::Relaxed);
+        if blocked != 0 {
+            // A client that does not read its response is not idle: `client_send` decides.
+            return (now.saturating_sub(blocked - 1) > self.send_ticks)
+                .then_some("client did not read its response within timeouts.client_send");
         }
         if self.quiet_ticks > self.idle_ticks {
             return Some("connection idle past the client idle timeout");
@@ -239,9 +307,7 @@ impl AsyncWrite for TrackedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.on_write();
-        }
+        self.state.wrote(&polled);
         polled
     }
 
@@ -251,9 +317,7 @@ impl AsyncWrite for TrackedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.on_write();
-        }
+        self.state.wrote(&polled);
         polled
     }
 
@@ -315,6 +379,7 @@ impl Switch {
             tracing::warn!("{warning}");
         }
         let max_connections = config.limits.max_connections;
+        let endpoints = Endpoint::all(&config);
         let cache = config
             .cache
             .as_ref()
@@ -339,6 +404,7 @@ impl Switch {
             proxy_rejections: Default::default(),
             tunnels: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
+            endpoints,
             reload_lock: tokio::sync::Mutex::new(()),
             shutdown,
             all_closed: Notify::new(),
@@ -349,9 +415,9 @@ impl Switch {
 /// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
 /// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    let endpoints = Endpoint::all(&config);
     let admin = config.admin;
     let switch = Switch::new(config)?;
+    let endpoints = switch.endpoints.clone();
     let listeners = endpoints
         .into_iter()
         .map(|(addr, endpoint)| Ok((bind(addr, false)?, endpoint)))
@@ -374,6 +440,7 @@ fn serve_on(
     for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
+        endpoint.limits.bound_to(listener.local_addr()?);
         let proxied = configured.accepts_on(endpoint.configured());
         let accepting = accept_loop(Arc::clone(&switch), listener, Arc::new(endpoint), proxied);
         tasks.push(tokio::spawn(accepting));
@@ -464,10 +531,12 @@ async fn accept_loop(
         }
     };
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&switch.connection_slots).acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => return,
+        // The slots come before the accept: while there are none, connections wait in the
+        // kernel's accept queue rather than in the switch's memory.
+        let slots = tokio::select! {
+            slots = endpoint.limits.slots(&switch.connection_slots) => match slots {
+                Some(slots) => slots,
+                None => return,
             },
             _ = stop.wait_for(|s| *s) => return,
         };
@@ -485,23 +554,23 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        switch.open_connections.fetch_add(1, Ordering::AcqRel);
-        switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
+        // Counted open, and its slots held, until this task ends, however it ends.
+        let open = OpenConnection::new(&switch, &endpoint, slots);
         let switch = Arc::clone(&switch);
         let endpoint = Arc::clone(&endpoint);
         tokio::spawn(async move {
+            let _open = open;
             let mut stream = stream;
-            let peer = match client_of(&switch, &mut stream, peer, listening, proxied).await {
-                Some(client) => client,
-                None => {
-                    drop(permit);
-                    switch.connection_closed();
-                    return;
-                }
+            let Some(peer) = client_of(&switch, &mut stream, peer, listening, proxied).await else {
+                return;
+            };
+            // After a PROXY header: the limit counts the client it names, not the balancer.
+            let Ok(_client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
+                tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
+                let answer = endpoint.scheme() == "http";
+                return crate::connection_limits::turn_away(stream, answer).await;
             };
             serve_connection(&switch, stream, peer, &endpoint).await;
-            drop(permit);
-            switch.connection_closed();
         });
     }
 }
@@ -618,7 +687,8 @@ async fn serve_http<I>(
 {
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
-    let (idle, header_read) = (config.timeouts.client_idle, config.timeouts.header_read);
+    let t = &config.timeouts;
+    let (idle, header_read, client_send) = (t.client_idle, t.header_read, t.client_send);
     let io = TokioIo::new(io);
     let service = {
         let switch = Arc::clone(switch);
@@ -641,7 +711,7 @@ async fn serve_http<I>(
         drop(cluster);
         // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
         // without a request closes its connection.
-        let deadlines = Watchdog::new(idle, idle);
+        let deadlines = Watchdog::new(idle, idle, client_send);
         let graceful = hyper::server::conn::http2::Connection::graceful_shutdown;
         return drive(switch, conn, graceful, &state, peer, deadlines).await;
     }
@@ -669,7 +739,7 @@ async fn serve_http<I>(
         graceful,
         &state,
         peer,
-        Watchdog::new(idle, header_read),
+        Watchdog::new(idle, header_read, client_send),
     )
     .await;
 }
@@ -724,9 +794,9 @@ async fn drive<C, G>(
 /// on the request path. Blocks until the switch has stopped.
 pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let threads = threads.max(1);
-    let endpoints = Endpoint::all(&config);
     let admin = config.admin;
     let switch = Switch::new(config)?;
+    let endpoints = switch.endpoints.clone();
     // SO_REUSEPORT would also let this switch share a port with another process of the same
     // user, splitting its traffic silently; a plain bind first makes a taken port an error.
     let listen = endpoints

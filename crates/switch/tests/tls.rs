@@ -1,6 +1,7 @@
 //! TLS termination and HTTP/2 from clients, on loopback: certificates by SNI, ALPN, session
 //! resumption, HTTP/2 streams dispatched one by one, certificate reload under a running
-//! download, and malformed HTTP/2 requests refused before they reach a node.
+//! download, malformed HTTP/2 requests refused before they reach a node, and a client over
+//! its address's connection limit closed before any handshake.
 //! The certificates are the committed test PKI in `examples/tls/` (see its `gen.sh`).
 
 mod common;
@@ -617,4 +618,29 @@ async fn class_over_tls(addr: SocketAddr, name: &str) -> String {
         .find_map(|l| l.strip_prefix("x-capstan-class: "))
         .unwrap_or_default()
         .to_string()
+}
+
+#[tokio::test]
+async fn a_tls_client_over_its_address_limit_is_closed_before_any_handshake() {
+    let a = Backend::start("a").await;
+    let extra = "[limits]\nmax_connections_per_client = 1\n";
+    let text = tls_config(&[&a], &THREE[..1], "");
+    let sw = start_switch(&format!("{text}{extra}")).await;
+    let (tls_addr, admin) = (sw.listen_addrs[1], sw.admin_addr.unwrap());
+    let held = connect(tls_addr, "localhost", h1())
+        .await
+        .expect("first handshake");
+    let refused = connect(tls_addr, "localhost", h1()).await;
+    assert!(refused.is_err(), "no handshake for the second connection");
+    let status = status_json(admin).await;
+    assert_eq!(status["listeners"][1]["rejected_per_client"], 1, "{status}");
+    drop(held);
+    wait_for_status(admin, "the address released", |s| {
+        s["listeners"][1]["client_addresses"] == 0
+    })
+    .await;
+    let again = connect(tls_addr, "localhost", h1())
+        .await
+        .expect("handshake");
+    assert!(h1_over(again, "/").await.starts_with("HTTP/1.1 200"));
 }

@@ -347,7 +347,14 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
     if args.full {
         bail!("--full applies to the cache experiments; a WAN experiment without --quick runs all its levels");
     }
-    let mode = if args.quick { Mode::Quick } else { Mode::Default };
+    let mode = if args.quick {
+        Mode::Quick
+    } else {
+        Mode::Default
+    };
+    for c in &args.contenders {
+        capstan_lab::wan::check_contender(c).map_err(anyhow::Error::msg)?;
+    }
     let opts = WanOptions {
         mode,
         contenders: (!args.contenders.is_empty()).then(|| args.contenders.clone()),

@@ -148,6 +148,13 @@ impl LruBytes {
         self.hits
     }
 
+    /// Forgets the hit and miss counts (the files stay): accesses made to fill the cache
+    /// before a run are not the run's.
+    pub fn reset_counts(&mut self) {
+        self.hits = 0;
+        self.misses = 0;
+    }
+
     pub fn misses(&self) -> u64 {
         self.misses
     }
@@ -278,6 +285,16 @@ mod tests {
         assert!(!c.access("/a", 400));
         assert!(c.access("/a", 400));
         assert_eq!((c.hits(), c.misses(), c.used()), (1, 1, 400));
+    }
+
+    #[test]
+    fn reset_counts_keeps_the_files() {
+        let mut c = LruBytes::new(1000);
+        c.access("/a", 400);
+        c.reset_counts();
+        assert_eq!((c.hits(), c.misses(), c.used()), (0, 0, 400));
+        assert!(c.access("/a", 400));
+        assert_eq!((c.hits(), c.misses()), (1, 0));
     }
 
     #[test]

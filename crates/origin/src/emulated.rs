@@ -285,6 +285,16 @@ impl Emulated {
         self.lock().cache.access(path, size)
     }
 
+    /// Fills the memory cache with these files (as many as fit, the last ones most recent),
+    /// as a server that has been running a while; the filling is not counted as misses.
+    pub fn warm<'a>(&self, files: impl Iterator<Item = (&'a str, u64)>) {
+        let mut st = self.lock();
+        for (path, size) in files {
+            st.cache.access(path, size);
+        }
+        st.cache.reset_counts();
+    }
+
     /// Memory other than the file cache now takes `bytes` (the server's processes): the cache
     /// shrinks to what is left, evicting its oldest files, or grows back.
     pub fn reserve_memory(&self, bytes: u64) {

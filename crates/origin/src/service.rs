@@ -75,9 +75,7 @@ impl Node {
             Resources::Emulated => {
                 let e = Emulated::new(&config.node, tree.total_bytes());
                 if config.warm_cache {
-                    for f in &tree.files {
-                        e.cache_access(&f.path, f.size);
-                    }
+                    e.warm(tree.files.iter().map(|f| (f.path.as_str(), f.size)));
                 }
                 Res::Emulated(e)
             }

@@ -447,7 +447,8 @@ pub struct LevelResult {
     pub processes_mean: Option<f64>,
     pub processes_max: Option<u32>,
     pub cache_min_bytes: Option<u64>,
-    /// The emulated node's file cache hits over hits + misses during the run.
+    /// The emulated node's file cache hits over hits + misses during the run (warm-up
+    /// included).
     pub hit_ratio: Option<f64>,
     /// CPU seconds of the server's processes over the run, per 1,000 responses.
     pub cpu_ms_per_1k: Option<f64>,

@@ -351,7 +351,11 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
     if args.full {
         bail!("--full applies to the cache experiments; a WAN experiment without --quick runs all its levels");
     }
-    let mode = if args.quick { Mode::Quick } else { Mode::Default };
+    let mode = if args.quick {
+        Mode::Quick
+    } else {
+        Mode::Default
+    };
     let opts = WanOptions {
         mode,
         contenders: (!args.contenders.is_empty()).then(|| args.contenders.clone()),

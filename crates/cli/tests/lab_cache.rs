@@ -152,7 +152,11 @@ fn cache_mixed_inc_quick_against_capstan_is_consistent() {
     assert!(!samples.is_empty(), "{sur}");
     assert!(samples.iter().all(|s| f(s, "rss_mb") > 0.0), "{sur}");
     assert!(samples.iter().any(|s| f(s, "cpu_percent") > 0.0), "{sur}");
-    assert_eq!(sur["phases"].as_array().unwrap().len(), phases.len(), "{sur}");
+    assert_eq!(
+        sur["phases"].as_array().unwrap().len(),
+        phases.len(),
+        "{sur}"
+    );
     assert!(f(&sur["phases"][3], "cpu_s") > 0.0, "{sur}");
     let verdicts = r["verdicts"].as_array().unwrap();
     assert!(

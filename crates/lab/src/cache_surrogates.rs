@@ -211,8 +211,7 @@ fn sample_between(
     SurrogateSample {
         t_s: (t_s * 1000.0).round() / 1000.0,
         cpu_percent: (ticks as f64 / hz / period_s * 1000.0).round() / 10.0,
-        rss_mb: (now.values().map(|r| r.rss_kb).sum::<u64>() as f64 / 1024.0 * 10.0).round()
-            / 10.0,
+        rss_mb: (now.values().map(|r| r.rss_kb).sum::<u64>() as f64 / 1024.0 * 10.0).round() / 10.0,
         read_bytes: io.map(|x| x.read_bytes),
         write_bytes: io.map(|x| x.write_bytes),
         read_ops: io.map(|x| x.syscr),
@@ -351,7 +350,10 @@ pub fn summarise(samples: &[SurrogateSample], phases: &[PhaseResult]) -> Vec<Pha
                 .map(|(_, dt, s)| (*dt, *s))
                 .collect();
             let v: Vec<&SurrogateSample> = inside.iter().map(|x| x.1).collect();
-            let cpu_s: f64 = inside.iter().map(|(dt, s)| s.cpu_percent / 100.0 * dt).sum();
+            let cpu_s: f64 = inside
+                .iter()
+                .map(|(dt, s)| s.cpu_percent / 100.0 * dt)
+                .sum();
             let n = v.len();
             PhaseSurrogates {
                 phase: p.name.clone(),
@@ -450,12 +452,14 @@ pub fn surrogate_findings(r: &CacheResults) -> Vec<String> {
             .iter()
             .filter_map(|(n, s)| Some((*n, per_1k(s, phase)?)))
             .collect();
-        let base = rows.iter().find(|(n, _)| *n == "capstan").copied().or_else(|| {
-            rows.iter()
-                .copied()
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-        });
-        let Some((base_name, base_v)) = base else { continue };
+        let base = rows
+            .iter()
+            .find(|(n, _)| *n == "capstan")
+            .copied()
+            .or_else(|| rows.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1)));
+        let Some((base_name, base_v)) = base else {
+            continue;
+        };
         for (n, v) in rows.iter().filter(|(n, _)| *n != base_name) {
             out.push(format!(
                 "{n} used {:.1}× {base_name}'s CPU per 1,000 responses in {phase} ({v:.1} ms \
@@ -559,12 +563,18 @@ pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
         h.push_str("<p>No contender was sampled.</p>");
         return Ok(h);
     }
-    h.push_str(&time_svg(r, "proxy CPU over time", "CPU, % of one core", |s| {
-        s.cpu_percent
-    })?);
-    h.push_str(&time_svg(r, "proxy resident memory over time", "RSS, MB", |s| {
-        s.rss_mb
-    })?);
+    h.push_str(&time_svg(
+        r,
+        "proxy CPU over time",
+        "CPU, % of one core",
+        |s| s.cpu_percent,
+    )?);
+    h.push_str(&time_svg(
+        r,
+        "proxy resident memory over time",
+        "RSS, MB",
+        |s| s.rss_mb,
+    )?);
     let _ = write!(
         h,
         "<h3>Per phase</h3><pre>{}</pre>",
@@ -643,7 +653,10 @@ mod tests {
         // One unreadable /proc/PID/io makes the period's disk I/O unknown, not smaller.
         let blind = HashMap::from([(1, reading(130, 2048, None))]);
         let s = sample_between(&before, &blind, 1.0, 3.0, 100.0);
-        assert_eq!((s.cpu_percent, s.read_bytes, s.write_ops), (30.0, None, None));
+        assert_eq!(
+            (s.cpu_percent, s.read_bytes, s.write_ops),
+            (30.0, None, None)
+        );
     }
 
     #[test]
@@ -673,7 +686,7 @@ mod tests {
         ];
         let s = summarise(
             &samples,
-            &[phase("fill", 0.0, 2.0, 1000), phase("top1", 2.0, 3.6, 2000)],
+            &[phase("fill", 0.0, 2.0, 1000), phase("top1", 2.0, 3.4, 2000)],
         );
         assert_eq!(s[0].samples, 2);
         assert!((s[0].cpu_s - 0.4).abs() < 1e-9, "{:?}", s[0]);

@@ -64,13 +64,14 @@ impl Metric {
             Metric::MissMs => (p.misses > 0).then_some(p.miss_ms.mean),
             Metric::Dhr => Some(100.0 * p.dhr),
             Metric::Bhr => (p.hit_bytes + p.miss_bytes > 0).then_some(100.0 * p.bhr),
-            Metric::CpuPer1k => c
-                .surrogates
-                .as_ref()?
-                .phases
-                .iter()
-                .find(|s| s.phase == phase)?
-                .cpu_ms_per_1k,
+            Metric::CpuPer1k => {
+                c.surrogates
+                    .as_ref()?
+                    .phases
+                    .iter()
+                    .find(|s| s.phase == phase)?
+                    .cpu_ms_per_1k
+            }
         }
     }
 
@@ -200,7 +201,12 @@ pub fn better_performers(r: &CacheResults) -> Vec<Verdict> {
                     .collect();
                 let against = if same.len() == thesis_values.len() {
                     let o = call(&same, m.higher_is_better());
-                    if o.better == t.better { "agree" } else { "disagree" }.to_string()
+                    if o.better == t.better {
+                        "agree"
+                    } else {
+                        "disagree"
+                    }
+                    .to_string()
                 } else {
                     let missing: Vec<&str> = thesis_values
                         .iter()
@@ -282,7 +288,12 @@ pub fn verdict_html(r: &CacheResults) -> String {
     }
     h.push_str("<th>better (ours)</th><th>thesis</th><th>vs thesis</th></tr>");
     for v in better_performers(r) {
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td>", esc(&v.phase), esc(&v.metric));
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td>",
+            esc(&v.phase),
+            esc(&v.metric)
+        );
         for c in &cols {
             let _ = write!(h, "<td>{}</td>", value_of(&v, c));
         }
@@ -414,7 +425,10 @@ mod tests {
         assert_eq!(t.against_thesis.as_deref(), Some("agree"));
         // Thesis: Varnish's hits faster; ours too (Capstan is not in the thesis's pair).
         let h = row(&v, Metric::HitMs);
-        assert_eq!(h.thesis.as_ref().unwrap().better.as_deref(), Some("varnish"));
+        assert_eq!(
+            h.thesis.as_ref().unwrap().better.as_deref(),
+            Some("varnish")
+        );
         assert_eq!(h.against_thesis.as_deref(), Some("agree"));
         // Thesis: Traffic Server's DHR higher (30.7 against 27: by 13.7 %); ours as well.
         let d = row(&v, Metric::Dhr);
@@ -428,8 +442,14 @@ mod tests {
         let mut r = results();
         r.contenders[1] = contender("varnish", (321.0, 20.0, 300.0, 0.40, 0.45, None));
         let v = better_performers(&r);
-        assert_eq!(row(&v, Metric::HitMs).against_thesis.as_deref(), Some("disagree"));
-        assert_eq!(row(&v, Metric::Dhr).against_thesis.as_deref(), Some("disagree"));
+        assert_eq!(
+            row(&v, Metric::HitMs).against_thesis.as_deref(),
+            Some("disagree")
+        );
+        assert_eq!(
+            row(&v, Metric::Dhr).against_thesis.as_deref(),
+            Some("disagree")
+        );
         // Traffic Server did not run: no comparison, and the reason.
         r.contenders.remove(2);
         let v = better_performers(&r);
@@ -464,7 +484,10 @@ mod tests {
         let text = verdict_table(&r);
         assert!(text.contains("Better performer"), "{text}");
         assert!(text.contains("capstan by 2.8 %"), "{text}");
-        assert!(text.contains("agree") && text.contains("trafficserver by 14 %"), "{text}");
+        assert!(
+            text.contains("agree") && text.contains("trafficserver by 14 %"),
+            "{text}"
+        );
         assert_eq!(text.lines().count(), 2 + 6);
         assert!(!text.contains("skipped"));
         let html = verdict_html(&r);

@@ -350,10 +350,11 @@ pub fn summarise(samples: &[SurrogateSample], phases: &[PhaseResult]) -> Vec<Pha
                 .map(|(_, dt, s)| (*dt, *s))
                 .collect();
             let v: Vec<&SurrogateSample> = inside.iter().map(|x| x.1).collect();
-            let cpu_s: f64 = inside
+            // fold from +0.0: an empty `sum()` of floats is -0.0, printed "-0.00".
+            let cpu_s = inside
                 .iter()
                 .map(|(dt, s)| s.cpu_percent / 100.0 * dt)
-                .sum();
+                .fold(0.0, |a, x| a + x);
             let n = v.len();
             PhaseSurrogates {
                 phase: p.name.clone(),
@@ -406,6 +407,14 @@ pub fn surrogate_table(r: &CacheResults) -> String {
     for c in &r.contenders {
         let Some(sur) = &c.surrogates else { continue };
         for p in &sur.phases {
+            if p.samples == 0 {
+                let _ = writeln!(
+                    s,
+                    "{:<13} {:<6} no sample (the phase was shorter than the {} s period)",
+                    c.name, p.phase, sur.period_s
+                );
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "{:<13} {:<6} {:>7.2} {:>6.1} {:>6.1} {:>7.1} {:>8} {:>8} {:>9} {:>9} {:>10}",
@@ -686,7 +695,11 @@ mod tests {
         ];
         let s = summarise(
             &samples,
-            &[phase("fill", 0.0, 2.0, 1000), phase("top1", 2.0, 3.4, 2000)],
+            &[
+                phase("fill", 0.0, 2.0, 1000),
+                phase("top1", 2.0, 3.4, 2000),
+                phase("cool", 5.0, 5.2, 10),
+            ],
         );
         assert_eq!(s[0].samples, 2);
         assert!((s[0].cpu_s - 0.4).abs() < 1e-9, "{:?}", s[0]);
@@ -699,6 +712,9 @@ mod tests {
         assert_eq!(s[1].samples, 1);
         assert_eq!(s[1].write_bytes, None);
         assert_eq!(s[1].cpu_ms_per_1k, Some(250.0));
+        // A phase shorter than a period has no sample, and no "-0.00" CPU seconds.
+        assert_eq!((s[2].samples, s[2].cpu_ms_per_1k), (0, None));
+        assert!(s[2].cpu_s == 0.0 && s[2].cpu_s.is_sign_positive());
     }
 
     #[test]

@@ -281,7 +281,9 @@ pub fn verdict_html(r: &CacheResults) -> String {
         "<h2>Better performer per scenario and metric (the thesis's Tables 4.4 and 4.7)</h2>\
          <p>Recomputed from this run; values within 2 % are level. \"thesis\" is the thesis's \
          call among the contenders its numbers cover for that phase, and whether ours (among \
-         the same contenders) agrees.</p><table class=verdicts><tr><th>phase</th><th>metric</th>",
+         the same contenders) agrees. Ours are phase means; a few of the thesis's numbers \
+         are the phase's end (see each row's source below), and its durations and cache \
+         sizes were the --full run's.</p><table class=verdicts><tr><th>phase</th><th>metric</th>",
     );
     for c in &cols {
         let _ = write!(h, "<th>{}</th>", esc(c));

@@ -389,7 +389,7 @@ mod tests {
         }
     }
 
-    fn row<'a>(v: &'a [Verdict], metric: Metric) -> &'a Verdict {
+    fn row(v: &[Verdict], metric: Metric) -> &Verdict {
         v.iter().find(|x| x.metric == metric.label()).unwrap()
     }
 

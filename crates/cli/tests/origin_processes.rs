@@ -244,26 +244,15 @@ fn a_warm_cache_answers_the_first_request_from_memory() {
         assert_eq!(read_response(&mut s, Duration::from_secs(10)), 200);
         let c = &report(rep)["cache"];
         drop(node);
-        (
-            used,
-            c["hits"].as_u64().unwrap(),
-            c["misses"].as_u64().unwrap(),
-        )
+        (used, c["hits"].as_u64().unwrap(), c["misses"].as_u64().unwrap())
     };
     let (used, hits, misses) = first_request(&["--warm-cache"]);
     assert!(used > 5_000_000, "the whole WebStone tree is held: {used}");
     assert_eq!((hits, misses), (1, 0));
     let (used, hits, misses) = first_request(&[]);
-    assert_eq!(
-        (used, hits, misses),
-        (0, 0, 1),
-        "cold: the first read misses"
-    );
+    assert_eq!((used, hits, misses), (0, 0, 1), "cold: the first read misses");
     let out = support::run(&["origin", "--warm-cache", "--resources", "real"]);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(
-        err.contains("warm_cache needs resources = emulated"),
-        "{err}"
-    );
+    assert!(err.contains("warm_cache needs resources = emulated"), "{err}");
 }

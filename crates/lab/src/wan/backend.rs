@@ -159,19 +159,13 @@ fn origin_command(
     let s = &exp.server;
     let w = &exp.workload;
     let mut cmd = Command::new(exe);
-    cmd.args([
-        "origin",
-        "--name",
-        "origin",
-        "--listen",
-        &listen.to_string(),
-    ])
-    .args(["--report-listen", &report.to_string()])
-    .args(["--tree", &w.tree, "--seed", &w.seed.to_string()])
-    .args(["--threads", &s.threads.to_string()])
-    .args(["--cache-fraction", &s.cache_fraction.to_string()])
-    .args(["--backlog", &s.backlog.to_string(), "--warm-cache"])
-    .env("RUST_LOG", "warn");
+    cmd.args(["origin", "--name", "origin", "--listen", &listen.to_string()])
+        .args(["--report-listen", &report.to_string()])
+        .args(["--tree", &w.tree, "--seed", &w.seed.to_string()])
+        .args(["--threads", &s.threads.to_string()])
+        .args(["--cache-fraction", &s.cache_fraction.to_string()])
+        .args(["--backlog", &s.backlog.to_string(), "--warm-cache"])
+        .env("RUST_LOG", "warn");
     if let Some(n) = w.files {
         cmd.args(["--files", &n.to_string()]);
     }
@@ -263,11 +257,7 @@ async fn start_switch(exp: &WanExperiment, shared: &mut Shared) -> Result<Backen
     let mut switch = Daemon::spawn("capstan serve", &mut cmd, log).map_err(NotStarted::Failed)?;
     let probe = shared.one_kb_file();
     switch
-        .ready(
-            ([127, 0, 0, 1], port).into(),
-            &probe,
-            Duration::from_secs(30),
-        )
+        .ready(([127, 0, 0, 1], port).into(), &probe, Duration::from_secs(30))
         .await
         .map_err(NotStarted::Failed)?;
     Ok(Backend {
@@ -307,8 +297,9 @@ async fn start_real(
         backlog: s.backlog,
         keep_alive: false,
     };
-    let server = RunningServer::start(&spec, &shared.dir)
-        .map_err(|e| NotStarted::Failed(format!("{}: {e}", kind.name())))?;
+    let server = RunningServer::start(&spec, &shared.dir).map_err(|e| {
+        NotStarted::Failed(format!("{}: {e}", kind.name()))
+    })?;
     let probe = shared.one_kb_file();
     get(([127, 0, 0, 1], port).into(), &probe)
         .await

@@ -43,10 +43,7 @@ pub const BUILTIN_WAN: &[(&str, &str)] = &[
         "wan-loss",
         include_str!("../../../../experiments/wan-loss.toml"),
     ),
-    (
-        "wan-mix",
-        include_str!("../../../../experiments/wan-mix.toml"),
-    ),
+    ("wan-mix", include_str!("../../../../experiments/wan-mix.toml")),
 ];
 
 /// The contenders a WAN experiment knows.
@@ -238,15 +235,13 @@ impl WanExperiment {
                 return Err(format!("{what} must be > 0, got {v}"));
             }
         }
-        for v in [Some(self.warmup_s), self.quick.warmup_s]
-            .into_iter()
-            .flatten()
-        {
+        for v in [Some(self.warmup_s), self.quick.warmup_s].into_iter().flatten() {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("warmup_s must be ≥ 0, got {v}"));
             }
         }
-        if self.server.process_limit == 0 || self.server.backlog == 0 || self.server.threads == 0 {
+        if self.server.process_limit == 0 || self.server.backlog == 0 || self.server.threads == 0
+        {
             return Err("[server]: process_limit, backlog and threads must be at least 1".into());
         }
         capstan_origin::parse_size(&self.server.process_memory)
@@ -534,9 +529,7 @@ mod tests {
             (text.replace("rate = ", "rate = -"), "rate"),
             (text.replace("tree = \"cap\"", "tree = \"big\""), "tree"),
         ] {
-            let e = WanExperiment::parse(&bad, "f.toml")
-                .unwrap_err()
-                .to_string();
+            let e = WanExperiment::parse(&bad, "f.toml").unwrap_err().to_string();
             assert!(e.starts_with("f.toml"), "{e}");
             assert!(e.contains(says), "{says}: {e}");
         }

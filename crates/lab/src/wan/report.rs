@@ -121,11 +121,7 @@ pub fn findings(r: &WanResults) -> Vec<String> {
             let _ = write!(f, ", file cache hit ratio {a:.2} → {b:.2}");
         }
         if last.accept_queue_max > 0 {
-            let _ = write!(
-                f,
-                "; up to {} waiting in the accept queue",
-                last.accept_queue_max
-            );
+            let _ = write!(f, "; up to {} waiting in the accept queue", last.accept_queue_max);
         }
         out.push(f + ".");
         out.extend(paper_lines(r, c));
@@ -345,12 +341,9 @@ fn charts(r: &WanResults) -> Result<String, LabError> {
         return Ok(String::new());
     }
     let mut h = String::from("<h2>Plots</h2>");
-    h += &levels_svg(
-        r,
-        "throughput (Fig. 9)",
-        "responses/s, steady state",
-        &|l| Some(l.throughput_rps),
-    )?;
+    h += &levels_svg(r, "throughput (Fig. 9)", "responses/s, steady state", &|l| {
+        Some(l.throughput_rps)
+    })?;
     h += &levels_svg(
         r,
         "connections open at the server (Fig. 10, solid)",
@@ -437,7 +430,6 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
          the router's per-path counters are in results.json.</p>",
     );
     let path = out.join("index.html");
-    std::fs::write(&path, h)
-        .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
+    std::fs::write(&path, h).map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
 }

@@ -209,11 +209,7 @@ async fn run_level(
     .map_err(|e| LabError::Run(e.to_string()))?;
     if !status.success() {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(LabError::Run(format!(
             "capstan bench at {level} failed ({status}): {last} (log: {})",
             log.display()
@@ -337,10 +333,7 @@ fn wan_flags(args: &[String]) -> String {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if a.starts_with("--wan") {
-            out.push(format!(
-                "{a} {}",
-                it.next().map(String::as_str).unwrap_or("")
-            ));
+            out.push(format!("{a} {}", it.next().map(String::as_str).unwrap_or("")));
         }
     }
     out.join(" ")
@@ -387,11 +380,7 @@ mod tests {
             ..Default::default()
         };
         let w = Window::new(&r, 0.0);
-        assert_eq!(
-            steady_throughput(&r, w),
-            9.0,
-            "no timeline: the generator's figure"
-        );
+        assert_eq!(steady_throughput(&r, w), 9.0, "no timeline: the generator's figure");
         for (t, completed) in [(0, 10), (1, 100), (2, 100), (3, 90), (4, 110), (5, 40)] {
             r.timeline.push(capstan_bench::TimelineSecond {
                 t,
@@ -403,11 +392,7 @@ mod tests {
         // After a 3 s warm-up only seconds 3 and 4 are measured.
         assert_eq!(steady_throughput(&r, Window::new(&r, 3.0)), 100.0);
         assert_eq!(Window::new(&r, 3.0).seconds(&r).count(), 2);
-        assert_eq!(
-            Window::new(&r, 9.0).seconds(&r).count(),
-            0,
-            "a warm-up past the end"
-        );
+        assert_eq!(Window::new(&r, 9.0).seconds(&r).count(), 0, "a warm-up past the end");
     }
 
     #[test]

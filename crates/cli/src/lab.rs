@@ -34,7 +34,11 @@ against `capstan serve` with its cache, Varnish (varnishd -s malloc) and Traffic
 contender whose program is missing is skipped with the reason. Default: durations × 0.01 (minutes);
 --quick: shorter still, a 4 MB cache; --full: the thesis's hours. The report gives per contender and
 phase the offered rate, throughput, DHR/BHR beside the offered hit ratio, hit and miss response
-times, errors, the proxy's CPU and memory, and the thesis's numbers.
+times, errors, the proxy's CPU and memory, and the thesis's numbers; the better performer per
+phase and metric (throughput, hit and miss time, DHR, BHR, CPU per 1,000 responses; within 2 %:
+level) beside the thesis's own call (Tables 4.4/4.7, agree/disagree); and surrogate metrics
+sampled every second from /proc for each proxy's processes: CPU %, RSS, disk read/write bytes and
+calls, plotted over time and summed per phase (Figs. 4.35–4.42, Table 4.8).
 
 WAN experiments (wan-delay, wan-loss, wan-mix; Banga & Druschel §5.5–5.6, Figs. 9 and 10; root)
 put the load generator behind `capstan wan`'s delay router (RTT 0–200 ms, loss 0–5 %, or client

@@ -1,6 +1,7 @@
 //! The cache experiments as a user runs them: `capstan lab --list` shows them, a bad file is
 //! one line, and `cache-mixed-inc --quick` against Capstan alone writes a consistent report
-//! (hits + misses = responses; DHR within the offered hit ratio; BHR from the bytes).
+//! (hits + misses = responses; DHR within the offered hit ratio; BHR from the bytes; the
+//! proxy's CPU and memory sampled every second; the better-performer table).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -90,9 +91,15 @@ fn cache_mixed_inc_quick_against_capstan_is_consistent() {
     let r: Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
             .unwrap();
-    assert!(std::fs::read_to_string(out_dir.join("index.html"))
-        .unwrap()
-        .contains("Table"));
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("Table"));
+    // The thesis's Table 4.4/4.7 layout and the surrogate plots are in the report.
+    assert!(
+        html.contains("Better performer per scenario and metric")
+            && html.contains("<table class=verdicts>"),
+        "{html}"
+    );
+    assert!(html.contains("proxy CPU over time") && html.contains("<svg"));
     let c = &r["contenders"][0];
     assert_eq!(c["name"], "capstan");
     assert!(c["skipped"].is_null(), "{c}");
@@ -139,6 +146,24 @@ fn cache_mixed_inc_quick_against_capstan_is_consistent() {
         "{top1}"
     );
     assert!(!res["timeline"].as_array().unwrap().is_empty());
+    // Surrogate metrics: a sample per second of the run, summarised per phase.
+    let sur = &c["surrogates"];
+    let samples = sur["samples"].as_array().unwrap();
+    assert!(!samples.is_empty(), "{sur}");
+    assert!(samples.iter().all(|s| f(s, "rss_mb") > 0.0), "{sur}");
+    assert!(samples.iter().any(|s| f(s, "cpu_percent") > 0.0), "{sur}");
+    assert_eq!(
+        sur["phases"].as_array().unwrap().len(),
+        phases.len(),
+        "{sur}"
+    );
+    assert!(f(&sur["phases"][3], "cpu_s") > 0.0, "{sur}");
+    let verdicts = r["verdicts"].as_array().unwrap();
+    assert!(
+        verdicts.iter().any(|v| v["phase"] == "top1"),
+        "{verdicts:?}"
+    );
+    assert!(stdout.contains("Better performer"), "{stdout}");
     assert!(
         stdout.contains("top1") && stdout.contains("(thesis)"),
         "{stdout}"

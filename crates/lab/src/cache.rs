@@ -10,7 +10,9 @@
 //!
 //! The report: per contender and phase the offered rate, throughput, DHR and BHR beside the
 //! offered hit ratio, hit and miss response times, errors, the proxy's CPU time and memory, and
-//! the thesis's own numbers (Table 4.6 and §4.4) beside ours.
+//! the thesis's own numbers (Table 4.6 and §4.4) beside ours; the better performer per phase
+//! and metric beside the thesis's call ([`crate::cache_verdicts`]); and the proxies' CPU,
+//! memory and disk I/O sampled every second ([`crate::cache_surrogates`]).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -23,6 +25,8 @@ use capstan_bench::Target;
 use capstan_workload::polygraph::PolyFile;
 use serde::{Deserialize, Serialize};
 
+use crate::cache_surrogates::{Sampler, Surrogates};
+use crate::cache_verdicts::Verdict;
 use crate::cluster::{cpu_seconds, free_loopback_port, get};
 use crate::LabError;
 
@@ -235,6 +239,9 @@ pub struct ContenderResult {
     pub proxy_cpu_ms_per_1k: Option<f64>,
     /// Resident memory of the proxy's processes at the end, MB.
     pub proxy_rss_mb: Option<f64>,
+    /// CPU, memory and disk I/O of the proxy's processes, sampled every second.
+    #[serde(default)]
+    pub surrogates: Option<Surrogates>,
 }
 
 /// A cache experiment's results (`results.json`).
@@ -251,6 +258,9 @@ pub struct CacheResults {
     pub load_at_start: String,
     pub contenders: Vec<ContenderResult>,
     pub paper: Vec<PaperRow>,
+    /// Better performer per phase and metric, beside the thesis's call.
+    #[serde(default)]
+    pub verdicts: Vec<Verdict>,
     pub findings: Vec<String>,
 }
 
@@ -670,6 +680,7 @@ pub async fn run_cache(
         }
         results.contenders.push(r);
     }
+    results.verdicts = crate::cache_verdicts::better_performers(&results);
     results.findings = findings(&results);
     Ok(results)
 }
@@ -739,8 +750,10 @@ async fn run_contender(
         max_duration: Duration::from_secs(6 * 3600),
     };
     say(format!("{name}: running the workload ({})", out.setup));
+    let sampler = Sampler::start(pid, Duration::from_secs(1));
     match capstan_bench::polygraph::run(config, None).await {
         Ok(r) => {
+            out.surrogates = Some(sampler.finish(&r.phases));
             let cpu = tree_cpu(pid) - cpu0;
             let responses: u64 = r.phases.iter().map(|p| p.responses).sum();
             out.proxy_cpu_s = Some((cpu * 100.0).round() / 100.0);
@@ -831,7 +844,35 @@ fn findings(r: &CacheResults) -> Vec<String> {
         }
     }
     out.extend(against_thesis(r, &ran));
+    out.extend(crate::cache_surrogates::surrogate_findings(r));
+    out.extend(verdict_agreement(r));
     out
+}
+
+/// One sentence on how many of the thesis's better-performer calls ours agree with.
+fn verdict_agreement(r: &CacheResults) -> Vec<String> {
+    let checked: Vec<&Verdict> = r
+        .verdicts
+        .iter()
+        .filter(|v| matches!(v.against_thesis.as_deref(), Some("agree" | "disagree")))
+        .collect();
+    if checked.is_empty() {
+        return Vec::new();
+    }
+    let disagree: Vec<String> = checked
+        .iter()
+        .filter(|v| v.against_thesis.as_deref() == Some("disagree"))
+        .map(|v| format!("{} {}", v.phase, v.metric))
+        .collect();
+    let mut s = format!(
+        "better performer against the thesis: {} of {} calls agree",
+        checked.len() - disagree.len(),
+        checked.len()
+    );
+    if !disagree.is_empty() {
+        s += &format!(" (disagree: {})", disagree.join(", "));
+    }
+    vec![s]
 }
 
 /// One line per number of the thesis: ours beside it.
@@ -885,8 +926,19 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".into(), |x| format!("{x:.digits$}"))
 }
 
-/// The per-contender, per-phase table (text), with the thesis's rows after ours.
+/// The per-contender, per-phase table (text) with the thesis's rows after ours, then the
+/// better performer per phase and metric and the proxies' surrogate metrics per phase.
 pub fn summary_table(r: &CacheResults) -> String {
+    format!(
+        "{}\n{}\n{}",
+        phase_table(r),
+        crate::cache_verdicts::verdict_table(r),
+        crate::cache_surrogates::surrogate_table(r)
+    )
+}
+
+/// Per contender and phase, the thesis's rows after ours.
+fn phase_table(r: &CacheResults) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -954,14 +1006,15 @@ pub fn summary_table(r: &CacheResults) -> String {
     s
 }
 
-fn esc(t: &str) -> String {
+pub(crate) fn esc(t: &str) -> String {
     t.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
 /// Writes `results.json` and `index.html` (tables: per contender and phase, the thesis's
-/// numbers, the proxies' CPU and memory, findings) into `out`; returns the HTML's path.
+/// numbers, the proxies' CPU and memory, the better performer per phase and metric, CPU and
+/// RSS over time, findings) into `out`; returns the HTML's path.
 pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     std::fs::create_dir_all(out)
         .map_err(|e| LabError::Report(format!("{}: {e}", out.display())))?;
@@ -986,7 +1039,7 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
         th = r.think_scale,
         la = esc(r.load_at_start.trim()),
         cmd = esc(&r.command),
-        table = esc(&summary_table(r)),
+        table = esc(&phase_table(r)),
     );
     h.push_str("<h2>Contenders</h2><table><tr><th>contender</th><th>version</th><th>set-up</th><th>CPU s</th><th>CPU ms / 1000 resp</th><th>RSS MB</th><th>generator CPU %</th></tr>");
     for c in &r.contenders {
@@ -1002,7 +1055,10 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
             opt(c.result.as_ref().map(|x| x.generator_cpu_percent), 1),
         );
     }
-    h.push_str("</table><h2>Findings</h2><ul>");
+    h.push_str("</table>");
+    h.push_str(&crate::cache_verdicts::verdict_html(r));
+    h.push_str(&crate::cache_surrogates::surrogate_html(r)?);
+    h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
         let _ = write!(h, "<li>{}</li>", esc(f));
     }

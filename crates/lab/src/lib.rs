@@ -20,6 +20,8 @@
 //! ```
 
 pub mod cache;
+pub mod cache_surrogates;
+pub mod cache_verdicts;
 pub mod cluster;
 pub mod experiment;
 pub mod report;

@@ -1,0 +1,755 @@
+//! Surrogate metrics of a cache contender over time (the Bakhtiyari thesis's Figs. 4.35–4.42
+//! and Table 4.8): while a workload runs, a thread samples the proxy's process tree once a
+//! period — CPU as a percentage of one core (utime + stime deltas from `/proc/PID/stat`),
+//! resident memory (`VmRSS` of `/proc/PID/status`), and disk reads and writes (bytes that
+//! reached the storage layer, `read_bytes` / `write_bytes`, and read/write system calls,
+//! `syscr` / `syscw`, of `/proc/PID/io`). The samples are summarised per workload phase.
+//!
+//! The sampler is a plain thread, not a task on the load generator's runtime, so a slow
+//! `/proc` scan never delays a request; it stops (and is joined) when dropped or finished.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use capstan_bench::polygraph::PhaseResult;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::CacheResults;
+use crate::LabError;
+
+/// One sampling period of a proxy's processes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SurrogateSample {
+    /// Seconds since the workload started, at the end of the period.
+    pub t_s: f64,
+    /// CPU used during the period, % of one core (200 = two cores busy).
+    pub cpu_percent: f64,
+    /// Resident memory of every process of the tree at the end of the period, MB.
+    pub rss_mb: f64,
+    /// Bytes read from / written to the storage layer during the period (absent: unreadable).
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    /// Read / write system calls during the period (sockets included: `/proc/PID/io` does
+    /// not tell files from sockets).
+    pub read_ops: Option<u64>,
+    pub write_ops: Option<u64>,
+    /// Processes in the tree.
+    pub processes: u32,
+}
+
+/// A phase's summary of the samples whose period's middle falls in it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSurrogates {
+    pub phase: String,
+    pub samples: u32,
+    /// CPU seconds over the phase's samples.
+    pub cpu_s: f64,
+    pub mean_cpu_percent: f64,
+    pub max_cpu_percent: f64,
+    pub max_rss_mb: f64,
+    pub read_bytes: Option<u64>,
+    pub write_bytes: Option<u64>,
+    pub read_ops: Option<u64>,
+    pub write_ops: Option<u64>,
+    /// CPU milliseconds per 1,000 responses of the phase.
+    pub cpu_ms_per_1k: Option<f64>,
+}
+
+/// A contender's time series and its per-phase summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Surrogates {
+    pub period_s: f64,
+    pub samples: Vec<SurrogateSample>,
+    pub phases: Vec<PhaseSurrogates>,
+    /// Fields that could not be read, with the reason (e.g. `/proc/PID/io` without root).
+    pub unreadable: Vec<String>,
+}
+
+/// `/proc/PID/stat`: (parent pid, utime + stime in clock ticks). The command name (field 2)
+/// may contain spaces and parentheses; fields are counted after its last `)`.
+pub fn parse_stat(text: &str) -> Option<(u32, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ppid = f.get(1)?.parse().ok()?;
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((ppid, utime + stime))
+}
+
+/// `VmRSS` of `/proc/PID/status`, kB (absent for a zombie or a kernel thread).
+pub fn parse_status_rss_kb(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The counters of `/proc/PID/io` the report uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoCounters {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub syscr: u64,
+    pub syscw: u64,
+}
+
+/// `/proc/PID/io` (`name: value` lines); `None` unless all four counters are there.
+pub fn parse_io(text: &str) -> Option<IoCounters> {
+    let field = |name: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(IoCounters {
+        read_bytes: field("read_bytes")?,
+        write_bytes: field("write_bytes")?,
+        syscr: field("syscr")?,
+        syscw: field("syscw")?,
+    })
+}
+
+/// What one process looked like at a sampling instant.
+#[derive(Debug, Clone, Copy, Default)]
+struct ProcReading {
+    ticks: u64,
+    rss_kb: u64,
+    io: Option<IoCounters>,
+}
+
+/// Every process of the tree rooted at `root`, read once.
+fn read_tree(root: u32, io_errors: &mut Vec<String>) -> HashMap<u32, ProcReading> {
+    let mut parents: Vec<(u32, u32, u64)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some((ppid, ticks)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(parse_stat)
+            {
+                parents.push((pid, ppid, ticks));
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp, _)| *pp == parent)
+                .map(|p| p.0),
+        );
+        i += 1;
+    }
+    let mut out = HashMap::new();
+    for pid in tree {
+        let Some(&(_, _, ticks)) = parents.iter().find(|p| p.0 == pid) else {
+            continue;
+        };
+        let rss_kb = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .as_deref()
+            .and_then(parse_status_rss_kb)
+            .unwrap_or(0);
+        let io = match std::fs::read_to_string(format!("/proc/{pid}/io")) {
+            Ok(t) => parse_io(&t),
+            Err(e) => {
+                io_errors.push(format!("/proc/{pid}/io: {e}"));
+                None
+            }
+        };
+        out.insert(pid, ProcReading { ticks, rss_kb, io });
+    }
+    out
+}
+
+/// Clock ticks per second of `/proc/PID/stat`'s times.
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf only reads a configuration value; it has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// The sample of one period from two readings of the tree. A process new in `now` started
+/// during the period: all its counters count; one that went away is left out.
+fn sample_between(
+    before: &HashMap<u32, ProcReading>,
+    now: &HashMap<u32, ProcReading>,
+    period_s: f64,
+    t_s: f64,
+    hz: f64,
+) -> SurrogateSample {
+    let mut ticks = 0u64;
+    let mut io = Some(IoCounters::default());
+    for (pid, r) in now {
+        let b = before.get(pid);
+        ticks += r.ticks.saturating_sub(b.map_or(0, |b| b.ticks));
+        // A process new in `now` counts from zero; one unreadable reading makes the period's
+        // I/O unknown rather than too low.
+        let prev = b.map_or(Some(IoCounters::default()), |b| b.io);
+        io = match (io, r.io, prev) {
+            (Some(sum), Some(n), Some(p)) => Some(IoCounters {
+                read_bytes: sum.read_bytes + n.read_bytes.saturating_sub(p.read_bytes),
+                write_bytes: sum.write_bytes + n.write_bytes.saturating_sub(p.write_bytes),
+                syscr: sum.syscr + n.syscr.saturating_sub(p.syscr),
+                syscw: sum.syscw + n.syscw.saturating_sub(p.syscw),
+            }),
+            _ => None,
+        };
+    }
+    SurrogateSample {
+        t_s: (t_s * 1000.0).round() / 1000.0,
+        cpu_percent: (ticks as f64 / hz / period_s * 1000.0).round() / 10.0,
+        rss_mb: (now.values().map(|r| r.rss_kb).sum::<u64>() as f64 / 1024.0 * 10.0).round() / 10.0,
+        read_bytes: io.map(|x| x.read_bytes),
+        write_bytes: io.map(|x| x.write_bytes),
+        read_ops: io.map(|x| x.syscr),
+        write_ops: io.map(|x| x.syscw),
+        processes: now.len() as u32,
+    }
+}
+
+/// Samples a process tree once a period on a thread of its own until finished or dropped.
+pub struct Sampler {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<(Vec<SurrogateSample>, Vec<String>)>>,
+    period: Duration,
+}
+
+impl Sampler {
+    /// Starts sampling the tree rooted at `root` now (time 0 of the samples).
+    pub fn start(root: u32, period: Duration) -> Sampler {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("capstan-lab-surrogates".into())
+            .spawn(move || sample_loop(root, period, rx))
+            .ok();
+        Sampler {
+            stop: Some(tx),
+            thread,
+            period,
+        }
+    }
+
+    /// Stops sampling and summarises the samples per phase of the run.
+    pub fn finish(mut self, phases: &[PhaseResult]) -> Surrogates {
+        // Dropping the sender wakes the thread at once.
+        self.stop.take();
+        let (samples, mut unreadable) = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_else(|| (Vec::new(), vec!["the sampling thread did not start".into()]));
+        if samples.iter().any(|s| s.read_bytes.is_none()) && unreadable.is_empty() {
+            unreadable.push("/proc/PID/io: some readings lacked counters".into());
+        }
+        Surrogates {
+            period_s: self.period.as_secs_f64(),
+            phases: summarise(&samples, phases),
+            samples,
+            unreadable,
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The sampling thread: one reading of the tree per period until the sender goes away.
+fn sample_loop(
+    root: u32,
+    period: Duration,
+    stop: mpsc::Receiver<()>,
+) -> (Vec<SurrogateSample>, Vec<String>) {
+    let hz = ticks_per_second();
+    let start = Instant::now();
+    let mut errors = Vec::new();
+    let mut before = read_tree(root, &mut errors);
+    let mut at = start;
+    let mut samples = Vec::new();
+    loop {
+        let wait = (at + period).saturating_duration_since(Instant::now());
+        if !matches!(
+            stop.recv_timeout(wait),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        ) {
+            break;
+        }
+        let now_at = Instant::now();
+        let now = read_tree(root, &mut errors);
+        let dt = now_at.duration_since(at).as_secs_f64();
+        let t = now_at.duration_since(start).as_secs_f64();
+        samples.push(sample_between(&before, &now, dt, t, hz));
+        (before, at) = (now, now_at);
+        // Once per reason, so hours of samples do not pile up the same error.
+        errors = distinct(errors);
+    }
+    (samples, distinct(errors))
+}
+
+/// The reasons a field was unreadable, once each (a pid that vanished between two reads is
+/// not a reason).
+fn distinct(errors: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for e in errors {
+        if e.contains("No such file") || e.contains("No such process") {
+            continue;
+        }
+        // "/proc/123/io: Permission denied" and "/proc/456/io: ..." are one reason.
+        let general = match e.split_once(": ") {
+            Some((path, why)) => format!(
+                "{}: {why}",
+                path.split('/')
+                    .map(|p| if p.parse::<u32>().is_ok() { "PID" } else { p })
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ),
+            None => e,
+        };
+        if !out.contains(&general) {
+            out.push(general);
+        }
+    }
+    out
+}
+
+/// Per phase, the samples whose period's middle lies in `[start_s, end_s)`.
+pub fn summarise(samples: &[SurrogateSample], phases: &[PhaseResult]) -> Vec<PhaseSurrogates> {
+    let mut spans = Vec::with_capacity(samples.len());
+    let mut prev = 0.0;
+    for s in samples {
+        spans.push(((prev + s.t_s) / 2.0, s.t_s - prev, s));
+        prev = s.t_s;
+    }
+    let sum = |v: &[&SurrogateSample], f: fn(&SurrogateSample) -> Option<u64>| {
+        v.iter().map(|s| f(s)).sum::<Option<u64>>()
+    };
+    phases
+        .iter()
+        .map(|p| {
+            let inside: Vec<(f64, &SurrogateSample)> = spans
+                .iter()
+                .filter(|(mid, _, _)| *mid >= p.start_s && *mid < p.end_s)
+                .map(|(_, dt, s)| (*dt, *s))
+                .collect();
+            let v: Vec<&SurrogateSample> = inside.iter().map(|x| x.1).collect();
+            // fold from +0.0: an empty `sum()` of floats is -0.0, printed "-0.00".
+            let cpu_s = inside
+                .iter()
+                .map(|(dt, s)| s.cpu_percent / 100.0 * dt)
+                .fold(0.0, |a, x| a + x);
+            let n = v.len();
+            PhaseSurrogates {
+                phase: p.name.clone(),
+                samples: n as u32,
+                cpu_s: (cpu_s * 1000.0).round() / 1000.0,
+                mean_cpu_percent: if n > 0 {
+                    (v.iter().map(|s| s.cpu_percent).sum::<f64>() / n as f64 * 10.0).round() / 10.0
+                } else {
+                    0.0
+                },
+                max_cpu_percent: v.iter().map(|s| s.cpu_percent).fold(0.0, f64::max),
+                max_rss_mb: v.iter().map(|s| s.rss_mb).fold(0.0, f64::max),
+                read_bytes: sum(&v, |s| s.read_bytes),
+                write_bytes: sum(&v, |s| s.write_bytes),
+                read_ops: sum(&v, |s| s.read_ops),
+                write_ops: sum(&v, |s| s.write_ops),
+                cpu_ms_per_1k: (n > 0 && p.responses > 0)
+                    .then(|| (cpu_s * 1e6 / p.responses as f64 * 100.0).round() / 100.0),
+            }
+        })
+        .collect()
+}
+
+fn mb(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "–".into(), |b| format!("{:.1}", b as f64 / 1e6))
+}
+
+fn count(n: Option<u64>) -> String {
+    n.map_or_else(|| "–".into(), |n| n.to_string())
+}
+
+/// The per-contender, per-phase surrogate table (text; the thesis's Table 4.8 quantities).
+pub fn surrogate_table(r: &CacheResults) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<13} {:<6} {:>7} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>9} {:>10}",
+        "contender",
+        "phase",
+        "CPU s",
+        "CPU%",
+        "max%",
+        "RSS MB",
+        "rd MB",
+        "wr MB",
+        "rd calls",
+        "wr calls",
+        "ms/1k resp"
+    );
+    for c in &r.contenders {
+        let Some(sur) = &c.surrogates else { continue };
+        for p in &sur.phases {
+            if p.samples == 0 {
+                let _ = writeln!(
+                    s,
+                    "{:<13} {:<6} no sample (the phase was shorter than the {} s period)",
+                    c.name, p.phase, sur.period_s
+                );
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "{:<13} {:<6} {:>7.2} {:>6.1} {:>6.1} {:>7.1} {:>8} {:>8} {:>9} {:>9} {:>10}",
+                c.name,
+                p.phase,
+                p.cpu_s,
+                p.mean_cpu_percent,
+                p.max_cpu_percent,
+                p.max_rss_mb,
+                mb(p.read_bytes),
+                mb(p.write_bytes),
+                count(p.read_ops),
+                count(p.write_ops),
+                p.cpu_ms_per_1k
+                    .map_or_else(|| "–".into(), |x| format!("{x:.1}")),
+            );
+        }
+        for why in &sur.unreadable {
+            let _ = writeln!(s, "{:<13} unreadable: {why}", c.name);
+        }
+    }
+    s
+}
+
+/// Sentences: each contender's CPU per 1,000 responses against Capstan's (or the leanest
+/// contender's) in the loaded phases, and its peaks of CPU, memory and disk writes.
+pub fn surrogate_findings(r: &CacheResults) -> Vec<String> {
+    let with: Vec<(&str, &Surrogates)> = r
+        .contenders
+        .iter()
+        .filter_map(|c| Some((c.name.as_str(), c.surrogates.as_ref()?)))
+        .filter(|(_, s)| !s.samples.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    let per_1k = |s: &Surrogates, phase: &str| {
+        s.phases
+            .iter()
+            .find(|p| p.phase == phase)
+            .and_then(|p| p.cpu_ms_per_1k)
+            .filter(|x| *x > 0.0)
+    };
+    for phase in ["top1", "inc", "top2"] {
+        let rows: Vec<(&str, f64)> = with
+            .iter()
+            .filter_map(|(n, s)| Some((*n, per_1k(s, phase)?)))
+            .collect();
+        let base = rows
+            .iter()
+            .find(|(n, _)| *n == "capstan")
+            .copied()
+            .or_else(|| rows.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1)));
+        let Some((base_name, base_v)) = base else {
+            continue;
+        };
+        for (n, v) in rows.iter().filter(|(n, _)| *n != base_name) {
+            out.push(format!(
+                "{n} used {:.1}× {base_name}'s CPU per 1,000 responses in {phase} ({v:.1} ms \
+                 against {base_v:.1} ms)",
+                v / base_v
+            ));
+        }
+    }
+    for (n, s) in &with {
+        let peak_cpu = s.samples.iter().map(|x| x.cpu_percent).fold(0.0, f64::max);
+        let peak_rss = s.samples.iter().map(|x| x.rss_mb).fold(0.0, f64::max);
+        let written: Option<u64> = s.samples.iter().map(|x| x.write_bytes).sum();
+        let read: Option<u64> = s.samples.iter().map(|x| x.read_bytes).sum();
+        let disk = match (read, written) {
+            (Some(r), Some(w)) => format!(
+                "{:.1} MB read from and {:.1} MB written to disk",
+                r as f64 / 1e6,
+                w as f64 / 1e6
+            ),
+            _ => "disk I/O unreadable".into(),
+        };
+        out.push(format!(
+            "{n}: peak CPU {peak_cpu:.0} % of a core, peak RSS {peak_rss:.1} MB, {disk} over \
+             the run"
+        ));
+    }
+    out
+}
+
+/// One line per contender over the run's seconds.
+fn time_svg(
+    r: &CacheResults,
+    caption: &str,
+    y_desc: &str,
+    value: fn(&SurrogateSample) -> f64,
+) -> Result<String, LabError> {
+    use crate::report::{err, COLOURS};
+    use plotters::prelude::*;
+    let series: Vec<(&str, Vec<(f64, f64)>)> = r
+        .contenders
+        .iter()
+        .filter_map(|c| {
+            let s = c.surrogates.as_ref()?;
+            Some((
+                c.name.as_str(),
+                s.samples.iter().map(|x| (x.t_s, value(x))).collect(),
+            ))
+        })
+        .collect();
+    let points = series.iter().flat_map(|s| s.1.iter());
+    let (x_max, y_max) = points.fold((1.0f64, 1.0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 340)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max * 1.1)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the workload started")
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (i, (name, pts)) in series.into_iter().enumerate() {
+            let col = COLOURS[i % COLOURS.len()];
+            chart
+                .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// The report's surrogate section: CPU and RSS over time, the per-phase table, what could
+/// not be read.
+pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
+    let mut h = String::from(
+        "<h2>Surrogate metrics (the thesis's Figs. 4.35–4.42, Table 4.8)</h2>\
+         <p>Sampled once a second from /proc while the workload ran: the proxy's whole \
+         process tree. Disk bytes are what reached the storage layer (/proc/PID/io \
+         read_bytes, write_bytes); read/write calls (syscr, syscw) count every read and write \
+         system call, sockets included.</p>",
+    );
+    if !r.contenders.iter().any(|c| c.surrogates.is_some()) {
+        h.push_str("<p>No contender was sampled.</p>");
+        return Ok(h);
+    }
+    h.push_str(&time_svg(
+        r,
+        "proxy CPU over time",
+        "CPU, % of one core",
+        |s| s.cpu_percent,
+    )?);
+    h.push_str(&time_svg(
+        r,
+        "proxy resident memory over time",
+        "RSS, MB",
+        |s| s.rss_mb,
+    )?);
+    let _ = write!(
+        h,
+        "<h3>Per phase</h3><pre>{}</pre>",
+        crate::cache::esc(&surrogate_table(r))
+    );
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Varnish's cache process as /proc shows it (command name with a space and parentheses).
+    const STAT: &str = "4242 (cache-main (x) y) S 4200 4200 10332 0 -1 4194560 9120 0 3 0 \
+        1234 567 0 0 20 0 23 0 3506434 312233984 30412 18446744073709551615 1 1 0 0 0 0 0 \
+        4096 0 0 0 0 17 1 0 0 0 0 0";
+    const STATUS: &str = "Name:\tcache-main\nUmask:\t0022\nState:\tS (sleeping)\n\
+        VmPeak:\t  405000 kB\nVmRSS:\t  121648 kB\nRssAnon:\t  100000 kB\nThreads:\t23\n";
+    const IO: &str = "rchar: 6976\nwchar: 1200\nsyscr: 10\nsyscw: 3\nread_bytes: 4096\n\
+        write_bytes: 81920\ncancelled_write_bytes: 0\n";
+
+    #[test]
+    fn proc_files_parse_from_captured_text() {
+        assert_eq!(parse_stat(STAT), Some((4200, 1234 + 567)));
+        assert_eq!(parse_stat("12 (short) S"), None);
+        assert_eq!(parse_status_rss_kb(STATUS), Some(121648));
+        assert_eq!(parse_status_rss_kb("Name:\tkthreadd\nState:\tS\n"), None);
+        assert_eq!(
+            parse_io(IO),
+            Some(IoCounters {
+                read_bytes: 4096,
+                write_bytes: 81920,
+                syscr: 10,
+                syscw: 3
+            })
+        );
+        // A kernel without task I/O accounting lacks the storage counters.
+        assert_eq!(parse_io("rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\n"), None);
+    }
+
+    fn reading(ticks: u64, rss_kb: u64, io: Option<(u64, u64, u64, u64)>) -> ProcReading {
+        ProcReading {
+            ticks,
+            rss_kb,
+            io: io.map(|(read_bytes, write_bytes, syscr, syscw)| IoCounters {
+                read_bytes,
+                write_bytes,
+                syscr,
+                syscw,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_period_sums_the_tree_and_counts_new_processes_from_zero() {
+        let before = HashMap::from([
+            (1, reading(100, 1024, Some((0, 0, 5, 5)))),
+            (2, reading(50, 1024, Some((4096, 0, 10, 0)))),
+            (9, reading(70, 1024, Some((0, 0, 0, 0)))),
+        ]);
+        // Pid 9 exited, pid 3 is new; 0.5 s at 100 ticks/s.
+        let now = HashMap::from([
+            (1, reading(130, 2048, Some((0, 8192, 6, 9)))),
+            (2, reading(60, 1024, Some((8192, 0, 12, 0)))),
+            (3, reading(10, 1024, Some((0, 4096, 1, 1)))),
+        ]);
+        let s = sample_between(&before, &now, 0.5, 2.0, 100.0);
+        // (30 + 10 + 10) ticks = 0.5 s of CPU in 0.5 s: one core.
+        assert_eq!(s.cpu_percent, 100.0);
+        assert_eq!(s.rss_mb, 4.0);
+        assert_eq!(s.read_bytes, Some(4096));
+        assert_eq!(s.write_bytes, Some(8192 + 4096));
+        assert_eq!(s.read_ops, Some(1 + 2 + 1));
+        assert_eq!(s.write_ops, Some(4 + 1));
+        assert_eq!(s.processes, 3);
+        // One unreadable /proc/PID/io makes the period's disk I/O unknown, not smaller.
+        let blind = HashMap::from([(1, reading(130, 2048, None))]);
+        let s = sample_between(&before, &blind, 1.0, 3.0, 100.0);
+        assert_eq!(
+            (s.cpu_percent, s.read_bytes, s.write_ops),
+            (30.0, None, None)
+        );
+    }
+
+    #[test]
+    fn samples_are_summarised_per_phase_by_their_middle() {
+        let phase = |name: &str, start_s: f64, end_s: f64, responses: u64| PhaseResult {
+            name: name.into(),
+            start_s,
+            end_s,
+            responses,
+            ..Default::default()
+        };
+        let sample = |t_s: f64, cpu: f64, rss: f64, wr: Option<u64>| SurrogateSample {
+            t_s,
+            cpu_percent: cpu,
+            rss_mb: rss,
+            read_bytes: Some(0),
+            write_bytes: wr,
+            read_ops: Some(1),
+            write_ops: Some(2),
+            processes: 1,
+        };
+        let samples = [
+            sample(1.0, 10.0, 5.0, Some(100)),
+            sample(2.0, 30.0, 7.0, Some(200)),
+            sample(3.0, 50.0, 6.0, None),
+            sample(4.0, 70.0, 9.0, Some(1)),
+        ];
+        let s = summarise(
+            &samples,
+            &[
+                phase("fill", 0.0, 2.0, 1000),
+                phase("top1", 2.0, 3.4, 2000),
+                phase("cool", 5.0, 5.2, 10),
+            ],
+        );
+        assert_eq!(s[0].samples, 2);
+        assert!((s[0].cpu_s - 0.4).abs() < 1e-9, "{:?}", s[0]);
+        assert_eq!((s[0].mean_cpu_percent, s[0].max_cpu_percent), (20.0, 30.0));
+        assert_eq!(s[0].max_rss_mb, 7.0);
+        assert_eq!(s[0].write_bytes, Some(300));
+        assert_eq!((s[0].read_ops, s[0].write_ops), (Some(2), Some(4)));
+        assert_eq!(s[0].cpu_ms_per_1k, Some(400.0));
+        // The sample at 4 s covers 3–4 s: its middle is past top1's end.
+        assert_eq!(s[1].samples, 1);
+        assert_eq!(s[1].write_bytes, None);
+        assert_eq!(s[1].cpu_ms_per_1k, Some(250.0));
+        // A phase shorter than a period has no sample, and no "-0.00" CPU seconds.
+        assert_eq!((s[2].samples, s[2].cpu_ms_per_1k), (0, None));
+        assert!(s[2].cpu_s == 0.0 && s[2].cpu_s.is_sign_positive());
+    }
+
+    #[test]
+    fn unreadable_reasons_are_kept_once_and_vanished_pids_dropped() {
+        let d = distinct(vec![
+            "/proc/12/io: Permission denied (os error 13)".into(),
+            "/proc/13/io: Permission denied (os error 13)".into(),
+            "/proc/14/io: No such file or directory (os error 2)".into(),
+        ]);
+        assert_eq!(d, ["/proc/PID/io: Permission denied (os error 13)"]);
+        assert_eq!(distinct(d.clone()), d);
+    }
+
+    #[test]
+    fn the_sampler_reads_a_live_process_tree_and_stops_when_finished() {
+        let sampler = Sampler::start(std::process::id(), Duration::from_millis(20));
+        let end = Instant::now() + Duration::from_secs(20);
+        let mut x = 0u64;
+        // Busy until at least three periods have passed (polled: the sampler is a thread).
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(100) && Instant::now() < end {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let phase = PhaseResult {
+            name: "all".into(),
+            end_s: 1e9,
+            responses: 1,
+            ..Default::default()
+        };
+        let s = sampler.finish(&[phase]);
+        assert!(s.samples.len() >= 2, "{s:?}");
+        assert!(s.samples.iter().all(|x| x.rss_mb > 0.0 && x.processes >= 1));
+        assert!(s.samples.iter().map(|x| x.cpu_percent).sum::<f64>() > 0.0);
+        assert_eq!(s.phases[0].samples as usize, s.samples.len());
+        assert!(s.samples.windows(2).all(|w| w[0].t_s < w[1].t_s));
+    }
+}

@@ -22,7 +22,7 @@ fn main() {
     };
     let size: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
     let seconds: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(4.0);
-    if !(HEADERS + 1..=1500).contains(&size) || !(seconds > 0.0) {
+    if !(HEADERS + 1..=1500).contains(&size) || !seconds.is_finite() || seconds <= 0.0 {
         eprintln!("{usage}: packet size 29–1500, seconds > 0");
         std::process::exit(2);
     }

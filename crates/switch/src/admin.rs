@@ -759,6 +759,9 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(crate::connection_limits::ListenerCollector::of(
         &switch.listeners(),
     )));
+    registry.register_collector(Box::new(crate::tls_metrics::TlsCollector::of(
+        switch.tls_counters(),
+    )));
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
         let _ = writeln!(out, "# encoding failed: {e}");

@@ -1,7 +1,8 @@
 //! TLS termination and HTTP/2 from clients, on loopback: certificates by SNI, ALPN, session
 //! resumption, HTTP/2 streams dispatched one by one, certificate reload under a running
 //! download, malformed HTTP/2 requests refused before they reach a node, and a client over
-//! its address's connection limit closed before any handshake.
+//! its address's connection limit closed before any handshake, and handshakes (completed by
+//! version, ALPN and resumption; failed by reason) counted in `/metrics` and `/status`.
 //! The certificates are the committed test PKI in `examples/tls/` (see its `gen.sh`).
 
 mod common;
@@ -757,4 +758,29 @@ async fn tls_handshakes_and_failures_are_counted_per_listener() {
     assert_eq!(tls["failures"]["protocol"], 1, "{status}");
     assert_eq!(tls["failures"]["alert"], 1, "{status}");
     assert!(status["listeners"][0].get("tls").is_none(), "{status}");
+}
+
+#[tokio::test]
+async fn a_stalled_handshake_counts_as_a_timeout() {
+    let a = Backend::start("a").await;
+    let timeouts = "[timeouts]\nheader_read = \"300ms\"\n";
+    let sw = start_switch(&tls_config(&[&a], &THREE[..1], timeouts)).await;
+    let (addr, admin) = (sw.listen_addrs[1], sw.admin_addr.unwrap());
+    // A handshake record's header announcing 80 bytes, and nothing more.
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x50])
+        .await
+        .unwrap();
+    let timeout =
+        format!("capstan_tls_handshake_failures_total{{listener=\"{addr}\",reason=\"timeout\"}} 1");
+    wait_for_metrics(admin, &[timeout]).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest));
+    assert!(
+        closed.await.is_ok(),
+        "the switch closed the stalled connection"
+    );
+    let status = status_json(admin).await;
+    assert_eq!(status["listeners"][1]["tls"]["handshakes"], 0, "{status}");
 }

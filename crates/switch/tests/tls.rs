@@ -758,6 +758,11 @@ async fn tls_handshakes_and_failures_are_counted_per_listener() {
     assert_eq!(tls["failures"]["protocol"], 1, "{status}");
     assert_eq!(tls["failures"]["alert"], 1, "{status}");
     assert!(status["listeners"][0].get("tls").is_none(), "{status}");
+    let page = get(admin, "/").await.text();
+    assert!(
+        page.contains(&format!("TLS {addr}: 5 handshakes (1 resumed;")),
+        "{page}"
+    );
 }
 
 #[tokio::test]

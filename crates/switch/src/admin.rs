@@ -759,6 +759,9 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(crate::connection_limits::ListenerCollector::of(
         &switch.listeners(),
     )));
+    registry.register_collector(Box::new(crate::tls_metrics::TlsCollector::of(
+        switch.tls_counters(),
+    )));
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
         let _ = writeln!(out, "# encoding failed: {e}");
@@ -771,6 +774,33 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+/// One line per TLS listener: its handshakes, and its failed ones by reason.
+fn tls_dashboard(listeners: &[crate::connection_limits::ListenerStatus]) -> String {
+    let mut out = String::new();
+    for l in listeners {
+        let Some(tls) = &l.tls else { continue };
+        let f = &tls.failures;
+        let _ = write!(
+            out,
+            "<p>TLS {}: {} handshakes ({} resumed; TLS 1.2 {}, 1.3 {}; h2 {}, http/1.1 {}) · \
+             failed: alert {}, no certificate {}, protocol {}, timeout {}, io {}</p>",
+            escape(&l.address),
+            tls.handshakes,
+            tls.resumed,
+            tls.versions.tls12,
+            tls.versions.tls13,
+            tls.alpn.h2,
+            tls.alpn.http11,
+            f.alert,
+            f.no_certificate,
+            f.protocol,
+            f.timeout,
+            f.io
+        );
+    }
+    out
 }
 
 fn dashboard(status: &Status) -> String {
@@ -811,13 +841,14 @@ fn dashboard(status: &Status) -> String {
          <p>policy <b>{}</b> · generation {} · up {:.0} s · {} connections open, {} accepted · {} reloads</p>\
          <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
          <th>load</th><th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
-         {rows}</table>{cache}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
+         {rows}</table>{tls}{cache}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
         escape(&status.policy),
         status.generation,
         status.uptime_s,
         status.open_connections,
         status.accepted_connections,
         status.reloads,
+        tls = tls_dashboard(&status.listeners),
         cache = status
             .cache
             .as_ref()

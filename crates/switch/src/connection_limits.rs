@@ -60,6 +60,9 @@ pub struct ListenerStatus {
     pub rejected_per_client: u64,
     /// Client addresses with connections open, as the per-address limit counts them.
     pub client_addresses: usize,
+    /// Handshake counts, on a TLS listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::tls_metrics::TlsStatus>,
 }
 
 impl ListenerLimits {
@@ -144,6 +147,7 @@ impl ListenerLimits {
             full_switch: load(&self.full_switch),
             rejected_per_client: load(&self.rejected_per_client),
             client_addresses: self.clients.as_ref().map_or(0, |c| c.addresses()),
+            tls: None,
         }
     }
 }

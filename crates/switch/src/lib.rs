@@ -28,6 +28,7 @@ pub mod retry;
 pub mod server;
 pub mod strict;
 pub mod tls;
+pub mod tls_metrics;
 pub mod upgrade;
 
 pub use config::{Config, ConfigError, NodeConfig};

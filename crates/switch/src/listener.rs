@@ -20,6 +20,7 @@ use toml::Spanned;
 use crate::config::{resolve_address, Config};
 use crate::connection_limits::{ClientLimiter, ListenerLimits};
 use crate::tls::{CertificateFiles, ErrorAt, Tls, TlsFiles};
+use crate::tls_metrics::TlsCounters;
 
 /// One `[[listener]]` entry, resolved.
 #[derive(Clone, Debug, Serialize)]
@@ -199,6 +200,8 @@ pub struct Endpoint {
     tls_at_start: Option<Arc<rustls::ServerConfig>>,
     /// Shared by every worker accepting on this address.
     pub limits: Arc<ListenerLimits>,
+    /// Handshake counters of a TLS listener, shared like `limits`.
+    pub tls_counters: Option<Arc<TlsCounters>>,
 }
 
 impl Endpoint {
@@ -218,6 +221,7 @@ impl Endpoint {
                 h2c: false,
                 tls_at_start: None,
                 limits: Arc::new(ListenerLimits::new(addr, None, shared.clone())),
+                tls_counters: None,
             };
             (addr, endpoint)
         });
@@ -231,6 +235,7 @@ impl Endpoint {
                 h2c: l.h2c,
                 tls_at_start: l.tls.as_ref().map(|t| Arc::clone(&t.server_config)),
                 limits: Arc::new(ListenerLimits::new(l.address, l.max_connections, clients)),
+                tls_counters: l.tls.as_ref().map(|_| Arc::new(TlsCounters::default())),
             };
             (l.address, endpoint)
         });

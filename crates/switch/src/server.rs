@@ -114,7 +114,22 @@ impl Switch {
     pub fn listeners(&self) -> Vec<crate::connection_limits::ListenerStatus> {
         self.endpoints
             .iter()
-            .map(|(_, endpoint)| endpoint.limits.status())
+            .map(|(_, endpoint)| {
+                let mut status = endpoint.limits.status();
+                status.tls = endpoint.tls_counters.as_ref().map(|c| c.status());
+                status
+            })
+            .collect()
+    }
+
+    /// Each TLS listener's address and handshake counters, for `/metrics`.
+    pub fn tls_counters(&self) -> Vec<(String, Arc<crate::tls_metrics::TlsCounters>)> {
+        self.endpoints
+            .iter()
+            .filter_map(|(_, endpoint)| {
+                let counters = endpoint.tls_counters.as_ref()?;
+                Some((endpoint.limits.address().to_string(), Arc::clone(counters)))
+            })
             .collect()
     }
 }
@@ -653,12 +668,9 @@ async fn serve_connection(
     };
     match start.tls {
         Some(tls) => {
-            // The handshake is part of the request head's time.
-            let accept = tokio_rustls::TlsAcceptor::from(tls).accept(io);
-            let tls_stream = match tokio::time::timeout(header_read, accept).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return tracing::debug!(%peer, "TLS handshake failed: {e}"),
-                Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+            let counters = endpoint.tls_counters.as_deref();
+            let Some(tls_stream) = tls_handshake(io, tls, header_read, peer, counters).await else {
+                return;
             };
             let protocol = negotiated(tls_stream.get_ref().1);
             let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
@@ -673,6 +685,44 @@ async fn serve_connection(
         }
         None => serve_http(switch, io, peer, state, Protocol::Http1).await,
     }
+}
+
+/// The server side of a TLS handshake, counted on the listener's `counters` once it ends
+/// (`None`: it failed or timed out, and the connection is to be closed).
+async fn tls_handshake<I>(
+    io: I,
+    tls: Arc<rustls::ServerConfig>,
+    header_read: Duration,
+    peer: SocketAddr,
+    counters: Option<&crate::tls_metrics::TlsCounters>,
+) -> Option<tokio_rustls::server::TlsStream<I>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use crate::tls_metrics::HandshakeFailure;
+    let started = std::time::Instant::now();
+    // The handshake is part of the request head's time.
+    let accept = tokio_rustls::TlsAcceptor::from(tls).accept(io);
+    let failure = match tokio::time::timeout(header_read, accept).await {
+        Ok(Ok(stream)) => {
+            if let Some(counters) = counters {
+                counters.completed(stream.get_ref().1, started.elapsed());
+            }
+            return Some(stream);
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, "TLS handshake failed: {e}");
+            HandshakeFailure::of(&e)
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            HandshakeFailure::Timeout
+        }
+    };
+    if let Some(counters) = counters {
+        counters.failed(failure);
+    }
+    None
 }
 
 /// Serves HTTP/1.1 or HTTP/2 on a client connection (TLS already terminated, if any).

@@ -1,7 +1,8 @@
 //! TLS termination and HTTP/2 from clients, on loopback: certificates by SNI, ALPN, session
 //! resumption, HTTP/2 streams dispatched one by one, certificate reload under a running
 //! download, malformed HTTP/2 requests refused before they reach a node, and a client over
-//! its address's connection limit closed before any handshake.
+//! its address's connection limit closed before any handshake, and handshakes (completed by
+//! version, ALPN and resumption; failed by reason) counted in `/metrics` and `/status`.
 //! The certificates are the committed test PKI in `examples/tls/` (see its `gen.sh`).
 
 mod common;
@@ -634,6 +635,10 @@ async fn a_tls_client_over_its_address_limit_is_closed_before_any_handshake() {
     assert!(refused.is_err(), "no handshake for the second connection");
     let status = status_json(admin).await;
     assert_eq!(status["listeners"][1]["rejected_per_client"], 1, "{status}");
+    // Closed before any handshake: not a failed one.
+    let failures = &status["listeners"][1]["tls"]["failures"];
+    assert_eq!(failures["io"], 0, "{status}");
+    assert_eq!(failures["protocol"], 0, "{status}");
     drop(held);
     wait_for_status(admin, "the address released", |s| {
         s["listeners"][1]["client_addresses"] == 0
@@ -643,4 +648,144 @@ async fn a_tls_client_over_its_address_limit_is_closed_before_any_handshake() {
         .await
         .expect("handshake");
     assert!(h1_over(again, "/").await.starts_with("HTTP/1.1 200"));
+}
+
+/// Polls `/metrics` until it has every line of `want` (each a full sample, value included),
+/// or fails after 10 s showing what it had.
+async fn wait_for_metrics(admin: SocketAddr, want: &[String]) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = get(admin, "/metrics").await.text();
+        if want
+            .iter()
+            .all(|line| metrics.lines().any(|have| have == line))
+        {
+            return metrics;
+        }
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|line| !metrics.lines().any(|have| have == *line))
+            .collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {missing:?} in\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn tls_handshakes_and_failures_are_counted_per_listener() {
+    let a = Backend::start("a").await;
+    let sw = start_switch(&tls_config(&[&a], &THREE, "")).await;
+    let (addr, admin) = (sw.listen_addrs[1], sw.admin_addr.unwrap());
+    use rustls::version::{TLS12, TLS13};
+
+    let h2_13 = connect(addr, "localhost", client_config(&[b"h2"], &[&TLS13]))
+        .await
+        .unwrap();
+    assert_eq!(h2_13.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let h1_12 = connect(addr, "localhost", client_config(&[b"http/1.1"], &[&TLS12]))
+        .await
+        .unwrap();
+    assert!(h1_over(h1_12, "/").await.starts_with("HTTP/1.1 200"));
+    let no_alpn = connect(addr, "localhost", client_config(&[], &[&TLS13]))
+        .await
+        .unwrap();
+    assert!(h1_over(no_alpn, "/").await.starts_with("HTTP/1.1 200"));
+    // The same client configuration keeps the ticket (read after the handshake in TLS 1.3).
+    let keeps_tickets = client_config(&[b"http/1.1"], &[&TLS13]);
+    let first = connect(addr, "localhost", Arc::clone(&keeps_tickets))
+        .await
+        .unwrap();
+    assert!(h1_over(first, "/").await.starts_with("HTTP/1.1 200"));
+    let second = connect(addr, "localhost", keeps_tickets).await.unwrap();
+    assert_eq!(
+        second.get_ref().1.handshake_kind(),
+        Some(rustls::HandshakeKind::Resumed)
+    );
+    assert!(h1_over(second, "/").await.starts_with("HTTP/1.1 200"));
+
+    // Plain HTTP to the TLS port, and a client refusing the default certificate it got for
+    // a name no certificate has.
+    let answer = raw_exchange(addr, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
+    assert!(!answer.contains("HTTP/1.1 200"), "{answer}");
+    assert!(connect(addr, "other.test", h1()).await.is_err());
+
+    let sample = |labels: &str, n: u64| {
+        format!("capstan_tls_handshakes_total{{listener=\"{addr}\",{labels}}} {n}")
+    };
+    let failures = |reason: &str, n: u64| {
+        format!(
+            "capstan_tls_handshake_failures_total{{listener=\"{addr}\",reason=\"{reason}\"}} {n}"
+        )
+    };
+    let metrics = wait_for_metrics(
+        admin,
+        &[
+            sample(r#"version="1.3",alpn="h2",resumed="false""#, 1),
+            sample(r#"version="1.2",alpn="http/1.1",resumed="false""#, 1),
+            sample(r#"version="1.3",alpn="none",resumed="false""#, 1),
+            sample(r#"version="1.3",alpn="http/1.1",resumed="false""#, 1),
+            sample(r#"version="1.3",alpn="http/1.1",resumed="true""#, 1),
+            sample(r#"version="1.2",alpn="h2",resumed="true""#, 0),
+            failures("protocol", 1),
+            failures("alert", 1),
+            failures("timeout", 0),
+            failures("no_certificate", 0),
+        ],
+    )
+    .await;
+    let count = format!("capstan_tls_handshake_duration_seconds_count{{listener=\"{addr}\"}}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&count)),
+        "duration histogram: {metrics}"
+    );
+    let plain = sw.listen_addrs[0];
+    assert!(
+        !metrics.contains(&format!("listener=\"{plain}\",version")),
+        "a plain listener has no TLS counters"
+    );
+    drop(h2_13);
+
+    let status = status_json(admin).await;
+    let tls = &status["listeners"][1]["tls"];
+    assert_eq!(tls["handshakes"], 5, "{status}");
+    assert_eq!(tls["resumed"], 1, "{status}");
+    assert_eq!(tls["versions"]["1.2"], 1, "{status}");
+    assert_eq!(tls["alpn"]["h2"], 1, "{status}");
+    assert_eq!(tls["alpn"]["none"], 1, "{status}");
+    assert_eq!(tls["failures"]["protocol"], 1, "{status}");
+    assert_eq!(tls["failures"]["alert"], 1, "{status}");
+    assert!(status["listeners"][0].get("tls").is_none(), "{status}");
+    let page = get(admin, "/").await.text();
+    assert!(
+        page.contains(&format!("TLS {addr}: 5 handshakes (1 resumed;")),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_handshake_counts_as_a_timeout() {
+    let a = Backend::start("a").await;
+    let timeouts = "[timeouts]\nheader_read = \"300ms\"\n";
+    let sw = start_switch(&tls_config(&[&a], &THREE[..1], timeouts)).await;
+    let (addr, admin) = (sw.listen_addrs[1], sw.admin_addr.unwrap());
+    // A handshake record's header announcing 80 bytes, and nothing more.
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x50])
+        .await
+        .unwrap();
+    let timeout =
+        format!("capstan_tls_handshake_failures_total{{listener=\"{addr}\",reason=\"timeout\"}} 1");
+    wait_for_metrics(admin, &[timeout]).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest));
+    assert!(
+        closed.await.is_ok(),
+        "the switch closed the stalled connection"
+    );
+    let status = status_json(admin).await;
+    assert_eq!(status["listeners"][1]["tls"]["handshakes"], 0, "{status}");
 }

@@ -180,27 +180,35 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     );
     let bar = progress_bar(plan.runs());
     let observer = observer(bar.clone(), plan.x_label());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    // Ctrl-C drops the run, and with it the cluster, so no node or switch outlives the lab.
-    let outcome = rt.block_on(async {
-        tokio::select! {
-            r = capstan_lab::run(&plan, &opts, Some(observer)) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
+    let outcome = until_interrupted(capstan_lab::run(&plan, &opts, Some(observer)));
     bar.finish_and_clear();
-    let mut results = match outcome {
-        Some(r) => r?,
-        None => bail!("interrupted; no report written"),
-    };
+    let mut results = outcome?;
     if let Some(world) = world {
         capstan_lab::simulate::attach(&mut results, world);
     }
     capstan_lab::report::conclude(&mut results, &exp);
     finish(&results, &args)
+}
+
+/// Runs `work` on a single-threaded runtime until it ends or Ctrl-C. Ctrl-C drops the run,
+/// and with it every node, switch and server it started, so none outlives the lab.
+fn until_interrupted<T, E: Into<anyhow::Error>>(
+    work: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let outcome = rt.block_on(async {
+        tokio::select! {
+            r = work => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    });
+    match outcome {
+        Some(r) => r.map_err(Into::into),
+        None => bail!("interrupted; no report written"),
+    }
 }
 
 /// Writes the report and prints the summary.
@@ -261,20 +269,7 @@ fn validate(args: &LabArgs) -> anyhow::Result<()> {
             eprintln!("{m}");
         }
     });
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
-    let outcome = rt.block_on(async {
-        tokio::select! {
-            r = capstan_lab::validate::run(&opts, Some(observer)) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
-    let results = match outcome {
-        Some(r) => r?,
-        None => bail!("interrupted; no report written"),
-    };
+    let results = until_interrupted(capstan_lab::validate::run(&opts, Some(observer)))?;
     let path = capstan_lab::validate::write(&results, &args.out)?;
     print!("{}", capstan_lab::validate::summary_table(&results));
     println!("report: {}", path.display());
@@ -319,29 +314,12 @@ fn run_cache(args: &LabArgs, exp: capstan_lab::cache::CacheExperiment) -> anyhow
         command: command_line(),
     };
     eprintln!("capstan lab: {} — {} ({mode:?})", exp.name, exp.figure);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
     let say = |m: String| eprintln!("  {m}");
-    let outcome = rt.block_on(async {
-        tokio::select! {
-            r = capstan_lab::cache::run_cache(&exp, &opts, &say) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
-    let results = match outcome {
-        Some(r) => r?,
-        None => bail!("interrupted; no report written"),
-    };
+    let results = until_interrupted(capstan_lab::cache::run_cache(&exp, &opts, &say))?;
     let path = capstan_lab::cache::write_report(&results, &args.out)?;
-    println!("{} — {}", results.title, results.figure);
-    print!("{}", capstan_lab::cache::summary_table(&results));
-    for f in &results.findings {
-        println!("- {f}");
-    }
-    println!("report: {}", path.display());
-    println!("data:   {}", args.out.join("results.json").display());
+    let heading = format!("{} — {}", results.title, results.figure);
+    let table = capstan_lab::cache::summary_table(&results);
+    print_summary(&heading, &table, &results.findings, &path, &args.out);
     Ok(())
 }
 
@@ -378,30 +356,30 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
         exp.figure,
         runs as f64 * (run_s + 5.0)
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
     let say = |m: String| eprintln!("  {m}");
-    let outcome = rt.block_on(async {
-        tokio::select! {
-            r = capstan_lab::wan::run_wan(&exp, &opts, &say) => Some(r),
-            _ = tokio::signal::ctrl_c() => None,
-        }
-    });
-    let results = match outcome {
-        Some(r) => r?,
-        None => bail!("interrupted; no report written"),
-    };
+    let results = until_interrupted(capstan_lab::wan::run_wan(&exp, &opts, &say))?;
     let path = capstan_lab::wan::write_report(&results, &args.out)?;
-    println!("{} — {}", results.title, results.figure);
-    print!("{}", capstan_lab::wan::summary_table(&results));
-    for f in &results.findings {
+    let heading = format!("{} — {}", results.title, results.figure);
+    let table = capstan_lab::wan::summary_table(&results);
+    print_summary(&heading, &table, &results.findings, &path, &args.out);
+    Ok(())
+}
+
+/// What a finished contender experiment prints: its heading, table, findings and files.
+fn print_summary(
+    heading: &str,
+    table: &str,
+    findings: &[String],
+    report: &std::path::Path,
+    out: &std::path::Path,
+) {
+    println!("{heading}");
+    print!("{table}");
+    for f in findings {
         println!("- {f}");
     }
-    println!("report: {}", path.display());
-    println!("data:   {}", args.out.join("results.json").display());
-    Ok(())
+    println!("report: {}", report.display());
+    println!("data:   {}", out.join("results.json").display());
 }
 
 fn list() {

@@ -128,13 +128,7 @@ fn unit() -> f64 {
 
 impl CacheExperiment {
     pub fn parse(text: &str, origin: &str) -> Result<CacheExperiment, LabError> {
-        let e: CacheExperiment = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
-            LabError::Experiment(format!("{origin}{at}: {}", e.message().trim()))
-        })?;
+        let e: CacheExperiment = crate::experiment::parse_toml(text, origin)?;
         if e.kind != "cache" {
             return Err(LabError::Experiment(format!(
                 "{origin}: kind must be \"cache\""

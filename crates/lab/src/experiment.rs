@@ -424,6 +424,21 @@ fn default_drain() -> String {
     "2s".into()
 }
 
+/// Deserialises an experiment file of any kind; a bad one is one line naming the file and the
+/// line of the mistake.
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+) -> Result<T, LabError> {
+    toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+        LabError::Experiment(format!("{origin}{at}: {}", e.message().trim()))
+    })
+}
+
 pub fn parse_duration(what: &str, s: &str) -> Result<Duration, LabError> {
     capstan_bench::parse_duration(s).map_err(|e| LabError::Experiment(format!("{what}: {e}")))
 }
@@ -431,13 +446,7 @@ pub fn parse_duration(what: &str, s: &str) -> Result<Duration, LabError> {
 impl Experiment {
     /// Parses and checks an experiment; `origin` names the file in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Experiment, LabError> {
-        let exp: Experiment = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
-            LabError::Experiment(format!("{origin}{at}: {}", e.message().trim()))
-        })?;
+        let exp: Experiment = parse_toml(text, origin)?;
         exp.validate()
             .map_err(|m| LabError::Experiment(format!("{origin}: {m}")))?;
         Ok(exp)

@@ -206,13 +206,7 @@ pub enum Mode {
 
 impl WanExperiment {
     pub fn parse(text: &str, origin: &str) -> Result<WanExperiment, LabError> {
-        let e: WanExperiment = toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            let at = line.map(|l| format!(":{l}")).unwrap_or_default();
-            LabError::Experiment(format!("{origin}{at}: {}", e.message().trim()))
-        })?;
+        let e: WanExperiment = crate::experiment::parse_toml(text, origin)?;
         e.check()
             .map_err(|m| LabError::Experiment(format!("{origin}: {m}")))?;
         Ok(e)

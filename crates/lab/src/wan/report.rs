@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{ContenderRuns, LevelResult, Vary, WanResults};
@@ -208,6 +209,32 @@ fn esc(t: &str) -> String {
         .replace('>', "&gt;")
 }
 
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One contender's line, named in the legend.
+fn line(
+    chart: &mut Chart,
+    pts: Vec<(f64, f64)>,
+    name: &str,
+    col: RGBColor,
+) -> Result<(), LabError> {
+    chart
+        .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+        .map_err(err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+    Ok(())
+}
+
+fn legend<'b>(chart: &mut Chart<'b, 'b>) -> Result<(), LabError> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(err)
+}
+
 /// A chart of one figure per level, a line per contender; x is the level's position.
 fn levels_svg(
     r: &WanResults,
@@ -260,23 +287,12 @@ fn levels_svg(
             if pts.is_empty() {
                 continue;
             }
-            chart
-                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(err)?
-                .label(c.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                });
+            line(&mut chart, pts.clone(), &c.name, col)?;
             chart
                 .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
                 .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -320,20 +336,9 @@ fn timeline_svg(r: &WanResults) -> Result<String, LabError> {
                 .iter()
                 .map(|s| (s.t_s, s.established as f64))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(pts, col.stroke_width(2)))
-                .map_err(err)?
-                .label(c.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                });
+            line(&mut chart, pts, &c.name, col)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
         root.present().map_err(err)?;
     }
     Ok(svg)

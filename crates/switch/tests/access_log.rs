@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
@@ -18,23 +17,16 @@ fn log_path(name: &str) -> PathBuf {
     path
 }
 
+fn lines_of(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(str::to_string).collect()
+}
+
 /// The file's lines, once it has `n` (the writer flushes every 20 ms).
 async fn wait_for_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} has {} lines, want {n}",
-            path.display(),
-            lines.len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = format!("{n} lines in {}", path.display());
+    wait_until(&what, || lines_of(path).len() >= n).await;
+    lines_of(path)
 }
 
 #[tokio::test]
@@ -168,18 +160,10 @@ async fn sampling_logs_one_request_in_n() {
         assert_eq!(get(addr, &format!("/{i}")).await.status, StatusCode::OK);
     }
     let admin = sw.admin_addr.unwrap();
-    let written = || async {
-        let metrics = get(admin, "/metrics").await.text();
-        metric(&metrics, "capstan_access_log_written_total")
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while written().await < 3.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "3 lines never written"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_metrics(admin, "3 lines written", |m| {
+        metric(m, "capstan_access_log_written_total") >= 3.0
+    })
+    .await;
     let lines = wait_for_lines(&path, 3).await;
     assert_eq!(lines.len(), 3, "{lines:?}");
     let paths: Vec<&str> = lines.iter().map(|l| l.split('"').nth(1).unwrap()).collect();
@@ -218,22 +202,14 @@ async fn a_full_buffer_drops_and_counts() {
     for task in tasks {
         assert_eq!(task.await.unwrap(), StatusCode::OK);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let metrics = get(admin, "/metrics").await.text();
-        let written = metric(&metrics, "capstan_access_log_written_total");
-        let dropped = metric(&metrics, "capstan_access_log_dropped_total");
-        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+    let what = format!("written + dropped = {requests}, every written line in the file");
+    wait_for_metrics(admin, &what, |metrics| {
+        let written = metric(metrics, "capstan_access_log_written_total");
+        let dropped = metric(metrics, "capstan_access_log_dropped_total");
         // Lines reach the file when the writer flushes its batch.
-        if written + dropped == f64::from(requests) && lines as f64 == written {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "written {written} + dropped {dropped} != {requests}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        written + dropped == f64::from(requests) && lines_of(&path).len() as f64 == written
+    })
+    .await;
 }
 
 #[tokio::test]

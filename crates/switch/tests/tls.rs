@@ -652,26 +652,12 @@ async fn a_tls_client_over_its_address_limit_is_closed_before_any_handshake() {
 
 /// Polls `/metrics` until it has every line of `want` (each a full sample, value included),
 /// or fails after 10 s showing what it had.
-async fn wait_for_metrics(admin: SocketAddr, want: &[String]) -> String {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let metrics = get(admin, "/metrics").await.text();
-        if want
-            .iter()
+async fn wait_for_samples(admin: SocketAddr, want: &[String]) -> String {
+    wait_for_metrics(admin, &format!("{want:?}"), |metrics| {
+        want.iter()
             .all(|line| metrics.lines().any(|have| have == line))
-        {
-            return metrics;
-        }
-        let missing: Vec<_> = want
-            .iter()
-            .filter(|line| !metrics.lines().any(|have| have == *line))
-            .collect();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {missing:?} in\n{metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -720,7 +706,7 @@ async fn tls_handshakes_and_failures_are_counted_per_listener() {
             "capstan_tls_handshake_failures_total{{listener=\"{addr}\",reason=\"{reason}\"}} {n}"
         )
     };
-    let metrics = wait_for_metrics(
+    let metrics = wait_for_samples(
         admin,
         &[
             sample(r#"version="1.3",alpn="h2",resumed="false""#, 1),
@@ -779,7 +765,7 @@ async fn a_stalled_handshake_counts_as_a_timeout() {
         .unwrap();
     let timeout =
         format!("capstan_tls_handshake_failures_total{{listener=\"{addr}\",reason=\"timeout\"}} 1");
-    wait_for_metrics(admin, &[timeout]).await;
+    wait_for_samples(admin, &[timeout]).await;
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest));
     assert!(

@@ -115,15 +115,10 @@ async fn websocket_echo_through_the_switch() {
     // The client closing ends the tunnel.
     drop(client);
     let admin = sw.admin_addr.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !get(admin, "/metrics")
-        .await
-        .text()
-        .contains("capstan_tunnels_open 0")
-    {
-        assert!(std::time::Instant::now() < deadline, "tunnel never closed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_metrics(admin, "the tunnel to close", |m| {
+        m.contains("capstan_tunnels_open 0")
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -395,6 +395,27 @@ pub async fn wait_for_status(
     }
 }
 
+/// Polls `/metrics` until `ready` holds for its text, or fails after 10 s saying `what` and
+/// showing the text; returns the text.
+pub async fn wait_for_metrics(
+    admin: SocketAddr,
+    what: &str,
+    ready: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = get(admin, "/metrics").await.text();
+        if ready(&metrics) {
+            return metrics;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what} in\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `ready` until it holds, or fails after 10 s saying `what`.
 pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

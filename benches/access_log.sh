@@ -12,6 +12,8 @@
 #   ROUNDS=5 SECONDS_PER_RUN=10 bash benches/access_log.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-8}
@@ -104,24 +106,6 @@ capstan_config capstan-off 18190 ""
 capstan_config capstan-combined 18191 "$(printf '[access_log]\npath = "%s"\nformat = "combined"' "$work/logs/combined.log")"
 capstan_config capstan-json 18194 "$(printf '[access_log]\npath = "%s"\nformat = "json"' "$work/logs/json.log")"
 
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
-
-# CPU clock ticks (user + system) used so far by process $1 and its children (nginx workers).
-cpu_ticks() {
-  local total=0 pid
-  for pid in "$1" $(pgrep -P "$1"); do
-    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
-  done
-  echo "$total"
-}
-
 nginx -c "$work/backends.conf" & pids+=($!)
 for p in 19101 19102 19103 19104; do wait_port $p; done
 declare -A proxy_pid
@@ -153,30 +137,7 @@ for round in $(seq "$ROUNDS"); do
       cpu_before=$(cpu_ticks "${proxy_pid[$pname]}")
       wrk "${args[@]}" "http://127.0.0.1:$port$path" > "$work/wrk.out"
       cpu_after=$(cpu_ticks "${proxy_pid[$pname]}")
-      python3 - "$work/wrk.out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results" <<'PY'
-import re, sys
-text = open(sys.argv[1]).read()
-SCALE = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}
-def ms(v):
-    m = re.match(r"([\d.]+)(us|ms|s|m|h)$", v)
-    if not m:
-        sys.exit(f"cannot read wrk latency {v!r} in:\n{text}")
-    return float(m.group(1)) * SCALE[m.group(2)]
-def find(pattern):
-    m = re.search(pattern, text, re.MULTILINE)
-    if not m:
-        sys.exit(f"wrk output lacks {pattern!r}:\n{text}")
-    return m.group(1)
-rps = float(find(r"Requests/sec:\s+([\d.]+)"))
-p50 = ms(find(r"^\s+50%\s+(\S+)"))
-p99 = ms(find(r"^\s+99%\s+(\S+)"))
-errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-errors = (sum(int(x) for x in errs.groups()) if errs else 0) + (int(non2xx.group(1)) if non2xx else 0)
-requests = int(find(r"(\d+) requests in"))
-cpu_us = (float(sys.argv[6]) - float(sys.argv[5])) / float(sys.argv[7]) * 1e6 / max(requests, 1)
-print(f"{sys.argv[2]}\t{sys.argv[3]}\t{sys.argv[4]}\t{rps:.0f}\t{p50:.3f}\t{p99:.3f}\t{errors}\t{cpu_us:.2f}")
-PY
+      wrk_row "$work/wrk.out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results"
     done
   done
 done

@@ -21,6 +21,8 @@
 # from /status or HAProxy's stats CSV), and the load average. Raw results land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 RATE=${RATE:-200}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-30}
@@ -49,15 +51,6 @@ stop_all() {
   pids=()
 }
 trap stop_all EXIT
-
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
 
 start_node() { # port dir → pid in $node_pid
   "$capstan" origin --listen "127.0.0.1:$1" --name "o${1: -1}" --resources emulated \

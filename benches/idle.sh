@@ -12,6 +12,8 @@
 #   N=10000 MODES="silent keepalive" PROXIES="capstan haproxy" bash benches/idle.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 N=${N:-5000}
 HOLD=${HOLD:-10}
@@ -37,15 +39,6 @@ stop_all() {
   pids=()
 }
 trap stop_all EXIT
-
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
 
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 sockets() { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null | wc -l; }

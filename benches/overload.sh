@@ -22,6 +22,8 @@
 # Raw results land in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 RATE=${RATE:-100}
 STATIC_RATE=${STATIC_RATE:-20}
@@ -43,15 +45,6 @@ stop_all() {
   pids=()
 }
 trap 'stop_all; rm -rf "$work"' EXIT
-
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
 
 switch_config() {
   local mode=$1

@@ -12,6 +12,8 @@
 #   DURATION=600 RESTART_EVERY=60 bash benches/soak.sh      # a 10-minute version
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 DURATION=${DURATION:-3600}
 RESTART_EVERY=${RESTART_EVERY:-180}
@@ -34,15 +36,6 @@ stop_all() {
   wait 2>/dev/null || true
 }
 trap stop_all EXIT
-
-wait_port() {
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
 
 start_node() {
   "$capstan" origin --listen "127.0.0.1:$1" --name "o${1: -1}" --resources emulated \

@@ -16,6 +16,8 @@
 # (h2load, 10 connections × 10 concurrent streams).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
@@ -109,24 +111,6 @@ backend be
   server s4 127.0.0.1:19104
 CONF
 done
-
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on port $1" >&2
-  exit 1
-}
-
-# CPU clock ticks (user + system) used so far by process $1 and its children.
-cpu_ticks() {
-  local total=0 pid
-  for pid in "$1" $(pgrep -P "$1"); do
-    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
-  done
-  echo "$total"
-}
 
 nginx -c "$work/backends.conf" & pids+=($!)
 for p in 19101 19102 19103 19104; do wait_port $p; done

@@ -1,0 +1,27 @@
+# Shell helpers the benchmark scripts share; `source benches/lib.sh` from the repo root.
+
+# Waits (up to 10 s) until something accepts on 127.0.0.1:$1; exits the script otherwise.
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
+
+# CPU clock ticks (user + system) used so far by process $1 and its children (nginx workers).
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1"); do
+    total=$(awk -v t="$total" '{print t + $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo "$total")
+  done
+  echo "$total"
+}
+
+# One TSV row from a wrk --latency output file:
+#   wrk_row WRK_OUT ROUND SCENARIO PROXY CPU_TICKS_BEFORE CPU_TICKS_AFTER CLK_TCK
+# → round, scenario, proxy, req/s, p50 ms, p99 ms, errors, proxy CPU µs per request.
+wrk_row() {
+  python3 benches/wrk_row.py "$@"
+}

@@ -41,6 +41,8 @@ capstan sim commerce --policies cap,weighted-round-robin,lard,round-robin,random
 --nodes 8 --rate 200 --duration 10m --replications 5 --seed 1 --out out/commerce\n  \
 capstan sim publishing-static --policies 'lard:t_low=10,t_high=30,cap' --out out/pub\n  \
 capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies cap --out out/fig3\n  \
+capstan sim commerce --nodes 1000 --request-rate 100k --duration 30s --replications 4 \\\n      \
+--policies cap --out out/scale   # 1,000 nodes, 100 k HTTP requests/s, 4 runs in parallel\n  \
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
 capstan sim sweb-skewed --out out/sweb-skewed  # SWEB §4.2: round robin vs file locality vs sweb\n  \
 capstan sim sweb-sizes --replications 3 --out out/sweb-sizes\n  \
@@ -70,6 +72,12 @@ pub struct SimArgs {
     /// paper's: 8, or 5–30].
     #[arg(long)]
     rate: Option<f64>,
+    /// Offered HTTP requests (objects) per second instead of --rate (e.g. 100k, 2.5M): the
+    /// session rate becomes this ÷ the scenario's mean requests per session (pages per session
+    /// × popularity-weighted objects per page). For large clusters: `--nodes 1000
+    /// --request-rate 100k`.
+    #[arg(long, value_name = "REQ/S", conflicts_with = "rate", value_parser = parse_count)]
+    request_rate: Option<f64>,
     /// Simulated time during which sessions arrive (e.g. 600, 90s, 10m, 1h) [default: 10m;
     /// sweb-skewed: 45s; sweb-sizes: 30s].
     #[arg(long)]
@@ -86,7 +94,8 @@ pub struct SimArgs {
     /// Also run WRR_num and WRR_time at these T_gat values in seconds (the paper's Figure 3).
     #[arg(long, value_delimiter = ',', value_name = "SECONDS")]
     tgat_sweep: Vec<f64>,
-    /// Worker threads (default: all cores).
+    /// Worker threads: replications (and policies) run in parallel, one run per thread at a
+    /// time [default: all cores, as std::thread::available_parallelism reports them].
     #[arg(long)]
     jobs: Option<usize>,
     /// Output directory.
@@ -95,6 +104,24 @@ pub struct SimArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+/// A positive number with an optional k (10³) or M (10⁶) suffix: `100000`, `100k`, `2.5M`.
+fn parse_count(s: &str) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.strip_suffix(['k', 'K']) {
+        Some(n) => (n, 1e3),
+        None => match t.strip_suffix('M') {
+            Some(n) => (n, 1e6),
+            None => (t, 1.0),
+        },
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * mul)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("`{s}` is not a positive number (e.g. 100000, 100k, 2.5M)"))
 }
 
 /// Seconds from `90`, `90s`, `10m`, `1h`, `500ms`.
@@ -202,7 +229,10 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     let policies = split_policies(args.policies.as_deref().unwrap_or(DEFAULT_POLICIES))?;
     let duration_s = parse_duration(args.duration.as_deref().unwrap_or("10m"))?;
     let nodes = args.nodes.unwrap_or(8);
-    let rate = args.rate.unwrap_or(200.0);
+    let rate = match args.request_rate {
+        Some(r) => r / capstan_sim::run::requests_per_session(&scenario, args.seed),
+        None => args.rate.unwrap_or(200.0),
+    };
     if duration_s <= 0.0 {
         bail!("--duration must be positive");
     }
@@ -265,20 +295,21 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         report.scenario.name, report.nodes, report.rate, report.duration_s, report.replications
     );
     println!(
-        "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6}",
-        "policy", "layer", "mean ms", "p50 ms", "p90 ms", "p99 ms", "hit"
+        "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6} {:>9}",
+        "policy", "layer", "mean ms", "p50 ms", "p90 ms", "p99 ms", "hit", "req/s"
     );
     let f = |e: &capstan_sim::stats::Estimate| format!("{:.0} ± {:.0}", e.value, e.ci95);
     for p in &report.policies {
         println!(
-            "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6.3}",
+            "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6.3} {:>9.0}",
             p.policy,
             p.layer,
             f(&p.mean),
             f(&p.p50),
             f(&p.p90),
             f(&p.p99),
-            p.cache_hit_rate.value
+            p.cache_hit_rate.value,
+            p.requests_per_s
         );
     }
     for t in &report.tgat {
@@ -290,12 +321,15 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         );
     }
     eprintln!(
-        "{} runs, {} events in {:.1} s wall ({:.2} M events per CPU-second, {} threads)",
+        "{} runs, {} events in {:.1} s wall: {:.2} M events/s per CPU-second, {:.2} M events/s \
+         wall ({} threads), {:.2} CPU-s per simulated second per run",
         info.runs,
         info.events,
         info.wall_s,
         info.events_per_cpu_s / 1e6,
-        info.threads
+        info.events_per_wall_s / 1e6,
+        info.threads,
+        info.cpu_s_per_simulated_s
     );
     if let Some(dir) = &args.out {
         let json = serde_json::to_string_pretty(&report)? + "\n";

@@ -61,7 +61,10 @@ pub fn sweep_svg(report: &SweepReport) -> Result<String, String> {
                 .draw_series(s.points.iter().map(|p| {
                     let v = p.p90.value / 1e3;
                     let ci = p.p90.ci95 / 1e3;
-                    ErrorBar::new_vertical(p.x, (v - ci).max(y_min), v, v + ci, c.filled(), 6)
+                    PathElement::new(
+                        vec![(p.x, (v - ci).max(y_min)), (p.x, v + ci)],
+                        c.stroke_width(1),
+                    )
                 }))
                 .map_err(err)?;
             chart

@@ -171,6 +171,7 @@ fn tgat_table(report: &Value) -> Result<String, String> {
             .map_or("–".to_string(), |p| est(&p["p90"]))
     };
     let mut gathers: Vec<f64> = points.iter().map(|p| f(&p["gather_s"])).collect();
+    gathers.sort_by(f64::total_cmp);
     gathers.dedup();
     for g in gathers {
         t.push_str(&format!(

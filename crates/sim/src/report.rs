@@ -7,7 +7,7 @@ use plotters::prelude::*;
 use crate::policy::Metric;
 use crate::run::Report;
 
-const COLOURS: [RGBColor; 8] = [
+pub(crate) const COLOURS: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -78,6 +78,7 @@ pub fn tgat_svg(report: &Report) -> Result<Option<String>, String> {
         .tgat
         .iter()
         .map(|t| (t.p90.value + t.p90.ci95) / 1e3)
+        .chain(report.policies.iter().map(|p| p.p90.value / 1e3))
         .fold(0.1, f64::max)
         * 1.1;
     let mut svg = String::new();
@@ -124,6 +125,24 @@ pub fn tgat_svg(report: &Report) -> Result<Option<String>, String> {
             chart
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
                 .map_err(err)?;
+        }
+        // Policies run beside the sweep (RAN and RR in the paper's Fig. 3) do not gather state:
+        // they are flat baselines.
+        for (i, p) in report.policies.iter().enumerate() {
+            let c = COLOURS[(i + 2) % COLOURS.len()];
+            let y = p.p90.value / 1e3;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, y), (max_x * 1.05, y)],
+                    8,
+                    4,
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(p.policy.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()

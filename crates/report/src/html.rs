@@ -68,6 +68,11 @@ impl Page {
         self.html.push_str(html);
     }
 
+    /// Raw HTML, as `String::push_str` (so a report built on a `String` moves over unchanged).
+    pub fn push_str(&mut self, html: &str) {
+        self.html.push_str(html);
+    }
+
     /// A `<h2>` (escaped).
     pub fn section(&mut self, heading: &str) {
         self.html.push_str("<h2>");

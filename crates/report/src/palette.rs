@@ -3,7 +3,7 @@
 //! plus navy and olive); with more than twelve series the colours repeat but the marker shapes
 //! (cycling with a different period) keep neighbours distinguishable.
 
-use plotters::style::RGBColor;
+pub use plotters::style::RGBColor;
 
 pub const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),  // blue
@@ -27,3 +27,6 @@ pub fn colour(i: usize) -> RGBColor {
 
 /// Grey, for reference curves (the papers' numbers).
 pub const REFERENCE: RGBColor = RGBColor(150, 150, 150);
+
+/// Black, for the one line every other is measured against (an optimum, a bound).
+pub const BLACK: RGBColor = RGBColor(0, 0, 0);

@@ -89,7 +89,10 @@ fn mix_6040_on_2_and_4_nodes_quick_gives_the_ratio_view() {
     let ratio = r["figures"]["ratio"].as_array().unwrap();
     for row in ratio {
         let per_node = f(&row["clients"]) / f(&row["nodes"]);
-        assert!((f(&row["clients_per_node"]) - per_node).abs() < 1e-3, "{row}");
+        assert!(
+            (f(&row["clients_per_node"]) - per_node).abs() < 1e-3,
+            "{row}"
+        );
     }
     let two_at_4 = ratio
         .iter()

@@ -112,4 +112,3 @@ pub fn check_consistent(r: &Value, engine_closed: bool) {
     }
     assert!(!r["findings"].as_array().unwrap().is_empty());
 }
-

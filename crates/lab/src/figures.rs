@@ -428,8 +428,12 @@ fn figure_findings(f: &JonesFigures, paper: Option<&Paper>) -> Vec<String> {
             .map(|(x, g)| format!("the thesis's at {x:.1} ({g:+.0} %)"))
             .unwrap_or_else(|| "the thesis has no curve here".into());
         out.push(format!(
-            "Jones Fig. 8 ({}, {} nodes): {} over {} peaks at {:.1} clients per node ({:+.0} %); {}; the thesis puts the peak near {:.1}",
-            v.as_deref().unwrap_or("all"), rows[0].nodes, view.policy, view.versus, ours.0, ours.1, theirs, view.paper_peak
+            "Jones Fig. 8 ({}): {} over {} peaks at {:.1} clients per node ({:+.0} %); {}; the thesis's text puts the peak near {:.1}",
+            match v {
+                Some(name) if *name != format!("{} nodes", rows[0].nodes) => format!("{name}, {} nodes", rows[0].nodes),
+                _ => format!("{} nodes", rows[0].nodes),
+            },
+            view.policy, view.versus, ours.0, ours.1, theirs, view.paper_peak
         ));
     }
     out
@@ -603,7 +607,8 @@ fn html_util_compare(h: &mut String, f: &JonesFigures) {
     h.push_str(
         "</table><p><small>Paper: iostat on one back-end node every 15 s over a 5-minute run (mean, range, samples). \
          Ours: each emulated node's CPU and disk busy time over the measured window (all repetitions), and node1's own \
-         load reports during the window (first repetition).</small></p>",
+         load reports during the window (first repetition; each covers one T_gat, sampled every 250 ms to 1 s, so they \
+         scatter more than 15 s iostat samples).</small></p>",
     );
 }
 

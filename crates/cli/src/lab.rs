@@ -15,6 +15,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
+  capstan lab smp-vs-up --quick                # Jones Fig. 9 (also node-alone, mix-6040-2nodes, switch-threads)
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
   capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
   capstan lab cache-best-effort --contenders capstan,varnish
@@ -25,7 +26,9 @@ Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as 
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
 response times per class, per-node utilisation (from /_capstan/load) and the real CPU used by the
 switch and the load generator (warned above 80 % of a core). The report is OUT/index.html
-(self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
+(self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/. A mix's report also
+has each node's CPU and disk utilisation apart (the Jones thesis's Fig. 6). In an experiment file
+a [[variant]] may set its own nodes, speeds, cores, switch_threads, or alone = K (node K alone).
 
 Cache experiments (cache-mixed-inc, cache-best-effort, and the single content type baselines
 cache-image, cache-html, cache-download) run the Bakhtiyari thesis's Web Polygraph workloads

@@ -24,6 +24,7 @@ pub mod cache_surrogates;
 pub mod cache_verdicts;
 pub mod cluster;
 pub mod experiment;
+pub mod figures;
 pub mod report;
 pub mod results;
 pub mod runner;

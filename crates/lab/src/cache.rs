@@ -12,7 +12,8 @@
 //! offered hit ratio, hit and miss response times, errors, the proxy's CPU time and memory, and
 //! the thesis's own numbers (Table 4.6 and §4.4) beside ours; the better performer per phase
 //! and metric beside the thesis's call ([`crate::cache_verdicts`]); and the proxies' CPU,
-//! memory and disk I/O sampled every second ([`crate::cache_surrogates`]).
+//! memory and disk I/O sampled every second ([`crate::cache_surrogates`]); hit and miss
+//! response-time CDFs and response time against offered rate ([`crate::cache_plots`]).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -837,6 +838,7 @@ fn findings(r: &CacheResults) -> Vec<String> {
             ));
         }
     }
+    out.extend(crate::cache_plots::knee_findings(r));
     out.extend(against_thesis(r, &ran));
     out.extend(crate::cache_surrogates::surrogate_findings(r));
     out.extend(verdict_agreement(r));
@@ -1051,6 +1053,7 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     }
     h.push_str("</table>");
     h.push_str(&crate::cache_verdicts::verdict_html(r));
+    h.push_str(&crate::cache_plots::plots_html(r)?);
     h.push_str(&crate::cache_surrogates::surrogate_html(r)?);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {

@@ -41,7 +41,10 @@ fn list_help_and_bad_files() {
     assert!(!list.contains("broken"), "{list}");
     let help = String::from_utf8(capstan(&["lab", "--help"]).stdout).unwrap();
     assert!(
-        help.contains("--contenders") && help.contains("--full"),
+        help.contains("--contenders")
+            && help.contains("--full")
+            && help.contains("/proc/diskstats")
+            && help.contains("saturation knee"),
         "{help}"
     );
     let dir = temp_dir("bad");

@@ -131,7 +131,9 @@ fn draw(l: Lines) -> Result<String, LabError> {
     use plotters::prelude::*;
     let pts = || l.series.iter().flat_map(|s| s.1.iter());
     let x_lo = pts().map(|p| p.0).fold(f64::MAX, f64::min).max(0.01);
-    let x_hi = pts().map(|p| p.0).fold(x_lo * 10.0, f64::max) * 1.1;
+    // A log axis spans at least a decade; a linear one ends just past the data.
+    let floor = if l.log_x { x_lo * 10.0 } else { 1.0 };
+    let x_hi = pts().map(|p| p.0).fold(floor, f64::max) * 1.1;
     let y_hi = pts().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
     let mut svg = String::new();
     {

@@ -497,7 +497,8 @@ fn run_sweb(args: &SimArgs, which: Which) -> Result<()> {
 
 #[derive(Subcommand, Debug)]
 enum SimCommand {
-    /// Compare the HTTP cache's eviction policies (and Belady's MIN) on a request trace.
+    // No doc comment here: it would replace CacheArgs's about and long_about (with its TRACE
+    // FORMATS section) in `capstan sim cache --help`.
     Cache(Box<CacheArgs>),
     /// Render a markdown file (crates/sim/RESULTS.md) from a template and results directories.
     ResultsMd(ResultsMdArgs),

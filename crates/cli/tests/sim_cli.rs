@@ -272,6 +272,11 @@ fn cache_help_documents_formats_and_flags() {
         "polygraph",
         "Belady",
         "working_set_bytes",
+        // The long description, with the trace formats, not only the flags' lines.
+        "TRACE FORMATS",
+        "Combined Log Format",
+        "\"GET /a.gif HTTP/1.0\" 200 2326",
+        "const:N",
     ] {
         assert!(help.contains(needle), "sim cache --help lacks {needle}");
     }

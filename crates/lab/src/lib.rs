@@ -20,6 +20,7 @@
 //! ```
 
 pub mod cache;
+pub mod cache_plots;
 pub mod cache_surrogates;
 pub mod cache_verdicts;
 pub mod cluster;

@@ -55,9 +55,11 @@ start_proxy() { # proxy dir → pid in $proxy_pid
       "$LISTEN" "$NODE" > "$2/capstan.toml"
     "$capstan" serve --config "$2/capstan.toml" --threads 1 > "$2/proxy.log" 2>&1 &
   else
+    # maxconn: HAProxy wants 2 descriptors per connection; 9900 fits the usual hard limit of
+    # 20000 (ulimit -Hn), so hold N ≤ 9000 against it.
     cat > "$2/haproxy.cfg" <<CONF
 global
-  maxconn 9000
+  maxconn 9900
 defaults
   mode http
   timeout connect 2s

@@ -573,6 +573,9 @@ async fn accept_loop(
         let open = OpenConnection::new(&switch, &endpoint, slots);
         let switch = Arc::clone(&switch);
         let endpoint = Arc::clone(&endpoint);
+        // Every future below that is not needed while a connection waits is boxed: the task
+        // is allocated at the size of its largest state, so anything inline here (a TLS
+        // handshake, a 429 answer, hyper's connection) would be paid by every idle client.
         tokio::spawn(async move {
             let _open = open;
             let mut stream = stream;
@@ -583,7 +586,7 @@ async fn accept_loop(
             let Ok(_client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
                 tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
                 let answer = endpoint.scheme() == "http";
-                return crate::connection_limits::turn_away(stream, answer).await;
+                return Box::pin(crate::connection_limits::turn_away(stream, answer)).await;
             };
             serve_connection(&switch, stream, peer, &endpoint).await;
         });
@@ -619,9 +622,9 @@ async fn client_of(
     let settings = &config.proxy_protocol;
     let header_read = config.timeouts.header_read;
     let rejections = &switch.proxy_rejections;
-    match crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections)
-        .await
-    {
+    let header =
+        crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections);
+    match Box::pin(header).await {
         Ok((client, local)) => Some(crate::peer::Peer {
             client,
             local,
@@ -669,21 +672,23 @@ async fn serve_connection(
     match start.tls {
         Some(tls) => {
             let counters = endpoint.tls_counters.as_deref();
-            let Some(tls_stream) = tls_handshake(io, tls, header_read, peer, counters).await else {
+            let handshake = Box::pin(tls_handshake(io, tls, header_read, peer, counters));
+            let Some(tls_stream) = handshake.await else {
                 return;
             };
             let protocol = negotiated(tls_stream.get_ref().1);
             let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
-            serve_http(switch, tls_stream, peer, state, protocol).await;
+            Box::pin(serve_http(switch, tls_stream, peer, state, protocol)).await;
         }
         None if start.h2c => {
-            let (protocol, io) = match tokio::time::timeout(header_read, sniff_h2c(io)).await {
+            let sniff = Box::pin(tokio::time::timeout(header_read, sniff_h2c(io)));
+            let (protocol, io) = match sniff.await {
                 Ok(Ok(sniffed)) => sniffed,
                 _ => return,
             };
-            serve_http(switch, io, peer, state, protocol).await;
+            Box::pin(serve_http(switch, io, peer, state, protocol)).await;
         }
-        None => serve_http(switch, io, peer, state, Protocol::Http1).await,
+        None => Box::pin(serve_http(switch, io, peer, state, Protocol::Http1)).await,
     }
 }
 
@@ -763,7 +768,7 @@ async fn serve_http<I>(
         // without a request closes its connection.
         let deadlines = Watchdog::new(idle, idle, client_send);
         let graceful = hyper::server::conn::http2::Connection::graceful_shutdown;
-        return drive(switch, conn, graceful, &state, peer, deadlines).await;
+        return Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
     }
     let mut builder = http1::Builder::new();
     builder
@@ -783,15 +788,8 @@ async fn serve_http<I>(
     // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
     let conn = builder.serve_connection(io, service).with_upgrades();
     let graceful = http1::UpgradeableConnection::graceful_shutdown;
-    drive(
-        switch,
-        conn,
-        graceful,
-        &state,
-        peer,
-        Watchdog::new(idle, header_read, client_send),
-    )
-    .await;
+    let deadlines = Watchdog::new(idle, header_read, client_send);
+    Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
 }
 
 /// Runs a client connection to its end: until the protocol finishes it, the watchdog finds a

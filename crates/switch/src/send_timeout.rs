@@ -74,7 +74,8 @@ impl Stream {
         }
         let mut body = self.body();
         // A body already at its end holds no node connection: nothing to release.
-        if body.as_ref().is_none_or(Body::is_end_stream) {
+        let node_has_more = body.as_ref().is_some_and(|b| !b.is_end_stream());
+        if !node_has_more {
             return false;
         }
         drop(body.take());

@@ -134,7 +134,9 @@ pub struct Timeouts {
     pub header_read: Duration,
     /// A response write to a client may make no progress for this long (the client stopped
     /// reading); then the connection is closed and its node connection released (nginx's
-    /// `send_timeout`). While a write waits, `client_idle` does not apply.
+    /// `send_timeout`). While a write waits, `client_idle` does not apply. On HTTP/2, also each
+    /// stream's: one whose client grants no window for its next frame this long is cut (its
+    /// node side released, the stream reset) while the connection stays.
     #[serde(with = "humantime_serde")]
     pub client_send: Duration,
     /// On SIGTERM, in-flight requests get this long to finish.

@@ -25,6 +25,7 @@ pub mod proxy;
 pub mod proxy_protocol;
 pub mod redirect;
 pub mod retry;
+pub mod send_timeout;
 pub mod server;
 pub mod strict;
 pub mod tls;

@@ -1,4 +1,5 @@
-//! Metrics of the access log, PROXY protocol listeners and tunnels, read at scrape time.
+//! Metrics of the access log, PROXY protocol listeners, tunnels and `timeouts.client_send` cuts,
+//! read at scrape time.
 
 use std::sync::atomic::Ordering;
 
@@ -19,6 +20,8 @@ pub struct OperationCollector {
     proxy_malformed: u64,
     tunnels_open: u64,
     tunnels_opened: u64,
+    send_cut_connections: u64,
+    send_cut_h2_streams: u64,
 }
 
 impl OperationCollector {
@@ -32,6 +35,14 @@ impl OperationCollector {
             proxy_malformed: rejections.malformed.load(Ordering::Relaxed),
             tunnels_open: switch.tunnels.open.load(Ordering::Relaxed),
             tunnels_opened: switch.tunnels.opened.load(Ordering::Relaxed),
+            send_cut_connections: switch
+                .client_send_timeouts
+                .connections
+                .load(Ordering::Relaxed),
+            send_cut_h2_streams: switch
+                .client_send_timeouts
+                .h2_streams
+                .load(Ordering::Relaxed),
         }
     }
 }
@@ -77,6 +88,29 @@ impl Collector for OperationCollector {
             None,
             MetricType::Counter,
         )?)?;
+        self.encode_client_send_timeouts(&mut encoder)
+    }
+}
+
+impl OperationCollector {
+    fn encode_client_send_timeouts(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "capstan_client_send_timeouts",
+            "Responses cut by timeouts.client_send (the client stopped taking them), by what was \
+             cut: a client connection, or one HTTP/2 stream whose client granted no window",
+            None,
+            MetricType::Counter,
+        )?;
+        for (cut, count) in [
+            ("connection", self.send_cut_connections),
+            ("h2_stream", self.send_cut_h2_streams),
+        ] {
+            let labels = vec![("cut".to_string(), cut.to_string())];
+            ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+        }
         Ok(())
     }
 }

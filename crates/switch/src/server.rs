@@ -41,6 +41,8 @@ pub struct Switch {
     pub proxy_rejections: crate::proxy_protocol::Rejections,
     /// WebSocket and CONNECT tunnels.
     pub tunnels: crate::upgrade::TunnelCounts,
+    /// Responses cut by `timeouts.client_send` (see [`crate::send_timeout`]).
+    pub client_send_timeouts: crate::send_timeout::ClientSendTimeouts,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
     /// Every client listener, with its limits and counters (see [`crate::connection_limits`]).
@@ -242,6 +244,24 @@ impl ConnState {
     }
 }
 
+/// A deadline that closes a client connection.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Expired {
+    HeaderRead,
+    ClientSend,
+    ClientIdle,
+}
+
+impl Expired {
+    fn why(self) -> &'static str {
+        match self {
+            Expired::HeaderRead => "request head not received within the header-read timeout",
+            Expired::ClientSend => "client did not read its response within timeouts.client_send",
+            Expired::ClientIdle => "connection idle past the client idle timeout",
+        }
+    }
+}
+
 /// Watches one connection's deadlines, one tick at a time.
 struct Watchdog {
     tick: Duration,
@@ -250,6 +270,8 @@ struct Watchdog {
     send_ticks: u64,
     last_activity: u64,
     quiet_ticks: u64,
+    /// An HTTP/2 connection's streams, each with its own `client_send` deadline.
+    streams: Option<Arc<crate::send_timeout::StreamSends>>,
 }
 
 impl Watchdog {
@@ -264,11 +286,38 @@ impl Watchdog {
             send_ticks: in_ticks(client_send),
             last_activity: 0,
             quiet_ticks: 0,
+            streams: None,
         }
     }
 
-    /// Called once per tick: why the connection should be closed now, if it should.
-    fn check(&mut self, state: &ConnState) -> Option<&'static str> {
+    /// Also watches the streams of an HTTP/2 connection.
+    fn with_streams(mut self, streams: Arc<crate::send_timeout::StreamSends>) -> Self {
+        self.streams = Some(streams);
+        self
+    }
+
+    /// Called once per tick: closes the connection (returning why) if a deadline has passed,
+    /// else cuts the HTTP/2 streams whose client stopped taking their response. Counts both
+    /// kinds of `client_send` cut.
+    fn on_tick(
+        &mut self,
+        state: &ConnState,
+        cuts: &crate::send_timeout::ClientSendTimeouts,
+    ) -> Option<Expired> {
+        let expired = self.check(state);
+        if expired == Some(Expired::ClientSend) {
+            cuts.connections.fetch_add(1, Ordering::Relaxed);
+        }
+        if let (None, Some(streams)) = (expired, &self.streams) {
+            let now = state.ticks.load(Ordering::Relaxed);
+            let cut = streams.tick(now, self.send_ticks);
+            cuts.h2_streams.fetch_add(cut, Ordering::Relaxed);
+        }
+        expired
+    }
+
+    /// Why the connection should be closed now, if it should.
+    fn check(&mut self, state: &ConnState) -> Option<Expired> {
         let now = state.ticks.fetch_add(1, Ordering::Relaxed) + 1;
         let activity = state.activity.load(Ordering::Relaxed);
         if activity == self.last_activity {
@@ -279,16 +328,16 @@ impl Watchdog {
         }
         let head = state.head_started.load(Ordering::Relaxed);
         if head != 0 && now.saturating_sub(head - 1) > self.header_ticks {
-            return Some("request head not received within the header-read timeout");
+            return Some(Expired::HeaderRead);
         }
         let blocked = state.write_blocked.load(Ordering::Relaxed);
         if blocked != 0 {
             // A client that does not read its response is not idle: `client_send` decides.
             return (now.saturating_sub(blocked - 1) > self.send_ticks)
-                .then_some("client did not read its response within timeouts.client_send");
+                .then_some(Expired::ClientSend);
         }
         if self.quiet_ticks > self.idle_ticks {
-            return Some("connection idle past the client idle timeout");
+            return Some(Expired::ClientIdle);
         }
         None
     }
@@ -418,6 +467,7 @@ impl Switch {
             access_log,
             proxy_rejections: Default::default(),
             tunnels: Default::default(),
+            client_send_timeouts: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             endpoints,
             reload_lock: tokio::sync::Mutex::new(()),
@@ -762,11 +812,22 @@ async fn serve_http<I>(
         })
     };
     if let crate::listener::Protocol::Http2 = protocol {
-        let conn = config.http2.builder().serve_connection(io, service);
+        // A client can stall one stream without blocking the socket: each stream gets its own
+        // `client_send` deadline (see `crate::send_timeout`).
+        let streams = Arc::new(crate::send_timeout::StreamSends::default());
+        let watched = {
+            let streams = Arc::clone(&streams);
+            service_fn(move |req| {
+                let answer = hyper::service::Service::call(&service, req);
+                let streams = Arc::clone(&streams);
+                async move { answer.await.map(|resp| streams.watch(resp)) }
+            })
+        };
+        let conn = config.http2.builder().serve_connection(io, watched);
         drop(cluster);
         // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
         // without a request closes its connection.
-        let deadlines = Watchdog::new(idle, idle, client_send);
+        let deadlines = Watchdog::new(idle, idle, client_send).with_streams(streams);
         let graceful = hyper::server::conn::http2::Connection::graceful_shutdown;
         return Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
     }
@@ -827,8 +888,8 @@ async fn drive<C, G>(
                 graceful(conn.as_mut());
             }
             _ = ticker.tick() => {
-                if let Some(why) = watchdog.check(state) {
-                    tracing::debug!(%peer, "closing client connection: {why}");
+                if let Some(expired) = watchdog.on_tick(state, &switch.client_send_timeouts) {
+                    tracing::debug!(%peer, "closing client connection: {}", expired.why());
                     return;
                 }
             }

@@ -2,7 +2,8 @@
 //! waits in the accept queue while other listeners serve), with the switch-wide limit at the
 //! same time; `max_connections_per_client` (by socket address, by a listener's own limit, and
 //! by the address a trusted PROXY header names); and `timeouts.client_send` disconnecting a
-//! client that stops reading, releasing its node connection.
+//! client that stops reading, releasing its node connection, and cutting an HTTP/2 stream
+//! whose client stops granting it flow-control window (the connection stays).
 
 mod common;
 
@@ -277,8 +278,9 @@ async fn behind_a_trusted_balancer_the_limit_counts_the_declared_client() {
     assert_eq!(listener_field(&status, 0, "client_addresses"), 2);
 }
 
-/// A raw node answering every request with a 1 GiB body, written until the switch closes the
-/// connection; `released` is set when a write fails (the switch let go of the connection).
+/// A raw node answering a request for `/small` with `small` (keeping the connection), and any
+/// other with a 1 GiB body, written until the switch closes the connection; `released` is set
+/// when a write fails (the switch let go of the connection).
 async fn endless_node() -> (SocketAddr, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -289,12 +291,22 @@ async fn endless_node() -> (SocketAddr, Arc<AtomicBool>) {
             let flag = Arc::clone(&flag);
             tokio::spawn(async move {
                 let mut head = Vec::new();
-                while !head.ends_with(b"\r\n\r\n") {
-                    let mut byte = [0u8; 1];
-                    if stream.read_exact(&mut byte).await.is_err() {
+                loop {
+                    head.clear();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let mut byte = [0u8; 1];
+                        if stream.read_exact(&mut byte).await.is_err() {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    if !head.starts_with(b"GET /small ") {
+                        break;
+                    }
+                    let small = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nsmall";
+                    if stream.write_all(small).await.is_err() {
                         return;
                     }
-                    head.push(byte[0]);
                 }
                 let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\n\r\n";
                 let chunk = vec![b'x'; 64 * 1024];
@@ -340,5 +352,92 @@ async fn a_client_that_stops_reading_is_disconnected_after_client_send() {
         s["open_connections"] == 0 && node_status(s, "n")["active"] == 0
     })
     .await;
+    let metrics = get(admin, "/metrics").await.text();
+    assert_eq!(send_timeouts(&metrics, "connection"), 1, "{metrics}");
+    assert_eq!(send_timeouts(&metrics, "h2_stream"), 0, "{metrics}");
     drop(client);
+}
+
+/// The `capstan_client_send_timeouts_total` sample for `cut`, from `/metrics` text.
+fn send_timeouts(metrics: &str, cut: &str) -> u64 {
+    let prefix = format!("capstan_client_send_timeouts_total{{cut=\"{cut}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{metrics}"))
+}
+
+/// An HTTP/2 (h2c) connection to `addr` whose streams' windows start at `stream_window` bytes.
+async fn h2c_client(
+    addr: SocketAddr,
+    stream_window: u32,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>> {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(stream_window)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+fn h2_get(path: &str) -> hyper::Request<http_body_util::Empty<bytes::Bytes>> {
+    hyper::Request::get(format!("http://x{path}"))
+        .body(http_body_util::Empty::new())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_h2_stream_whose_client_grants_no_window_is_cut_after_client_send() {
+    use http_body_util::BodyExt;
+    let (node, released) = endless_node().await;
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+         [timeouts]\nclient_send = \"1s\"\nclient_idle = \"60s\"\n\
+         [[listener]]\naddress = \"127.0.0.1:0\"\nh2c = true\n\
+         [[node]]\nname = \"n\"\naddress = \"{node}\"\n"
+    );
+    let sw = start_switch(&text).await;
+    let (admin, h2c) = (sw.admin_addr.unwrap(), sw.listen_addrs[1]);
+    // A 16 KiB stream window, never released (the body is not read): the 1 GiB response
+    // stalls on flow control while the connection itself stays healthy and its socket drains.
+    let mut stalled = h2c_client(h2c, 16 * 1024).await;
+    let resp = stalled.send_request(h2_get("/big")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    wait_for_status(admin, "the request under way", |s| {
+        node_status(s, "n")["active"] == 1
+    })
+    .await;
+    // After client_send without progress the switch drops the node side of that stream.
+    wait_until("the node connection released", || {
+        released.load(Ordering::Relaxed)
+    })
+    .await;
+    wait_for_status(admin, "the node's active count back to zero", |s| {
+        node_status(s, "n")["active"] == 0
+    })
+    .await;
+    let metrics = wait_for_metrics(admin, "the stream cut counted", |m| {
+        m.contains("capstan_client_send_timeouts_total{cut=\"h2_stream\"} 1")
+    })
+    .await;
+    assert_eq!(send_timeouts(&metrics, "connection"), 0, "{metrics}");
+    // Once the client reads again it gets what was in flight, then the stream's reset.
+    let read = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect()).await;
+    let error = read
+        .expect("the stream ends")
+        .expect_err("the stream is reset");
+    assert!(format!("{error:?}").contains("INTERNAL_ERROR"), "{error:?}");
+    // Other streams, on this connection and on another, are served as before.
+    for sender in [&mut stalled, &mut h2c_client(h2c, 65_535).await] {
+        let resp = sender.send_request(h2_get("/small")).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"small");
+    }
+    let status = status_json(admin).await;
+    assert_eq!(node_status(&status, "n")["active"], 0, "{status}");
 }

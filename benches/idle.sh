@@ -4,12 +4,14 @@
 #   silent     connect and send nothing (a flood of idle sockets)
 #   keepalive  one GET answered on a keep-alive connection, then nothing (browsers' idle pools)
 #   slowloris  half a request head, then one header line every 5 s
+#   none       no connections held: the probe's baseline
 # For each: the proxy's RSS before and with the N connections held (VmRSS, after 10 s), the
 # increase per connection, how many of them the proxy has accepted (from /proc/PID/fd), and a probe
 # client's latency (capstan bench, 50 requests/s for 5 s) while they are held.
 #
 #   bash benches/idle.sh
 #   N=10000 MODES="silent keepalive" PROXIES="capstan haproxy" bash benches/idle.sh
+#   CAPSTAN_BIN=/path/to/older/capstan bash benches/idle.sh   # measure another build, no cargo
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib.sh
@@ -24,8 +26,12 @@ OUT=${OUT:-$TARGET_DIR/bench-idle}
 NODE=19301
 LISTEN=18380
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=$TARGET_DIR/release/capstan
+if [[ -n ${CAPSTAN_BIN:-} ]]; then
+  capstan=$CAPSTAN_BIN
+else
+  cargo build --release --locked --quiet -p capstan-cli
+  capstan=$TARGET_DIR/release/capstan
+fi
 if [[ $PROXIES == *haproxy* ]] && ! command -v haproxy >/dev/null; then
   echo "note: haproxy is not installed (apt-get install haproxy); running Capstan alone" >&2
   PROXIES=capstan
@@ -49,9 +55,11 @@ start_proxy() { # proxy dir → pid in $proxy_pid
       "$LISTEN" "$NODE" > "$2/capstan.toml"
     "$capstan" serve --config "$2/capstan.toml" --threads 1 > "$2/proxy.log" 2>&1 &
   else
+    # maxconn: HAProxy wants 2 descriptors per connection; 9900 fits the usual hard limit of
+    # 20000 (ulimit -Hn), so hold N ≤ 9000 against it.
     cat > "$2/haproxy.cfg" <<CONF
 global
-  maxconn 9000
+  maxconn 9900
 defaults
   mode http
   timeout connect 2s
@@ -75,6 +83,8 @@ hold() {
   exec python3 - "$LISTEN" "$1" "$2" <<'PY'
 import socket, sys, time
 port, n, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if mode == "none":
+    n = 0
 conns = []
 for i in range(n):
     s = socket.create_connection(("127.0.0.1", port))
@@ -131,10 +141,13 @@ run() {
 import json, sys
 d, proxy, mode, n, before, with_, held, load = sys.argv[1:9]
 n, before, with_ = int(n), int(before), int(with_)
+if mode == "none":
+    n = 0
+per_conn = f"{(with_ - before) / n:.2f}" if n else "-"
 probe = json.load(open(f"{d}/probe.json"))
 lat = probe["latency_ms"]["corrected"]
 print(f"| {proxy} | {mode} | {n} | {before / 1024:.1f} | {with_ / 1024:.1f} "
-      f"| {(with_ - before) / n:.2f} | {held} | {probe['status'].get('2xx', 0)}/{probe['offered']} "
+      f"| {per_conn} | {held} | {probe['status'].get('2xx', 0)}/{probe['offered']} "
       f"| {lat['p50']:.2f} / {lat['p99']:.2f} | {load} |")
 PY
 }

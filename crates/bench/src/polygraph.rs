@@ -75,6 +75,46 @@ impl Latency {
     }
 }
 
+/// A response-time distribution as cumulative points: `fraction` of the `count` responses
+/// took at most `ms` (the last point is the maximum at fraction 1).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cdf {
+    pub count: u64,
+    pub points: Vec<CdfPoint>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CdfPoint {
+    pub ms: f64,
+    pub fraction: f64,
+}
+
+/// The quantiles a [`Cdf`] keeps: every percent, then the tail in finer steps (a hit's tail is
+/// where proxies differ).
+const CDF_QUANTILES: [f64; 7] = [0.995, 0.998, 0.999, 0.9995, 0.9999, 0.99999, 1.0];
+
+impl Cdf {
+    fn of(h: Option<&Histogram<u64>>) -> Cdf {
+        let Some(h) = h.filter(|h| !h.is_empty()) else {
+            return Cdf::default();
+        };
+        let quantiles = (0..100).map(|p| p as f64 / 100.0).chain(CDF_QUANTILES);
+        let mut points: Vec<CdfPoint> = Vec::with_capacity(110);
+        for q in quantiles {
+            let ms = h.value_at_quantile(q) as f64 / 1000.0;
+            // Equal values at neighbouring quantiles are one step: keep the highest fraction.
+            match points.last_mut() {
+                Some(last) if last.ms == ms => last.fraction = q,
+                _ => points.push(CdfPoint { ms, fraction: q }),
+            }
+        }
+        Cdf {
+            count: h.len(),
+            points,
+        }
+    }
+}
+
 /// One phase's results.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseResult {
@@ -152,6 +192,11 @@ pub struct PolyResult {
     /// CPU the generator thread used, as a share of one core over the run.
     pub generator_cpu_percent: f64,
     pub timeline: Vec<Second>,
+    /// Response times of every hit and of every miss over the whole run, apart.
+    #[serde(default)]
+    pub hit_cdf: Cdf,
+    #[serde(default)]
+    pub miss_cdf: Cdf,
 }
 
 #[derive(Default)]
@@ -568,6 +613,13 @@ fn summarise(run: &Run, completed: bool, cpu_percent: f64) -> PolyResult {
             miss_mean_ms: mean_ms(s.miss_sum_us, s.responses - s.hits),
         })
         .collect();
+    let merged = |pick: fn(&PhaseStats) -> Option<&Histogram<u64>>| {
+        let mut all: Option<Histogram<u64>> = None;
+        for h in tally.phases.iter().filter_map(pick) {
+            let _ = all.get_or_insert_with(histogram).add(h);
+        }
+        Cdf::of(all.as_ref())
+    };
     let (ws_objects, ws_bytes, _) = g.working_set();
     let issued: u64 = g.tallies().iter().map(|p| p.requests).sum();
     let issued_bytes: u64 = g.tallies().iter().map(|p| p.bytes).sum();
@@ -586,6 +638,8 @@ fn summarise(run: &Run, completed: bool, cpu_percent: f64) -> PolyResult {
         mean_object_bytes: ratio(issued_bytes, issued),
         generator_cpu_percent: (cpu_percent * 10.0).round() / 10.0,
         timeline,
+        hit_cdf: merged(|p| p.hit.as_ref()),
+        miss_cdf: merged(|p| p.miss.as_ref()),
     }
 }
 
@@ -629,4 +683,35 @@ pub fn summary_table(r: &PolyResult) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cdf_rises_to_one_at_the_maximum_and_keeps_the_count() {
+        assert_eq!(Cdf::of(None), Cdf::default());
+        let mut h = histogram();
+        // 90 responses of 1 ms, 10 of 300 ms (µs in the histogram).
+        for _ in 0..90 {
+            h.record(1_000).unwrap();
+        }
+        for _ in 0..10 {
+            h.record(300_000).unwrap();
+        }
+        let c = Cdf::of(Some(&h));
+        assert_eq!(c.count, 100);
+        assert!(c
+            .points
+            .windows(2)
+            .all(|w| w[0].ms < w[1].ms && w[0].fraction < w[1].fraction));
+        let last = c.points.last().unwrap();
+        assert_eq!(last.fraction, 1.0);
+        assert!((last.ms - 300.0).abs() < 1.0, "{c:?}");
+        // Ninety percent took 1 ms: one step at 1 ms up to fraction ≈ 0.9, then the misses.
+        assert!((c.points[0].ms - 1.0).abs() < 0.01, "{c:?}");
+        assert!((0.89..=0.9).contains(&c.points[0].fraction), "{c:?}");
+        assert_eq!(c.points.len(), 2, "{c:?}");
+    }
 }

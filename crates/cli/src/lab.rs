@@ -15,6 +15,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
+  capstan lab smp-vs-up --quick                # Jones Fig. 9 (also node-alone, mix-6040-2nodes, switch-threads)
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
   capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
   capstan lab cache-best-effort --contenders capstan,varnish
@@ -25,20 +26,25 @@ Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as 
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
 response times per class, per-node utilisation (from /_capstan/load) and the real CPU used by the
 switch and the load generator (warned above 80 % of a core). The report is OUT/index.html
-(self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/.
+(self-contained, SVG plots) and OUT/results.json; child logs go to OUT/logs/. A mix's report also
+has each node's CPU and disk utilisation apart (the Jones thesis's Fig. 6). In an experiment file
+a [[variant]] may set its own nodes, speeds, cores, switch_threads, or alone = K (node K alone).
 
 Cache experiments (cache-mixed-inc, cache-best-effort, and the single content type baselines
 cache-image, cache-html, cache-download) run the Bakhtiyari thesis's Web Polygraph workloads
 against `capstan serve` with its cache, Varnish (varnishd -s malloc) and Traffic Server
 (RAM cache and a disk span), each with the same cache size in front of one `capstan origin`; a
-contender whose program is missing is skipped with the reason. Default: durations × 0.01 (minutes);
+contender whose program is missing is installed with apt-get (as root), else skipped with the reason. Default: durations × 0.01 (minutes);
 --quick: shorter still, a 4 MB cache; --full: the thesis's hours. The report gives per contender and
 phase the offered rate, throughput, DHR/BHR beside the offered hit ratio, hit and miss response
 times, errors, the proxy's CPU and memory, and the thesis's numbers; the better performer per
 phase and metric (throughput, hit and miss time, DHR, BHR, CPU per 1,000 responses; within 2 %:
 level) beside the thesis's own call (Tables 4.4/4.7, agree/disagree); and surrogate metrics
 sampled every second from /proc for each proxy's processes: CPU %, RSS, disk read/write bytes and
-calls, plotted over time and summed per phase (Figs. 4.35–4.42, Table 4.8).
+calls, with the block devices' read/write bytes and operations per second (/proc/diskstats,
+machine-wide), plotted over time and summed per phase (Figs. 4.35–4.42, Table 4.8); hit and miss
+response-time CDFs per contender; and for rising-rate phases (inc, top2) response time and
+throughput against the offered rate, with each proxy's saturation knee.
 
 WAN experiments (wan-delay, wan-loss, wan-mix; Banga & Druschel §5.5–5.6, Figs. 9 and 10; root)
 put the load generator behind `capstan wan`'s delay router (RTT 0–200 ms, loss 0–5 %, or client

@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use capstan_sim::cache::{self as simcache, Contender, Generated, ObjectSizes, Study};
 use capstan_sim::scenario::{Scenario, NAMES};
 use capstan_sim::sweb::{SwebExperiment, Which};
+use capstan_sim::sweep::{run_sweep, Axis, SweepReport};
 use capstan_sim::{Experiment, PolicyChoice};
 use clap::{ArgGroup, Args, Subcommand};
 
@@ -41,6 +42,13 @@ capstan sim commerce --policies cap,weighted-round-robin,lard,round-robin,random
 --nodes 8 --rate 200 --duration 10m --replications 5 --seed 1 --out out/commerce\n  \
 capstan sim publishing-static --policies 'lard:t_low=10,t_high=30,cap' --out out/pub\n  \
 capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies cap --out out/fig3\n  \
+capstan sim commerce --nodes 1000 --request-rate 100k --duration 30s --replications 4 \\\n      \
+--policies cap --out out/scale   # 1,000 nodes, 100 k HTTP requests/s, 4 runs in parallel\n  \
+capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies random,round-robin --out out/fig3b\n  \
+capstan sim commerce --nodes-sweep 2,4,8,16,32 --policies cap,lard,round-robin --out out/nodes\n  \
+capstan sim commerce --rate-sweep 100,150,200,250,300 --out out/rate\n  \
+capstan sim commerce --set workload.zipf-alpha=0.6 --set node.cache_fraction=0.05 --out out/v\n  \
+capstan sim results-md --template crates/sim/RESULTS.template.md --results out/sim\n  \
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
 capstan sim sweb-skewed --out out/sweb-skewed  # SWEB §4.2: round robin vs file locality vs sweb\n  \
 capstan sim sweb-sizes --replications 3 --out out/sweb-sizes\n  \
@@ -70,6 +78,12 @@ pub struct SimArgs {
     /// paper's: 8, or 5–30].
     #[arg(long)]
     rate: Option<f64>,
+    /// Offered HTTP requests (objects) per second instead of --rate (e.g. 100k, 2.5M): the
+    /// session rate becomes this ÷ the scenario's mean requests per session (pages per session
+    /// × popularity-weighted objects per page). For large clusters: `--nodes 1000
+    /// --request-rate 100k`.
+    #[arg(long, value_name = "REQ/S", conflicts_with = "rate", value_parser = parse_count)]
+    request_rate: Option<f64>,
     /// Simulated time during which sessions arrive (e.g. 600, 90s, 10m, 1h) [default: 10m;
     /// sweb-skewed: 45s; sweb-sizes: 30s].
     #[arg(long)]
@@ -83,10 +97,26 @@ pub struct SimArgs {
     /// First seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Also run WRR_num and WRR_time at these T_gat values in seconds (the paper's Figure 3).
+    /// Also run WRR_num and WRR_time at these T_gat values in seconds (the paper's Figure 3;
+    /// the policies given run beside them as flat baselines, e.g. `--policies random,round-robin`).
     #[arg(long, value_delimiter = ',', value_name = "SECONDS")]
     tgat_sweep: Vec<f64>,
-    /// Worker threads (default: all cores).
+    /// Run every policy at each of these node counts (CAP Table 1: 2–32); writes
+    /// DIR/sweep.json and DIR/report.html instead of results.json.
+    #[arg(long, value_delimiter = ',', value_name = "N", conflicts_with_all = ["rate_sweep", "tgat_sweep", "nodes"])]
+    nodes_sweep: Vec<f64>,
+    /// Run every policy at each of these arrival rates in new clients/s (CAP Table 1: 100–300);
+    /// writes DIR/sweep.json and DIR/report.html.
+    #[arg(long, value_delimiter = ',', value_name = "RATE", conflicts_with_all = ["tgat_sweep", "rate", "request_rate"])]
+    rate_sweep: Vec<f64>,
+    /// Override one scenario field, TOML syntax with a dotted path (repeatable), e.g.
+    /// `--set workload.zipf-alpha=0.6`, `--set node.cache_fraction=0.05`,
+    /// `--set node.ssl.rsa_kbit_per_s=3.85`, `--set costs.db-disk-ms=40` (fields: see the
+    /// scenario TOML format in crates/sim/RESULTS.md).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    overrides: Vec<String>,
+    /// Worker threads: replications (and policies) run in parallel, one run per thread at a
+    /// time [default: all cores, as std::thread::available_parallelism reports them].
     #[arg(long)]
     jobs: Option<usize>,
     /// Output directory.
@@ -95,6 +125,24 @@ pub struct SimArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+/// A positive number with an optional k (10³) or M (10⁶) suffix: `100000`, `100k`, `2.5M`.
+fn parse_count(s: &str) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.strip_suffix(['k', 'K']) {
+        Some(n) => (n, 1e3),
+        None => match t.strip_suffix('M') {
+            Some(n) => (n, 1e6),
+            None => (t, 1.0),
+        },
+    };
+    num.trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * mul)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| format!("`{s}` is not a positive number (e.g. 100000, 100k, 2.5M)"))
 }
 
 /// Seconds from `90`, `90s`, `10m`, `1h`, `500ms`.
@@ -187,8 +235,10 @@ fn list() {
 }
 
 pub fn run(mut args: SimArgs) -> Result<()> {
-    if let Some(SimCommand::Cache(cache)) = args.command.take() {
-        return run_cache(*cache);
+    match args.command.take() {
+        Some(SimCommand::Cache(cache)) => return run_cache(*cache),
+        Some(SimCommand::ResultsMd(md)) => return run_results_md(md),
+        None => {}
     }
     if args.list {
         list();
@@ -198,11 +248,14 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     if let Some(which) = Which::named(name) {
         return run_sweb(&args, which);
     }
-    let scenario = load_scenario(name)?;
+    let scenario = apply_overrides(load_scenario(name)?, &args.overrides)?;
     let policies = split_policies(args.policies.as_deref().unwrap_or(DEFAULT_POLICIES))?;
     let duration_s = parse_duration(args.duration.as_deref().unwrap_or("10m"))?;
     let nodes = args.nodes.unwrap_or(8);
-    let rate = args.rate.unwrap_or(200.0);
+    let rate = match args.request_rate {
+        Some(r) => r / capstan_sim::run::requests_per_session(&scenario, args.seed),
+        None => args.rate.unwrap_or(200.0),
+    };
     if duration_s <= 0.0 {
         bail!("--duration must be positive");
     }
@@ -258,6 +311,13 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         b
     };
     let progress = |done: usize, _total: usize| bar.set_position(done as u64);
+    if let Some((axis, values)) = sweep_axis(&args)? {
+        bar.set_length((exp.run_count() * values.len()) as u64);
+        let (report, info) =
+            run_sweep(&exp, axis, &values, &progress).map_err(anyhow::Error::msg)?;
+        bar.finish_and_clear();
+        return write_sweep(&args, &report, &info);
+    }
     let (report, info) = exp.run(&progress).map_err(anyhow::Error::msg)?;
     bar.finish_and_clear();
     println!(
@@ -265,20 +325,21 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         report.scenario.name, report.nodes, report.rate, report.duration_s, report.replications
     );
     println!(
-        "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6}",
-        "policy", "layer", "mean ms", "p50 ms", "p90 ms", "p99 ms", "hit"
+        "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6} {:>9}",
+        "policy", "layer", "mean ms", "p50 ms", "p90 ms", "p99 ms", "hit", "req/s"
     );
     let f = |e: &capstan_sim::stats::Estimate| format!("{:.0} ± {:.0}", e.value, e.ci95);
     for p in &report.policies {
         println!(
-            "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6.3}",
+            "{:<44} {:>5} {:>16} {:>16} {:>16} {:>16} {:>6.3} {:>9.0}",
             p.policy,
             p.layer,
             f(&p.mean),
             f(&p.p50),
             f(&p.p90),
             f(&p.p99),
-            p.cache_hit_rate.value
+            p.cache_hit_rate.value,
+            p.requests_per_s
         );
     }
     for t in &report.tgat {
@@ -290,12 +351,15 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         );
     }
     eprintln!(
-        "{} runs, {} events in {:.1} s wall ({:.2} M events per CPU-second, {} threads)",
+        "{} runs, {} events in {:.1} s wall: {:.2} M events/s per CPU-second, {:.2} M events/s \
+         wall ({} threads), {:.2} CPU-s per simulated second per run",
         info.runs,
         info.events,
         info.wall_s,
         info.events_per_cpu_s / 1e6,
-        info.threads
+        info.events_per_wall_s / 1e6,
+        info.threads,
+        info.cpu_s_per_simulated_s
     );
     if let Some(dir) = &args.out {
         let json = serde_json::to_string_pretty(&report)? + "\n";
@@ -315,11 +379,70 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     Ok(())
 }
 
+/// The `--nodes-sweep` or `--rate-sweep` asked for, validated.
+fn sweep_axis(args: &SimArgs) -> Result<Option<(Axis, Vec<f64>)>> {
+    let (axis, values) = match (&args.nodes_sweep[..], &args.rate_sweep[..]) {
+        ([], []) => return Ok(None),
+        (v, []) => (Axis::Nodes, v),
+        ([], v) => (Axis::Rate, v),
+        _ => bail!("--nodes-sweep and --rate-sweep cannot be combined"),
+    };
+    axis.validate(values).map_err(anyhow::Error::msg)?;
+    Ok(Some((axis, values.to_vec())))
+}
+
+fn write_sweep(args: &SimArgs, report: &SweepReport, info: &capstan_sim::RunInfo) -> Result<()> {
+    println!(
+        "{} · sweep of {} · {} s · {} replication(s)",
+        report.scenario,
+        report.axis.label(),
+        report.duration_s,
+        report.replications
+    );
+    for s in &report.series {
+        let row: Vec<String> = s
+            .points
+            .iter()
+            .map(|p| format!("{}: {:.0} ± {:.0}", p.x, p.p90.value, p.p90.ci95))
+            .collect();
+        println!("{:<32} p90 ms  {}", s.policy, row.join("  "));
+    }
+    eprintln!(
+        "{} runs, {} events in {:.1} s wall",
+        info.runs, info.events, info.wall_s
+    );
+    if let Some(dir) = &args.out {
+        std::fs::write(
+            dir.join("sweep.json"),
+            serde_json::to_string_pretty(report)? + "\n",
+        )
+        .with_context(|| format!("cannot write {}", dir.display()))?;
+        std::fs::write(
+            dir.join("run-info.json"),
+            serde_json::to_string_pretty(info)? + "\n",
+        )?;
+        let html = capstan_sim::sweep_report::sweep_html(report).map_err(anyhow::Error::msg)?;
+        std::fs::write(dir.join("report.html"), html)?;
+        eprintln!(
+            "wrote {}/sweep.json, run-info.json, report.html",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// `capstan sim sweb-skewed | sweb-sizes`: SWEB's experiments (see `capstan_sim::sweb`).
 fn run_sweb(args: &SimArgs, which: Which) -> Result<()> {
     let name = which.name();
-    if args.warmup.is_some() || !args.tgat_sweep.is_empty() {
-        bail!("--warmup and --tgat-sweep do not apply to {name}");
+    if args.warmup.is_some()
+        || !args.tgat_sweep.is_empty()
+        || !args.nodes_sweep.is_empty()
+        || !args.rate_sweep.is_empty()
+        || !args.overrides.is_empty()
+    {
+        bail!(
+            "--warmup, --tgat-sweep, --nodes-sweep, --rate-sweep and --set do not apply to {name}"
+        );
     }
     let mut exp = SwebExperiment::new(which);
     if let Some(p) = &args.policies {
@@ -374,8 +497,95 @@ fn run_sweb(args: &SimArgs, which: Which) -> Result<()> {
 
 #[derive(Subcommand, Debug)]
 enum SimCommand {
-    /// Compare the HTTP cache's eviction policies (and Belady's MIN) on a request trace.
+    // No doc comment here: it would replace CacheArgs's about and long_about (with its TRACE
+    // FORMATS section) in `capstan sim cache --help`.
     Cache(Box<CacheArgs>),
+    /// Render a markdown file (crates/sim/RESULTS.md) from a template and results directories.
+    ResultsMd(ResultsMdArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    long_about = "Render markdown from a template whose {{...}} directives are replaced by tables and numbers read from the JSON files of `capstan sim ... --out DIR` runs under --results:\n  {{table DIR}}            policy table of DIR/results.json\n  {{tgat DIR}}             T_gat table (WRR_num, WRR_time and the flat baselines)\n  {{sweep DIR}}            p90 per policy and value of DIR/sweep.json\n  {{p90 DIR POLICY}}       one number (also mean, hit, cpu, disk; le DIR POLICY MS)\n  {{text FILE}}            a file's trimmed text\n\nA directive naming a missing file, policy or field is an error (exit 1).",
+    after_help = "Example:\n  capstan sim results-md --template crates/sim/RESULTS.template.md \\\n      --results out/sim --out crates/sim/RESULTS.md"
+)]
+pub struct ResultsMdArgs {
+    /// The template (markdown with {{...}} directives).
+    #[arg(long, value_name = "FILE")]
+    template: PathBuf,
+    /// Directory the directives' DIR and FILE names are relative to.
+    #[arg(long, value_name = "DIR")]
+    results: PathBuf,
+    /// Where to write the markdown (default: stdout).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn run_results_md(args: ResultsMdArgs) -> Result<()> {
+    let template = std::fs::read_to_string(&args.template)
+        .with_context(|| format!("cannot read {}", args.template.display()))?;
+    let md = capstan_sim::results_md::render(&template, &args.results)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.template.display()))?;
+    match &args.out {
+        Some(out) => {
+            std::fs::write(out, md).with_context(|| format!("cannot write {}", out.display()))
+        }
+        None => {
+            print!("{md}");
+            Ok(())
+        }
+    }
+}
+
+/// Applies `--set PATH=VALUE` overrides through the scenario's TOML form (so they are checked
+/// exactly as a scenario file is).
+fn apply_overrides(scenario: Scenario, overrides: &[String]) -> Result<Scenario> {
+    if overrides.is_empty() {
+        return Ok(scenario);
+    }
+    let mut merged = toml::Table::try_from(&scenario).context("scenario as TOML")?;
+    let mut extra = String::new();
+    for o in overrides {
+        let (path, value) = o
+            .split_once('=')
+            .with_context(|| format!("--set `{o}`: expected PATH=VALUE"))?;
+        let (path, value) = (path.trim(), value.trim());
+        if path.is_empty() || path.split('.').any(str::is_empty) {
+            bail!("--set `{o}`: bad field path");
+        }
+        let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(value.to_string()));
+        let mut keys: Vec<&str> = path.split('.').collect();
+        let last = keys.pop().unwrap_or_default();
+        let mut node = toml::Table::new();
+        node.insert(last.to_string(), value);
+        for k in keys.into_iter().rev() {
+            let mut outer = toml::Table::new();
+            outer.insert(k.to_string(), toml::Value::Table(node));
+            node = outer;
+        }
+        extra.push_str(&toml::to_string(&node).context("--set as TOML")?);
+        extra.push('\n');
+    }
+    merge_tables(
+        &mut merged,
+        toml::from_str(&extra).context("--set as TOML")?,
+    );
+    let merged = toml::to_string(&merged).context("scenario as TOML")?;
+    Scenario::from_toml(&merged).map_err(|e| anyhow::anyhow!("--set: {e}"))
+}
+
+fn merge_tables(into: &mut toml::Table, from: toml::Table) {
+    for (k, v) in from {
+        match (into.get_mut(&k), v) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge_tables(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
 }
 
 const DEFAULT_CACHE_POLICIES: &str = "belady,lru,lfu-da,gdsf,clfus,s3-fifo,sieve";

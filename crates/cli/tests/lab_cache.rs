@@ -1,7 +1,9 @@
 //! The cache experiments as a user runs them: `capstan lab --list` shows them, a bad file is
 //! one line, and `cache-mixed-inc --quick` against Capstan alone writes a consistent report
 //! (hits + misses = responses; DHR within the offered hit ratio; BHR from the bytes; the
-//! proxy's CPU and memory sampled every second; the better-performer table).
+//! proxy's CPU, memory and disk I/O — its own and the block devices' — sampled every second;
+//! the better-performer table; hit and miss CDFs that count every response and end at 1; the
+//! response time against offered rate).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,7 +41,10 @@ fn list_help_and_bad_files() {
     assert!(!list.contains("broken"), "{list}");
     let help = String::from_utf8(capstan(&["lab", "--help"]).stdout).unwrap();
     assert!(
-        help.contains("--contenders") && help.contains("--full"),
+        help.contains("--contenders")
+            && help.contains("--full")
+            && help.contains("/proc/diskstats")
+            && help.contains("saturation knee"),
         "{help}"
     );
     let dir = temp_dir("bad");
@@ -158,6 +163,71 @@ fn cache_mixed_inc_quick_against_capstan_is_consistent() {
         "{sur}"
     );
     assert!(f(&sur["phases"][3], "cpu_s") > 0.0, "{sur}");
+    // The block devices' rates from /proc/diskstats beside /proc/PID/io, every second.
+    assert!(!sur["disk_devices"].is_null(), "{sur}");
+    for key in [
+        "disk_read_bytes_s",
+        "disk_write_bytes_s",
+        "disk_read_ops_s",
+        "disk_write_ops_s",
+    ] {
+        assert!(
+            samples
+                .iter()
+                .all(|s| s[key].as_f64().is_some_and(|v| v >= 0.0)),
+            "{key}: {sur}"
+        );
+    }
+    assert!(sur["phases"][3]["disk_write_mb_s"].is_f64(), "{sur}");
+    assert!(html.contains("/proc/diskstats") && stdout.contains("rd op/s"));
+    // Hit and miss response-time CDFs: they count every response, rise, and end at 1.
+    let responses: u64 = phases.iter().map(|p| u(p, "responses")).sum();
+    let hits: u64 = phases.iter().map(|p| u(p, "hits")).sum();
+    assert_eq!(u(&res["hit_cdf"], "count"), hits, "{}", res["hit_cdf"]);
+    assert_eq!(
+        u(&res["hit_cdf"], "count") + u(&res["miss_cdf"], "count"),
+        responses
+    );
+    for cdf in [&res["hit_cdf"], &res["miss_cdf"]] {
+        let pts = cdf["points"].as_array().unwrap();
+        assert!(pts.len() >= 2, "{cdf}");
+        assert!(
+            pts.windows(2)
+                .all(|w| f(&w[0], "ms") <= f(&w[1], "ms")
+                    && f(&w[0], "fraction") < f(&w[1], "fraction")),
+            "{cdf}"
+        );
+        assert_eq!(f(pts.last().unwrap(), "fraction"), 1.0, "{cdf}");
+    }
+    // A hit's median is below a miss's (the origin's think time is in every miss).
+    let median = |cdf: &Value| {
+        cdf["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| f(p, "fraction") >= 0.5)
+            .map(|p| f(p, "ms"))
+            .unwrap()
+    };
+    assert!(median(&res["hit_cdf"]) < median(&res["miss_cdf"]));
+    assert!(
+        html.contains("hit response-time CDF") && html.contains("miss response-time CDF"),
+        "{html}"
+    );
+    // Response time against offered rate over inc and top2, and its knee in the findings.
+    assert!(
+        html.contains("mean response time against offered rate")
+            && html.contains("throughput against offered rate"),
+        "{html}"
+    );
+    let findings = r["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().any(|x| {
+            let x = x.as_str().unwrap();
+            x.starts_with("capstan: ") && x.contains("saturation knee")
+        }),
+        "{findings:?}"
+    );
     let verdicts = r["verdicts"].as_array().unwrap();
     assert!(
         verdicts.iter().any(|v| v["phase"] == "top1"),

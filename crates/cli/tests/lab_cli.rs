@@ -1,26 +1,13 @@
 //! `capstan lab` as a process: help, list, one-line errors, and short real runs whose reports
 //! must be self-consistent (throughput × duration ≈ completed, utilisations within 0–100 %).
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use serde_json::Value;
 
-fn capstan(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(args)
-        .output()
-        .expect("run capstan")
-}
+#[path = "support/lab_run.rs"]
+mod lab_run;
+use lab_run::{capstan, check_consistent, run_lab, temp_dir};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("capstan-lab-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-const BUILTINS: [&str; 11] = [
+const BUILTINS: [&str; 15] = [
     "switch-capacity",
     "static",
     "mix-8020",
@@ -32,6 +19,10 @@ const BUILTINS: [&str; 11] = [
     "sessions",
     "sweb-skewed",
     "sweb-sizes",
+    "node-alone",
+    "mix-6040-2nodes",
+    "smp-vs-up",
+    "switch-threads",
 ];
 
 #[test]
@@ -50,6 +41,7 @@ fn help_and_list() {
         "--engine",
         "lab validate",
         "Erlang C",
+        "switch_threads",
         "Examples:",
     ] {
         assert!(help.contains(needle), "help lacks {needle}");
@@ -114,98 +106,6 @@ fn bad_input_is_one_line() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Runs an experiment into a fresh directory and returns its results.json.
-fn run_lab(name: &str, args: &[&str]) -> (Value, String, String) {
-    let dir = temp_dir(name);
-    let out_dir = dir.join("report");
-    let mut all = vec!["lab"];
-    all.extend_from_slice(args);
-    all.extend_from_slice(&["--out", out_dir.to_str().unwrap()]);
-    let out = capstan(&all);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{all:?}: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("report: "), "{stdout}");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
-            .unwrap();
-    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
-    let _ = std::fs::remove_dir_all(dir);
-    (json, html, stdout)
-}
-
-/// The numbers of a report agree with each other.
-fn check_consistent(r: &Value, engine_closed: bool) {
-    assert_eq!(r["schema"], "capstan-lab/1");
-    let series = r["series"].as_array().unwrap();
-    assert!(!series.is_empty());
-    let levels = r["levels"].as_array().unwrap().len();
-    let reps = r["repetitions"].as_u64().unwrap() as usize;
-    for s in series {
-        let label = s["label"].as_str().unwrap();
-        let runs = s["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), levels * reps, "{label}");
-        assert_eq!(s["points"].as_array().unwrap().len(), levels, "{label}");
-        for run in runs {
-            let level = run["level"].as_f64().unwrap();
-            let tp = run["throughput_rps"].as_f64().unwrap();
-            let dur = run["duration_s"].as_f64().unwrap();
-            let completed = run["completed"].as_f64().unwrap();
-            assert!(tp > 0.0, "{label} @ {level}: no throughput");
-            // Responses inside the window ≤ all responses; the rest finished during the drain,
-            // at most one per closed-loop client.
-            let in_window = tp * dur;
-            let slack = 0.05 * completed + if engine_closed { level } else { 0.0 } + 2.0;
-            assert!(
-                (completed - in_window).abs() <= slack,
-                "{label} @ {level}: {tp} conn/s × {dur} s = {in_window} vs {completed} completed"
-            );
-            let nodes = run["nodes"].as_array().unwrap();
-            assert!(!nodes.is_empty());
-            for n in nodes {
-                for k in ["cpu_util", "disk_util", "nic_util", "util"] {
-                    let u = n[k].as_f64().unwrap();
-                    assert!((0.0..=1.0).contains(&u), "{label}: {k} = {u}");
-                }
-            }
-            let (lo, hi) = (
-                run["util_min"].as_f64().unwrap(),
-                run["util_max"].as_f64().unwrap(),
-            );
-            assert!(0.0 <= lo && lo <= hi && hi <= 1.0, "{label}: {lo} {hi}");
-            let placed: u64 = nodes
-                .iter()
-                .flat_map(|n| n["placed"].as_object().unwrap().values())
-                .map(|v| v.as_u64().unwrap())
-                .sum();
-            // The switch placed every request the generator completed (plus the warm-up's
-            // stragglers and errors).
-            assert!(
-                placed as f64 >= 0.9 * completed,
-                "{label}: placed {placed} of {completed}"
-            );
-            let cdf = run["cdf"].as_array().unwrap();
-            assert!(cdf.len() > 10);
-            for w in cdf.windows(2) {
-                assert!(
-                    w[0][0].as_f64() <= w[1][0].as_f64() && w[0][1].as_f64() <= w[1][1].as_f64()
-                );
-            }
-            for k in ["switch_pct", "generator_pct"] {
-                let c = run["cpu"][k].as_f64().unwrap();
-                assert!((0.0..=800.0).contains(&c), "{label}: cpu {k} = {c}");
-            }
-        }
-        for p in s["points"].as_array().unwrap() {
-            assert!(p["throughput_mean"].as_f64().unwrap() > 0.0);
-        }
-    }
-    assert!(!r["findings"].as_array().unwrap().is_empty());
-}
-
 #[test]
 fn switch_capacity_quick() {
     let (r, html, stdout) = run_lab("switch-capacity", &["switch-capacity", "--quick"]);
@@ -251,6 +151,27 @@ fn mix_6040_quick() {
     // The nodes' utilisation over time, from the timeline each run recorded.
     assert!(!run["timeline"].as_array().unwrap().is_empty());
     assert!(html.contains("most / least loaded node over time"));
+    // Jones Fig. 6: each node's CPU and disk apart, in results.json and the report, beside the
+    // thesis's iostat samples at 10 and 14 clients.
+    for sample in run["timeline"].as_array().unwrap() {
+        for k in ["cpu", "disk"] {
+            let per_node = sample[k].as_array().unwrap();
+            assert_eq!(per_node.len(), 4, "{sample}");
+            assert!(per_node
+                .iter()
+                .all(|u| u.as_f64().is_some_and(|u| (0.0..=1.0).contains(&u))));
+        }
+    }
+    let util = r["figures"]["node_utilisation"].as_array().unwrap();
+    assert_eq!(util.len(), 3 * 3 * 4, "series × levels × nodes");
+    assert!(util.iter().any(|n| n["disk"].as_f64().unwrap() > 0.0));
+    assert!(util.iter().any(|n| n["cpu"].as_f64().unwrap() > 0.0));
+    let vs = r["figures"]["utilisation_vs_paper"].as_array().unwrap();
+    assert_eq!(vs.len(), 2);
+    assert_eq!(vs[0]["paper_cpu"]["count"], 11);
+    assert!((vs[0]["paper_cpu"]["mean"].as_f64().unwrap() - 0.6581).abs() < 1e-3);
+    assert!(vs[0]["ours_disk_nodes"]["mean"].as_f64().unwrap() <= 1.0);
+    assert!(html.contains("CPU and disk per node (Jones thesis Fig. 6)"));
 }
 
 /// A custom experiment file with every override flag.

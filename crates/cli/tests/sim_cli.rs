@@ -95,6 +95,57 @@ fn small_run_writes_reproducible_json_and_a_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A 1,000-node cluster at 100 k requests/s, for a fifth of a simulated second: the summary
+/// and the JSON files carry events and events/s, and the replications ran on every core.
+#[test]
+fn thousand_nodes_by_request_rate_reports_events() {
+    let dir = scratch("scale");
+    let out = capstan(&[
+        "sim",
+        "commerce",
+        "--policies",
+        "cap,lard",
+        "--nodes",
+        "1000",
+        "--request-rate",
+        "100k",
+        "--duration",
+        "200ms",
+        "--replications",
+        "2",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("M events/s per CPU-second") && err.contains("per simulated second"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("req/s"));
+    let json = |f: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap()
+    };
+    let (report, info) = (json("results.json"), json("run-info.json"));
+    assert_eq!(report["nodes"], 1000);
+    let events = report["events"].as_u64().unwrap();
+    assert!(events > 0);
+    assert_eq!(info["events"].as_u64(), Some(events));
+    assert!(info["events_per_cpu_s"].as_f64().unwrap() > 0.0);
+    assert!(info["events_per_wall_s"].as_f64().unwrap() > 0.0);
+    let policy_events: u64 = report["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(policy_events, events);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(info["threads"].as_u64(), Some(cores.min(4) as u64));
+    let help = capstan(&["sim", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--request-rate") && help.contains("default: all cores"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs a SWEB experiment with one replication and returns its JSON.
 fn sweb_run(name: &str) -> serde_json::Value {
     let dir = std::env::temp_dir().join(format!("capstan-sim-{name}-{}", std::process::id()));
@@ -174,6 +225,9 @@ fn bad_input_is_one_line() {
         &["sim", "commerce", "--nodes", "0"],
         &["sim", "commerce", "--policies", "lard:t_low=90,t_high=10"],
         &["sim", "commerce", "--rate", "-3"],
+        &["sim", "commerce", "--request-rate", "lots"],
+        &["sim", "commerce", "--request-rate", "0k"],
+        &["sim", "commerce", "--request-rate", "100k", "--rate", "5"],
         &["sim", "sweb-skewed", "--tgat-sweep", "1"],
         &["sim", "sweb-sizes", "--policies", "sweb:gather=0"],
         &["sim", "sweb-sizes", "--policies", "sweb:sigma=-2"],
@@ -218,6 +272,11 @@ fn cache_help_documents_formats_and_flags() {
         "polygraph",
         "Belady",
         "working_set_bytes",
+        // The long description, with the trace formats, not only the flags' lines.
+        "TRACE FORMATS",
+        "Combined Log Format",
+        "\"GET /a.gif HTTP/1.0\" 200 2326",
+        "const:N",
     ] {
         assert!(help.contains(needle), "sim cache --help lacks {needle}");
     }

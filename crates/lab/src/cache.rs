@@ -3,7 +3,9 @@
 //! (`varnishd -s malloc,SIZE`) and Apache Traffic Server (a RAM cache and a disk span), one
 //! contender at a time, each with the same cache size in front of the same `capstan origin`.
 //!
-//! A contender whose program is missing is skipped with the reason. Each one runs in a
+//! A contender whose program is missing is installed from Debian (`apt-get install varnish`,
+//! `trafficserver`) when the lab runs as root; otherwise, or when that fails, it is skipped
+//! with the reason. Each one runs in a
 //! temporary directory of its own (configuration, logs, Varnish's work directory, Traffic
 //! Server's runtime files and span) that is removed afterwards; every process is stopped
 //! (SIGTERM, then SIGKILL) when its run ends, also on errors and Ctrl-C.
@@ -12,7 +14,8 @@
 //! offered hit ratio, hit and miss response times, errors, the proxy's CPU time and memory, and
 //! the thesis's own numbers (Table 4.6 and §4.4) beside ours; the better performer per phase
 //! and metric beside the thesis's call ([`crate::cache_verdicts`]); and the proxies' CPU,
-//! memory and disk I/O sampled every second ([`crate::cache_surrogates`]).
+//! memory and disk I/O sampled every second ([`crate::cache_surrogates`]); hit and miss
+//! response-time CDFs and response time against offered rate ([`crate::cache_plots`]).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -344,26 +347,29 @@ impl Drop for TempDir {
     }
 }
 
-/// The program a contender runs, if it is installed.
+/// The program a contender runs: found on the PATH (or Debian's sbin/bin), else installed from
+/// its Debian package when we are root; otherwise the one-line reason it is skipped.
 fn program(contender: &str, exe: &Path) -> Result<PathBuf, String> {
-    let name = match contender {
+    let (name, package) = match contender {
         "capstan" => return Ok(exe.to_path_buf()),
-        "varnish" => "varnishd",
-        _ => "traffic_server",
+        "varnish" => ("varnishd", "varnish"),
+        _ => ("traffic_server", "trafficserver"),
     };
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    let debian = if name == "varnishd" {
+        "/usr/sbin"
+    } else {
+        "/usr/bin"
+    };
+    if let Some(found) = std::env::split_paths(&path)
         .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
         .map(|d| d.join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            let pkg = if contender == "varnish" {
-                "varnish"
-            } else {
-                "trafficserver"
-            };
-            format!("{name} is not installed (apt-get install {pkg})")
-        })
+    {
+        return Ok(found);
+    }
+    crate::servers::ensure_package(package, &Path::new(debian).join(name))
+        .map_err(|why| format!("{name} is not installed ({why})"))
 }
 
 /// The first line of `program flag`'s output that names a known server.
@@ -837,6 +843,7 @@ fn findings(r: &CacheResults) -> Vec<String> {
             ));
         }
     }
+    out.extend(crate::cache_plots::knee_findings(r));
     out.extend(against_thesis(r, &ran));
     out.extend(crate::cache_surrogates::surrogate_findings(r));
     out.extend(verdict_agreement(r));
@@ -1051,6 +1058,7 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     }
     h.push_str("</table>");
     h.push_str(&crate::cache_verdicts::verdict_html(r));
+    h.push_str(&crate::cache_plots::plots_html(r)?);
     h.push_str(&crate::cache_surrogates::surrogate_html(r)?);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {

@@ -3,13 +3,19 @@
 //! period — CPU as a percentage of one core (utime + stime deltas from `/proc/PID/stat`),
 //! resident memory (`VmRSS` of `/proc/PID/status`), and disk reads and writes (bytes that
 //! reached the storage layer, `read_bytes` / `write_bytes`, and read/write system calls,
-//! `syscr` / `syscw`, of `/proc/PID/io`). The samples are summarised per workload phase.
+//! `syscr` / `syscw`, of `/proc/PID/io`). Beside them, the block devices' own counters from
+//! `/proc/diskstats` (bytes and completed operations read and written per second, summed over
+//! the whole disks: no partitions, loop, RAM or device-mapper devices, which would count the
+//! same I/O twice) — the thesis's blktrace view of the disk. Those are machine-wide: every
+//! process's I/O is in them, not only the proxy's. The samples are summarised per workload
+//! phase.
 //!
 //! The sampler is a plain thread, not a task on the load generator's runtime, so a slow
 //! `/proc` scan never delays a request; it stops (and is joined) when dropped or finished.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -38,6 +44,16 @@ pub struct SurrogateSample {
     pub write_ops: Option<u64>,
     /// Processes in the tree.
     pub processes: u32,
+    /// The whole disks' reads and writes during the period, per second (`/proc/diskstats`,
+    /// machine-wide; absent: unreadable).
+    #[serde(default)]
+    pub disk_read_bytes_s: Option<f64>,
+    #[serde(default)]
+    pub disk_write_bytes_s: Option<f64>,
+    #[serde(default)]
+    pub disk_read_ops_s: Option<f64>,
+    #[serde(default)]
+    pub disk_write_ops_s: Option<f64>,
 }
 
 /// A phase's summary of the samples whose period's middle falls in it.
@@ -56,6 +72,15 @@ pub struct PhaseSurrogates {
     pub write_ops: Option<u64>,
     /// CPU milliseconds per 1,000 responses of the phase.
     pub cpu_ms_per_1k: Option<f64>,
+    /// Means over the phase's samples of the whole disks' rates (`/proc/diskstats`).
+    #[serde(default)]
+    pub disk_read_mb_s: Option<f64>,
+    #[serde(default)]
+    pub disk_write_mb_s: Option<f64>,
+    #[serde(default)]
+    pub disk_read_ops_s: Option<f64>,
+    #[serde(default)]
+    pub disk_write_ops_s: Option<f64>,
 }
 
 /// A contender's time series and its per-phase summary.
@@ -66,6 +91,9 @@ pub struct Surrogates {
     pub phases: Vec<PhaseSurrogates>,
     /// Fields that could not be read, with the reason (e.g. `/proc/PID/io` without root).
     pub unreadable: Vec<String>,
+    /// The block devices whose `/proc/diskstats` counters the disk rates sum.
+    #[serde(default)]
+    pub disk_devices: Vec<String>,
 }
 
 /// `/proc/PID/stat`: (parent pid, utime + stime in clock ticks). The command name (field 2)
@@ -109,6 +137,75 @@ pub fn parse_io(text: &str) -> Option<IoCounters> {
         syscr: field("syscr")?,
         syscw: field("syscw")?,
     })
+}
+
+/// One block device's counters of `/proc/diskstats` (sectors are 512 bytes there, whatever
+/// the device's own sector size).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskCounters {
+    pub reads: u64,
+    pub read_sectors: u64,
+    pub writes: u64,
+    pub write_sectors: u64,
+}
+
+/// `/proc/diskstats`: (device name, counters) of every line with at least the classic 14
+/// fields (major, minor, name, reads completed, merged, sectors read, ms, writes completed,
+/// merged, sectors written, ...).
+pub fn parse_diskstats(text: &str) -> Vec<(String, DiskCounters)> {
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+            (f.len() >= 14).then_some(())?;
+            Some((
+                f[2].to_string(),
+                DiskCounters {
+                    reads: n(3)?,
+                    read_sectors: n(5)?,
+                    writes: n(7)?,
+                    write_sectors: n(9)?,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Whether a device of `/proc/diskstats` is a whole disk to count: listed in `/sys/block`
+/// (`whole`), and not a loop, RAM, zram, device-mapper or RAID device, whose I/O also shows
+/// on the disks beneath (or never reaches one).
+pub fn is_counted_disk(name: &str, whole: &dyn Fn(&str) -> bool) -> bool {
+    const SKIP: [&str; 5] = ["loop", "ram", "zram", "dm-", "md"];
+    whole(name) && !SKIP.iter().any(|p| name.starts_with(p))
+}
+
+/// The counted disks' counters, summed, and their names; `Err` with the reason when
+/// `/proc/diskstats` cannot be read.
+fn read_disks() -> Result<(DiskCounters, Vec<String>), String> {
+    let text =
+        std::fs::read_to_string("/proc/diskstats").map_err(|e| format!("/proc/diskstats: {e}"))?;
+    let whole = |n: &str| Path::new("/sys/block").join(n).exists();
+    let mut sum = DiskCounters::default();
+    let mut names = Vec::new();
+    for (name, c) in parse_diskstats(&text) {
+        if is_counted_disk(&name, &whole) {
+            sum.reads += c.reads;
+            sum.read_sectors += c.read_sectors;
+            sum.writes += c.writes;
+            sum.write_sectors += c.write_sectors;
+            names.push(name);
+        }
+    }
+    Ok((sum, names))
+}
+
+/// Per-second rates between two readings of the disks, set on `s`.
+fn set_disk_rates(s: &mut SurrogateSample, before: &DiskCounters, now: &DiskCounters, dt: f64) {
+    let rate = |a: u64, b: u64| (b.saturating_sub(a) as f64 / dt.max(1e-9) * 10.0).round() / 10.0;
+    s.disk_read_bytes_s = Some(rate(before.read_sectors * 512, now.read_sectors * 512));
+    s.disk_write_bytes_s = Some(rate(before.write_sectors * 512, now.write_sectors * 512));
+    s.disk_read_ops_s = Some(rate(before.reads, now.reads));
+    s.disk_write_ops_s = Some(rate(before.writes, now.writes));
 }
 
 /// What one process looked like at a sampling instant.
@@ -217,13 +314,14 @@ fn sample_between(
         read_ops: io.map(|x| x.syscr),
         write_ops: io.map(|x| x.syscw),
         processes: now.len() as u32,
+        ..Default::default()
     }
 }
 
 /// Samples a process tree once a period on a thread of its own until finished or dropped.
 pub struct Sampler {
     stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<(Vec<SurrogateSample>, Vec<String>)>>,
+    thread: Option<JoinHandle<SampleLog>>,
     period: Duration,
 }
 
@@ -246,11 +344,18 @@ impl Sampler {
     pub fn finish(mut self, phases: &[PhaseResult]) -> Surrogates {
         // Dropping the sender wakes the thread at once.
         self.stop.take();
-        let (samples, mut unreadable) = self
+        let SampleLog {
+            samples,
+            errors: mut unreadable,
+            disk_devices,
+        } = self
             .thread
             .take()
             .and_then(|t| t.join().ok())
-            .unwrap_or_else(|| (Vec::new(), vec!["the sampling thread did not start".into()]));
+            .unwrap_or_else(|| SampleLog {
+                errors: vec!["the sampling thread did not start".into()],
+                ..Default::default()
+            });
         if samples.iter().any(|s| s.read_bytes.is_none()) && unreadable.is_empty() {
             unreadable.push("/proc/PID/io: some readings lacked counters".into());
         }
@@ -259,8 +364,17 @@ impl Sampler {
             phases: summarise(&samples, phases),
             samples,
             unreadable,
+            disk_devices,
         }
     }
+}
+
+/// What the sampling thread hands back.
+#[derive(Default)]
+struct SampleLog {
+    samples: Vec<SurrogateSample>,
+    errors: Vec<String>,
+    disk_devices: Vec<String>,
 }
 
 impl Drop for Sampler {
@@ -273,15 +387,16 @@ impl Drop for Sampler {
 }
 
 /// The sampling thread: one reading of the tree per period until the sender goes away.
-fn sample_loop(
-    root: u32,
-    period: Duration,
-    stop: mpsc::Receiver<()>,
-) -> (Vec<SurrogateSample>, Vec<String>) {
+fn sample_loop(root: u32, period: Duration, stop: mpsc::Receiver<()>) -> SampleLog {
     let hz = ticks_per_second();
     let start = Instant::now();
     let mut errors = Vec::new();
     let mut before = read_tree(root, &mut errors);
+    let mut disks_before = read_disks();
+    let disk_devices = disks_before
+        .as_ref()
+        .map(|d| d.1.clone())
+        .unwrap_or_default();
     let mut at = start;
     let mut samples = Vec::new();
     loop {
@@ -294,14 +409,24 @@ fn sample_loop(
         }
         let now_at = Instant::now();
         let now = read_tree(root, &mut errors);
+        let disks_now = read_disks();
         let dt = now_at.duration_since(at).as_secs_f64();
         let t = now_at.duration_since(start).as_secs_f64();
-        samples.push(sample_between(&before, &now, dt, t, hz));
-        (before, at) = (now, now_at);
+        let mut sample = sample_between(&before, &now, dt, t, hz);
+        match (&disks_before, &disks_now) {
+            (Ok(b), Ok(n)) => set_disk_rates(&mut sample, &b.0, &n.0, dt),
+            (_, Err(e)) | (Err(e), _) => errors.push(e.clone()),
+        }
+        samples.push(sample);
+        (before, disks_before, at) = (now, disks_now, now_at);
         // Once per reason, so hours of samples do not pile up the same error.
         errors = distinct(errors);
     }
-    (samples, distinct(errors))
+    SampleLog {
+        samples,
+        errors: distinct(errors),
+        disk_devices,
+    }
 }
 
 /// The reasons a field was unreadable, once each (a pid that vanished between two reads is
@@ -373,9 +498,29 @@ pub fn summarise(samples: &[SurrogateSample], phases: &[PhaseResult]) -> Vec<Pha
                 write_ops: sum(&v, |s| s.write_ops),
                 cpu_ms_per_1k: (n > 0 && p.responses > 0)
                     .then(|| (cpu_s * 1e6 / p.responses as f64 * 100.0).round() / 100.0),
+                disk_read_mb_s: time_mean(&inside, |s| s.disk_read_bytes_s, 1e6),
+                disk_write_mb_s: time_mean(&inside, |s| s.disk_write_bytes_s, 1e6),
+                disk_read_ops_s: time_mean(&inside, |s| s.disk_read_ops_s, 1.0),
+                disk_write_ops_s: time_mean(&inside, |s| s.disk_write_ops_s, 1.0),
             }
         })
         .collect()
+}
+
+/// A rate's mean over samples weighted by their periods, divided by `unit`; absent when no
+/// sample has it (or any lacks it: a gap would bias the mean).
+fn time_mean(
+    inside: &[(f64, &SurrogateSample)],
+    rate: fn(&SurrogateSample) -> Option<f64>,
+    unit: f64,
+) -> Option<f64> {
+    let mut total = 0.0;
+    let mut secs = 0.0;
+    for (dt, s) in inside {
+        total += rate(s)? * dt;
+        secs += dt;
+    }
+    (secs > 0.0).then(|| (total / secs / unit * 1000.0).round() / 1000.0)
 }
 
 fn mb(bytes: Option<u64>) -> String {
@@ -436,6 +581,57 @@ pub fn surrogate_table(r: &CacheResults) -> String {
             let _ = writeln!(s, "{:<13} unreadable: {why}", c.name);
         }
     }
+    s + &disk_table(r)
+}
+
+fn rate(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".into(), |x| format!("{x:.digits$}"))
+}
+
+/// Per contender and phase, the whole disks' mean rates from `/proc/diskstats` (the
+/// thesis's blktrace throughput, Figs. 4.36, 4.38–4.40, 4.42).
+pub fn disk_table(r: &CacheResults) -> String {
+    let mut s = String::new();
+    let devices: Vec<String> = r
+        .contenders
+        .iter()
+        .filter_map(|c| c.surrogates.as_ref())
+        .flat_map(|x| x.disk_devices.iter().cloned())
+        .fold(Vec::new(), |mut v, d| {
+            if !v.contains(&d) {
+                v.push(d);
+            }
+            v
+        });
+    let _ = writeln!(
+        s,
+        "\nBlock devices ({}), /proc/diskstats, machine-wide, means per second:",
+        if devices.is_empty() {
+            "none readable".to_string()
+        } else {
+            devices.join(", ")
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{:<13} {:<6} {:>9} {:>9} {:>9} {:>9}",
+        "contender", "phase", "rd MB/s", "wr MB/s", "rd op/s", "wr op/s"
+    );
+    for c in &r.contenders {
+        let Some(sur) = &c.surrogates else { continue };
+        for p in sur.phases.iter().filter(|p| p.samples > 0) {
+            let _ = writeln!(
+                s,
+                "{:<13} {:<6} {:>9} {:>9} {:>9} {:>9}",
+                c.name,
+                p.phase,
+                rate(p.disk_read_mb_s, 3),
+                rate(p.disk_write_mb_s, 3),
+                rate(p.disk_read_ops_s, 1),
+                rate(p.disk_write_ops_s, 1),
+            );
+        }
+    }
     s
 }
 
@@ -494,8 +690,36 @@ pub fn surrogate_findings(r: &CacheResults) -> Vec<String> {
             "{n}: peak CPU {peak_cpu:.0} % of a core, peak RSS {peak_rss:.1} MB, {disk} over \
              the run"
         ));
+        if let Some(line) = device_finding(n, s) {
+            out.push(line);
+        }
     }
     out
+}
+
+/// The whole disks' busiest second and mean write rate while a contender ran (machine-wide).
+fn device_finding(name: &str, s: &Surrogates) -> Option<String> {
+    let writes: Vec<f64> = s
+        .samples
+        .iter()
+        .filter_map(|x| x.disk_write_bytes_s)
+        .collect();
+    let ops: Vec<f64> = s
+        .samples
+        .iter()
+        .filter_map(|x| Some(x.disk_read_ops_s? + x.disk_write_ops_s?))
+        .collect();
+    if writes.is_empty() || ops.is_empty() {
+        return None;
+    }
+    let mean_w = writes.iter().sum::<f64>() / writes.len() as f64;
+    let peak_ops = ops.iter().copied().fold(0.0, f64::max);
+    Some(format!(
+        "{name}: the disks ({}) wrote {:.2} MB/s on average and peaked at {peak_ops:.0} \
+         operations/s while it ran (/proc/diskstats counts every process of the machine)",
+        s.disk_devices.join(", "),
+        mean_w / 1e6
+    ))
 }
 
 /// One line per contender over the run's seconds.
@@ -566,7 +790,9 @@ pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
          <p>Sampled once a second from /proc while the workload ran: the proxy's whole \
          process tree. Disk bytes are what reached the storage layer (/proc/PID/io \
          read_bytes, write_bytes); read/write calls (syscr, syscw) count every read and write \
-         system call, sockets included.</p>",
+         system call, sockets included. The block devices' rates come from /proc/diskstats \
+         (whole disks): they count every process of the machine, so they show the proxy's disk \
+         use only beside what else ran.</p>",
     );
     if !r.contenders.iter().any(|c| c.surrogates.is_some()) {
         h.push_str("<p>No contender was sampled.</p>");
@@ -583,6 +809,18 @@ pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
         "proxy resident memory over time",
         "RSS, MB",
         |s| s.rss_mb,
+    )?);
+    h.push_str(&time_svg(
+        r,
+        "block devices: bytes read + written per second (/proc/diskstats)",
+        "MB/s, whole disks, machine-wide",
+        |s| (s.disk_read_bytes_s.unwrap_or(0.0) + s.disk_write_bytes_s.unwrap_or(0.0)) / 1e6,
+    )?);
+    h.push_str(&time_svg(
+        r,
+        "block devices: read + write operations per second (/proc/diskstats)",
+        "operations/s, whole disks, machine-wide",
+        |s| s.disk_read_ops_s.unwrap_or(0.0) + s.disk_write_ops_s.unwrap_or(0.0),
     )?);
     let _ = write!(
         h,
@@ -637,6 +875,58 @@ mod tests {
         }
     }
 
+    /// A virtual machine's /proc/diskstats (20 fields, kernel 5.5+), an old 14-field disk line
+    /// and a 7-field partition line of a 2.6 kernel.
+    const DISKSTATS: &str = "   7       0 loop0 5 0 10 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n\
+        254       0 vda 4611201 114033 155711274 8671805 724842 1030060 917092440 11827666 0 \
+        1226156 21109949 868406 87 878527224 573218 8945 37258\n\
+        254       1 vda1 100 200 50 80\n\
+        8       0 sda 10 0 20 5 4 0 8 1 0 6 6\n\
+        253       0 dm-0 3 0 6 0 1 0 2 0 0 0 0 0 0 0\n";
+
+    #[test]
+    fn diskstats_parse_and_only_whole_disks_count() {
+        let all = parse_diskstats(DISKSTATS);
+        let names: Vec<&str> = all.iter().map(|d| d.0.as_str()).collect();
+        // Lines with fewer than 14 fields (partitions on 2.6 kernels) are left out.
+        assert_eq!(names, ["loop0", "vda", "sda", "dm-0"]);
+        assert_eq!(
+            all[1].1,
+            DiskCounters {
+                reads: 4611201,
+                read_sectors: 155711274,
+                writes: 724842,
+                write_sectors: 917092440
+            }
+        );
+        let whole = |n: &str| ["loop0", "vda", "dm-0", "zram0"].contains(&n);
+        assert!(is_counted_disk("vda", &whole));
+        assert!(!is_counted_disk("vda1", &whole));
+        for skipped in ["loop0", "dm-0", "zram0"] {
+            assert!(!is_counted_disk(skipped, &whole), "{skipped}");
+        }
+        let mut s = SurrogateSample::default();
+        let before = DiskCounters {
+            reads: 10,
+            read_sectors: 8,
+            writes: 5,
+            write_sectors: 100,
+        };
+        let now = DiskCounters {
+            reads: 14,
+            read_sectors: 16,
+            writes: 7,
+            write_sectors: 2148,
+        };
+        set_disk_rates(&mut s, &before, &now, 2.0);
+        assert_eq!(s.disk_read_bytes_s, Some(2048.0));
+        assert_eq!(s.disk_write_bytes_s, Some(524288.0));
+        assert_eq!(
+            (s.disk_read_ops_s, s.disk_write_ops_s),
+            (Some(2.0), Some(1.0))
+        );
+    }
+
     #[test]
     fn a_period_sums_the_tree_and_counts_new_processes_from_zero() {
         let before = HashMap::from([
@@ -686,6 +976,8 @@ mod tests {
             read_ops: Some(1),
             write_ops: Some(2),
             processes: 1,
+            disk_write_bytes_s: Some(t_s * 1e6),
+            ..Default::default()
         };
         let samples = [
             sample(1.0, 10.0, 5.0, Some(100)),
@@ -708,6 +1000,9 @@ mod tests {
         assert_eq!(s[0].write_bytes, Some(300));
         assert_eq!((s[0].read_ops, s[0].write_ops), (Some(2), Some(4)));
         assert_eq!(s[0].cpu_ms_per_1k, Some(400.0));
+        // Disk rates: the mean of 1 and 2 MB/s over two 1 s periods; no read rate sampled.
+        assert_eq!(s[0].disk_write_mb_s, Some(1.5));
+        assert_eq!(s[0].disk_read_mb_s, None);
         // The sample at 4 s covers 3–4 s: its middle is past top1's end.
         assert_eq!(s[1].samples, 1);
         assert_eq!(s[1].write_bytes, None);
@@ -751,5 +1046,10 @@ mod tests {
         assert!(s.samples.iter().map(|x| x.cpu_percent).sum::<f64>() > 0.0);
         assert_eq!(s.phases[0].samples as usize, s.samples.len());
         assert!(s.samples.windows(2).all(|w| w[0].t_s < w[1].t_s));
+        // Linux always has /proc/diskstats; a container may show no whole disk in /sys/block.
+        assert!(
+            s.samples.iter().all(|x| x.disk_write_ops_s.is_some()),
+            "{s:?}"
+        );
     }
 }

@@ -53,6 +53,22 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "sweb-sizes",
         include_str!("../../../experiments/sweb-sizes.toml"),
     ),
+    (
+        "node-alone",
+        include_str!("../../../experiments/node-alone.toml"),
+    ),
+    (
+        "mix-6040-2nodes",
+        include_str!("../../../experiments/mix-6040-2nodes.toml"),
+    ),
+    (
+        "smp-vs-up",
+        include_str!("../../../experiments/smp-vs-up.toml"),
+    ),
+    (
+        "switch-threads",
+        include_str!("../../../experiments/switch-threads.toml"),
+    ),
 ];
 
 /// The experiment `capstan lab` runs without arguments.
@@ -229,6 +245,7 @@ pub struct Quick {
     pub warmup: Option<String>,
     pub policies: Option<Vec<String>>,
     pub variants: Option<Vec<String>>,
+    pub repetitions: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -239,6 +256,13 @@ pub struct Variant {
     pub speeds: Option<Vec<f64>>,
     pub tree: Option<String>,
     pub dynamic: Option<Vec<Entry>>,
+    /// Cores of every node in this variant (Jones Fig. 9: 2 nodes × 2 cores vs 4 × 1).
+    pub cores: Option<u32>,
+    /// Worker threads of the switch in this variant (Jones §4.4: the switch SMP vs UP).
+    pub switch_threads: Option<usize>,
+    /// Only node K (1-based) of `[nodes]`, alone behind the switch (Jones Fig. 7: each node
+    /// measured by itself); its name and speed are node K's.
+    pub alone: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -260,6 +284,17 @@ pub struct Paper {
     pub measures: Vec<Measure>,
     /// SWEB §3.3's maximum sustained request rate, computed for the experiment's set-up.
     pub sweb_capacity: Option<SwebCapacity>,
+    /// Jones Fig. 6: one node's CPU and disk utilisation samples (%) at a load level.
+    #[serde(default, rename = "utilisation")]
+    pub utilisation: Vec<crate::figures::PaperUtilisation>,
+    /// Jones Fig. 7: each node measured alone under the same load.
+    #[serde(default, rename = "node_alone")]
+    pub nodes_alone: Vec<crate::figures::PaperNodeAlone>,
+    /// Jones Fig. 8: where `policy`'s gain over `versus` peaks against clients per node.
+    pub ratio: Option<crate::figures::RatioView>,
+    /// One variant's throughput over another's (Jones Fig. 9: UP 4×1 over SMP 2×2).
+    #[serde(default, rename = "variant_ratio")]
+    pub variant_ratios: Vec<crate::figures::VariantRatio>,
 }
 
 /// What a [`Measure`] reads from a series' point.
@@ -544,8 +579,14 @@ impl Experiment {
                 parse_duration(what, d).map_err(|e| e.to_string())?;
             }
         }
-        if self.load.repetitions == 0 || self.load.generator_threads == 0 {
-            return Err("load.repetitions and load.generator_threads must be at least 1".into());
+        if self.load.repetitions == 0
+            || self.load.generator_threads == 0
+            || self.quick.repetitions == Some(0)
+        {
+            return Err(
+                "load.repetitions, quick.repetitions and load.generator_threads must be at least 1"
+                    .into(),
+            );
         }
         if !(self.load.think_ms >= 0.0 && self.load.think_ms.is_finite()) {
             return Err("load.think_ms must be ≥ 0".into());
@@ -600,12 +641,46 @@ impl Experiment {
                 t.parse::<capstan_workload::TreeKind>()
                     .map_err(|e| format!("variant {:?}: {e}", v.name))?;
             }
+            self.check_variant_machine(v)?;
         }
         if let Some(names) = &self.quick.variants {
             for n in names {
                 if !self.variants.iter().any(|v| &v.name == n) {
                     return Err(format!("quick.variants: no variant {n:?}"));
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Experiment {
+    /// A variant's cores, switch threads and lone node are within reach of this experiment.
+    fn check_variant_machine(&self, v: &Variant) -> Result<(), String> {
+        let name = &v.name;
+        if let Some(c) = v.cores {
+            if !(1..=64).contains(&c) {
+                return Err(format!("variant {name:?}: cores must be 1..=64, got {c}"));
+            }
+        }
+        if let Some(t) = v.switch_threads {
+            if !(1..=64).contains(&t) {
+                return Err(format!(
+                    "variant {name:?}: switch_threads must be 1..=64, got {t}"
+                ));
+            }
+        }
+        if let Some(k) = v.alone {
+            if v.nodes.is_some() || v.speeds.is_some() {
+                return Err(format!(
+                    "variant {name:?}: alone = {k} runs one node of [nodes]; it takes no nodes or speeds"
+                ));
+            }
+            if k == 0 || k > self.nodes.count {
+                return Err(format!(
+                    "variant {name:?}: alone must name a node 1..={}, got {k}",
+                    self.nodes.count
+                ));
             }
         }
         Ok(())

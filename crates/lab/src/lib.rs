@@ -20,10 +20,12 @@
 //! ```
 
 pub mod cache;
+pub mod cache_plots;
 pub mod cache_surrogates;
 pub mod cache_verdicts;
 pub mod cluster;
 pub mod experiment;
+pub mod figures;
 pub mod report;
 pub mod results;
 pub mod runner;

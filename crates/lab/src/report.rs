@@ -28,6 +28,7 @@ pub(crate) const COLOURS: [RGBColor; 10] = [
 pub fn conclude(r: &mut LabResults, exp: &Experiment) {
     r.paper = exp.paper.as_ref().map(|p| compare(r, p));
     r.findings = findings(r, exp);
+    crate::figures::conclude(r, exp);
     if !r.agreement.is_empty() {
         let agree: Vec<&str> = r
             .agreement
@@ -1362,6 +1363,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         );
         h.push_str(&svg);
     }
+    crate::figures::html(&mut h, r)?;
     if let Some(p) = &r.paper {
         let _ = write!(
             h,

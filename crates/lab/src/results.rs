@@ -43,10 +43,20 @@ pub struct LabResults {
     /// With both worlds: lab and simulator side by side per series, with a verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agreement: Vec<Agreement>,
+    /// Jones thesis Figs. 6–8 views: per-node CPU and disk, each node alone, gain against
+    /// clients per node.
+    #[serde(default)]
+    pub figures: crate::figures::JonesFigures,
 }
 
 fn live() -> String {
     "live".into()
+}
+fn one_u32() -> u32 {
+    1
+}
+fn one_usize() -> usize {
+    1
 }
 
 /// The experiment as the simulator ran it (`capstan_sim::closed`), shaped as the lab's series.
@@ -107,6 +117,12 @@ pub struct SeriesResult {
     pub variant: Option<String>,
     pub nodes: usize,
     pub speeds: Vec<f64>,
+    /// Cores of each node (the experiment's, or the variant's).
+    #[serde(default = "one_u32")]
+    pub cores: u32,
+    /// The switch's worker threads.
+    #[serde(default = "one_usize")]
+    pub switch_threads: usize,
     pub points: Vec<Point>,
     pub runs: Vec<RunRecord>,
 }
@@ -199,6 +215,12 @@ pub struct UtilSample {
     pub t_s: f64,
     /// Each node's busiest-resource utilisation over its last load window (its own report).
     pub util: Vec<f64>,
+    /// Each node's CPU and disk utilisation over the same window (Jones Fig. 6 plots them
+    /// apart).
+    #[serde(default)]
+    pub cpu: Vec<f64>,
+    #[serde(default)]
+    pub disk: Vec<f64>,
     /// Each node's weight as the switch's policy uses it now (configured, or derived from
     /// gathered state by WRR_num / WRR_time).
     #[serde(default)]

@@ -75,6 +75,8 @@ pub struct SeriesPlan {
     pub nodes: Vec<NodeSpec>,
     pub tree: String,
     pub dynamic: Vec<Entry>,
+    /// The switch's worker threads (the experiment's, or the variant's).
+    pub switch_threads: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -126,12 +128,12 @@ impl Plan {
         let duration = pick(&exp.load.duration, &exp.quick.duration, "duration")?;
         let warmup = pick(&exp.load.warmup, &exp.quick.warmup, "warmup")?;
         let base_count = o.nodes.unwrap_or(exp.nodes.count);
-        let specs = |count: usize, speeds: &[f64]| -> Vec<NodeSpec> {
+        let specs = |count: usize, speeds: &[f64], cores: u32| -> Vec<NodeSpec> {
             (0..count)
                 .map(|i| NodeSpec {
                     name: format!("node{}", i + 1),
                     speed: speeds[i % speeds.len()],
-                    cores: exp.nodes.cores,
+                    cores,
                     partition: exp.nodes.partition.then(|| format!("{i}/{count}")),
                 })
                 .collect()
@@ -158,12 +160,26 @@ impl Plan {
                     Some(v) => format!("{p} · {}", v.name),
                     None => p.clone(),
                 };
+                let cores = v.and_then(|v| v.cores).unwrap_or(exp.nodes.cores);
+                let nodes = match v.and_then(|v| v.alone) {
+                    // Node K of the cluster by itself: its own name and speed, partition off.
+                    Some(k) => vec![NodeSpec {
+                        name: format!("node{k}"),
+                        speed: exp.nodes.speeds[(k - 1) % exp.nodes.speeds.len()],
+                        cores,
+                        partition: None,
+                    }],
+                    None => specs(count, &speeds, cores),
+                };
                 series.push(SeriesPlan {
                     label,
                     policy: p.clone(),
                     row: row.clone(),
                     variant: v.map(|v| v.name.clone()),
-                    nodes: specs(count, &speeds),
+                    nodes,
+                    switch_threads: v
+                        .and_then(|v| v.switch_threads)
+                        .unwrap_or(exp.switch.threads),
                     tree: v
                         .and_then(|v| v.tree.clone())
                         .unwrap_or_else(|| exp.nodes.tree.clone()),
@@ -180,7 +196,10 @@ impl Plan {
             levels,
             duration,
             warmup,
-            repetitions: o.repetitions.unwrap_or(exp.load.repetitions),
+            repetitions: o
+                .repetitions
+                .or(exp.quick.repetitions.filter(|_| o.quick))
+                .unwrap_or(exp.load.repetitions),
             seed: o.seed.unwrap_or(exp.seed),
         })
     }
@@ -319,6 +338,8 @@ pub async fn run(
             variant: s.variant.clone(),
             nodes: s.nodes.len(),
             speeds: s.nodes.iter().map(|n| n.speed).collect(),
+            cores: s.nodes.first().map_or(1, |n| n.cores),
+            switch_threads: s.switch_threads,
             points,
             runs,
         });
@@ -363,6 +384,7 @@ pub async fn run(
         worlds: "live".into(),
         sim: None,
         agreement: Vec::new(),
+        figures: Default::default(),
     })
 }
 
@@ -436,7 +458,7 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         &s.nodes,
         &args,
         switch_config(exp, &row),
-        exp.switch.threads,
+        s.switch_threads,
         &o.work_dir,
     )
     .await
@@ -680,18 +702,21 @@ async fn sample_timeline(
     let t0 = Instant::now();
     loop {
         tokio::time::sleep(period).await;
-        let mut util = Vec::new();
+        let (mut util, mut cpu, mut disk) = (Vec::new(), Vec::new(), Vec::new());
         for (_, a) in &nodes {
-            let u = cluster::load_report(*a)
+            let (c, d, n) = cluster::load_report(*a)
                 .await
                 .map(|r| {
-                    r.interval
-                        .cpu_util
-                        .max(r.interval.disk_util)
-                        .max(r.interval.nic_util)
+                    (
+                        r.interval.cpu_util,
+                        r.interval.disk_util,
+                        r.interval.nic_util,
+                    )
                 })
-                .unwrap_or(f64::NAN);
-            util.push(round(u, 4));
+                .unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+            util.push(round(c.max(d).max(n), 4));
+            cpu.push(round(c, 4));
+            disk.push(round(d, 4));
         }
         let status = cluster::switch_status(admin).await.unwrap_or_default();
         let of = |name: &str| status.nodes.iter().find(|n| n.name == name);
@@ -707,6 +732,8 @@ async fn sample_timeline(
             v.push(UtilSample {
                 t_s: round(t0.elapsed().as_secs_f64(), 2),
                 util,
+                cpu,
+                disk,
                 weights,
                 gathered,
             });

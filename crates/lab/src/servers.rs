@@ -373,8 +373,14 @@ impl Drop for RunningServer {
 /// The installed program, installing its Debian package when it is missing and we are root
 /// (without starting the package's service); otherwise a one-line reason to skip.
 pub fn ensure_installed(kind: ServerKind) -> Result<PathBuf, String> {
+    ensure_package(kind.name(), &kind.binary())
+}
+
+/// `binary`, installing Debian's `package` when it is missing and we are root (without
+/// starting the package's service); otherwise a one-line reason to skip.
+pub fn ensure_package(package: &str, binary: &Path) -> Result<PathBuf, String> {
     static APT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let binary = kind.binary();
+    let binary = binary.to_path_buf();
     if binary.exists() {
         return Ok(binary);
     }
@@ -389,17 +395,16 @@ pub fn ensure_installed(kind: ServerKind) -> Result<PathBuf, String> {
         return Ok(binary);
     }
     let _no_service = NoServiceStart::new()?;
-    if apt_get(&["install", "-y", "--no-install-recommends", kind.name()]).is_err() {
+    if apt_get(&["install", "-y", "--no-install-recommends", package]).is_err() {
         // A fresh image has no package lists yet: fetch them once and try again.
         apt_get(&["update", "-q"])?;
-        apt_get(&["install", "-y", "--no-install-recommends", kind.name()])?;
+        apt_get(&["install", "-y", "--no-install-recommends", package])?;
     }
     if binary.exists() {
         Ok(binary)
     } else {
         Err(format!(
-            "apt-get installed {} but {} is missing",
-            kind.name(),
+            "apt-get installed {package} but {} is missing",
             binary.display()
         ))
     }

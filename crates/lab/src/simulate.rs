@@ -291,6 +291,8 @@ pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
             variant: s.variant.clone(),
             nodes: s.nodes.len(),
             speeds: s.nodes.iter().map(|n| n.speed).collect(),
+            cores: s.nodes.first().map_or(1, |n| n.cores),
+            switch_threads: s.switch_threads,
             points: crate::runner::points(&plan.levels, &runs),
             runs,
         });
@@ -482,6 +484,7 @@ pub fn sim_only_results(plan: &Plan, o: &crate::Options, world: SimWorld) -> Lab
         worlds: "sim".into(),
         sim: None,
         agreement: Vec::new(),
+        figures: Default::default(),
     }
 }
 

@@ -62,6 +62,8 @@ pub struct RunResult {
     pub cache_lookups: u64,
     pub cache_hits: u64,
     pub sessions: u64,
+    /// HTTP requests (objects) sent during the arrival period, warm-up included.
+    pub requests: u64,
     pub events: u64,
     /// The layer the switch dispatched at (resolved from the policy's needs when `auto`).
     pub layer: Option<Layer>,
@@ -182,6 +184,10 @@ pub struct Engine {
     think: Dist,
     /// Scratch buffer for CPU completions, reused so completing a job allocates nothing.
     completions: Vec<capstan_model::Completion>,
+    /// Scratch buffers for the gatherer's round (live and configured per-node counts), reused
+    /// because in live mode (T_gat = 0) a round ends at every dispatch.
+    round_active: Vec<u32>,
+    round_weights: Vec<u32>,
 }
 
 /// Node names as policies see them (`n0`, `n1`, …).
@@ -340,6 +346,8 @@ impl Engine {
                 k: w.think_k_s,
             },
             completions: Vec::new(),
+            round_active: Vec::with_capacity(cfg.nodes),
+            round_weights: Vec::with_capacity(cfg.nodes),
             policy,
             params,
             site,
@@ -634,6 +642,9 @@ impl Engine {
     }
 
     fn object_sent(&mut self, now: Nanos, page: u32) {
+        if now < self.end {
+            self.result.requests += 1;
+        }
         let p = &mut self.pages[page as usize];
         p.obj += 1;
         if p.obj < p.nobj {
@@ -717,10 +728,13 @@ impl Engine {
     /// of now, weights derived now, the gathered reports. In live mode (T_gat = 0) this runs at
     /// every dispatch, the reports being those of the last second.
     fn show_gathered_state(&mut self, now: Nanos) {
-        let live_active: Vec<u32> = self.live.iter().map(|n| n.active).collect();
-        let configured: Vec<u32> = self.live.iter().map(|n| n.weight).collect();
+        self.round_active.clear();
+        self.round_active.extend(self.live.iter().map(|n| n.active));
+        self.round_weights.clear();
+        self.round_weights
+            .extend(self.live.iter().map(|n| n.weight));
         self.gatherer
-            .end_round(now, self.weights, &live_active, &configured);
+            .end_round(now, self.weights, &self.round_active, &self.round_weights);
         self.view.nodes.copy_from_slice(&self.live);
         for (i, state) in self.view.nodes.iter_mut().enumerate() {
             self.gatherer.apply(i, state, self.weights);

@@ -9,6 +9,8 @@
 //! - [`run`]: policies × replications in parallel, summaries with confidence intervals.
 //! - [`queueing`]: the same event core on textbook queues, for validation.
 //! - [`report`]: the HTML report with SVG plots.
+//! - [`sweep`], [`sweep_report`]: node-count and arrival-rate sweeps (CAP Table 1's ranges).
+//! - [`results_md`]: renders `RESULTS.md` from a template and the runs' JSON files.
 //! - [`sweb`]: `capstan sim sweb-skewed` and `sweb-sizes` — SWEB's experiments (IPPS '96, §4)
 //!   on a model of its cluster (local disks, NFS, DNS rotation, redirection, loadd every 2 s).
 //! - [`cache`]: `capstan sim cache` — the HTTP cache's eviction policies (the switch's own code)
@@ -21,11 +23,14 @@ pub mod event;
 pub mod policy;
 pub mod queueing;
 pub mod report;
+pub mod results_md;
 pub mod run;
 pub mod scenario;
 pub mod site;
 pub mod stats;
 pub mod sweb;
+pub mod sweep;
+pub mod sweep_report;
 
 pub use engine::{dispatch_trace, RunConfig, RunResult};
 pub use policy::{Metric, PolicyChoice};

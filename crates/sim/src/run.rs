@@ -4,11 +4,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use capstan_workload::{stream, Dist};
+
 use serde::Serialize;
 
+use crate::cache::ThreadClock;
 use crate::engine::{Engine, NodeUse, RunConfig, RunResult};
 use crate::policy::{Metric, PolicyChoice};
 use crate::scenario::{Layer, Scenario, CLASS_NAMES};
+use crate::site::Site;
 use crate::stats::{cdf_at, cdf_grid, mean_ms, quantile_ms, round, Estimate};
 
 /// What to run.
@@ -56,6 +60,9 @@ pub struct PolicySummary {
     pub nodes: Vec<NodeUse>,
     pub classes: Vec<ClassSummary>,
     pub events: u64,
+    /// HTTP requests (objects) sent per simulated second of the arrival period, mean over
+    /// replications.
+    pub requests_per_s: f64,
 }
 
 /// One point of the T_gat sensitivity study.
@@ -80,16 +87,25 @@ pub struct Report {
     pub seeds: Vec<u64>,
     pub policies: Vec<PolicySummary>,
     pub tgat: Vec<TgatPoint>,
+    /// Events handled by all runs (the simulator's unit of work; events per second of CPU
+    /// time are in `run-info.json`, since they depend on the machine).
+    pub events: u64,
 }
 
 /// Wall-clock facts, kept apart from the report so the report is reproducible byte for byte.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunInfo {
     pub wall_s: f64,
+    /// CPU seconds of the worker threads (their own, from `/proc/thread-self/schedstat`; wall
+    /// time per run where that is missing), summed over runs.
     pub cpu_s: f64,
     pub runs: usize,
     pub events: u64,
     pub events_per_cpu_s: f64,
+    /// Events per wall-clock second of the whole experiment (all threads together).
+    pub events_per_wall_s: f64,
+    /// CPU seconds one run needs per simulated second (arrival period), mean over runs.
+    pub cpu_s_per_simulated_s: f64,
     pub threads: usize,
     pub available_parallelism: usize,
 }
@@ -181,11 +197,11 @@ impl Experiment {
                         break;
                     }
                     let job = &jobs[i];
-                    let t0 = Instant::now();
+                    let clock = ThreadClock::start();
                     let r = Engine::new(self.config(job.policy.clone(), job.seed))
                         .map(Engine::run)
                         .unwrap_or_default();
-                    let cpu = t0.elapsed().as_secs_f64();
+                    let cpu = clock.seconds();
                     results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some((r, cpu));
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
                 });
@@ -237,6 +253,7 @@ impl Experiment {
             seeds: self.seeds(),
             policies,
             tgat,
+            events,
         };
         let info = RunInfo {
             wall_s,
@@ -244,6 +261,8 @@ impl Experiment {
             runs: total,
             events,
             events_per_cpu_s: events as f64 / cpu_s.max(1e-9),
+            events_per_wall_s: events as f64 / wall_s.max(1e-9),
+            cpu_s_per_simulated_s: cpu_s / total.max(1) as f64 / self.duration_s,
             threads,
             available_parallelism: std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -306,8 +325,31 @@ impl Experiment {
             nodes,
             classes,
             events: runs.iter().map(|r| r.events).sum(),
+            requests_per_s: round(
+                runs.iter().map(|r| r.requests as f64).sum::<f64>()
+                    / runs.len().max(1) as f64
+                    / self.duration_s,
+            ),
         }
     }
+}
+
+/// Mean HTTP requests (objects) a client session makes in `scenario`: pages per session (the
+/// engine's rounded inverse Gaussian, at least one; estimated from 100 000 draws of a fixed
+/// stream) × the popularity-weighted objects per page of the site built for `seed`. Dividing a
+/// request rate by it gives the session rate that offers that many requests per second.
+pub fn requests_per_session(scenario: &Scenario, seed: u64) -> f64 {
+    let w = &scenario.workload;
+    let pages = Dist::InverseGaussian {
+        mu: w.pages_mu,
+        lambda: w.pages_lambda,
+    };
+    let mut rng = stream(seed, "sim-requests-per-session");
+    const DRAWS: u32 = 100_000;
+    let total: f64 = (0..DRAWS)
+        .map(|_| pages.sample(&mut rng).round().max(1.0))
+        .sum();
+    total / f64::from(DRAWS) * Site::generate(w, seed).mean_objects_per_page()
 }
 
 fn per_run(runs: &[&RunResult], f: impl Fn(&RunResult) -> f64) -> Vec<f64> {

@@ -82,6 +82,17 @@ impl Site {
         self.first[page] as usize..self.first[page + 1] as usize
     }
 
+    /// Objects (HTTP requests) per page request, weighted by popularity.
+    pub fn mean_objects_per_page(&self) -> f64 {
+        let mut prev = 0.0;
+        let mut mean = 0.0;
+        for (page, &c) in self.cdf.iter().enumerate() {
+            mean += (c - prev) * self.objects_of(page).len() as f64;
+            prev = c;
+        }
+        mean
+    }
+
     /// A page drawn by popularity.
     pub fn draw_page(&self, rng: &mut WorkloadRng) -> usize {
         let u = uniform01(rng);

@@ -10,41 +10,15 @@ pub struct Estimate {
     pub ci95: f64,
 }
 
-/// Two-sided 95 % Student t quantiles for 1..=30 degrees of freedom; beyond, the normal's 1.96.
-const T95: [f64; 30] = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-    2.052, 2.048, 2.045, 2.042,
-];
-
-pub fn t95(dof: usize) -> f64 {
-    if dof == 0 {
-        0.0
-    } else {
-        T95.get(dof - 1).copied().unwrap_or(1.96)
-    }
-}
+pub use capstan_report::stats::t95;
 
 impl Estimate {
+    /// The mean and its 95 % CI half-width (capstan-report's Student t), rounded for the JSON.
     pub fn of(samples: &[f64]) -> Estimate {
-        let n = samples.len();
-        if n == 0 {
-            return Estimate {
-                value: 0.0,
-                ci95: 0.0,
-            };
-        }
-        let mean = samples.iter().sum::<f64>() / n as f64;
-        if n == 1 {
-            return Estimate {
-                value: round(mean),
-                ci95: 0.0,
-            };
-        }
-        let var = samples.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1) as f64;
+        let e = capstan_report::Estimate::of(samples);
         Estimate {
-            value: round(mean),
-            ci95: round(t95(n - 1) * (var / n as f64).sqrt()),
+            value: round(e.mean),
+            ci95: round(e.ci95),
         }
     }
 }

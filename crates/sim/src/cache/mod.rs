@@ -217,20 +217,20 @@ fn summarise(
 /// The calling thread's CPU time, so that a shared machine's other tenants do not count
 /// against a policy's requests/s (they still cost it cache misses). Linux exposes it in
 /// `/proc/thread-self/schedstat` (first field: nanoseconds on CPU); elsewhere wall time.
-struct ThreadClock {
+pub(crate) struct ThreadClock {
     cpu_ns: Option<u64>,
     wall: Instant,
 }
 
 impl ThreadClock {
-    fn start() -> Self {
+    pub(crate) fn start() -> Self {
         ThreadClock {
             cpu_ns: thread_cpu_ns(),
             wall: Instant::now(),
         }
     }
 
-    fn seconds(&self) -> f64 {
+    pub(crate) fn seconds(&self) -> f64 {
         match (self.cpu_ns, thread_cpu_ns()) {
             (Some(a), Some(b)) if b >= a => (b - a) as f64 / 1e9,
             _ => self.wall.elapsed().as_secs_f64(),

@@ -2,19 +2,9 @@
 //! BHR against cache size, one line per policy, Belady drawn last so it sits on top) and the
 //! tables behind them, in the style of the cluster simulator's report.
 
-use plotters::prelude::*;
+use capstan_report::{escape as esc, palette, Chart, Page, Series};
 
 use super::{CacheReport, Point};
-
-const COLOURS: [RGBColor; 7] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-];
 
 /// Which ratio a plot or table shows.
 #[derive(Clone, Copy)]
@@ -58,61 +48,30 @@ pub fn ratio_svg(report: &CacheReport, ratio: Ratio) -> Result<String, String> {
         .flat_map(|p| p.points.iter().map(|x| ratio.of(x)))
         .fold(0.05, f64::max);
     let y_max = (top * 1.1).min(1.0);
-    // Belady last, so its line is drawn over the others.
+    // Belady last, so its line is drawn over the others, in black.
     let mut order: Vec<usize> = (0..report.policies.len()).collect();
     order.sort_by_key(|&i| report.policies[i].policy == "belady");
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 420)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{} vs cache size", ratio.title()),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..y_max)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("cache size (% of the working set, log scale)")
-            .x_label_formatter(&|x| percent_label(*x))
-            .y_desc(ratio.title())
-            .draw()
-            .map_err(err)?;
-        for (n, &i) in order.iter().enumerate() {
-            let p = &report.policies[i];
-            let belady = p.policy == "belady";
-            let c = if belady {
-                BLACK
-            } else {
-                COLOURS[n % COLOURS.len()]
-            };
-            let width = if belady { 3 } else { 2 };
-            let pts: Vec<(f64, f64)> = p.points.iter().map(|x| (x.percent, ratio.of(x))).collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(width)))
-                .map_err(err)?
-                .label(p.policy.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(width))
-                });
-            chart
-                .draw_series(pts.into_iter().map(|q| Circle::new(q, 3, c.filled())))
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        format!("{} vs cache size", ratio.title()),
+        "cache size (% of the working set, log scale)",
+        ratio.title(),
+    )
+    .size(720, 420)
+    .log_x()
+    .x_range(lo, hi)
+    .y_range(0.0, y_max)
+    .x_format(percent_label);
+    for (n, &i) in order.iter().enumerate() {
+        let p = &report.policies[i];
+        let pts = p.points.iter().map(|x| (x.percent, ratio.of(x))).collect();
+        let colour = if p.policy == "belady" {
+            palette::BLACK
+        } else {
+            palette::colour(n)
+        };
+        chart.add(Series::new(p.policy.clone(), pts).colour(colour));
     }
-    Ok(svg)
+    chart.svg()
 }
 
 /// Whole percents without a decimal point; the log axis puts its ticks at 1, 2, … 10, 20, ….
@@ -122,16 +81,6 @@ fn percent_label(x: f64) -> String {
     } else {
         format!("{x:.1}")
     }
-}
-
-fn err(e: impl std::fmt::Display) -> String {
-    format!("plot: {e}")
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// Bytes in the largest binary unit that keeps the number at or above 1.
@@ -150,7 +99,7 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
-fn table(h: &mut String, report: &CacheReport, ratio: Ratio) {
+fn table(h: &mut Page, report: &CacheReport, ratio: Ratio) {
     h.push_str(&format!(
         "<h2>{}</h2><table><tr><th>policy</th>",
         ratio.title()
@@ -176,15 +125,12 @@ fn table(h: &mut String, report: &CacheReport, ratio: Ratio) {
 /// The whole report page.
 pub fn html(report: &CacheReport) -> Result<String, String> {
     let t = &report.trace;
-    let mut h = String::new();
-    h.push_str(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan sim cache</title>\
-         <style>body{font-family:sans-serif;max-width:60em;margin:2em auto}\
-         table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}\
-         th{background:#eee}td:first-child{text-align:left}</style></head><body>",
+    let mut h = Page::new(
+        "capstan sim cache",
+        "capstan sim cache: eviction policies on a trace",
     );
     h.push_str(&format!(
-        "<h1>capstan sim cache: eviction policies on a trace</h1><p>{}.</p>\
+        "<p>{}.</p>\
          <p>{} requests for {} distinct objects; working set {} (cache sizes are fractions of \
          it); {} requested; {} requests for uncachable objects.",
         esc(&t.description),
@@ -226,10 +172,10 @@ pub fn html(report: &CacheReport) -> Result<String, String> {
         ));
     }
     h.push_str(&format!(
-        "</table><p>{} thread(s), {:.2} s wall.</p></body></html>\n",
+        "</table><p>{} thread(s), {:.2} s wall.</p>",
         report.run.threads, report.run.wall_s
     ));
-    Ok(h)
+    Ok(h.finish())
 }
 
 #[cfg(test)]

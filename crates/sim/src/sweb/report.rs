@@ -9,7 +9,7 @@
 //! redirect_fraction, formula_rps}], `paper_example`, `paper_example_rps`), `paper` [{what,
 //! value}] and `findings`. Estimates are `{value, ci95}` over replications.
 
-use plotters::prelude::*;
+use capstan_report::{escape as esc, Chart, Page, Series};
 use serde::Serialize;
 
 use super::analysis::Inputs;
@@ -379,87 +379,30 @@ pub fn text(r: &SwebReport) -> String {
     t
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-fn err(e: impl std::fmt::Display) -> String {
-    format!("plot: {e}")
-}
-
-const COLOURS: [RGBColor; 4] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-];
-
 /// Mean response against the rate, one line per policy (only with two or more rates).
 fn rate_svg(r: &SwebReport) -> Result<Option<String>, String> {
     if r.points.len() < 2 {
         return Ok(None);
     }
-    let max_x = r.points.iter().map(|p| p.rate).fold(1.0, f64::max) * 1.05;
-    let max_y = r
-        .points
-        .iter()
-        .flat_map(|p| p.policies.iter().map(|q| q.mean_s.value))
-        .fold(0.1, f64::max)
-        * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{}: mean response time", r.experiment),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0f64..max_x, 0f64..max_y)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("requests per second")
-            .y_desc("mean response (s)")
-            .draw()
-            .map_err(err)?;
-        let policies = r.points[0].policies.len();
-        for i in 0..policies {
-            let c = COLOURS[i % COLOURS.len()];
-            let pts: Vec<(f64, f64)> = r
-                .points
-                .iter()
-                .map(|p| (p.rate, p.policies[i].mean_s.value))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(r.points[0].policies[i].policy.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        format!("{}: mean response time", r.experiment),
+        "requests per second",
+        "mean response (s, 95 % CI over replications)",
+    )
+    .size(720, 400);
+    for (i, first) in r.points[0].policies.iter().enumerate() {
+        let pts = r
+            .points
+            .iter()
+            .map(|p| (p.rate, p.policies[i].mean_s.value))
+            .collect();
+        let ci = r.points.iter().map(|p| p.policies[i].mean_s.ci95).collect();
+        chart.add(Series::new(first.policy.clone(), pts).with_ci(ci));
     }
-    Ok(Some(svg))
+    chart.svg().map(Some)
 }
 
-fn html_points(r: &SwebReport, h: &mut String) {
+fn html_points(r: &SwebReport, h: &mut Page) {
     let f = |e: &Estimate| format!("{:.2} ± {:.2}", e.value, e.ci95);
     h.push_str(
         "<h2>Response time (s, mean ± 95 % CI over replications)</h2><table><tr><th>rps</th>\
@@ -491,7 +434,7 @@ fn html_points(r: &SwebReport, h: &mut String) {
     h.push_str("</table>");
 }
 
-fn html_capacity(c: &CapacityResult, h: &mut String) {
+fn html_capacity(c: &CapacityResult, h: &mut Page) {
     h.push_str(&format!(
         "<h2>Maximum sustained rate ({:.1} MB files, {:.0} s, rates {}–{} rps)</h2>\
          <p>Sustained: at most {} seconds' worth of requests unfinished as arrivals stop. \
@@ -520,17 +463,14 @@ fn html_capacity(c: &CapacityResult, h: &mut String) {
 
 /// The whole report page.
 pub fn html(r: &SwebReport) -> Result<String, String> {
-    let mut h = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan sim: {0}</title>\
-         <style>body{{font-family:sans-serif;max-width:64em;margin:2em auto}}\
-         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;\
-         text-align:right}}th{{background:#eee}}td:first-child{{text-align:left}}</style>\
-         </head><body><h1>capstan sim: {0}</h1><p>{1}</p><p>{2} replication(s), seeds {3:?}.</p>",
-        esc(r.experiment),
+    let title = format!("capstan sim: {}", r.experiment);
+    let mut h = Page::new(&title, &title);
+    h.push_str(&format!(
+        "<p>{}</p><p>{} replication(s), seeds {:?}.</p>",
         esc(r.description),
         r.replications,
         r.seeds
-    );
+    ));
     h.push_str("<h2>Paper vs Capstan</h2><table><tr><th>the paper</th><th></th></tr>");
     for n in &r.paper {
         h.push_str(&format!(
@@ -552,9 +492,6 @@ pub fn html(r: &SwebReport) -> Result<String, String> {
         html_capacity(c, &mut h);
     }
     let cluster = serde_json::to_string_pretty(&r.cluster).map_err(|e| e.to_string())?;
-    h.push_str(&format!(
-        "<h2>Model</h2><pre>{}</pre></body></html>\n",
-        esc(&cluster)
-    ));
-    Ok(h)
+    h.push_str(&format!("<h2>Model</h2><pre>{}</pre>", esc(&cluster)));
+    Ok(h.finish())
 }

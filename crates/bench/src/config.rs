@@ -109,8 +109,8 @@ pub enum Engine {
     Replay { log: AccessLog, speed: ReplaySpeed },
     /// Banga & Druschel's S-Client (§4.2): `sockets` (D) sockets each connect, and an attempt
     /// not established within `connect_timeout` (T) is abandoned and a new one opened; an
-    /// established connection is handed off with its request and the socket connects again at
-    /// once. The offered connection rate is ≈ D/T once the server falls behind, whatever it does.
+    /// established connection is handed off with its request and the socket's next attempt
+    /// starts T after this one began. The offered connection rate is D/T, whatever the server does.
     SClient { sockets: usize },
 }
 

@@ -28,9 +28,9 @@ use capstan_workload::{
       --sessions R   R sessions/s following the CAP paper's Table 1\n  \
       --replay LOG   a Common/Combined Log Format file, timing scaled by --replay-speed or at \
                      --replay-rate\n  \
-      --sockets D    S-Client (Banga & Druschel §4.2): D sockets each connecting in turn; an \
-                     attempt not established within --connect-timeout T is abandoned and a new \
-                     one opened, so ≈ D/T attempts/s reach the server however far behind it is \
+      --sockets D    S-Client (Banga & Druschel §4.2): D sockets, each making one connect \
+                     attempt per --connect-timeout T; an attempt not established within T is \
+                     abandoned, so D/T attempts/s reach the server however far behind it is \
                      (abandoned attempts: \"connect timeouts\", counted as dropped)\n\n\
       --polygraph F  a Web Polygraph workload (robots, content types, working set, phases with \
                      goals) through a proxy; per phase hit/miss response times and DHR/BHR \
@@ -83,8 +83,8 @@ pub struct BenchArgs {
     /// CAP Table 1 sessions arriving at R per second. Example: --sessions 20
     #[arg(long, value_name = "R", group = "engine")]
     sessions: Option<f64>,
-    /// S-Client with D sockets: an attempt not established within --connect-timeout is abandoned
-    /// and a new one opened (≈ D/T attempts/s). Example: --sockets 1000
+    /// S-Client with D sockets, one connect attempt each per --connect-timeout T, abandoned if
+    /// not established within T (D/T attempts/s). Example: --sockets 1000
     #[arg(long, value_name = "D", group = "engine")]
     sockets: Option<usize>,
     /// Replay an access log (Common or Combined Log Format). Example: --replay access.log
@@ -638,6 +638,16 @@ fn summary(r: &RunResult) -> String {
         r.ttfb_ms.p99,
         r.lag_ms.p99,
     );
+    if r.engine == "sclient" {
+        s += &format!(
+            "S-Client connect attempts {} ({:.1}/s)  abandoned {}  established {}  responses {}\n",
+            r.connect_attempts,
+            r.connect_attempts as f64 / r.duration_s.max(1e-9),
+            r.connect_timeouts,
+            r.connections_opened,
+            r.completed
+        );
+    }
     if r.errors_total > 0 || r.connect_timeouts > 0 {
         let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!(

@@ -1,9 +1,11 @@
 //! The S-Client engine (Banga & Druschel §4.2): a fixed set of D sockets, each in a loop of
 //! non-blocking connect, abandon after T if not established, connect again. An established
 //! connection gets its request and is handed to its own task (the paper's connection-handling
-//! process), and the socket starts its next attempt at once, so the attempt rate stays ≈ D/T
-//! whatever the server does: it does not fall into TCP's SYN back-off, and it does not wait
-//! for responses.
+//! process), and the socket starts its next attempt T after the previous one began (the
+//! paper's "constant think time chosen to achieve a certain constant request rate", §4.2), so
+//! each socket makes one attempt per T and the attempt rate is D/T whatever the server does:
+//! it does not fall into TCP's SYN back-off, it does not wait for responses, and a fast server
+//! does not turn it into a connection storm.
 //!
 //! Counting: every attempt is `offered` (the paper's "request rate" is SYNs per second at the
 //! server); an abandoned attempt is a `connect_timeouts` and, never started, ends up `dropped`.
@@ -58,11 +60,14 @@ async fn attempt(l: &Rc<Lane>, picker: &RefCell<Picker>, t: Duration) {
             l.pending.set(l.pending.get() + 1);
             let l = l.clone();
             // Hand-off: the response is read by its own task while this socket connects again.
+            let handler = l.clone();
             tokio::task::spawn_local(async move {
                 let mut conn = Some(Conn::new(stream));
-                l.fetch(&mut conn, idx, began, false).await;
-                l.pending.set(l.pending.get() - 1);
+                handler.fetch(&mut conn, idx, began, false).await;
+                handler.pending.set(handler.pending.get() - 1);
             });
+            // The think time: the next attempt of this socket is due T after this one began.
+            tokio::time::sleep_until((began + t).into()).await;
         }
         Err(ErrorKind::ConnectTimeout) => {
             // Abandoned: closing an unestablished socket sends nothing.
@@ -76,7 +81,7 @@ async fn attempt(l: &Rc<Lane>, picker: &RefCell<Picker>, t: Duration) {
                 s.error(l.ctx.table.requests[idx as usize].class, kind, now);
             }
             // A refused or failed attempt holds its socket for the rest of T rather than
-            // spinning: the rate stays ≈ D/T, as with a server that does not answer.
+            // spinning: the rate stays D/T, as with a server that does not answer.
             tokio::time::sleep_until((began + t).into()).await;
         }
     }

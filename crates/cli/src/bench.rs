@@ -650,8 +650,14 @@ fn summary(r: &RunResult) -> String {
     }
     if r.errors_total > 0 || r.connect_timeouts > 0 {
         let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        // The S-Client opens a new attempt rather than retrying the request.
+        let then = if r.engine == "sclient" {
+            "abandoned"
+        } else {
+            "retried"
+        };
         s += &format!(
-            "errors {}  ({})  connect timeouts retried {}\n",
+            "errors {}  ({})  connect timeouts {then} {}\n",
             r.errors_total,
             e.join(", "),
             r.connect_timeouts

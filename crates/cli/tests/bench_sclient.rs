@@ -116,6 +116,10 @@ fn a_full_backlog_makes_attempts_abandoned_while_the_sockets_keep_trying() {
     assert!(attempts > n(&r, "connections_opened") + 20, "{r}");
     assert!(stdout.contains("sclient engine"), "{stdout}");
     assert!(
+        stdout.contains(&format!("connect timeouts abandoned {abandoned}")),
+        "{stdout}"
+    );
+    assert!(
         stdout.contains(&format!("S-Client connect attempts {attempts} (",))
             && stdout.contains(&format!("abandoned {abandoned}")),
         "{stdout}"

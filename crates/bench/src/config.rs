@@ -107,6 +107,11 @@ pub enum Engine {
     },
     /// Replays an access log.
     Replay { log: AccessLog, speed: ReplaySpeed },
+    /// Banga & Druschel's S-Client (§4.2): `sockets` (D) sockets each connect, and an attempt
+    /// not established within `connect_timeout` (T) is abandoned and a new one opened; an
+    /// established connection is handed off with its request and the socket's next attempt
+    /// starts T after this one began. The offered connection rate is D/T, whatever the server does.
+    SClient { sockets: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -224,6 +229,10 @@ impl BenchConfig {
                 return bad(format!("rate must be positive, got {rate}"))
             }
             Engine::Closed { clients: 0, .. } => return bad("clients must be at least 1".into()),
+            Engine::SClient { sockets: 0 } => return bad("sockets must be at least 1".into()),
+            Engine::SClient { .. } if self.target.tls => {
+                return bad("the S-Client engine (--sockets) takes http:// URLs only".into())
+            }
             Engine::Closed { think: Some(d), .. } => d.validate().map_err(BenchError::Config)?,
             Engine::Sessions {
                 rate,
@@ -311,6 +320,10 @@ impl BenchConfig {
         match &self.engine {
             Engine::Open { rate } => Some(*rate),
             Engine::Sessions { rate, .. } => Some(*rate),
+            // The paper's offered rate: each socket tries at least once per T.
+            Engine::SClient { sockets } => {
+                Some(*sockets as f64 / self.connect_timeout.as_secs_f64().max(1e-9))
+            }
             Engine::Replay {
                 speed: ReplaySpeed::Rate(r),
                 ..
@@ -325,6 +338,7 @@ impl BenchConfig {
             Engine::Closed { .. } => "closed",
             Engine::Sessions { .. } => "sessions",
             Engine::Replay { .. } => "replay",
+            Engine::SClient { .. } => "sclient",
         }
     }
 }

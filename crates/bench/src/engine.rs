@@ -19,6 +19,8 @@ use crate::stats::{record, thread_cpu_s, Stats};
 use crate::timer::PreciseTimer;
 use crate::BenchError;
 
+mod sclient;
+
 /// Everything the lanes share, read-only.
 pub(crate) struct Ctx {
     pub cfg: BenchConfig,
@@ -48,7 +50,7 @@ pub(crate) struct Snapshot {
     pub last_second_p99_us: u64,
 }
 
-struct Lane {
+pub(crate) struct Lane {
     ctx: Arc<Ctx>,
     stats: RefCell<Stats>,
     /// Open engine, connection per request: sockets allowed in connect state.
@@ -64,13 +66,13 @@ struct Lane {
 }
 
 impl Lane {
-    fn timeout_deadline(&self, from: Instant) -> Instant {
+    pub(crate) fn timeout_deadline(&self, from: Instant) -> Instant {
         from + self.ctx.cfg.timeout
     }
 
     /// The source address of the next connection: the configured ones in turn, each lane
     /// starting at its own place; None leaves the choice to the kernel.
-    fn next_source(&self) -> Option<std::net::IpAddr> {
+    pub(crate) fn next_source(&self) -> Option<std::net::IpAddr> {
         let bind = &self.ctx.cfg.bind;
         if bind.is_empty() {
             return None;
@@ -119,7 +121,7 @@ impl Lane {
 
     /// One request on `conn` (connecting first if it is `None`); leaves a reusable connection
     /// in `conn`. Returns whether a response arrived.
-    async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         conn: &mut Option<Conn>,
         idx: u32,
@@ -253,7 +255,7 @@ impl Lane {
         self.ctx.t0 + Duration::from_secs_f64(t.max(0.0))
     }
 
-    fn window_end(&self) -> Instant {
+    pub(crate) fn window_end(&self) -> Instant {
         self.at(self.ctx.window_s)
     }
 }
@@ -347,6 +349,7 @@ pub(crate) fn run_lane(
             Engine::Open { .. } | Engine::Replay { .. } => open_loop(l.clone(), lane).await,
             Engine::Closed { .. } => closed_loop(l.clone(), lane).await,
             Engine::Sessions { .. } => sessions(l.clone(), lane).await,
+            Engine::SClient { .. } => sclient::run(l.clone(), lane).await,
         };
         // Drain: in-flight requests may finish until the drain deadline.
         let drain_end = l.window_end().max(Instant::now()) + l.ctx.cfg.drain;

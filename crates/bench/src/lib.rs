@@ -92,7 +92,7 @@ pub async fn run(
         Engine::Open { rate } | Engine::Sessions { rate, .. } => {
             engine::profile(&config, *rate)?.end_s
         }
-        Engine::Closed { .. } => config.duration.as_secs_f64(),
+        Engine::Closed { .. } | Engine::SClient { .. } => config.duration.as_secs_f64(),
         Engine::Replay { .. } => {
             let last = replay_times.iter().copied().fold(0.0, f64::max);
             let shard_gap = 1e-3;

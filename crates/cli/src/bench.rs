@@ -27,7 +27,11 @@ use capstan_workload::{
       --clients N    closed loop: N clients, each waits for its response (+ --think)\n  \
       --sessions R   R sessions/s following the CAP paper's Table 1\n  \
       --replay LOG   a Common/Combined Log Format file, timing scaled by --replay-speed or at \
-                     --replay-rate\n\n\
+                     --replay-rate\n  \
+      --sockets D    S-Client (Banga & Druschel §4.2): D sockets, each making one connect \
+                     attempt per --connect-timeout T; an attempt not established within T is \
+                     abandoned, so D/T attempts/s reach the server however far behind it is \
+                     (abandoned attempts: \"connect timeouts\", counted as dropped)\n\n\
       --polygraph F  a Web Polygraph workload (robots, content types, working set, phases with \
                      goals) through a proxy; per phase hit/miss response times and DHR/BHR \
                      beside the offered hit ratio\n\n\
@@ -40,6 +44,7 @@ use capstan_workload::{
       capstan bench http://127.0.0.1:8080/ --rate 300 --tree polygraph --zipf 1.0 --recurrence 0.55\n  \
       capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
+      capstan bench http://127.0.0.1:8080/file1k.html --sockets 1000 --connect-timeout 500ms --duration 30s\n  \
       capstan bench http://127.0.0.1:6081/ --polygraph experiments/polygraph/mixed-inc.toml --time-scale 0.01 --json pg.json\n  \
       capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
       capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
@@ -78,6 +83,10 @@ pub struct BenchArgs {
     /// CAP Table 1 sessions arriving at R per second. Example: --sessions 20
     #[arg(long, value_name = "R", group = "engine")]
     sessions: Option<f64>,
+    /// S-Client with D sockets, one connect attempt each per --connect-timeout T, abandoned if
+    /// not established within T (D/T attempts/s). Example: --sockets 1000
+    #[arg(long, value_name = "D", group = "engine")]
+    sockets: Option<usize>,
     /// Replay an access log (Common or Combined Log Format). Example: --replay access.log
     #[arg(long, value_name = "LOG", group = "engine")]
     replay: Option<PathBuf>,
@@ -318,6 +327,8 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
             parallel: a.parallel,
             think_scale: a.think_scale,
         }
+    } else if let Some(d) = a.sockets {
+        Engine::SClient { sockets: d }
     } else if let Some(p) = &a.replay {
         let log =
             parse_clf(&read(p, "log")?).map_err(|e| anyhow::anyhow!("log {}: {e}", p.display()))?;
@@ -328,7 +339,7 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         };
         Engine::Replay { log, speed }
     } else {
-        bail!("choose an engine: --rate R, --clients N, --sessions R or --replay LOG");
+        bail!("choose an engine: --rate R, --clients N, --sessions R, --sockets D or --replay LOG");
     };
     if a.think.is_some() && a.clients.is_none() {
         bail!("--think applies to --clients (sessions use --think-scale)");
@@ -627,10 +638,26 @@ fn summary(r: &RunResult) -> String {
         r.ttfb_ms.p99,
         r.lag_ms.p99,
     );
+    if r.engine == "sclient" {
+        s += &format!(
+            "S-Client connect attempts {} ({:.1}/s)  abandoned {}  established {}  responses {}\n",
+            r.connect_attempts,
+            r.connect_attempts as f64 / r.duration_s.max(1e-9),
+            r.connect_timeouts,
+            r.connections_opened,
+            r.completed
+        );
+    }
     if r.errors_total > 0 || r.connect_timeouts > 0 {
         let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        // The S-Client opens a new attempt rather than retrying the request.
+        let then = if r.engine == "sclient" {
+            "abandoned"
+        } else {
+            "retried"
+        };
         s += &format!(
-            "errors {}  ({})  connect timeouts retried {}\n",
+            "errors {}  ({})  connect timeouts {then} {}\n",
             r.errors_total,
             e.join(", "),
             r.connect_timeouts

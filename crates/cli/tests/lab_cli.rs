@@ -7,7 +7,7 @@ use serde_json::Value;
 mod lab_run;
 use lab_run::{capstan, check_consistent, run_lab, temp_dir};
 
-const BUILTINS: [&str; 15] = [
+const BUILTINS: [&str; 17] = [
     "switch-capacity",
     "static",
     "mix-8020",
@@ -16,6 +16,8 @@ const BUILTINS: [&str; 15] = [
     "heterogeneous",
     "cap-prototype",
     "overload",
+    "sclient-overload",
+    "sclient-bursty",
     "sessions",
     "sweb-skewed",
     "sweb-sizes",
@@ -54,6 +56,10 @@ fn help_and_list() {
     }
     assert!(list.contains("Jones thesis Fig. 5") && list.contains("Banga & Druschel Fig. 7"));
     assert!(list.contains("SWEB"), "{list}");
+    assert!(
+        list.contains("Banga & Druschel Figs. 6 and 7") && list.contains("Banga & Druschel Fig. 8"),
+        "{list}"
+    );
     assert!(list.contains("validate"), "{list}");
     assert!(!list.contains("broken"), "{list}");
 }

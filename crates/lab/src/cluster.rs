@@ -88,6 +88,10 @@ impl Proc {
 
 pub struct Cluster {
     pub nodes: Vec<(NodeSpec, SocketAddr, Proc)>,
+    /// Each node's report address (`capstan origin --report-listen`, in the order of `nodes`):
+    /// it answers `/_capstan/load` outside the node's process limit, so the lab can read the
+    /// load of a node whose processes are all busy and whose backlog is full.
+    pub reports: Vec<SocketAddr>,
     pub switch: Proc,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
@@ -128,8 +132,9 @@ fn start_node(
     spec: &NodeSpec,
     args: &NodeArgs,
     log_dir: &Path,
-) -> Result<(SocketAddr, Proc), LabError> {
+) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
     let log = log_dir.join(format!("{}.log", spec.name));
+    let report = free_port()?;
     let err = std::fs::File::create(&log)
         .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
     let mut cmd = Command::new(exe);
@@ -137,6 +142,8 @@ fn start_node(
         .args([
             "--listen",
             "127.0.0.1:0",
+            "--report-listen",
+            &report.to_string(),
             "--name",
             &spec.name,
             "--tree",
@@ -214,7 +221,7 @@ fn start_node(
         .strip_prefix("listening on ")
         .and_then(|a| a.parse::<SocketAddr>().ok());
     match addr {
-        Some(a) => Ok((a, proc)),
+        Some(a) => Ok((a, report, proc)),
         None => Err(LabError::Run(proc.exited().unwrap_or_else(|| {
             format!(
                 "{} did not report its address: {}",
@@ -246,10 +253,11 @@ pub async fn start(
             log_dir.to_path_buf(),
         );
         handles.push(tokio::task::spawn_blocking(move || {
-            start_node(&exe, &spec, &args, &dir).map(|(a, p)| (spec, a, p))
+            start_node(&exe, &spec, &args, &dir).map(|(a, r, p)| (spec, a, r, p))
         }));
     }
     let mut nodes = Vec::new();
+    let mut reports = Vec::new();
     let mut first_err = None;
     for h in handles {
         match h
@@ -257,7 +265,10 @@ pub async fn start(
             .map_err(|e| LabError::Run(e.to_string()))
             .and_then(|r| r)
         {
-            Ok(n) => nodes.push(n),
+            Ok((spec, addr, report, proc)) => {
+                nodes.push((spec, addr, proc));
+                reports.push(report);
+            }
             Err(e) => first_err = first_err.or(Some(e)),
         }
     }
@@ -273,10 +284,14 @@ pub async fn start(
     switch_config.insert("admin".into(), admin.to_string().into());
     let node_tables = nodes
         .iter()
-        .map(|(spec, addr, _)| {
+        .zip(&reports)
+        .map(|((spec, addr, _), report)| {
             let mut t = toml::Table::new();
             t.insert("name".into(), spec.name.clone().into());
             t.insert("address".into(), addr.to_string().into());
+            // The switch gathers load there too, so a node with a process limit is not
+            // asked for its load through its own full backlog.
+            t.insert("report_address".into(), report.to_string().into());
             toml::Value::Table(t)
         })
         .collect();
@@ -310,7 +325,13 @@ pub async fn start(
         if let Some(e) = switch.exited() {
             return Err(LabError::Run(e));
         }
-        if get(admin, "/status").await.is_ok()
+        // The nodes' report sockets open just after their main ones: wait for them too.
+        let mut reporting = true;
+        for r in &reports {
+            reporting &= tokio::net::TcpStream::connect(r).await.is_ok();
+        }
+        if reporting
+            && get(admin, "/status").await.is_ok()
             && tokio::net::TcpStream::connect(listen).await.is_ok()
         {
             break;
@@ -325,6 +346,7 @@ pub async fn start(
     }
     Ok(Cluster {
         nodes,
+        reports,
         switch,
         listen,
         admin,

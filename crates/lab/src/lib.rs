@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod experiment;
 pub mod figures;
 pub mod report;
+pub mod report_sclient;
 pub mod results;
 pub mod runner;
 pub mod servers;

@@ -29,6 +29,7 @@ pub fn conclude(r: &mut LabResults, exp: &Experiment) {
     r.paper = exp.paper.as_ref().map(|p| compare(r, p));
     r.findings = findings(r, exp);
     crate::figures::conclude(r, exp);
+    r.findings.extend(crate::report_sclient::findings(r, exp));
     if !r.agreement.is_empty() {
         let agree: Vec<&str> = r
             .agreement
@@ -1418,6 +1419,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h.push_str("</ul>");
         }
     }
+    h.push_str(&crate::report_sclient::html(r));
     h.push_str(
         "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\

@@ -161,6 +161,12 @@ pub struct RunRecord {
     pub errors_by_kind: BTreeMap<String, u64>,
     pub status: BTreeMap<String, u64>,
     pub dropped: u64,
+    /// Connection attempts (SYNs) the generator made, and those abandoned after the connect
+    /// timeout (S-Clients: the paper's request rate counts every attempt).
+    #[serde(default)]
+    pub connect_attempts: u64,
+    #[serde(default)]
+    pub connect_timeouts: u64,
     /// Started but still without a response when the drain period ended (overload).
     pub unfinished: u64,
     pub latency_ms: capstan_bench::Percentiles,

@@ -226,8 +226,11 @@ impl Plan {
     pub fn x_label(&self) -> &'static str {
         match self.exp.load.engine {
             EngineKind::Closed => "clients",
-            EngineKind::Open if self.exp.load.relative_to_capacity => "× capacity",
+            EngineKind::Open | EngineKind::Sclient if self.exp.load.relative_to_capacity => {
+                "× capacity"
+            }
             EngineKind::Open => "offered req/s",
+            EngineKind::Sclient => "offered conn/s",
             EngineKind::Sessions => "sessions/s",
         }
     }
@@ -615,6 +618,10 @@ fn bench_config(
             }),
         },
         EngineKind::Open => Engine::Open { rate: level },
+        // D = R·T: each socket tries once per T while the server is behind.
+        EngineKind::Sclient => Engine::SClient {
+            sockets: (level * cfg.connect_timeout.as_secs_f64()).round().max(1.0) as usize,
+        },
         EngineKind::Sessions => Engine::Sessions {
             rate: level,
             model: SessionModel::default(),
@@ -667,7 +674,7 @@ struct Snapshot {
 
 async fn snapshot(c: &Cluster) -> Result<Snapshot, LabError> {
     let mut loads = Vec::new();
-    for (spec, addr, _) in &c.nodes {
+    for ((spec, _, _), addr) in c.nodes.iter().zip(&c.reports) {
         loads.push(
             cluster::load_report(*addr)
                 .await
@@ -760,7 +767,8 @@ async fn measure(
     let sampler = tokio::spawn(sample_timeline(
         c.nodes
             .iter()
-            .map(|(spec, a, _)| (spec.name.clone(), *a))
+            .zip(&c.reports)
+            .map(|((spec, _, _), a)| (spec.name.clone(), *a))
             .collect(),
         c.admin,
         sample_period(exp),
@@ -883,10 +891,11 @@ async fn measure(
     Ok(RunRecord {
         level,
         repetition: rep,
-        offered_rps: if exp.load.engine == EngineKind::Closed {
-            0.0
-        } else {
-            round(value, 2)
+        offered_rps: match exp.load.engine {
+            EngineKind::Closed => 0.0,
+            // D/T, which the whole number of sockets D makes differ a little from the level.
+            EngineKind::Sclient => round(r.offered_rps, 2),
+            _ => round(value, 2),
         },
         duration_s: r.duration_s,
         completed: r.completed,
@@ -895,6 +904,8 @@ async fn measure(
         errors_by_kind: r.errors.clone(),
         status: r.status.clone(),
         dropped: r.dropped,
+        connect_attempts: r.connect_attempts,
+        connect_timeouts: r.connect_timeouts,
         unfinished: r.unfinished,
         latency_ms: r.latency_ms.corrected.clone(),
         per_class: per_class(&r),

@@ -116,6 +116,9 @@ fn split(config: &BenchConfig, groups: &[Group]) -> Result<Vec<BenchConfig>> {
                     clients: clients.as_ref().map_or(1, |c| c[i]),
                     think: *think,
                 },
+                Engine::SClient { sockets } => Engine::SClient {
+                    sockets: scale(*sockets, g.share),
+                },
                 replay => replay.clone(),
             };
             c.connections = scale(config.connections, g.share);

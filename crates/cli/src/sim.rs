@@ -544,7 +544,9 @@ fn apply_overrides(scenario: Scenario, overrides: &[String]) -> Result<Scenario>
         return Ok(scenario);
     }
     let mut merged = toml::Table::try_from(&scenario).context("scenario as TOML")?;
-    let mut extra = String::new();
+    // Each override is merged as a table of its own, so that two fields of one table
+    // (`switch.a`, `switch.b`) do not become two `[switch]` headers.
+    let mut sets = toml::Table::new();
     for o in overrides {
         let (path, value) = o
             .split_once('=')
@@ -566,13 +568,9 @@ fn apply_overrides(scenario: Scenario, overrides: &[String]) -> Result<Scenario>
             outer.insert(k.to_string(), toml::Value::Table(node));
             node = outer;
         }
-        extra.push_str(&toml::to_string(&node).context("--set as TOML")?);
-        extra.push('\n');
+        merge_tables(&mut sets, node);
     }
-    merge_tables(
-        &mut merged,
-        toml::from_str(&extra).context("--set as TOML")?,
-    );
+    merge_tables(&mut merged, sets);
     let merged = toml::to_string(&merged).context("scenario as TOML")?;
     Scenario::from_toml(&merged).map_err(|e| anyhow::anyhow!("--set: {e}"))
 }

@@ -114,6 +114,9 @@ fn tgat_sweep_with_baselines_overrides_and_results_md() {
         "workload.zipf-alpha=0.6",
         "--set",
         "node.ssl.rsa_kbit_per_s=3.85",
+        // A second field of the same table: one `[node.ssl]`, not two.
+        "--set",
+        "node.ssl.des3_kbit_per_s=4688.6",
         "--out",
         out.to_str().unwrap(),
     ]);
@@ -121,6 +124,7 @@ fn tgat_sweep_with_baselines_overrides_and_results_md() {
     let v = json(&out.join("results.json"));
     assert_eq!(v["scenario"]["workload"]["zipf-alpha"], 0.6);
     assert_eq!(v["scenario"]["node"]["ssl"]["rsa_kbit_per_s"], 3.85);
+    assert_eq!(v["scenario"]["node"]["ssl"]["des3_kbit_per_s"], 4688.6);
     assert_eq!(v["tgat"].as_array().unwrap().len(), 4);
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.matches("<svg").count() == 2 && html.contains("round-robin"));

@@ -14,6 +14,7 @@
 #
 #   bash benches/chaos.sh
 #   ROUNDS=3 SCENARIOS="kill stop" PROXIES="capstan haproxy" bash benches/chaos.sh
+#   ADMISSION=off PROXIES=capstan bash benches/chaos.sh    # Capstan without admission control
 #
 # Prints a row per run: client-visible errors (non-2xx answers + transport errors, of the
 # requests offered), the worst per-second p99 inside the fault window, the time from the fault to
@@ -29,6 +30,10 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-30}
 FAULT_AT=${FAULT_AT:-8}
 RECOVER_AT=${RECOVER_AT:-18}
 ROUNDS=${ROUNDS:-1}
+# ADMISSION=off runs Capstan without admission control (`[admission] limit = "off"`: no per-node
+# limit, queue or shedding), like-for-like with this script's HAProxy, which has no per-server
+# maxconn; the default keeps Capstan's defaults.
+ADMISSION=${ADMISSION:-default}
 SCENARIOS=${SCENARIOS:-"kill stop"}
 PROXIES=${PROXIES:-"capstan haproxy"}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
@@ -74,6 +79,9 @@ rise = 2
 first_byte = "2s"
 upstream = "10s"
 CONF
+  if [[ $ADMISSION == off ]]; then
+    printf '[admission]\nlimit = "off"\n'
+  fi
   for port in "${PORTS[@]}"; do
     printf '[[node]]\nname = "o%s"\naddress = "127.0.0.1:%s"\n' "${port: -1}" "$port"
   done

@@ -1,8 +1,10 @@
 //! TLS to nodes, on loopback: a node that is a real TLS server (tokio-rustls + hyper) with a
 //! certificate from the committed test CA (`examples/tls/`, see its `gen.sh`) answers through
 //! the switch, sees the configured SNI and ALPN `http/1.1`, gets the PROXY header before the
-//! handshake and is health-checked over TLS; a node whose certificate does not verify (another
-//! CA, another name) gets a 502 naming it; a bad `tls` table is a one-line configuration error.
+//! handshake and is health-checked over TLS; a reload with a new CA bundle takes effect at once
+//! (new pools); a node whose certificate does not verify (another CA, another name) gets a 502
+//! naming it, or the request is retried on another node; a bad `tls` table is a one-line
+//! configuration error.
 
 mod common;
 
@@ -251,4 +253,28 @@ fn the_node_tls_example_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/node-tls.toml");
     let config = Config::load(&path).expect("examples/node-tls.toml is valid");
     assert!(config.nodes.iter().any(|n| n.tls.is_some()));
+}
+
+#[tokio::test]
+async fn a_reload_with_a_new_ca_bundle_rebuilds_the_pools() {
+    let (addr, _seen) = tls_node("www.example.test", false).await;
+    let dir = std::env::temp_dir().join(format!("capstan-node-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::copy(pki("other-ca.pem"), &ca).unwrap();
+    let path = dir.join("switch.toml");
+    let tls = format!("ca_file = \"{}\", sni = \"www.example.test\"", ca.display());
+    std::fs::write(&path, config_with_tls_node(addr, &tls, "")).unwrap();
+    let sw = capstan_switch::start(Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    let listen = sw.listen_addrs[0];
+    assert_eq!(get(listen, "/").await.status, StatusCode::BAD_GATEWAY);
+
+    // The same file name, a new content: the right CA.
+    std::fs::copy(pki("ca.pem"), &ca).unwrap();
+    sw.switch.reload().await.expect("reload succeeds");
+    let answer = get(listen, "/").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,4 +22,8 @@ issue localhost-renewed 'DNS:localhost,IP:127.0.0.1' "${ec[@]}"
 issue www.example.test 'DNS:www.example.test,DNS:example.test' "${ec[@]}"
 issue api.example.test 'DNS:*.api.example.test' "${ec[@]}"
 issue localhost-rsa 'DNS:localhost,IP:127.0.0.1' rsa:2048
-rm -f ca.key ca.srl
+# A second CA that signs nothing here: a switch trusting only it must refuse every node above.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 36500 \
+  -subj "/CN=capstan other CA" -keyout other-ca.key -out other-ca.pem \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+rm -f ca.key ca.srl other-ca.key

@@ -261,6 +261,7 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
         weight,
         public_url: None,
         report_address: None,
+        tls: None,
     })
 }
 

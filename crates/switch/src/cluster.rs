@@ -376,6 +376,8 @@ pub struct Cluster {
     pub class_headers: Vec<HeaderValue>,
     /// `timeouts.first_byte` of each class, by class id.
     pub first_byte: Vec<Duration>,
+    /// TLS settings of the nodes reached over TLS (see [`crate::node_tls`]).
+    pub node_tls: Arc<crate::node_tls::TlsToNodes>,
 }
 
 impl Cluster {
@@ -437,7 +439,9 @@ impl Cluster {
                     .map_or(config.timeouts.first_byte, |t| t.into_inner())
             })
             .collect();
+        let node_tls = Arc::new(crate::node_tls::TlsToNodes::of(&config.nodes));
         Ok(Cluster {
+            node_tls,
             generation,
             config: Arc::new(config),
             classifier,
@@ -567,6 +571,7 @@ mod tests {
                 weight,
                 public_url: None,
                 report_address: None,
+                tls: None,
             })
             .collect();
         let mut config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], nodes);
@@ -638,6 +643,7 @@ mod tests {
             weight: 1,
             public_url: None,
             report_address: None,
+            tls: None,
         });
         let second = Cluster::build(next, 2, Some(&first), 100 * SECOND).unwrap();
         let b = &second.nodes[1];

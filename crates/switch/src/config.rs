@@ -81,6 +81,10 @@ pub struct NodeConfig {
     /// nginx or Apache listens on its own port).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report_address: Option<SocketAddr>,
+    /// TLS to this node (`tls = { ca_file = "ca.pem", sni = "node.example" }`, see
+    /// [`crate::node_tls`]); `None`: plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::node_tls::NodeTls>,
 }
 
 /// URL redirection (SWEB): for the chosen classes the switch answers with a redirect to the
@@ -609,6 +613,7 @@ struct RawNode {
     weight: u32,
     public_url: Option<Spanned<String>>,
     report_address: Option<Spanned<String>>,
+    tls: Option<Spanned<crate::node_tls::RawNodeTls>>,
 }
 
 fn default_weight() -> u32 {
@@ -821,8 +826,14 @@ impl Config {
         for node in &self.nodes {
             let _ = writeln!(
                 out,
-                "  {:<16} {:<22} weight {}",
-                node.name, node.address, node.weight
+                "  {:<16} {:<22} weight {}{}",
+                node.name,
+                node.address,
+                node.weight,
+                node.tls
+                    .as_ref()
+                    .map(|t| format!(", {}", t.describe()))
+                    .unwrap_or_default()
             );
         }
         let _ = writeln!(
@@ -1425,12 +1436,25 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             ),
             None => None,
         };
+        let tls = match &node.tls {
+            Some(t) => Some(
+                crate::node_tls::resolve(t.get_ref(), address, loc.base_dir)
+                    .map_err(|e| loc.error(Some(t.span()), format!("node `{name}`: {e}")))?,
+            ),
+            None => None,
+        };
+        if tls.as_ref().is_some_and(|t| !t.verify) {
+            tracing::warn!(
+                "node `{name}`: tls.verify = false: its certificate is not checked (insecure)"
+            );
+        }
         nodes.push(NodeConfig {
             name,
             address,
             weight: node.weight,
             public_url,
             report_address,
+            tls,
         });
     }
 

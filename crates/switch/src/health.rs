@@ -177,31 +177,44 @@ impl CheckState {
 
 /// The checking task: one round per `health.check_interval` while checks are configured.
 pub(crate) async fn check_nodes(switch: Arc<Switch>) {
-    let mut connector = HttpConnector::new();
-    connector.enforce_http(true);
-    connector.set_nodelay(true);
     // Nodes that expect a PROXY header get one on checks too (LOCAL: the switch's own
     // connection, HAProxy's `check-send-proxy`); the setting at start holds until a restart.
-    let connector = crate::proxy_protocol::NodeConnector {
-        inner: connector,
-        send: switch.cluster.load().config.proxy_protocol.send,
-    };
-    let client: CheckClient = Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build(connector);
+    let send = switch.cluster.load().config.proxy_protocol.send;
+    // A TLS node is checked over TLS, with the settings of the cluster being checked.
+    let mut client: Option<(u64, CheckClient)> = None;
     let mut stop = switch.shutdown_signal();
     loop {
         let started = tokio::time::Instant::now();
         let cluster = switch.cluster.load_full();
         let interval = cluster.config.health.check_interval;
         if cluster.config.health.check_path.is_some() {
-            check_round(&switch, &cluster, &client).await;
+            let fingerprint = cluster.node_tls.fingerprint;
+            if !matches!(&client, Some((f, _)) if *f == fingerprint) {
+                client = Some((fingerprint, check_client(send, &cluster)));
+            }
+            let (_, client) = client.as_ref().expect("just filled");
+            check_round(&switch, &cluster, client).await;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(started + interval) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// A client that opens a new connection per check.
+fn check_client(send: crate::proxy_protocol::SendVersion, cluster: &Cluster) -> CheckClient {
+    let mut connector = HttpConnector::new();
+    connector.enforce_http(true);
+    connector.set_nodelay(true);
+    let connector = crate::proxy_protocol::NodeConnector {
+        inner: connector,
+        send,
+        tls: Arc::clone(&cluster.node_tls),
+    };
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(0)
+        .build(connector)
 }
 
 /// Checks every node at once and records the results.

@@ -18,6 +18,7 @@ pub mod http2;
 pub mod io;
 pub mod listener;
 pub mod membership;
+pub mod node_tls;
 pub mod operation_metrics;
 pub mod outlier;
 pub mod peer;

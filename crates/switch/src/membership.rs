@@ -342,6 +342,7 @@ async fn resolve(asked: NewNode) -> Result<NodeConfig, MembershipError> {
         weight,
         public_url,
         report_address: None,
+        tls: None,
     })
 }
 

@@ -179,6 +179,7 @@ mod tests {
                 weight: 1,
                 public_url: None,
                 report_address: None,
+                tls: None,
             })
             .collect();
         let config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], configs);

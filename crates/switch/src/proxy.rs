@@ -40,6 +40,8 @@ struct ClientSettings {
     connect_timeout: std::time::Duration,
     upstream: crate::config::Upstream,
     proxy_protocol: crate::proxy_protocol::SendVersion,
+    /// [`crate::node_tls::TlsToNodes::fingerprint`]: new TLS settings, new pools.
+    node_tls: u64,
 }
 
 thread_local! {
@@ -50,16 +52,18 @@ thread_local! {
 }
 
 /// Sends a request through this thread's pooled keep-alive client for `config`.
-fn send_upstream(config: &Config, req: Request<UpstreamBody>) -> ResponseFuture {
+fn send_upstream(cluster: &Cluster, req: Request<UpstreamBody>) -> ResponseFuture {
+    let config = &cluster.config;
     let settings = ClientSettings {
         connect_timeout: config.timeouts.connect,
         upstream: config.upstream,
         proxy_protocol: config.proxy_protocol.send,
+        node_tls: cluster.node_tls.fingerprint,
     };
     CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
         if !matches!(&*cached, Some((s, _)) if *s == settings) {
-            *cached = Some((settings, make_client(config)));
+            *cached = Some((settings, make_client(cluster)));
         }
         let (_, client) = cached.as_ref().expect("just filled");
         client.request(req)
@@ -67,7 +71,8 @@ fn send_upstream(config: &Config, req: Request<UpstreamBody>) -> ResponseFuture 
 }
 
 /// A pooled keep-alive client to the nodes.
-fn make_client(config: &Config) -> UpstreamClient {
+fn make_client(cluster: &Cluster) -> UpstreamClient {
+    let config = &cluster.config;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
@@ -75,6 +80,7 @@ fn make_client(config: &Config) -> UpstreamClient {
     let connector = crate::proxy_protocol::NodeConnector {
         inner: connector,
         send: config.proxy_protocol.send,
+        tls: Arc::clone(&cluster.node_tls),
     };
     Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
@@ -625,7 +631,7 @@ impl Forward {
             crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
-            let sent = tokio::time::timeout(wait, send_upstream(config, up_req)).await;
+            let sent = tokio::time::timeout(wait, send_upstream(cluster, up_req)).await;
             let after = switch.epoch.now_nanos();
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));

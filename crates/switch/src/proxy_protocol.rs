@@ -26,7 +26,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::cache_config::Network;
 
@@ -371,15 +370,17 @@ fn addresses_in(uri: &Uri) -> Option<(SocketAddr, SocketAddr)> {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Connects to nodes (hyper-util's `HttpConnector`), writes the PROXY header when the node's
-/// URI carries client addresses, and notes the connect time in the access log.
+/// URI carries client addresses, runs the TLS handshake with a TLS node (after the header,
+/// which belongs to the TCP connection), and notes the connect time in the access log.
 #[derive(Clone)]
 pub struct NodeConnector {
     pub inner: HttpConnector,
     pub send: SendVersion,
+    pub tls: std::sync::Arc<crate::node_tls::TlsToNodes>,
 }
 
 impl tower_service::Service<Uri> for NodeConnector {
-    type Response = TokioIo<TcpStream>;
+    type Response = TokioIo<crate::node_tls::NodeStream>;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
@@ -399,16 +400,18 @@ impl tower_service::Service<Uri> for NodeConnector {
         // The request that made this connection is being handled now (this call happens in
         // its task); the connection may finish after it went elsewhere.
         let notes = crate::access_log::current_notes();
+        let tls = self.tls.for_uri(&uri).cloned();
         let connecting = self.inner.call(uri);
         Box::pin(async move {
             let mut io = connecting.await?;
             if let Some(header) = header {
                 io.inner_mut().write_all(&header).await?;
             }
+            let stream = crate::node_tls::NodeStream::over(io.into_inner(), tls.as_ref()).await?;
             if let Some(notes) = notes {
                 crate::access_log::note_connected(&notes);
             }
-            Ok(io)
+            Ok(TokioIo::new(stream))
         })
     }
 }

@@ -13,8 +13,9 @@ use std::fmt::Write as _;
 use capstan_bench::polygraph::{Cdf, PolyResult};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{esc, CacheResults};
+use crate::cache::CacheResults;
 use crate::LabError;
+use capstan_report::escape;
 
 /// The phases whose offered rate rises (the thesis's `inc`) or holds at the peak (`top2`).
 const RATE_PHASES: [&str; 2] = ["inc", "top2"];
@@ -160,7 +161,7 @@ where
     X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
     X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
 {
-    use crate::report::{err, COLOURS};
+    use crate::report::err;
     use plotters::prelude::*;
     let mut chart = ChartBuilder::on(root)
         .caption(&l.caption, ("sans-serif", 17))
@@ -176,7 +177,7 @@ where
         .draw()
         .map_err(err)?;
     for (i, (name, pts)) in l.series.iter().enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
+        let col = capstan_report::palette::colour(i);
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(2)))
             .map_err(err)?
@@ -271,7 +272,7 @@ pub fn plots_html(r: &CacheResults) -> Result<String, LabError> {
             series,
         })?);
     }
-    let _ = write!(h, "<pre>{}</pre>", esc(&cdf_table(r)));
+    let _ = write!(h, "<pre>{}</pre>", escape(&cdf_table(r)));
     let curves: Vec<(String, Vec<RateBin>)> = r
         .contenders
         .iter()
@@ -322,7 +323,7 @@ pub fn plots_html(r: &CacheResults) -> Result<String, LabError> {
             );
         }
     }
-    let _ = write!(h, "<pre>{}</pre>", esc(&t));
+    let _ = write!(h, "<pre>{}</pre>", escape(&t));
     Ok(h)
 }
 

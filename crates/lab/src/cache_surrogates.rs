@@ -729,7 +729,7 @@ fn time_svg(
     y_desc: &str,
     value: fn(&SurrogateSample) -> f64,
 ) -> Result<String, LabError> {
-    use crate::report::{err, COLOURS};
+    use crate::report::err;
     use plotters::prelude::*;
     let series: Vec<(&str, Vec<(f64, f64)>)> = r
         .contenders
@@ -762,7 +762,7 @@ fn time_svg(
             .draw()
             .map_err(err)?;
         for (i, (name, pts)) in series.into_iter().enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
+            let col = capstan_report::palette::colour(i);
             chart
                 .draw_series(LineSeries::new(pts, col.stroke_width(2)))
                 .map_err(err)?
@@ -825,7 +825,7 @@ pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
     let _ = write!(
         h,
         "<h3>Per phase</h3><pre>{}</pre>",
-        crate::cache::esc(&surrogate_table(r))
+        capstan_report::escape(&surrogate_table(r))
     );
     Ok(h)
 }

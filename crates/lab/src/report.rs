@@ -10,19 +10,7 @@ use crate::experiment::{Experiment, Measure, Paper, SwebCapacity};
 use crate::results::*;
 use crate::runner::fmt_level;
 use crate::LabError;
-
-pub(crate) const COLOURS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
+use capstan_report::{escape, Page};
 
 /// Adds the paper comparison and the findings to `r`.
 pub fn conclude(r: &mut LabResults, exp: &Experiment) {
@@ -666,19 +654,6 @@ pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError>
     Ok(path)
 }
 
-/// The reports' style sheet.
-pub(crate) const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
-     table{border-collapse:collapse;margin:1em 0;font-size:90%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
-     th{background:#f3f3f3}td.l,th.l{text-align:left}.warn{color:#a40}.ok{color:#060}code,pre{background:#f6f6f6;padding:2px 4px}\
-     svg{max-width:100%;height:auto}";
-
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 pub(crate) fn err(e: impl std::fmt::Display) -> LabError {
     LabError::Report(format!("plot: {e}"))
 }
@@ -758,7 +733,7 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, s) in r.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
+            let c = capstan_report::palette::colour(i);
             let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
@@ -796,8 +771,8 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
                 .series
                 .iter()
                 .position(|s| &s.label == name)
-                .map(|i| COLOURS[i % COLOURS.len()])
-                .unwrap_or(COLOURS[(r.series.len() + j) % COLOURS.len()]);
+                .map(capstan_report::palette::colour)
+                .unwrap_or(capstan_report::palette::colour(r.series.len() + j));
             let style = c.mix(0.55).stroke_width(1);
             chart
                 .draw_series(
@@ -866,12 +841,12 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, (s, q)) in curves.iter().enumerate() {
-            let c = COLOURS[r
-                .series
-                .iter()
-                .position(|x| std::ptr::eq(x, *s))
-                .unwrap_or(i)
-                % COLOURS.len()];
+            let c = capstan_report::palette::colour(
+                r.series
+                    .iter()
+                    .position(|x| std::ptr::eq(x, *s))
+                    .unwrap_or(i),
+            );
             chart
                 .draw_series(LineSeries::new(
                     q.cdf.iter().map(|p| (p[0].max(lo), p[1])),
@@ -926,7 +901,7 @@ fn min_max_svg(
             .draw()
             .map_err(err)?;
         for (i, line) in lines.into_iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
+            let c = capstan_report::palette::colour(i);
             let light = c.mix(0.6);
             chart
                 .draw_series(LineSeries::new(line.max, c.stroke_width(2)))
@@ -1048,14 +1023,14 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&m.text),
+                escape(&m.text),
                 m.paper,
                 m.ours
                     .map(|o| format!("{o:.1}"))
                     .unwrap_or_else(|| "-".into()),
-                esc(&m.unit),
+                escape(&m.unit),
                 m.ours_level
-                    .map(|l| format!("{} {}", fmt_level(l), esc(x)))
+                    .map(|l| format!("{} {}", fmt_level(l), escape(x)))
                     .unwrap_or_default()
             );
         }
@@ -1078,7 +1053,7 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&i.series),
+                escape(&i.series),
                 rate(i.kept_up_rps),
                 rate(i.fell_behind_rps)
             );
@@ -1131,10 +1106,10 @@ fn html_agreement(h: &mut String, r: &LabResults) -> Result<(), LabError> {
             let head = if i == 0 {
                 format!(
                     "<td class=\"l\" rowspan=\"{n}\">{}</td><td class=\"l {}\" rowspan=\"{n}\">{}<br><small>{}</small></td>",
-                    esc(&a.series),
+                    escape(&a.series),
                     if a.verdict == "agree" { "ok" } else { "warn" },
-                    esc(&a.verdict),
-                    esc(&a.worst),
+                    escape(&a.verdict),
+                    escape(&a.worst),
                     n = a.rows.len()
                 )
             } else {
@@ -1191,7 +1166,7 @@ fn worlds_svg(r: &LabResults, sim: &SimWorld) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, s) in r.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
+            let c = capstan_report::palette::colour(i);
             let pts = |s: &SeriesResult| -> Vec<(f64, f64)> {
                 s.points
                     .iter()
@@ -1244,27 +1219,21 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     };
     let _ = write!(
         h,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab: {}</title><style>{STYLE}</style></head><body>",
-        esc(&r.experiment)
-    );
-    let _ = write!(
-        h,
-        "<h1>{}</h1><p><b>Rebuilds:</b> {}. {}</p>",
-        esc(&r.title),
-        esc(&r.figure),
-        esc(&r.about)
+        "<p><b>Rebuilds:</b> {}. {}</p>",
+        escape(&r.figure),
+        escape(&r.about)
     );
     let _ = write!(
         h,
         "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
          <b>Run:</b> {} engine, {} s per level, {} repetition(s), seed {}{}, wall time {:.0} s{}</p>",
-        esc(&r.command),
-        esc(&r.versions.capstan),
-        esc(&r.versions.build),
-        esc(&r.versions.rustc),
-        esc(&r.versions.os),
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
         r.versions.cpus,
-        esc(&r.engine),
+        escape(&r.engine),
         r.duration_s,
         r.repetitions,
         r.seed,
@@ -1276,7 +1245,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     );
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
-        let _ = write!(h, "<li>{}</li>", esc(f));
+        let _ = write!(h, "<li>{}</li>", escape(f));
     }
     h.push_str("</ul>");
     if !r.warnings.is_empty() {
@@ -1286,7 +1255,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             r.warnings.len()
         );
         for w in r.warnings.iter().take(40) {
-            let _ = write!(h, "<li>{}</li>", esc(w));
+            let _ = write!(h, "<li>{}</li>", escape(w));
         }
         if r.warnings.len() > 40 {
             let _ = write!(
@@ -1307,13 +1276,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     h.push_str(&throughput_svg(r)?);
     html_agreement(&mut h, r)?;
     h.push_str("<pre>");
-    h.push_str(&esc(&summary_table(r)));
+    h.push_str(&escape(&summary_table(r)));
     h.push_str("</pre>");
     let _ = write!(
         h,
         "<h2>Response time at {} {}</h2>",
         fmt_level(key),
-        esc(&r.x_label)
+        escape(&r.x_label)
     );
     h.push_str(&cdf_svg(r, key)?);
     // Per-class latency at the key level.
@@ -1327,14 +1296,14 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h,
             "<h3>Per-class latency at {} {} (mean / p90 ms, first repetition)</h3><table><tr><th class=\"l\">series</th>",
             fmt_level(key),
-            esc(&r.x_label)
+            escape(&r.x_label)
         );
         for c in &classes {
-            let _ = write!(h, "<th>{}</th>", esc(c));
+            let _ = write!(h, "<th>{}</th>", escape(c));
         }
         h.push_str("</tr>");
         for s in &r.series {
-            let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.label));
+            let _ = write!(h, "<tr><td class=\"l\">{}</td>", escape(&s.label));
             let l = s.nearest(key).map(|p| p.level).unwrap_or(key);
             let run = s.runs.iter().find(|q| q.level == l);
             for c in &classes {
@@ -1360,7 +1329,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h,
             "<h3>Over time at {} {} (first repetition)</h3>",
             fmt_level(key),
-            esc(&r.x_label)
+            escape(&r.x_label)
         );
         h.push_str(&svg);
     }
@@ -1369,7 +1338,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         let _ = write!(
             h,
             "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
-            esc(&p.source)
+            escape(&p.source)
         );
         if !p.claims.is_empty() {
             h.push_str(
@@ -1379,13 +1348,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 let _ = write!(
                     h,
                     "<tr><td class=\"l\">{}</td><td>{:+.0} %</td><td>{}</td><td>{}</td></tr>",
-                    esc(&c.text),
+                    escape(&c.text),
                     c.paper_percent,
                     c.ours_percent
                         .map(|o| format!("{o:+.1} %"))
                         .unwrap_or_else(|| "-".into()),
                     c.ours_level
-                        .map(|l| format!("{} {}", fmt_level(l), esc(&r.x_label)))
+                        .map(|l| format!("{} {}", fmt_level(l), escape(&r.x_label)))
                         .unwrap_or_default()
                 );
             }
@@ -1395,13 +1364,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             let _ = write!(
                 h,
                 "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
-                esc(if p.x.is_empty() { &r.x_label } else { &p.x })
+                escape(if p.x.is_empty() { &r.x_label } else { &p.x })
             );
             for row in &p.rows {
                 let _ = write!(
                     h,
                     "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&row.series),
+                    escape(&row.series),
                     fmt_level(row.level),
                     row.paper,
                     row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
@@ -1414,7 +1383,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         if !p.notes.is_empty() {
             h.push_str("<p><b>Differences of set-up:</b></p><ul>");
             for n in &p.notes {
-                let _ = write!(h, "<li>{}</li>", esc(n));
+                let _ = write!(h, "<li>{}</li>", escape(n));
             }
             h.push_str("</ul>");
         }
@@ -1436,7 +1405,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td>\
                  <td>{:.0}–{:.0}</td><td{}>{:.0}</td><td{}>{:.0}</td><td>{:.0}</td><td class=\"l\"><small>{}</small></td></tr>",
-                esc(&s.label),
+                escape(&s.label),
                 fmt_level(q.level),
                 q.repetition + 1,
                 q.throughput_rps,
@@ -1452,7 +1421,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 if q.cpu.generator_pct > 80.0 { " class=\"warn\"" } else { "" },
                 q.cpu.generator_pct,
                 q.cpu.nodes_pct,
-                esc(&placed.join(", "))
+                escape(&placed.join(", "))
             );
         }
     }
@@ -1460,7 +1429,9 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         "</table><p><small>conn/s: responses completed inside the measured window per second. Utilisation: the \
          emulated node's busiest resource (CPU, disk or NIC) over the window, from its /_capstan/load report. CPU: real \
          CPU time of the process over the window (from /proc), in % of one core. Raw data: results.json.</small></p>\
-         </body></html>\n",
+",
     );
-    Ok(h)
+    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
+    page.push(&h);
+    Ok(page.finish())
 }

@@ -37,6 +37,7 @@ use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
 use crate::results::{round, Versions};
 use crate::runner::versions;
 use crate::{LabError, Observer};
+use capstan_report::{escape, Page};
 
 /// Mean CPU demand per server, ms: short enough for hundreds of jobs in a quick window, long
 /// enough that the HTTP path (one to three milliseconds in a debug build on a busy machine)
@@ -602,11 +603,10 @@ pub fn write(r: &ValidationResults, dir: &std::path::Path) -> Result<PathBuf, La
 }
 
 fn html(r: &ValidationResults) -> Result<String, LabError> {
-    use crate::report::{esc, STYLE};
     use std::fmt::Write as _;
-    let mut h = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab validate</title>\
-         <style>{STYLE}</style></head><body><h1>The live stack against queueing theory</h1>"
+    let mut h = Page::new(
+        "capstan lab validate",
+        "The live stack against queueing theory",
     );
     let _ = write!(
         h,
@@ -622,11 +622,11 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
         r.mean_demand_ms,
         r.settle_s,
         r.window_s,
-        esc(&r.command),
-        esc(&r.versions.capstan),
-        esc(&r.versions.build),
-        esc(&r.versions.rustc),
-        esc(&r.versions.os),
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
         r.versions.cpus,
         r.seed,
         if r.quick { ", --quick" } else { "" },
@@ -642,9 +642,9 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
              points: {:.3} and {:.3} ms, {} requests); node timers {:.0} µs late on average.{}</p><table><tr><th>ρ</th><th>offered req/s</th>\
              <th>node util %</th><th>measured</th><th>theory ms</th><th>raw ms</th><th>corrected ms</th>\
              <th>raw error</th><th>error</th><th>noise ±</th><th class=\"l\">verdict</th></tr>",
-            esc(&c.name),
-            esc(&c.title),
-            esc(&c.formula),
+            escape(&c.name),
+            escape(&c.title),
+            escape(&c.formula),
             c.overhead_ms,
             c.overhead_before_ms,
             c.overhead_after_ms,
@@ -652,7 +652,7 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
             c.timer_mean_late_us,
             c.machine_limited
                 .as_ref()
-                .map(|m| format!(" <b class=\"warn\">Machine-limited: {}.</b>", esc(m)))
+                .map(|m| format!(" <b class=\"warn\">Machine-limited: {}.</b>", escape(m)))
                 .unwrap_or_default()
         );
         for p in &c.points {
@@ -675,7 +675,7 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
                 p.raw_error_pct,
                 p.error_pct,
                 p.noise_pct,
-                esc(&p.verdict)
+                escape(&p.verdict)
             );
         }
         h.push_str("</table>");
@@ -683,15 +683,15 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
     h.push_str(
         "<p><small>Raw data: validation.json. The M/M/2 case is one node with two cores and one \
          queue: the switch places each request on arrival, so two nodes behind it would be two \
-         queues, not Erlang C's one.</small></p></body></html>\n",
+         queues, not Erlang C's one.</small></p>",
     );
-    Ok(h)
+    Ok(h.finish())
 }
 
 /// Corrected relative error against ρ, one line per case, the noise band as error bars and the
 /// ±5 % goal dashed.
 fn errors_svg(r: &ValidationResults) -> Result<String, LabError> {
-    use crate::report::{err, COLOURS};
+    use crate::report::err;
     use plotters::prelude::*;
     let span = r
         .cases
@@ -732,7 +732,7 @@ fn errors_svg(r: &ValidationResults) -> Result<String, LabError> {
                 .map_err(err)?;
         }
         for (i, c) in r.cases.iter().enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
+            let col = capstan_report::palette::colour(i);
             // Cases side by side at each ρ, so their bars do not hide each other.
             let dx = (i as f64 - 1.0) * 0.012;
             let pts: Vec<(f64, f64)> = c

@@ -9,8 +9,9 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::{ContenderRuns, LevelResult, Vary, WanResults};
-use crate::report::{err, COLOURS};
+use crate::report::err;
 use crate::LabError;
+use capstan_report::{escape, Page};
 
 fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
     r.contenders.iter().filter(|c| !c.levels.is_empty())
@@ -203,12 +204,6 @@ fn paper_lines(r: &WanResults, c: &ContenderRuns) -> Vec<String> {
         .collect()
 }
 
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// One contender's line, named in the legend.
@@ -275,7 +270,7 @@ fn levels_svg(
             .draw()
             .map_err(err)?;
         for (i, c) in ran(r).enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
+            let col = capstan_report::palette::colour(i);
             let pts: Vec<(f64, f64)> = c
                 .levels
                 .iter()
@@ -330,7 +325,7 @@ fn timeline_svg(r: &WanResults) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, c) in ran(r).enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
+            let col = capstan_report::palette::colour(i);
             let pts: Vec<(f64, f64)> = last(c)
                 .samples
                 .iter()
@@ -387,37 +382,32 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
-    let mut h = String::new();
+    let mut h = Page::with_style(&r.title, &r.title, "td,th{text-align:left}");
     let _ = write!(
         h,
-        "<!doctype html><meta charset=utf-8><title>{t}</title>\
-         <style>body{{font-family:sans-serif;max-width:75em;margin:2em auto}}\
-         td,th{{padding:2px 8px;text-align:left}}table{{border-collapse:collapse}}\
-         tr:nth-child(even){{background:#f3f3f3}}</style>\
-         <h1>{t}</h1><p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
+        "<p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
          {w} s of warm-up and {d} s measured per run. Load average at start: {la}.</p><p><code>{cmd}</code></p>\
          <h2>Findings</h2><ul>",
-        t = esc(&r.title),
-        f = esc(&r.figure),
-        about = esc(&r.about),
+        f = escape(&r.figure),
+        about = escape(&r.about),
         m = r.mode,
         rate = r.rate,
         d = r.duration_s,
         w = r.warmup_s,
-        la = esc(r.load_at_start.trim()),
-        cmd = esc(&r.command),
+        la = escape(r.load_at_start.trim()),
+        cmd = escape(&r.command),
     );
     for f in &r.findings {
-        let _ = write!(h, "<li>{}</li>", esc(f));
+        let _ = write!(h, "<li>{}</li>", escape(f));
     }
     let _ = write!(
         h,
         "</ul>{}<h2>Results</h2><pre>{}</pre>",
         charts(r)?,
-        esc(&summary_table(r))
+        escape(&summary_table(r))
     );
     if r.vary != Some(Vary::Mix) && ran(r).next().is_some() {
-        h += &timeline_svg(r)?;
+        h.push_str(&timeline_svg(r)?);
     }
     h.push_str("<h2>Contenders</h2><table><tr><th>contender</th><th>version</th><th>set-up</th><th>CPU ms per 1,000 responses, per level</th></tr>");
     for c in &r.contenders {
@@ -425,9 +415,9 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.name),
-            esc(&c.version),
-            esc(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
+            escape(&c.name),
+            escape(&c.version),
+            escape(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
             cpu.join(" / ")
         );
     }
@@ -442,7 +432,7 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
          the router's per-path counters are in results.json.</p>",
     );
     let path = out.join("index.html");
-    std::fs::write(&path, h)
+    std::fs::write(&path, h.finish())
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
 }

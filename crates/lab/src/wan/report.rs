@@ -5,13 +5,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use plotters::coord::types::RangedCoordf64;
-use plotters::prelude::*;
-
 use super::{ContenderRuns, LevelResult, Vary, WanResults};
-use crate::report::err;
 use crate::LabError;
-use capstan_report::{escape, Page};
+use capstan_report::{escape, Chart, Marker, Page, Series};
 
 fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
     r.contenders.iter().filter(|c| !c.levels.is_empty())
@@ -204,139 +200,50 @@ fn paper_lines(r: &WanResults, c: &ContenderRuns) -> Vec<String> {
         .collect()
 }
 
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-
-/// One contender's line, named in the legend.
-fn line(
-    chart: &mut Chart,
-    pts: Vec<(f64, f64)>,
-    name: &str,
-    col: RGBColor,
-) -> Result<(), LabError> {
-    chart
-        .draw_series(LineSeries::new(pts, col.stroke_width(2)))
-        .map_err(err)?
-        .label(name)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-    Ok(())
-}
-
-fn legend<'b>(chart: &mut Chart<'b, 'b>) -> Result<(), LabError> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(err)
-}
-
-/// A chart of one figure per level, a line per contender; x is the level's position.
+/// A chart of one figure per level, a line per contender named at its end; x is the level's
+/// position.
 fn levels_svg(
     r: &WanResults,
     caption: &str,
     y_desc: &str,
     value: &dyn Fn(&LevelResult) -> Option<f64>,
 ) -> Result<String, LabError> {
-    let top = ran(r)
-        .flat_map(|c| c.levels.iter().filter_map(value))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let n = r.levels.len().max(2);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(-0.2f64..(n as f64 - 0.8), 0.0..top)
-            .map_err(err)?;
-        let labels = r.levels.clone();
-        chart
-            .configure_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
+    let mut chart = Chart::new(caption, r.x_label.as_str(), y_desc)
+        .size(720, 360)
+        .x_categories(r.levels.clone());
+    for c in ran(r) {
+        let pts: Vec<(f64, f64)> = c
+            .levels
+            .iter()
+            .filter_map(|l| {
+                let x = r.levels.iter().position(|v| *v == l.level)?;
+                Some((x as f64, value(l)?))
             })
-            .x_desc(r.x_label.as_str())
-            .y_desc(y_desc)
-            .draw()
-            .map_err(err)?;
-        for (i, c) in ran(r).enumerate() {
-            let col = capstan_report::palette::colour(i);
-            let pts: Vec<(f64, f64)> = c
-                .levels
-                .iter()
-                .filter_map(|l| {
-                    let x = r.levels.iter().position(|v| *v == l.level)?;
-                    Some((x as f64, value(l)?))
-                })
-                .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            line(&mut chart, pts.clone(), &c.name, col)?;
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
-                .map_err(err)?;
-        }
-        legend(&mut chart)?;
-        root.present().map_err(err)?;
+            .collect();
+        chart.add(Series::new(c.name.as_str(), pts));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// Open connections over time in each contender's last run (the highest level).
 fn timeline_svg(r: &WanResults) -> Result<String, LabError> {
     let last = |c: &ContenderRuns| c.levels.last().cloned().unwrap_or_default();
-    let t_end = ran(r)
-        .flat_map(|c| last(c).samples.into_iter().map(|s| s.t_s))
-        .fold(1.0, f64::max);
-    let top = ran(r)
-        .flat_map(|c| last(c).samples.into_iter().map(|s| s.established as f64))
-        .fold(1.0, f64::max)
-        * 1.1;
     let level = r.levels.last().cloned().unwrap_or_default();
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("connections open at the server over time, {level}"),
-                ("sans-serif", 17),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..t_end, 0.0..top)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the load started")
-            .y_desc("ESTABLISHED connections")
-            .draw()
-            .map_err(err)?;
-        for (i, c) in ran(r).enumerate() {
-            let col = capstan_report::palette::colour(i);
-            let pts: Vec<(f64, f64)> = last(c)
-                .samples
-                .iter()
-                .map(|s| (s.t_s, s.established as f64))
-                .collect();
-            line(&mut chart, pts, &c.name, col)?;
-        }
-        legend(&mut chart)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        format!("connections open at the server over time, {level}"),
+        "seconds since the load started",
+        "ESTABLISHED connections",
+    )
+    .size(720, 360);
+    for c in ran(r) {
+        let pts: Vec<(f64, f64)> = last(c)
+            .samples
+            .iter()
+            .map(|s| (s.t_s, s.established as f64))
+            .collect();
+        chart.add(Series::new(c.name.as_str(), pts).marker(Marker::None));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// The plots of a run that varies a setting (a mix has one level: its table says it all).

@@ -32,6 +32,7 @@ use crate::cache_surrogates::{Sampler, Surrogates};
 use crate::cache_verdicts::Verdict;
 use crate::cluster::{cpu_seconds, free_loopback_port, get};
 use crate::LabError;
+use capstan_report::{escape, Page};
 
 /// The built-in cache experiments, in `--list` order: (name, TOML text).
 pub const BUILTIN_CACHE: &[(&str, &str)] = &[
@@ -1007,12 +1008,6 @@ fn phase_table(r: &CacheResults) -> String {
     s
 }
 
-pub(crate) fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// Writes `results.json` and `index.html` (tables: per contender and phase, the thesis's
 /// numbers, the proxies' CPU and memory, the better performer per phase and metric, CPU and
 /// RSS over time, findings) into `out`; returns the HTML's path.
@@ -1022,34 +1017,29 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
-    let mut h = String::new();
+    let mut h = Page::new(&r.title, &r.title);
     let _ = write!(
         h,
-        "<!doctype html><meta charset=utf-8><title>{t}</title>\
-         <style>body{{font-family:sans-serif;max-width:75em;margin:2em auto}}\
-         td,th{{padding:2px 8px;text-align:right}}td:first-child,th:first-child{{text-align:left}}\
-         table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style>\
-         <h1>{t}</h1><p>Rebuilds {f}. Mode {m}: time scale {ts}, cache {cb:.1} MiB per \
+        "<p>Rebuilds {f}. Mode {m}: time scale {ts}, cache {cb:.1} MiB per \
          contender, origin think time × {th}. Load average at start: {la}.</p>\
          <p><code>{cmd}</code></p><h2>Results per phase</h2><pre>{table}</pre>",
-        t = esc(&r.title),
-        f = esc(&r.figure),
+        f = escape(&r.figure),
         m = r.mode,
         ts = r.time_scale,
         cb = r.cache_bytes as f64 / 1048576.0,
         th = r.think_scale,
-        la = esc(r.load_at_start.trim()),
-        cmd = esc(&r.command),
-        table = esc(&phase_table(r)),
+        la = escape(r.load_at_start.trim()),
+        cmd = escape(&r.command),
+        table = escape(&phase_table(r)),
     );
     h.push_str("<h2>Contenders</h2><table><tr><th>contender</th><th>version</th><th>set-up</th><th>CPU s</th><th>CPU ms / 1000 resp</th><th>RSS MB</th><th>generator CPU %</th></tr>");
     for c in &r.contenders {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.name),
-            esc(&c.version),
-            esc(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
+            escape(&c.name),
+            escape(&c.version),
+            escape(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
             opt(c.proxy_cpu_s, 2),
             opt(c.proxy_cpu_ms_per_1k, 1),
             opt(c.proxy_rss_mb, 1),
@@ -1062,16 +1052,16 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     h.push_str(&crate::cache_surrogates::surrogate_html(r)?);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
-        let _ = write!(h, "<li>{}</li>", esc(f));
+        let _ = write!(h, "<li>{}</li>", escape(f));
     }
     h.push_str("</ul><h2>The thesis's numbers</h2><ul>");
     for p in &r.paper {
         let _ = write!(
             h,
             "<li>{} {}: {}</li>",
-            esc(&p.contender),
-            esc(&p.phase),
-            esc(&p.source)
+            escape(&p.contender),
+            escape(&p.phase),
+            escape(&p.source)
         );
     }
     h.push_str(
@@ -1079,7 +1069,7 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
                 (contenders[].result.timeline).</p>",
     );
     let path = out.join("index.html");
-    std::fs::write(&path, h)
+    std::fs::write(&path, h.finish())
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
 }

@@ -13,8 +13,9 @@ use std::fmt::Write as _;
 use capstan_bench::polygraph::{Cdf, PolyResult};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::{esc, CacheResults};
+use crate::cache::CacheResults;
 use crate::LabError;
+use capstan_report::escape;
 
 /// The phases whose offered rate rises (the thesis's `inc`) or holds at the peak (`top2`).
 const RATE_PHASES: [&str; 2] = ["inc", "top2"];
@@ -117,7 +118,7 @@ pub fn knee_findings(r: &CacheResults) -> Vec<String> {
     out
 }
 
-/// One line per contender in a chart with a legend; `log_x` for response times.
+/// One line per contender, named at its end; `log_x` for response-time CDFs.
 struct Lines<'a> {
     caption: String,
     x_desc: &'a str,
@@ -127,70 +128,19 @@ struct Lines<'a> {
 }
 
 fn draw(l: Lines) -> Result<String, LabError> {
-    use crate::report::err;
-    use plotters::prelude::*;
-    let pts = || l.series.iter().flat_map(|s| s.1.iter());
-    let x_lo = pts().map(|p| p.0).fold(f64::MAX, f64::min).max(0.01);
-    // A log axis spans at least a decade; a linear one ends just past the data.
-    let floor = if l.log_x { x_lo * 10.0 } else { 1.0 };
-    let x_hi = pts().map(|p| p.0).fold(floor, f64::max) * 1.1;
-    let y_hi = pts().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        if l.log_x {
-            chart(&root, &l, (x_lo * 0.9..x_hi).log_scale(), y_hi)?;
-        } else {
-            chart(&root, &l, 0.0..x_hi, y_hi)?;
-        }
-        root.present().map_err(err)?;
+    use capstan_report::{Chart, Marker, Series};
+    let mut chart = if l.log_x {
+        Chart::cdf(l.caption, l.x_desc, l.y_desc)
+    } else {
+        Chart::new(l.caption, l.x_desc, l.y_desc)
     }
-    Ok(svg)
-}
-
-/// The axes, lines and legend of [`draw`] on an x axis of either kind.
-fn chart<X>(
-    root: &plotters::drawing::DrawingArea<plotters::prelude::SVGBackend, plotters::coord::Shift>,
-    l: &Lines,
-    x: X,
-    y_hi: f64,
-) -> Result<(), LabError>
-where
-    X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
-    X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
-{
-    use crate::report::{err, COLOURS};
-    use plotters::prelude::*;
-    let mut chart = ChartBuilder::on(root)
-        .caption(&l.caption, ("sans-serif", 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x, 0.0..y_hi)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc(l.x_desc)
-        .y_desc(l.y_desc)
-        .draw()
-        .map_err(err)?;
-    for (i, (name, pts)) in l.series.iter().enumerate() {
-        let col = COLOURS[i % COLOURS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), col.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
+    .size(760, 360);
+    for (name, pts) in l.series {
+        let s = Series::new(name, pts);
+        // A CDF has a point per bucket: markers would hide the line.
+        chart.add(if l.log_x { s.marker(Marker::None) } else { s });
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    chart.svg().map_err(LabError::Report)
 }
 
 /// The contenders that ran, with the CDF `pick` chooses (hits or misses) when it has data.
@@ -271,7 +221,7 @@ pub fn plots_html(r: &CacheResults) -> Result<String, LabError> {
             series,
         })?);
     }
-    let _ = write!(h, "<pre>{}</pre>", esc(&cdf_table(r)));
+    let _ = write!(h, "<pre>{}</pre>", escape(&cdf_table(r)));
     let curves: Vec<(String, Vec<RateBin>)> = r
         .contenders
         .iter()
@@ -322,7 +272,7 @@ pub fn plots_html(r: &CacheResults) -> Result<String, LabError> {
             );
         }
     }
-    let _ = write!(h, "<pre>{}</pre>", esc(&t));
+    let _ = write!(h, "<pre>{}</pre>", escape(&t));
     Ok(h)
 }
 

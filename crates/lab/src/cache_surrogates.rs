@@ -722,15 +722,14 @@ fn device_finding(name: &str, s: &Surrogates) -> Option<String> {
     ))
 }
 
-/// One line per contender over the run's seconds.
+/// One line per contender over the run's seconds, named at its end.
 fn time_svg(
     r: &CacheResults,
     caption: &str,
     y_desc: &str,
     value: fn(&SurrogateSample) -> f64,
 ) -> Result<String, LabError> {
-    use crate::report::{err, COLOURS};
-    use plotters::prelude::*;
+    use capstan_report::{Chart, Marker, Series};
     let series: Vec<(&str, Vec<(f64, f64)>)> = r
         .contenders
         .iter()
@@ -742,44 +741,12 @@ fn time_svg(
             ))
         })
         .collect();
-    let points = series.iter().flat_map(|s| s.1.iter());
-    let (x_max, y_max) = points.fold((1.0f64, 1.0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 340)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max * 1.1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the workload started")
-            .y_desc(y_desc)
-            .draw()
-            .map_err(err)?;
-        for (i, (name, pts)) in series.into_iter().enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
-            chart
-                .draw_series(LineSeries::new(pts, col.stroke_width(2)))
-                .map_err(err)?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart =
+        Chart::new(caption, "seconds since the workload started", y_desc).size(760, 340);
+    for (name, pts) in series {
+        chart.add(Series::new(name, pts).marker(Marker::None));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// The report's surrogate section: CPU and RSS over time, the per-phase table, what could
@@ -825,7 +792,7 @@ pub(crate) fn surrogate_html(r: &CacheResults) -> Result<String, LabError> {
     let _ = write!(
         h,
         "<h3>Per phase</h3><pre>{}</pre>",
-        crate::cache::esc(&surrogate_table(r))
+        capstan_report::escape(&surrogate_table(r))
     );
     Ok(h)
 }

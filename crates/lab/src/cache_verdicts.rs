@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{CacheResults, ContenderResult, PaperRow};
+use capstan_report::escape;
 
 /// Two values closer than this (relative to the larger) are level.
 pub const LEVEL: f64 = 0.02;
@@ -275,7 +276,6 @@ pub fn verdict_table(r: &CacheResults) -> String {
 
 /// The same table in HTML.
 pub fn verdict_html(r: &CacheResults) -> String {
-    let esc = crate::cache::esc;
     let cols = columns(r);
     let mut h = String::from(
         "<h2>Better performer per scenario and metric (the thesis's Tables 4.4 and 4.7)</h2>\
@@ -286,15 +286,15 @@ pub fn verdict_html(r: &CacheResults) -> String {
          sizes were the --full run's.</p><table class=verdicts><tr><th>phase</th><th>metric</th>",
     );
     for c in &cols {
-        let _ = write!(h, "<th>{}</th>", esc(c));
+        let _ = write!(h, "<th>{}</th>", escape(c));
     }
     h.push_str("<th>better (ours)</th><th>thesis</th><th>vs thesis</th></tr>");
     for v in better_performers(r) {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td>",
-            esc(&v.phase),
-            esc(&v.metric)
+            escape(&v.phase),
+            escape(&v.metric)
         );
         for c in &cols {
             let _ = write!(h, "<td>{}</td>", value_of(&v, c));
@@ -302,9 +302,9 @@ pub fn verdict_html(r: &CacheResults) -> String {
         let _ = write!(
             h,
             "<td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&v.ours.text()),
-            esc(&v.thesis.as_ref().map_or_else(|| "–".into(), Call::text)),
-            esc(v.against_thesis.as_deref().unwrap_or("–"))
+            escape(&v.ours.text()),
+            escape(&v.thesis.as_ref().map_or_else(|| "–".into(), Call::text)),
+            escape(v.against_thesis.as_deref().unwrap_or("–"))
         );
     }
     h.push_str("</table>");

@@ -11,10 +11,11 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Experiment, Paper};
-use crate::report::{err, esc};
+use crate::report::err;
 use crate::results::{mean_stdev, round, LabResults, SeriesResult};
 use crate::runner::fmt_level;
 use crate::LabError;
+use capstan_report::escape;
 
 /// Jones Fig. 6: `iostat` samples (%) on one back-end node while `policy` ran at `at` clients.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -466,7 +467,7 @@ pub fn html(h: &mut String, r: &LabResults) -> Result<(), LabError> {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{:.2}×</td><td>{}</td><td>{}</td></tr>",
-                esc(&v.text),
+                escape(&v.text),
                 v.paper,
                 v.ours
                     .map(|o| format!("{o:.2}×"))
@@ -504,7 +505,7 @@ fn util_split_svg(r: &LabResults) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, s) in r.series.iter().enumerate() {
-            let c = Palette99::pick(i).to_rgba();
+            let c = capstan_report::palette::colour(i);
             let mean_of = |f: fn(&NodeUtilRow) -> f64| -> Vec<(f64, f64)> {
                 s.points
                     .iter()
@@ -593,7 +594,7 @@ fn html_util_compare(h: &mut String, f: &JonesFigures) {
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&u.policy),
+            escape(&u.policy),
             fmt_level(u.paper_level),
             u.ours_level.map(fmt_level).unwrap_or_else(|| "-".into()),
             pct_range(Some(u.paper_cpu)),
@@ -626,9 +627,9 @@ fn html_node_table(h: &mut String, r: &LabResults) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
-                esc(&s.label),
+                escape(&s.label),
                 fmt_level(p.level),
-                esc(&cells.join(", "))
+                escape(&cells.join(", "))
             );
         }
     }
@@ -647,7 +648,7 @@ fn html_nodes_alone(h: &mut String, a: &NodesAlone) {
         let cell = |row: Option<&AloneRow>| match row {
             Some(r) => format!(
                 "<td class=\"l\">{}</td><td>{:.1}</td><td>{:.1}</td>",
-                esc(&r.node),
+                escape(&r.node),
                 r.conn_s,
                 r.stdev
             ),
@@ -701,7 +702,7 @@ fn ratio_svg(rows: &[RatioRow]) -> Result<String, LabError> {
             .draw()
             .map_err(err)?;
         for (i, v) in variants.iter().enumerate() {
-            let c = Palette99::pick(i).to_rgba();
+            let c = capstan_report::palette::colour(i);
             let name = v.as_deref().unwrap_or("all");
             let pts = |ours: bool| -> Vec<(f64, f64)> {
                 rows.iter()
@@ -759,7 +760,7 @@ fn html_ratio_table(h: &mut String, rows: &[RatioRow]) {
         let _ = write!(
             h,
             "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td></tr>",
-            esc(r.variant.as_deref().unwrap_or("-")),
+            escape(r.variant.as_deref().unwrap_or("-")),
             r.nodes,
             fmt_level(r.clients),
             r.clients_per_node,

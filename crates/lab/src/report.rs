@@ -4,25 +4,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
-
 use crate::experiment::{Experiment, Measure, Paper, SwebCapacity};
 use crate::results::*;
 use crate::runner::fmt_level;
 use crate::LabError;
-
-pub(crate) const COLOURS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
-];
+use capstan_report::{escape, palette, Chart, Estimate, Marker, Page, Series, Stroke};
 
 /// Adds the paper comparison and the findings to `r`.
 pub fn conclude(r: &mut LabResults, exp: &Experiment) {
@@ -666,39 +652,13 @@ pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError>
     Ok(path)
 }
 
-/// The reports' style sheet.
-pub(crate) const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
-     table{border-collapse:collapse;margin:1em 0;font-size:90%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}\
-     th{background:#f3f3f3}td.l,th.l{text-align:left}.warn{color:#a40}.ok{color:#060}code,pre{background:#f6f6f6;padding:2px 4px}\
-     svg{max-width:100%;height:auto}";
-
-pub(crate) fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
+/// A plotters error as the lab's (for the charts still drawn with plotters directly).
 pub(crate) fn err(e: impl std::fmt::Display) -> LabError {
     LabError::Report(format!("plot: {e}"))
 }
 
-/// The legend box, drawn the same way on every chart (a macro: the charts' coordinate types
-/// differ).
-macro_rules! legend_at {
-    ($chart:expr, $pos:expr) => {
-        $chart
-            .configure_series_labels()
-            .position($pos)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)
-    };
-}
-
-/// Throughput against load, one line per series, error bars from repetitions, and the paper's
-/// curves dashed (grey markers) where the paper has them.
+/// Throughput against load, one line per series, 95 % CI error bars over the repetitions, and
+/// the paper's curves dashed with crosses where the paper has them.
 fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
     let xmin = r
@@ -714,7 +674,7 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
         .flat_map(|s| {
             s.points
                 .iter()
-                .map(|p| p.throughput_mean + p.throughput_stdev)
+                .map(|p| p.throughput_mean + throughput_ci95(s, p.level))
         })
         .fold(1.0, f64::max);
     let paper_pts: Vec<(String, Vec<(f64, f64)>)> = r
@@ -737,89 +697,49 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
     for (_, pts) in &paper_pts {
         ymax = pts.iter().map(|p| p.1).fold(ymax, f64::max);
     }
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{}: throughput vs load", r.experiment),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(xmin..xmax, 0f64..ymax * 1.1)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(r.x_label.as_str())
-            .y_desc("conn/s (completed responses per second)")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in r.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
-            let pts: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .map(|p| (p.level, p.throughput_mean))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled())))
-                .map_err(err)?;
-            chart
-                .draw_series(
-                    s.points
-                        .iter()
-                        .filter(|p| p.throughput_stdev > 0.0)
-                        .map(|p| {
-                            PathElement::new(
-                                vec![
-                                    (p.level, p.throughput_mean - p.throughput_stdev),
-                                    (p.level, p.throughput_mean + p.throughput_stdev),
-                                ],
-                                c.stroke_width(1),
-                            )
-                        }),
-                )
-                .map_err(err)?;
-        }
-        for (j, (name, pts)) in paper_pts.iter().enumerate() {
-            let c = r
-                .series
-                .iter()
-                .position(|s| &s.label == name)
-                .map(|i| COLOURS[i % COLOURS.len()])
-                .unwrap_or(COLOURS[(r.series.len() + j) % COLOURS.len()]);
-            let style = c.mix(0.55).stroke_width(1);
-            chart
-                .draw_series(
-                    pts.windows(2)
-                        .enumerate()
-                        .filter(|(k, _)| k % 2 == 0)
-                        .map(|(_, w)| PathElement::new(vec![w[0], w[1]], style)),
-                )
-                .map_err(err)?
-                .label(format!("paper: {name}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 8, y)], style));
-            chart
-                .draw_series(
-                    pts.iter()
-                        .map(|p| Cross::new(*p, 4, c.mix(0.7).stroke_width(1))),
-                )
-                .map_err(err)?;
-        }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        format!("{}: throughput vs load", r.experiment),
+        r.x_label.as_str(),
+        "conn/s (completed responses per second)",
+    )
+    .size(760, 430)
+    .x_range(xmin, xmax)
+    .y_range(0.0, ymax * 1.1);
+    for s in &r.series {
+        let (pts, ci): (Vec<(f64, f64)>, Vec<f64>) = s
+            .points
+            .iter()
+            .map(|p| ((p.level, p.throughput_mean), throughput_ci95(s, p.level)))
+            .unzip();
+        chart.add(Series::new(s.label.as_str(), pts).with_ci(ci));
     }
-    Ok(svg)
+    for (j, (name, pts)) in paper_pts.into_iter().enumerate() {
+        let c = r
+            .series
+            .iter()
+            .position(|s| s.label == name)
+            .map(palette::colour)
+            .unwrap_or(palette::colour(r.series.len() + j));
+        chart.add(
+            Series::new(format!("paper: {name}"), pts)
+                .colour(c)
+                .stroke(Stroke::Dashed)
+                .marker(Marker::Cross),
+        );
+    }
+    chart.svg().map_err(LabError::Report)
+}
+
+/// The 95 % CI half-width of a series' throughput at one level, over its repetitions (0 with
+/// one run).
+fn throughput_ci95(s: &SeriesResult, level: f64) -> f64 {
+    let reps: Vec<f64> = s
+        .runs
+        .iter()
+        .filter(|q| q.level == level)
+        .map(|q| q.throughput_rps)
+        .collect();
+    Estimate::of(&reps).ci95
 }
 
 /// Response-time CDF at one level, one line per series (log x).
@@ -845,48 +765,28 @@ fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
         .iter()
         .flat_map(|(_, q)| q.cdf.iter().map(|p| p[0]))
         .fold(lo * 10.0, f64::max);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("response time CDF at {} {}", fmt_level(level), r.x_label),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0f64..1f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("response time (ms, log scale)")
-            .y_desc("fraction of responses")
-            .draw()
-            .map_err(err)?;
-        for (i, (s, q)) in curves.iter().enumerate() {
-            let c = COLOURS[r
-                .series
+    let mut chart = Chart::cdf(
+        format!("response time CDF at {} {}", fmt_level(level), r.x_label),
+        "response time (ms, log scale)",
+        "fraction of responses",
+    )
+    .size(760, 430)
+    .x_range(lo * 0.9, hi * 1.1);
+    for (i, (s, q)) in curves.iter().enumerate() {
+        let c = palette::colour(
+            r.series
                 .iter()
                 .position(|x| std::ptr::eq(x, *s))
-                .unwrap_or(i)
-                % COLOURS.len()];
-            chart
-                .draw_series(LineSeries::new(
-                    q.cdf.iter().map(|p| (p[0].max(lo), p[1])),
-                    c.stroke_width(2),
-                ))
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-        }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
+                .unwrap_or(i),
+        );
+        let pts = q.cdf.iter().map(|p| (p[0].max(lo), p[1])).collect();
+        chart.add(
+            Series::new(s.label.as_str(), pts)
+                .colour(c)
+                .marker(Marker::None),
+        );
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// Least and most loaded node's utilisation against load (CAP paper Fig. 10): solid max,
@@ -908,54 +808,31 @@ fn min_max_svg(
     lines: Vec<MinMaxLines>,
     mark_min: bool,
 ) -> Result<String, LabError> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(x, 0f64..105f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc("utilisation (%)")
-            .draw()
-            .map_err(err)?;
-        for (i, line) in lines.into_iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
-            let light = c.mix(0.6);
-            chart
-                .draw_series(LineSeries::new(line.max, c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("{} max", line.label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            if mark_min {
-                chart
-                    .draw_series(
-                        line.min
-                            .iter()
-                            .map(|p| TriangleMarker::new(*p, 3, light.filled())),
-                    )
-                    .map_err(err)?;
-            }
-            chart
-                .draw_series(LineSeries::new(line.min, light.stroke_width(1)))
-                .map_err(err)?
-                .label(format!("{} min", line.label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], light.stroke_width(1))
-                });
-        }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(caption, x_desc, "utilisation (%)")
+        .size(760, height)
+        .x_range(x.start, x.end)
+        .y_range(0.0, 105.0);
+    for (i, line) in lines.into_iter().enumerate() {
+        let c = palette::colour(i);
+        chart.add(
+            Series::new(format!("{} (bold max, thin min)", line.label), line.max)
+                .colour(c)
+                .marker(Marker::None),
+        );
+        let min_marker = if mark_min {
+            Marker::Triangle
+        } else {
+            Marker::None
+        };
+        chart.add(
+            Series::new(format!("{} min", line.label), line.min)
+                .colour(c)
+                .stroke(Stroke::Thin)
+                .marker(min_marker)
+                .unlabelled(),
+        );
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// Min and max node utilisation against load (CAP paper Fig. 10).
@@ -1048,14 +925,14 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&m.text),
+                escape(&m.text),
                 m.paper,
                 m.ours
                     .map(|o| format!("{o:.1}"))
                     .unwrap_or_else(|| "-".into()),
-                esc(&m.unit),
+                escape(&m.unit),
                 m.ours_level
-                    .map(|l| format!("{} {}", fmt_level(l), esc(x)))
+                    .map(|l| format!("{} {}", fmt_level(l), escape(x)))
                     .unwrap_or_default()
             );
         }
@@ -1078,7 +955,7 @@ fn html_measures(h: &mut String, p: &PaperCompare, x: &str) {
             let _ = write!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&i.series),
+                escape(&i.series),
                 rate(i.kept_up_rps),
                 rate(i.fell_behind_rps)
             );
@@ -1131,10 +1008,10 @@ fn html_agreement(h: &mut String, r: &LabResults) -> Result<(), LabError> {
             let head = if i == 0 {
                 format!(
                     "<td class=\"l\" rowspan=\"{n}\">{}</td><td class=\"l {}\" rowspan=\"{n}\">{}<br><small>{}</small></td>",
-                    esc(&a.series),
+                    escape(&a.series),
                     if a.verdict == "agree" { "ok" } else { "warn" },
-                    esc(&a.verdict),
-                    esc(&a.worst),
+                    escape(&a.verdict),
+                    escape(&a.worst),
                     n = a.rows.len()
                 )
             } else {
@@ -1166,62 +1043,41 @@ fn html_agreement(h: &mut String, r: &LabResults) -> Result<(), LabError> {
 /// Throughput against load in both worlds: the lab solid, the simulator dashed.
 fn worlds_svg(r: &LabResults, sim: &SimWorld) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
-    let ymax = r
-        .series
-        .iter()
-        .chain(&sim.series)
-        .flat_map(|s| s.points.iter().map(|p| p.throughput_mean))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("lab (solid) and simulator (dashed)", ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(r.x_label.as_str())
-            .y_desc("conn/s")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in r.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
-            let pts = |s: &SeriesResult| -> Vec<(f64, f64)> {
-                s.points
-                    .iter()
-                    .map(|p| (p.level, p.throughput_mean))
-                    .collect()
-            };
-            chart
-                .draw_series(LineSeries::new(pts(s), c.stroke_width(2)))
-                .map_err(err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            if let Some(t) = sim.series.iter().find(|t| t.label == s.label) {
-                chart
-                    .draw_series(DashedLineSeries::new(pts(t), 6, 4, c.stroke_width(2)))
-                    .map_err(err)?;
-                chart
-                    .draw_series(
-                        pts(t)
-                            .into_iter()
-                            .map(|p| Cross::new(p, 4, c.stroke_width(1))),
-                    )
-                    .map_err(err)?;
-            }
+    let pts = |s: &SeriesResult| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .map(|p| (p.level, p.throughput_mean))
+            .collect()
+    };
+    let mut chart = Chart::new(
+        "lab (solid) and simulator (dashed)",
+        r.x_label.as_str(),
+        "conn/s",
+    )
+    .x_range(0.0, xmax);
+    for (i, s) in r.series.iter().enumerate() {
+        let c = palette::colour(i);
+        chart.add(
+            Series::new(s.label.as_str(), pts(s))
+                .with_ci(
+                    s.points
+                        .iter()
+                        .map(|p| throughput_ci95(s, p.level))
+                        .collect(),
+                )
+                .colour(c),
+        );
+        if let Some(t) = sim.series.iter().find(|t| t.label == s.label) {
+            chart.add(
+                Series::new(format!("{} (simulator)", s.label), pts(t))
+                    .colour(c)
+                    .stroke(Stroke::Dashed)
+                    .marker(Marker::Cross)
+                    .unlabelled(),
+            );
         }
-        legend_at!(chart, SeriesLabelPosition::LowerRight)?;
-        root.present().map_err(err)?;
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 fn html(r: &LabResults) -> Result<String, LabError> {
@@ -1244,27 +1100,21 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     };
     let _ = write!(
         h,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab: {}</title><style>{STYLE}</style></head><body>",
-        esc(&r.experiment)
-    );
-    let _ = write!(
-        h,
-        "<h1>{}</h1><p><b>Rebuilds:</b> {}. {}</p>",
-        esc(&r.title),
-        esc(&r.figure),
-        esc(&r.about)
+        "<p><b>Rebuilds:</b> {}. {}</p>",
+        escape(&r.figure),
+        escape(&r.about)
     );
     let _ = write!(
         h,
         "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
          <b>Run:</b> {} engine, {} s per level, {} repetition(s), seed {}{}, wall time {:.0} s{}</p>",
-        esc(&r.command),
-        esc(&r.versions.capstan),
-        esc(&r.versions.build),
-        esc(&r.versions.rustc),
-        esc(&r.versions.os),
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
         r.versions.cpus,
-        esc(&r.engine),
+        escape(&r.engine),
         r.duration_s,
         r.repetitions,
         r.seed,
@@ -1276,7 +1126,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     );
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
-        let _ = write!(h, "<li>{}</li>", esc(f));
+        let _ = write!(h, "<li>{}</li>", escape(f));
     }
     h.push_str("</ul>");
     if !r.warnings.is_empty() {
@@ -1286,7 +1136,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             r.warnings.len()
         );
         for w in r.warnings.iter().take(40) {
-            let _ = write!(h, "<li>{}</li>", esc(w));
+            let _ = write!(h, "<li>{}</li>", escape(w));
         }
         if r.warnings.len() > 40 {
             let _ = write!(
@@ -1307,13 +1157,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     h.push_str(&throughput_svg(r)?);
     html_agreement(&mut h, r)?;
     h.push_str("<pre>");
-    h.push_str(&esc(&summary_table(r)));
+    h.push_str(&escape(&summary_table(r)));
     h.push_str("</pre>");
     let _ = write!(
         h,
         "<h2>Response time at {} {}</h2>",
         fmt_level(key),
-        esc(&r.x_label)
+        escape(&r.x_label)
     );
     h.push_str(&cdf_svg(r, key)?);
     // Per-class latency at the key level.
@@ -1327,14 +1177,14 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h,
             "<h3>Per-class latency at {} {} (mean / p90 ms, first repetition)</h3><table><tr><th class=\"l\">series</th>",
             fmt_level(key),
-            esc(&r.x_label)
+            escape(&r.x_label)
         );
         for c in &classes {
-            let _ = write!(h, "<th>{}</th>", esc(c));
+            let _ = write!(h, "<th>{}</th>", escape(c));
         }
         h.push_str("</tr>");
         for s in &r.series {
-            let _ = write!(h, "<tr><td class=\"l\">{}</td>", esc(&s.label));
+            let _ = write!(h, "<tr><td class=\"l\">{}</td>", escape(&s.label));
             let l = s.nearest(key).map(|p| p.level).unwrap_or(key);
             let run = s.runs.iter().find(|q| q.level == l);
             for c in &classes {
@@ -1360,7 +1210,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h,
             "<h3>Over time at {} {} (first repetition)</h3>",
             fmt_level(key),
-            esc(&r.x_label)
+            escape(&r.x_label)
         );
         h.push_str(&svg);
     }
@@ -1369,7 +1219,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         let _ = write!(
             h,
             "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
-            esc(&p.source)
+            escape(&p.source)
         );
         if !p.claims.is_empty() {
             h.push_str(
@@ -1379,13 +1229,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 let _ = write!(
                     h,
                     "<tr><td class=\"l\">{}</td><td>{:+.0} %</td><td>{}</td><td>{}</td></tr>",
-                    esc(&c.text),
+                    escape(&c.text),
                     c.paper_percent,
                     c.ours_percent
                         .map(|o| format!("{o:+.1} %"))
                         .unwrap_or_else(|| "-".into()),
                     c.ours_level
-                        .map(|l| format!("{} {}", fmt_level(l), esc(&r.x_label)))
+                        .map(|l| format!("{} {}", fmt_level(l), escape(&r.x_label)))
                         .unwrap_or_default()
                 );
             }
@@ -1395,13 +1245,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             let _ = write!(
                 h,
                 "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
-                esc(if p.x.is_empty() { &r.x_label } else { &p.x })
+                escape(if p.x.is_empty() { &r.x_label } else { &p.x })
             );
             for row in &p.rows {
                 let _ = write!(
                     h,
                     "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&row.series),
+                    escape(&row.series),
                     fmt_level(row.level),
                     row.paper,
                     row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
@@ -1414,7 +1264,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         if !p.notes.is_empty() {
             h.push_str("<p><b>Differences of set-up:</b></p><ul>");
             for n in &p.notes {
-                let _ = write!(h, "<li>{}</li>", esc(n));
+                let _ = write!(h, "<li>{}</li>", escape(n));
             }
             h.push_str("</ul>");
         }
@@ -1436,7 +1286,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td>\
                  <td>{:.0}–{:.0}</td><td{}>{:.0}</td><td{}>{:.0}</td><td>{:.0}</td><td class=\"l\"><small>{}</small></td></tr>",
-                esc(&s.label),
+                escape(&s.label),
                 fmt_level(q.level),
                 q.repetition + 1,
                 q.throughput_rps,
@@ -1452,7 +1302,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                 if q.cpu.generator_pct > 80.0 { " class=\"warn\"" } else { "" },
                 q.cpu.generator_pct,
                 q.cpu.nodes_pct,
-                esc(&placed.join(", "))
+                escape(&placed.join(", "))
             );
         }
     }
@@ -1460,7 +1310,9 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         "</table><p><small>conn/s: responses completed inside the measured window per second. Utilisation: the \
          emulated node's busiest resource (CPU, disk or NIC) over the window, from its /_capstan/load report. CPU: real \
          CPU time of the process over the window (from /proc), in % of one core. Raw data: results.json.</small></p>\
-         </body></html>\n",
+",
     );
-    Ok(h)
+    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
+    page.push(&h);
+    Ok(page.finish())
 }

@@ -111,7 +111,7 @@ pub fn html(r: &LabResults) -> String {
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{d:.0}</td><td>{:.0}</td>\
                  <td>{attempts:.1}</td><td>{abandoned:.1}</td><td>{:.1}</td><td>{}</td></tr>",
-                crate::report::esc(&s.label),
+                capstan_report::escape(&s.label),
                 q.level,
                 q.repetition,
                 d / PAPER_T_S,

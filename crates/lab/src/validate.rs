@@ -37,6 +37,7 @@ use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
 use crate::results::{round, Versions};
 use crate::runner::versions;
 use crate::{LabError, Observer};
+use capstan_report::{escape, Chart, Page, Series};
 
 /// Mean CPU demand per server, ms: short enough for hundreds of jobs in a quick window, long
 /// enough that the HTTP path (one to three milliseconds in a debug build on a busy machine)
@@ -602,11 +603,10 @@ pub fn write(r: &ValidationResults, dir: &std::path::Path) -> Result<PathBuf, La
 }
 
 fn html(r: &ValidationResults) -> Result<String, LabError> {
-    use crate::report::{esc, STYLE};
     use std::fmt::Write as _;
-    let mut h = format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>capstan lab validate</title>\
-         <style>{STYLE}</style></head><body><h1>The live stack against queueing theory</h1>"
+    let mut h = Page::new(
+        "capstan lab validate",
+        "The live stack against queueing theory",
     );
     let _ = write!(
         h,
@@ -622,11 +622,11 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
         r.mean_demand_ms,
         r.settle_s,
         r.window_s,
-        esc(&r.command),
-        esc(&r.versions.capstan),
-        esc(&r.versions.build),
-        esc(&r.versions.rustc),
-        esc(&r.versions.os),
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
         r.versions.cpus,
         r.seed,
         if r.quick { ", --quick" } else { "" },
@@ -642,9 +642,9 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
              points: {:.3} and {:.3} ms, {} requests); node timers {:.0} µs late on average.{}</p><table><tr><th>ρ</th><th>offered req/s</th>\
              <th>node util %</th><th>measured</th><th>theory ms</th><th>raw ms</th><th>corrected ms</th>\
              <th>raw error</th><th>error</th><th>noise ±</th><th class=\"l\">verdict</th></tr>",
-            esc(&c.name),
-            esc(&c.title),
-            esc(&c.formula),
+            escape(&c.name),
+            escape(&c.title),
+            escape(&c.formula),
             c.overhead_ms,
             c.overhead_before_ms,
             c.overhead_after_ms,
@@ -652,7 +652,7 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
             c.timer_mean_late_us,
             c.machine_limited
                 .as_ref()
-                .map(|m| format!(" <b class=\"warn\">Machine-limited: {}.</b>", esc(m)))
+                .map(|m| format!(" <b class=\"warn\">Machine-limited: {}.</b>", escape(m)))
                 .unwrap_or_default()
         );
         for p in &c.points {
@@ -675,7 +675,7 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
                 p.raw_error_pct,
                 p.error_pct,
                 p.noise_pct,
-                esc(&p.verdict)
+                escape(&p.verdict)
             );
         }
         h.push_str("</table>");
@@ -683,97 +683,46 @@ fn html(r: &ValidationResults) -> Result<String, LabError> {
     h.push_str(
         "<p><small>Raw data: validation.json. The M/M/2 case is one node with two cores and one \
          queue: the switch places each request on arrival, so two nodes behind it would be two \
-         queues, not Erlang C's one.</small></p></body></html>\n",
+         queues, not Erlang C's one.</small></p>",
     );
-    Ok(h)
+    Ok(h.finish())
 }
 
 /// Corrected relative error against ρ, one line per case, the noise band as error bars and the
 /// ±5 % goal dashed.
 fn errors_svg(r: &ValidationResults) -> Result<String, LabError> {
-    use crate::report::{err, COLOURS};
-    use plotters::prelude::*;
     let span = r
         .cases
         .iter()
         .flat_map(|c| c.points.iter())
-        .map(|p| p.error_pct.abs().max(p.noise_pct))
+        .map(|p| p.error_pct.abs() + p.noise_pct)
         .fold(10.0, f64::max)
         .min(100.0)
         * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "measured mean response vs theory (after the fixed overhead)",
-                ("sans-serif", 17),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.2f64..1.0, -span..span)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("utilisation ρ")
-            .y_desc("error, % (bars: noise of a run this long)")
-            .draw()
-            .map_err(err)?;
-        for y in [-5.0, 5.0] {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(0.2, y), (1.0, y)],
-                    6,
-                    4,
-                    BLACK.mix(0.5).stroke_width(1),
-                ))
-                .map_err(err)?;
-        }
-        for (i, c) in r.cases.iter().enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
-            // Cases side by side at each ρ, so their bars do not hide each other.
-            let dx = (i as f64 - 1.0) * 0.012;
-            let pts: Vec<(f64, f64)> = c
-                .points
-                .iter()
-                .map(|p| (p.rho + dx, p.error_pct.clamp(-span, span)))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
-                .map_err(err)?
-                .label(c.name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
-                .map_err(err)?;
-            chart
-                .draw_series(c.points.iter().map(|p| {
-                    let x = p.rho + dx;
-                    let e = p.error_pct.clamp(-span, span);
-                    PathElement::new(
-                        vec![
-                            (x, (e - p.noise_pct).max(-span)),
-                            (x, (e + p.noise_pct).min(span)),
-                        ],
-                        col.mix(0.6).stroke_width(1),
-                    )
-                }))
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        "measured mean response vs theory (after the fixed overhead)",
+        "utilisation ρ",
+        "error, % (bars: noise of a run this long)",
+    )
+    .x_range(0.2, 1.0)
+    .y_range(-span, span)
+    .hline(-5.0)
+    .hline(5.0);
+    for (i, c) in r.cases.iter().enumerate() {
+        // Cases side by side at each ρ, so their bars do not hide each other.
+        let dx = (i as f64 - 1.0) * 0.012;
+        let (pts, noise): (Vec<(f64, f64)>, Vec<f64>) = c
+            .points
+            .iter()
+            .map(|p| {
+                let e = p.error_pct.clamp(-span, span);
+                // A bar stays inside the plot (only a point clamped at ±100 % is cut).
+                ((p.rho + dx, e), p.noise_pct.min(span - e.abs()).max(0.0))
+            })
+            .unzip();
+        chart.add(Series::new(c.name.as_str(), pts).with_ci(noise));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 #[cfg(test)]

@@ -5,12 +5,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use plotters::coord::types::RangedCoordf64;
-use plotters::prelude::*;
-
 use super::{ContenderRuns, LevelResult, Vary, WanResults};
-use crate::report::{err, COLOURS};
 use crate::LabError;
+use capstan_report::{escape, Chart, Marker, Page, Series};
 
 fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
     r.contenders.iter().filter(|c| !c.levels.is_empty())
@@ -203,145 +200,50 @@ fn paper_lines(r: &WanResults, c: &ContenderRuns) -> Vec<String> {
         .collect()
 }
 
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-
-/// One contender's line, named in the legend.
-fn line(
-    chart: &mut Chart,
-    pts: Vec<(f64, f64)>,
-    name: &str,
-    col: RGBColor,
-) -> Result<(), LabError> {
-    chart
-        .draw_series(LineSeries::new(pts, col.stroke_width(2)))
-        .map_err(err)?
-        .label(name)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], col.stroke_width(2)));
-    Ok(())
-}
-
-fn legend<'b>(chart: &mut Chart<'b, 'b>) -> Result<(), LabError> {
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(err)
-}
-
-/// A chart of one figure per level, a line per contender; x is the level's position.
+/// A chart of one figure per level, a line per contender named at its end; x is the level's
+/// position.
 fn levels_svg(
     r: &WanResults,
     caption: &str,
     y_desc: &str,
     value: &dyn Fn(&LevelResult) -> Option<f64>,
 ) -> Result<String, LabError> {
-    let top = ran(r)
-        .flat_map(|c| c.levels.iter().filter_map(value))
-        .fold(1.0, f64::max)
-        * 1.1;
-    let n = r.levels.len().max(2);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(-0.2f64..(n as f64 - 0.8), 0.0..top)
-            .map_err(err)?;
-        let labels = r.levels.clone();
-        chart
-            .configure_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    labels.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
+    let mut chart = Chart::new(caption, r.x_label.as_str(), y_desc)
+        .size(720, 360)
+        .x_categories(r.levels.clone());
+    for c in ran(r) {
+        let pts: Vec<(f64, f64)> = c
+            .levels
+            .iter()
+            .filter_map(|l| {
+                let x = r.levels.iter().position(|v| *v == l.level)?;
+                Some((x as f64, value(l)?))
             })
-            .x_desc(r.x_label.as_str())
-            .y_desc(y_desc)
-            .draw()
-            .map_err(err)?;
-        for (i, c) in ran(r).enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
-            let pts: Vec<(f64, f64)> = c
-                .levels
-                .iter()
-                .filter_map(|l| {
-                    let x = r.levels.iter().position(|v| *v == l.level)?;
-                    Some((x as f64, value(l)?))
-                })
-                .collect();
-            if pts.is_empty() {
-                continue;
-            }
-            line(&mut chart, pts.clone(), &c.name, col)?;
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 3, col.filled())))
-                .map_err(err)?;
-        }
-        legend(&mut chart)?;
-        root.present().map_err(err)?;
+            .collect();
+        chart.add(Series::new(c.name.as_str(), pts));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// Open connections over time in each contender's last run (the highest level).
 fn timeline_svg(r: &WanResults) -> Result<String, LabError> {
     let last = |c: &ContenderRuns| c.levels.last().cloned().unwrap_or_default();
-    let t_end = ran(r)
-        .flat_map(|c| last(c).samples.into_iter().map(|s| s.t_s))
-        .fold(1.0, f64::max);
-    let top = ran(r)
-        .flat_map(|c| last(c).samples.into_iter().map(|s| s.established as f64))
-        .fold(1.0, f64::max)
-        * 1.1;
     let level = r.levels.last().cloned().unwrap_or_default();
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (720, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("connections open at the server over time, {level}"),
-                ("sans-serif", 17),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..t_end, 0.0..top)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the load started")
-            .y_desc("ESTABLISHED connections")
-            .draw()
-            .map_err(err)?;
-        for (i, c) in ran(r).enumerate() {
-            let col = COLOURS[i % COLOURS.len()];
-            let pts: Vec<(f64, f64)> = last(c)
-                .samples
-                .iter()
-                .map(|s| (s.t_s, s.established as f64))
-                .collect();
-            line(&mut chart, pts, &c.name, col)?;
-        }
-        legend(&mut chart)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        format!("connections open at the server over time, {level}"),
+        "seconds since the load started",
+        "ESTABLISHED connections",
+    )
+    .size(720, 360);
+    for c in ran(r) {
+        let pts: Vec<(f64, f64)> = last(c)
+            .samples
+            .iter()
+            .map(|s| (s.t_s, s.established as f64))
+            .collect();
+        chart.add(Series::new(c.name.as_str(), pts).marker(Marker::None));
     }
-    Ok(svg)
+    chart.svg().map_err(LabError::Report)
 }
 
 /// The plots of a run that varies a setting (a mix has one level: its table says it all).
@@ -387,37 +289,32 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
     let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
     std::fs::write(out.join("results.json"), json)
         .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
-    let mut h = String::new();
+    let mut h = Page::with_style(&r.title, &r.title, "td,th{text-align:left}");
     let _ = write!(
         h,
-        "<!doctype html><meta charset=utf-8><title>{t}</title>\
-         <style>body{{font-family:sans-serif;max-width:75em;margin:2em auto}}\
-         td,th{{padding:2px 8px;text-align:left}}table{{border-collapse:collapse}}\
-         tr:nth-child(even){{background:#f3f3f3}}</style>\
-         <h1>{t}</h1><p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
+        "<p>Rebuilds {f}. {about}</p><p>Mode {m}: {rate} requests/s offered for \
          {w} s of warm-up and {d} s measured per run. Load average at start: {la}.</p><p><code>{cmd}</code></p>\
          <h2>Findings</h2><ul>",
-        t = esc(&r.title),
-        f = esc(&r.figure),
-        about = esc(&r.about),
+        f = escape(&r.figure),
+        about = escape(&r.about),
         m = r.mode,
         rate = r.rate,
         d = r.duration_s,
         w = r.warmup_s,
-        la = esc(r.load_at_start.trim()),
-        cmd = esc(&r.command),
+        la = escape(r.load_at_start.trim()),
+        cmd = escape(&r.command),
     );
     for f in &r.findings {
-        let _ = write!(h, "<li>{}</li>", esc(f));
+        let _ = write!(h, "<li>{}</li>", escape(f));
     }
     let _ = write!(
         h,
         "</ul>{}<h2>Results</h2><pre>{}</pre>",
         charts(r)?,
-        esc(&summary_table(r))
+        escape(&summary_table(r))
     );
     if r.vary != Some(Vary::Mix) && ran(r).next().is_some() {
-        h += &timeline_svg(r)?;
+        h.push_str(&timeline_svg(r)?);
     }
     h.push_str("<h2>Contenders</h2><table><tr><th>contender</th><th>version</th><th>set-up</th><th>CPU ms per 1,000 responses, per level</th></tr>");
     for c in &r.contenders {
@@ -425,9 +322,9 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&c.name),
-            esc(&c.version),
-            esc(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
+            escape(&c.name),
+            escape(&c.version),
+            escape(c.skipped.as_deref().map_or(c.setup.as_str(), |w| w)),
             cpu.join(" / ")
         );
     }
@@ -442,7 +339,7 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
          the router's per-path counters are in results.json.</p>",
     );
     let path = out.join("index.html");
-    std::fs::write(&path, h)
+    std::fs::write(&path, h.finish())
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
 }

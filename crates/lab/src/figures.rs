@@ -7,7 +7,6 @@
 
 use std::fmt::Write as _;
 
-use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Experiment, Paper};
@@ -15,7 +14,7 @@ use crate::report::err;
 use crate::results::{mean_stdev, round, LabResults, SeriesResult};
 use crate::runner::fmt_level;
 use crate::LabError;
-use capstan_report::escape;
+use capstan_report::{escape, palette, Chart, Marker, Series, Stroke};
 
 /// Jones Fig. 6: `iostat` samples (%) on one back-end node while `policy` ran at `at` clients.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -484,89 +483,61 @@ pub fn html(h: &mut String, r: &LabResults) -> Result<(), LabError> {
 /// the thesis's Fig. 6 means as crosses (CPU) and circles (disk).
 fn util_split_svg(r: &LabResults) -> Result<String, LabError> {
     let xmax = r.levels.iter().copied().fold(1.0, f64::max) * 1.05;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 430)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "CPU (solid) and disk (dashed): mean over nodes",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..xmax, 0f64..105f64)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(r.x_label.as_str())
-            .y_desc("utilisation (%)")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in r.series.iter().enumerate() {
-            let c = capstan_report::palette::colour(i);
-            let mean_of = |f: fn(&NodeUtilRow) -> f64| -> Vec<(f64, f64)> {
-                s.points
-                    .iter()
-                    .filter_map(|p| {
-                        let rows = r
-                            .figures
-                            .node_utilisation
-                            .iter()
-                            .filter(|n| n.series == s.label && n.level == p.level);
-                        Spread::of(rows.map(f)).map(|sp| (p.level, 100.0 * sp.mean))
-                    })
-                    .collect()
-            };
-            chart
-                .draw_series(LineSeries::new(mean_of(|n| n.cpu), c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("{} CPU", s.label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            let disk = mean_of(|n| n.disk);
-            chart
-                .draw_series(
-                    disk.windows(2)
-                        .flat_map(|w| dashes(w[0], w[1]))
-                        .map(|d| PathElement::new(d, c.stroke_width(1))),
-                )
-                .map_err(err)?;
-        }
-        for u in &r.figures.utilisation_vs_paper {
-            let (x, cpu, disk) = (
-                u.paper_level,
-                100.0 * u.paper_cpu.mean,
-                100.0 * u.paper_disk.mean,
-            );
-            chart
-                .draw_series([Cross::new((x, cpu), 5, BLACK.stroke_width(2))])
-                .map_err(err)?;
-            chart
-                .draw_series([Circle::new((x, disk), 5, BLACK.stroke_width(1))])
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        "CPU (solid) and disk (dashed): mean over nodes",
+        r.x_label.as_str(),
+        "utilisation (%)",
+    )
+    .size(760, 430)
+    .x_range(0.0, xmax)
+    .y_range(0.0, 105.0);
+    for (i, s) in r.series.iter().enumerate() {
+        let c = palette::colour(i);
+        let mean_of = |f: fn(&NodeUtilRow) -> f64| -> Vec<(f64, f64)> {
+            s.points
+                .iter()
+                .filter_map(|p| {
+                    let rows = r
+                        .figures
+                        .node_utilisation
+                        .iter()
+                        .filter(|n| n.series == s.label && n.level == p.level);
+                    Spread::of(rows.map(f)).map(|sp| (p.level, 100.0 * sp.mean))
+                })
+                .collect()
+        };
+        let cpu = Series::new(format!("{} CPU", s.label), mean_of(|n| n.cpu));
+        chart.add(cpu.colour(c).marker(Marker::None));
+        let disk = Series::new(format!("{} disk", s.label), mean_of(|n| n.disk));
+        chart.add(
+            disk.colour(c)
+                .stroke(Stroke::Dashed)
+                .marker(Marker::None)
+                .unlabelled(),
+        );
     }
-    Ok(svg)
-}
-
-/// A dashed line from `a` to `b`: the even tenths of it, each its own short segment.
-fn dashes(a: (f64, f64), b: (f64, f64)) -> Vec<Vec<(f64, f64)>> {
-    let at = |t: f64| (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1));
-    (0..10)
-        .step_by(2)
-        .map(|k| vec![at(k as f64 / 10.0), at((k + 1) as f64 / 10.0)])
-        .collect()
+    let paper = &r.figures.utilisation_vs_paper;
+    if !paper.is_empty() {
+        let at = |f: fn(&UtilCompare) -> f64| -> Vec<(f64, f64)> {
+            paper
+                .iter()
+                .map(|u| (u.paper_level, 100.0 * f(u)))
+                .collect()
+        };
+        let cpu = Series::new("thesis CPU", at(|u| u.paper_cpu.mean));
+        chart.add(
+            cpu.colour(palette::REFERENCE)
+                .stroke(Stroke::None)
+                .marker(Marker::Cross),
+        );
+        let disk = Series::new("thesis disk", at(|u| u.paper_disk.mean));
+        chart.add(
+            disk.colour(palette::REFERENCE)
+                .stroke(Stroke::None)
+                .marker(Marker::Circle),
+        );
+    }
+    chart.svg().map_err(err)
 }
 
 fn pct_range(s: Option<Spread>) -> String {
@@ -681,73 +652,28 @@ fn ratio_svg(rows: &[RatioRow]) -> Result<String, LabError> {
         .flatten();
     let (lo, hi) = gains.fold((0.0f64, 10.0f64), |(l, h), g| (l.min(g), h.max(g)));
     let xmax = rows.iter().map(|r| r.clients_per_node).fold(1.0, f64::max) * 1.05;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (760, 400)).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "gain over the baseline vs clients per node",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0f64..xmax, (lo - 5.0)..(hi + 5.0))
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("clients per node")
-            .y_desc("gain (%)")
-            .draw()
-            .map_err(err)?;
-        for (i, v) in variants.iter().enumerate() {
-            let c = capstan_report::palette::colour(i);
-            let name = v.as_deref().unwrap_or("all");
-            let pts = |ours: bool| -> Vec<(f64, f64)> {
-                rows.iter()
-                    .filter(|r| &r.variant == *v)
-                    .filter_map(|r| {
-                        let g = if ours {
-                            r.ours_gain_pct
-                        } else {
-                            r.paper_gain_pct
-                        };
-                        g.map(|g| (r.clients_per_node, g))
-                    })
-                    .collect()
-            };
-            let ours = pts(true);
-            chart
-                .draw_series(LineSeries::new(ours.clone(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(format!("ours: {name}"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
-                });
-            chart
-                .draw_series(ours.iter().map(|p| Circle::new(*p, 3, c.filled())))
-                .map_err(err)?;
-            chart
-                .draw_series(
-                    pts(false)
-                        .into_iter()
-                        .map(|p| Cross::new(p, 5, c.stroke_width(2))),
-                )
-                .map_err(err)?
-                .label(format!("paper: {name}"))
-                .legend(move |(x, y)| Cross::new((x + 9, y), 5, c.stroke_width(2)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
+    let mut chart = Chart::new(
+        "gain over the baseline vs clients per node",
+        "clients per node",
+        "gain (%)",
+    )
+    .size(760, 400)
+    .x_range(0.0, xmax)
+    .y_range(lo - 5.0, hi + 5.0);
+    for (i, v) in variants.iter().enumerate() {
+        let c = palette::colour(i);
+        let name = v.as_deref().unwrap_or("all");
+        let pts = |gain: fn(&RatioRow) -> Option<f64>| -> Vec<(f64, f64)> {
+            rows.iter()
+                .filter(|r| &r.variant == *v)
+                .filter_map(|r| gain(r).map(|g| (r.clients_per_node, g)))
+                .collect()
+        };
+        chart.add(Series::new(format!("ours: {name}"), pts(|r| r.ours_gain_pct)).colour(c));
+        let paper = Series::new(format!("paper: {name}"), pts(|r| r.paper_gain_pct));
+        chart.add(paper.colour(c).stroke(Stroke::None).marker(Marker::Cross));
     }
-    Ok(svg)
+    chart.svg().map_err(err)
 }
 
 fn html_ratio_table(h: &mut String, rows: &[RatioRow]) {

@@ -652,7 +652,7 @@ pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError>
     Ok(path)
 }
 
-/// A plotters error as the lab's (for the charts still drawn with plotters directly).
+/// A chart error (capstan-report returns them as strings) as the lab's.
 pub(crate) fn err(e: impl std::fmt::Display) -> LabError {
     LabError::Report(format!("plot: {e}"))
 }

@@ -18,6 +18,8 @@ pub enum Stroke {
     Dashed,
     /// 1 px, lighter: a secondary line of the same colour (least loaded node).
     Thin,
+    /// No line, only the markers: separate measurements (a paper's points).
+    None,
 }
 
 /// A mark at each point.
@@ -327,17 +329,21 @@ impl Chart {
                 continue;
             }
             let line = match s.stroke {
-                Stroke::Solid | Stroke::Dashed => c.stroke_width(2),
+                Stroke::Solid | Stroke::Dashed | Stroke::None => c.stroke_width(2),
                 Stroke::Thin => c.mix(0.6).stroke_width(1),
             };
-            if s.stroke == Stroke::Dashed {
-                chart
-                    .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, line))
-                    .map_err(err)?;
-            } else {
-                chart
-                    .draw_series(LineSeries::new(pts.clone(), line))
-                    .map_err(err)?;
+            match s.stroke {
+                Stroke::None => {}
+                Stroke::Dashed => {
+                    chart
+                        .draw_series(DashedLineSeries::new(pts.clone(), 6, 4, line))
+                        .map_err(err)?;
+                }
+                Stroke::Solid | Stroke::Thin => {
+                    chart
+                        .draw_series(LineSeries::new(pts.clone(), line))
+                        .map_err(err)?;
+                }
             }
             match s.marker {
                 Marker::None => {}

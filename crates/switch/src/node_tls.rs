@@ -70,6 +70,17 @@ impl PartialEq for NodeTls {
     }
 }
 
+/// Over what decides the connections (the fields `eq` compares, less the name derived from
+/// them): a cluster's fingerprint is made of these.
+impl Hash for NodeTls {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.ca_file.hash(state);
+        self.sni.hash(state);
+        self.verify.hash(state);
+        self.ca_digest.hash(state);
+    }
+}
+
 impl std::fmt::Debug for NodeTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeTls")
@@ -246,10 +257,7 @@ impl TlsToNodes {
         for node in nodes {
             if let Some(tls) = &node.tls {
                 node.address.hash(&mut hasher);
-                tls.ca_file.hash(&mut hasher);
-                tls.sni.hash(&mut hasher);
-                tls.verify.hash(&mut hasher);
-                tls.ca_digest.hash(&mut hasher);
+                tls.hash(&mut hasher);
                 by_address.insert(node.address, tls.clone());
             }
         }

@@ -114,3 +114,25 @@ fn cdf_and_categorical_charts_are_well_formed_and_escape_names() {
     assert!(texts(&svg, "100ms") == 1 && texts(&svg, "nginx") == 1);
     assert!(Chart::new("e", "x", "y").svg().is_ok());
 }
+
+#[test]
+fn a_series_without_a_line_draws_only_its_markers() {
+    let pts = vec![(1.0, 1.0), (2.0, 3.0), (3.0, 2.0)];
+    let line = Chart::new("l", "x", "y")
+        .with(Series::new("ours", pts.clone()).marker(Marker::None))
+        .svg()
+        .unwrap();
+    let points = Chart::new("p", "x", "y")
+        .with(
+            Series::new("paper", pts)
+                .stroke(Stroke::None)
+                .marker(Marker::Cross),
+        )
+        .svg()
+        .unwrap();
+    assert_well_formed(&points);
+    assert_eq!(texts(&points, "paper"), 1, "still named at its end");
+    // The line is one polyline through the three points; without it, none is drawn.
+    assert!(line.matches("<polyline").count() > points.matches("<polyline").count());
+    assert!(points.matches("<line").count() + points.matches("<path").count() > 0);
+}

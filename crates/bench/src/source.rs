@@ -124,7 +124,8 @@ fn list_path(target: &Target, entry: &str) -> Result<String, BenchError> {
 
 /// A CGI script's own name (`cpu_light.cgi`: each script puts a different load on a node, so
 /// they are worth telling apart), otherwise the file extension (`html`, `gif`, …) or `other`.
-fn extension_group(path: &str) -> String {
+/// The class a response time is reported under: a CGI's name, else the file's extension.
+pub fn extension_group(path: &str) -> String {
     let p = path.split('?').next().unwrap_or(path);
     let last = p.rsplit('/').next().unwrap_or("");
     if p.contains("/cgi-bin/") || p.ends_with(".cgi") {

@@ -167,15 +167,15 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     };
     let plan = Plan::new(&exp, &opts)?;
     // The simulator first: it takes seconds, and a translation it refuses stops the run before
-    // the live part starts.
-    let world = match worlds {
-        capstan_lab::Worlds::Live => None,
-        _ => Some(capstan_lab::simulate::run(&plan)?),
-    };
-    if let (capstan_lab::Worlds::Sim, Some(world)) = (worlds, world.clone()) {
-        let mut results = capstan_lab::simulate::sim_only_results(&plan, &opts, world);
-        capstan_lab::report::conclude(&mut results, &exp);
-        return finish(&results, &args);
+    // the live part starts. Alone it runs the model alone; beside the lab it runs again after
+    // the live runs, with the HTTP path they measured.
+    if worlds != capstan_lab::Worlds::Live {
+        let world = capstan_lab::simulate::run(&plan, capstan_lab::simulate::Shape::Model)?;
+        if worlds == capstan_lab::Worlds::Sim {
+            let mut results = capstan_lab::simulate::sim_only_results(&plan, &opts, world);
+            capstan_lab::report::conclude(&mut results, &exp);
+            return finish(&results, &args);
+        }
     }
     eprintln!(
         "capstan lab: {} — {} ({} runs, about {:.0} s)",
@@ -189,7 +189,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let outcome = until_interrupted(capstan_lab::run(&plan, &opts, Some(observer)));
     bar.finish_and_clear();
     let mut results = outcome?;
-    if let Some(world) = world {
+    if worlds == capstan_lab::Worlds::Both {
+        let path = results
+            .http_path
+            .as_ref()
+            .map(|p| p.path())
+            .unwrap_or_default();
+        let world = capstan_lab::simulate::run(&plan, capstan_lab::simulate::Shape::AsLab(path))?;
         capstan_lab::simulate::attach(&mut results, world);
     }
     capstan_lab::report::conclude(&mut results, &exp);

@@ -451,6 +451,17 @@ fn engine_both_sets_lab_and_simulator_side_by_side() {
     assert_eq!(sim.len(), live.len());
     assert_eq!(agreement.len(), live.len());
     assert!(r["sim"]["events"].as_u64().unwrap() > 1000);
+    // The HTTP path was measured before the runs, and the simulator ran the lab's window.
+    let path = &r["http_path"];
+    for f in ["small", "large"] {
+        assert!(path[f]["requests"].as_u64().unwrap() > 0, "{path}");
+        assert!(path[f]["bytes"].as_u64().unwrap() > 0, "{path}");
+    }
+    assert!(path["small"]["bytes"].as_u64() < path["large"]["bytes"].as_u64());
+    assert!(
+        path["fixed_ms"].as_f64().unwrap() >= 0.0 && path["per_mb_ms"].as_f64().unwrap() >= 0.0
+    );
+    assert_eq!(r["sim"]["window_s"], r["duration_s"]);
     for (a, s) in agreement.iter().zip(sim) {
         let label = a["series"].as_str().unwrap();
         assert_eq!(s["label"], label);

@@ -26,6 +26,7 @@ pub mod cache_verdicts;
 pub mod cluster;
 pub mod experiment;
 pub mod figures;
+pub mod http_path;
 pub mod report;
 pub mod report_sclient;
 pub mod results;

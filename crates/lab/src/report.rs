@@ -971,19 +971,40 @@ fn html_agreement(h: &mut String, r: &LabResults) -> Result<(), LabError> {
         return Ok(());
     };
     let tol = r.agreement.first().map_or(15.0, |a| a.tolerance_pct);
+    let path = r.http_path.as_ref().map_or_else(
+        || "no HTTP path (none was measured)".to_string(),
+        |p| {
+            format!(
+                "the HTTP path measured on the cluster before the runs — one client, a small and \
+                 a large cached file, the lab's mean less the model's time: {:.2} ms per request \
+                 + {:.2} ms per MB of answer ({} B: {:.2} ms vs {:.2} ms modelled; {} B: {:.2} vs \
+                 {:.2} ms) — as a delay outside the nodes",
+                p.fixed_ms,
+                p.per_mb_ms,
+                p.small.bytes,
+                p.small.lab_mean_ms,
+                p.small.model_ms,
+                p.large.bytes,
+                p.large.lab_mean_ms,
+                p.large.model_ms
+            )
+        },
+    );
     let _ = write!(
         h,
         "<h2>Lab and simulator side by side</h2><p>The same experiment in the discrete-event \
-         simulator (<code>capstan_sim::closed</code>): the same nodes, file list, clients, policies \
-         and T_gat, {:.0} s of virtual time per level ({} events in {:.2} s). Differences are \
-         (simulator − lab) / lab. A series <b>agrees</b> when throughput, mean and p90 response \
-         time are within {tol:.0} % at every level. What the simulator leaves out, and so what a \
-         difference may come from: the HTTP path (load generator → switch → node and back over \
-         loopback TCP, a connection per request: about a millisecond per request, which lengthens \
-         every closed-loop cycle and lowers throughput when few clients are busy), the switch's and \
-         generator's CPU on this machine (warned in the runs below), and the emulated nodes' timer \
-         lateness; the lab's windows are short (its own noise), and its nodes' memory caches stay \
-         warm from one level to the next while the simulator starts each level afresh.</p>",
+         simulator (<code>capstan_sim::closed</code>), run as the lab runs it: the same nodes, file \
+         list, policies and T_gat; the same {:.0} s window per level, every client starting at \
+         once on idle nodes after a warm-up as long as the lab's nodes had run before that level; \
+         the same requests in the same order (the load generator's own seeded sequence, so both \
+         worlds draw the same sample of the mix); and {path} ({} events in {:.2} s). Differences \
+         are (simulator − lab) / lab. A series <b>agrees</b> when throughput, mean and p90 \
+         response time are within {tol:.0} % at every level. What the simulator still leaves out, \
+         and so what a difference may come from: the switch's and generator's CPU on this \
+         machine's shared cores under load (the path is measured with one client), the emulated \
+         nodes' timer lateness, and the two worlds' trajectories parting once one request \
+         finishes earlier in one of them (a p90 over a short window's few hundred responses moves \
+         with a handful of them).</p>",
         sim.window_s, sim.events, sim.wall_s
     );
     h.push_str(&worlds_svg(r, sim)?);

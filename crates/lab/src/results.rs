@@ -43,6 +43,10 @@ pub struct LabResults {
     /// With both worlds: lab and simulator side by side per series, with a verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agreement: Vec<Agreement>,
+    /// With both worlds: the HTTP path measured on the cluster before the runs, which the
+    /// simulator's run models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_path: Option<crate::http_path::HttpPathProbe>,
     /// Jones thesis Figs. 6–8 views: per-node CPU and disk, each node alone, gain against
     /// clients per node.
     #[serde(default)]

@@ -289,10 +289,19 @@ pub async fn run(
     }
     let mut series_out = Vec::new();
     let mut index = 0;
+    let mut http_path = None;
     for s in &plan.series {
         let mut runs = Vec::new();
         for rep in 0..plan.repetitions {
             let mut c = start_cluster(plan, s, o).await?;
+            if o.worlds == crate::Worlds::Both && http_path.is_none() {
+                emit(Event::Message(
+                    "measuring the HTTP path (one client, a small and a large file)".into(),
+                ));
+                let probe = crate::http_path::measure(plan, s, &c).await?;
+                emit(Event::Message(probe.summary()));
+                http_path = Some(probe);
+            }
             let seed = plan.seed.wrapping_add(rep as u64 * 7919);
             if !plan.warmup.is_zero() {
                 let cfg = bench_config(
@@ -387,6 +396,7 @@ pub async fn run(
         worlds: "live".into(),
         sim: None,
         agreement: Vec::new(),
+        http_path,
         figures: Default::default(),
     })
 }

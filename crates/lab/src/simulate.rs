@@ -6,14 +6,17 @@
 //! `capstan origin` reads from `[nodes.origin]`), the same file list (every file of the tree at
 //! its weight with its size, the CGI entries as the demands the origin spends on them), the same
 //! closed-loop clients and think time, the same policy rows with their parameters, T_gat and the
-//! switch's classes. What the simulator has no model of — the HTTP path between generator, switch
-//! and node, the switch's CPU, timer lateness — is left out, so the comparison shows it.
+//! switch's classes. Beside the lab ([`Shape::AsLab`]) each level also runs as the lab ran it:
+//! its window, the generator's own request sequence, a drained warm-up, and the HTTP path the lab
+//! measured on its cluster ([`crate::http_path`]). What the simulator has no model of — the
+//! switch's and generator's CPU on shared cores, timer lateness — is left out, so the comparison
+//! shows it.
 
 use std::time::Instant;
 
 use capstan_core::class::{Classifier, HeaderLookup, RequestFacts, RuleSpec};
 use capstan_core::PolicySpec;
-use capstan_sim::closed::{self, ClosedConfig, RequestType, Work};
+use capstan_sim::closed::{self, ClosedConfig, HttpPath, RequestType, Work};
 use capstan_workload::{DocTree, TreeKind};
 
 use crate::experiment::{EngineKind, Experiment, WorkloadKind};
@@ -242,9 +245,67 @@ fn policy(plan: &Plan, s: &SeriesPlan) -> Result<PolicySpec, LabError> {
         .map_err(|e| LabError::Experiment(e.to_string().replace('\n', " ")))
 }
 
-/// Runs every series and level of the plan in the simulator. Returns the series (shaped as the
-/// lab's) and the events simulated.
-pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
+/// The model's time for a file already in a node's memory cache, on an idle node: what the
+/// HTTP path probe subtracts from the lab's response to find the path.
+pub struct CachedFileModel {
+    nodes: Vec<capstan_model::NodeParams>,
+    tree_bytes: u64,
+}
+
+impl CachedFileModel {
+    pub fn new(plan: &Plan, s: &SeriesPlan) -> Result<CachedFileModel, LabError> {
+        let nodes = s
+            .nodes
+            .iter()
+            .map(|n| origin_config(&plan.exp, n.cores, n.speed).map(|c| c.node))
+            .collect::<Result<Vec<_>, _>>()?;
+        let kind: TreeKind = s
+            .tree
+            .parse()
+            .map_err(|e| LabError::Experiment(format!("{e}")))?;
+        let tree = DocTree::generate(kind, plan.seed, plan.exp.nodes.files)
+            .map_err(|e| LabError::Experiment(e.to_string()))?;
+        Ok(CachedFileModel {
+            nodes,
+            tree_bytes: tree.total_bytes(),
+        })
+    }
+
+    /// The smallest node's memory cache, bytes.
+    pub fn cache_bytes(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|n| n.cache_bytes(self.tree_bytes))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Seconds to serve a cached file of `bytes`, averaged over the nodes (the probe's requests
+    /// spread over them): its CPU and memory copy at the node's speed, then its NIC time.
+    pub fn time_s(&self, bytes: u64) -> f64 {
+        let one = |n: &capstan_model::NodeParams| {
+            n.static_file(bytes, true).cpu_s / n.speed + n.nic.transmit_time_s(bytes)
+        };
+        self.nodes.iter().map(one).sum::<f64>() / self.nodes.len().max(1) as f64
+    }
+}
+
+/// How the simulator runs the plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// The model alone (`--engine sim`): windows of at least [`MIN_WINDOW_S`], each client its
+    /// own request stream, no HTTP path.
+    Model,
+    /// Beside the lab (`--engine both`): each level as the lab runs it — the lab's window, the
+    /// generator's own request sequence (its seed and stream), every client starting at once on
+    /// idle nodes after a warm-up as long as the lab's nodes had run before that level — and
+    /// the HTTP path the lab measured.
+    AsLab(HttpPath),
+}
+
+/// Runs every series and level of the plan in the simulator, shaped by `shape`. Returns the
+/// series (shaped as the lab's) and the events simulated.
+pub fn run(plan: &Plan, shape: Shape) -> Result<SimWorld, LabError> {
     check(&plan.exp)?;
     let t0 = Instant::now();
     let exp = &plan.exp;
@@ -252,7 +313,10 @@ pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
     let class_names: Vec<String> = classes.classes().iter().map(|c| c.name.clone()).collect();
     let gather =
         crate::experiment::parse_duration("switch.load_interval", &exp.switch.load_interval)?;
-    let window = plan.duration.as_secs_f64().max(MIN_WINDOW_S);
+    let window = match shape {
+        Shape::Model => plan.duration.as_secs_f64().max(MIN_WINDOW_S),
+        Shape::AsLab(_) => plan.duration.as_secs_f64(),
+    };
     let mut events = 0;
     let mut series = Vec::new();
     for s in &plan.series {
@@ -265,7 +329,20 @@ pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
         let spec = policy(plan, s)?;
         let mut runs = Vec::new();
         for rep in 0..plan.repetitions {
-            for &level in &plan.levels {
+            for (i, &level) in plan.levels.iter().enumerate() {
+                let seed = plan.seed.wrapping_add(rep as u64 * 7919);
+                let (warmup_s, draws, http_path) = match shape {
+                    Shape::Model => (
+                        plan.warmup.as_secs_f64().max(1.0),
+                        closed::Draws::PerClient,
+                        HttpPath::default(),
+                    ),
+                    Shape::AsLab(path) => (
+                        plan.warmup.as_secs_f64() + i as f64 * plan.duration.as_secs_f64(),
+                        as_bench(exp, seed),
+                        path,
+                    ),
+                };
                 let cfg = ClosedConfig {
                     nodes: node_cfgs.iter().map(|c| c.node.clone()).collect(),
                     node_names: s.nodes.iter().map(|n| n.name.clone()).collect(),
@@ -276,13 +353,15 @@ pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
                     gather_interval_s: gather.as_secs_f64(),
                     clients: (level.round() as usize).max(1),
                     think_mean_s: exp.load.think_ms / 1e3,
-                    warmup_s: plan.warmup.as_secs_f64().max(1.0),
+                    warmup_s,
                     duration_s: window,
-                    seed: plan.seed.wrapping_add(rep as u64 * 7919),
+                    seed,
+                    http_path,
+                    draws,
                 };
                 let r = closed::run(&cfg).map_err(LabError::Run)?;
                 events += r.events;
-                runs.push(record(s, level, rep, window, &r));
+                runs.push(record(s, level, rep, window, &r, &reqs));
             }
         }
         series.push(SeriesResult {
@@ -305,12 +384,25 @@ pub fn run(plan: &Plan) -> Result<SimWorld, LabError> {
     })
 }
 
+/// The generator's request sequence for a level run with `seed` (and its warm-up run's), when
+/// it draws one sequence for all clients (one generator thread); else each client its own.
+fn as_bench(exp: &Experiment, seed: u64) -> closed::Draws {
+    if exp.load.generator_threads > 1 {
+        return closed::Draws::PerClient;
+    }
+    closed::Draws::AsBench {
+        seed,
+        warmup_seed: seed ^ 0x5eed,
+    }
+}
+
 fn record(
     s: &SeriesPlan,
     level: f64,
     rep: usize,
     window: f64,
     r: &closed::ClosedResult,
+    reqs: &[RequestType],
 ) -> RunRecord {
     let nodes: Vec<NodeRecord> = s
         .nodes
@@ -347,11 +439,44 @@ fn record(
             max: r.quantile_ms(1.0),
             ..Default::default()
         },
+        per_class: per_class(reqs, r),
         nodes,
         util_min: if util_min.is_finite() { util_min } else { 0.0 },
         util_max,
         ..RunRecord::default()
     }
+}
+
+/// Response times per class as the lab's generator groups them (a CGI's name, else the
+/// file's extension), so the two worlds compare class by class.
+fn per_class(
+    reqs: &[RequestType],
+    r: &closed::ClosedResult,
+) -> std::collections::BTreeMap<String, ClassLatency> {
+    let mut groups: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for (rt, samples) in reqs.iter().zip(&r.latencies_by_type_s) {
+        let group = groups
+            .entry(capstan_bench::source::extension_group(&rt.key))
+            .or_default();
+        group.extend(samples.iter().map(|s| s * 1e3));
+    }
+    groups
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let q = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+            let latency = ClassLatency {
+                requests: v.len() as u64,
+                errors: 0,
+                mean_ms: round(v.iter().sum::<f64>() / v.len() as f64, 3),
+                p50_ms: round(q(0.5), 3),
+                p90_ms: round(q(0.9), 3),
+                p99_ms: round(q(0.99), 3),
+            };
+            (name, latency)
+        })
+        .collect()
 }
 
 /// What a difference in this direction is most likely made of (the report's paragraph lists
@@ -363,11 +488,12 @@ fn why(metric: &str, diff_pct: f64) -> &'static str {
         diff_pct < 0.0
     };
     if sim_faster {
-        " — the simulator is faster: the lab's requests also cross the HTTP path and wait for \
-         this machine's cores, which the model leaves out"
+        " — the simulator is faster: under load the lab's requests also wait for this \
+         machine's shared cores (switch, generator, nodes), which the model and the one-client \
+         path probe leave out"
     } else {
-        " — the simulator is slower: the lab's memory caches stay warm from level to level, and \
-         its short windows are noisy"
+        " — the simulator is slower: the lab's node timers or its short window's few responses \
+         in the tail"
     }
 }
 
@@ -484,6 +610,7 @@ pub fn sim_only_results(plan: &Plan, o: &crate::Options, world: SimWorld) -> Lab
         worlds: "sim".into(),
         sim: None,
         agreement: Vec::new(),
+        http_path: None,
         figures: Default::default(),
     }
 }

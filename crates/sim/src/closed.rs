@@ -11,9 +11,12 @@
 //! a disk read on a miss (FCFS), CPU (processor shared over the cores) and the NIC (FCFS); a
 //! CPU CGI is CPU then NIC; the disk CGI is one FCFS disk job then NIC.
 //!
-//! What it leaves out — on purpose, so a comparison with the lab shows it: the HTTP path
-//! (generator, switch and node processes, loopback TCP), the switch's own CPU, and the emulated
-//! nodes' timer lateness. Requests take zero time between client, switch and node.
+//! The HTTP path between client, switch and node (generator, switch and node processes,
+//! loopback TCP) is a pure delay, [`HttpPath`]: half its fixed part before the switch
+//! dispatches, the other half and a per-byte part after the node has sent the answer. It is
+//! zero unless measured (`capstan lab X --engine both` measures it on the running cluster); the
+//! model has no contention for it, so it is what one request pays on an idle machine. What it
+//! still leaves out: the switch's own CPU and this machine's cores shared under load.
 
 use capstan_core::{
     build_policy, GatherRules, Gatherer, LoadReport, NodeState, Outcome, Policy, PolicyContext,
@@ -48,6 +51,41 @@ pub struct RequestType {
     pub work: Work,
 }
 
+/// What the HTTP path adds to a request outside the node's resources: a fixed delay and one
+/// per byte of the answer (copies through the switch and the client over loopback).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HttpPath {
+    pub fixed_s: f64,
+    pub per_byte_s: f64,
+}
+
+impl HttpPath {
+    /// The part before the switch dispatches: connection set-up and the request's way in.
+    fn inbound_s(&self) -> f64 {
+        self.fixed_s / 2.0
+    }
+
+    /// The part after the node has sent the answer: the answer's way out to the client.
+    fn outbound_s(&self, bytes: u64) -> f64 {
+        self.fixed_s / 2.0 + self.per_byte_s * bytes as f64
+    }
+}
+
+/// How clients draw their requests, and how the measured window starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Draws {
+    /// Each client its own seeded stream; the window follows the warm-up without a pause.
+    #[default]
+    PerClient,
+    /// As `capstan bench` with one generator thread draws them: one stream shared by every
+    /// client in send order (the bench's `bench-requests-0` of `seed`; `warmup_seed` for the
+    /// warm-up). The warm-up drains before the window, and the window starts with every client
+    /// sending at once to idle nodes (memory caches kept), as each of the lab's runs does. The
+    /// two worlds then see the same requests in the same order (common random numbers), so a
+    /// short window's sampling noise is shared rather than compared.
+    AsBench { seed: u64, warmup_seed: u64 },
+}
+
 #[derive(Clone, Debug)]
 pub struct ClosedConfig {
     /// Every node's capacity (cores, speed, disk, NIC, cache fraction, static CPU).
@@ -69,6 +107,9 @@ pub struct ClosedConfig {
     /// The measured window after the warm-up, seconds.
     pub duration_s: f64,
     pub seed: u64,
+    /// The HTTP path's delay (zero: requests move between client, switch and node instantly).
+    pub http_path: HttpPath,
+    pub draws: Draws,
 }
 
 /// One node's utilisation over the measured window (0–1; CPU per core).
@@ -87,6 +128,9 @@ pub struct ClosedResult {
     /// Response times (s) of the requests sent inside the window and finished by its end
     /// (plus the drain), sorted.
     pub latencies_s: Vec<f64>,
+    /// The same response times per line of the request list (`ClosedConfig::requests`),
+    /// unsorted: per-class comparisons with the lab.
+    pub latencies_by_type_s: Vec<Vec<f64>>,
     pub nodes: Vec<ClosedNodeUse>,
     pub events: u64,
 }
@@ -112,6 +156,8 @@ impl ClosedResult {
 #[derive(Clone, Copy, Debug)]
 enum Ev {
     Send { client: u32 },
+    Dispatch { client: u32, kind: u32, sent: Nanos },
+    Delivered { req: u32 },
     StageDone { req: u32 },
     CpuCheck { node: u32, gen: u64 },
     NicDone { req: u32 },
@@ -131,6 +177,8 @@ struct Req {
     node: u32,
     kind: u32,
     sent: Nanos,
+    /// When the switch dispatched it to the node (the node's own clock starts here).
+    at_node: Nanos,
     /// CPU seconds and NIC bytes still to spend after the first stage.
     cpu_s: f64,
     bytes: u64,
@@ -172,12 +220,19 @@ struct Closed<'a> {
     reqs: Vec<Req>,
     free: Vec<u32>,
     cdf: Vec<f64>,
+    /// `Draws::AsBench`: the weights, the shared stream, and whether the window has begun.
+    weighted: capstan_workload::Weighted,
+    shared: Option<WorkloadRng>,
+    in_window: bool,
+    /// Clients back from the warm-up, waiting for the window.
+    parked: Vec<u32>,
     hashes: Vec<u64>,
     clients: Vec<WorkloadRng>,
     warmup: Nanos,
     end: Nanos,
     completed_in_window: u64,
     latencies: Vec<f64>,
+    latencies_by_type: Vec<Vec<f64>>,
     scratch: Vec<capstan_model::Completion>,
 }
 
@@ -188,6 +243,13 @@ impl<'a> Closed<'a> {
         }
         if !(cfg.duration_s > 0.0 && cfg.warmup_s >= 0.0 && cfg.gather_interval_s >= 0.0) {
             return Err("duration must be positive, warm-up and T_gat non-negative".into());
+        }
+        let path = cfg.http_path;
+        if !(path.fixed_s >= 0.0
+            && path.per_byte_s >= 0.0
+            && (path.fixed_s + path.per_byte_s).is_finite())
+        {
+            return Err("the HTTP path's delays must be finite and non-negative".into());
         }
         let total: f64 = cfg.requests.iter().map(|r| r.weight as f64).sum();
         if total <= 0.0 {
@@ -245,6 +307,13 @@ impl<'a> Closed<'a> {
             reqs: Vec::new(),
             free: Vec::new(),
             cdf,
+            weighted: capstan_workload::Weighted::new(cfg.requests.iter().map(|r| r.weight))?,
+            shared: match cfg.draws {
+                Draws::PerClient => None,
+                Draws::AsBench { warmup_seed, .. } => Some(stream(warmup_seed, "bench-requests-0")),
+            },
+            in_window: false,
+            parked: Vec::new(),
             hashes: cfg
                 .requests
                 .iter()
@@ -257,6 +326,7 @@ impl<'a> Closed<'a> {
             end: nanos_round(cfg.warmup_s + cfg.duration_s),
             completed_in_window: 0,
             latencies: Vec::new(),
+            latencies_by_type: vec![Vec::new(); cfg.requests.len()],
             scratch: Vec::new(),
             cfg,
         })
@@ -267,31 +337,94 @@ impl<'a> Closed<'a> {
             self.q.schedule(0, Ev::Send { client: c as u32 });
         }
         self.q.schedule(0, Ev::Gather);
-        self.q.schedule(self.warmup, Ev::Readings { end: false });
-        self.q.schedule(self.end, Ev::Readings { end: true });
+        if self.shared.is_none() {
+            self.in_window = true;
+            self.q.schedule(self.warmup, Ev::Readings { end: false });
+            self.q.schedule(self.end, Ev::Readings { end: true });
+        } else if self.warmup == 0 {
+            self.begin_window(0);
+        }
         // Requests sent inside the window may finish after it (as the lab's drain lets them).
-        let stop = self.end + nanos_round(self.cfg.duration_s.max(2.0));
+        let drain = nanos_round(self.cfg.duration_s.max(2.0));
         while let Some((now, ev)) = self.q.pop() {
-            if now > stop {
+            if self.in_window && now > self.end + drain {
                 break;
             }
             match ev {
                 Ev::Send { client } => self.send(now, client),
+                Ev::Dispatch { client, kind, sent } => {
+                    self.dispatch(now, client, kind as usize, sent)
+                }
+                Ev::Delivered { req } => self.delivered(now, req),
                 Ev::StageDone { req } => self.after_disk(now, req),
                 Ev::CpuCheck { node, gen } => self.cpu_check(now, node as usize, gen),
-                Ev::NicDone { req } => self.done(now, req),
+                Ev::NicDone { req } => self.node_done(now, req),
                 Ev::Gather => self.gather(now),
                 Ev::Readings { end } => self.readings(now, end),
             }
         }
     }
 
+    /// `Draws::AsBench`: the warm-up has drained; every client starts the window at once on the
+    /// measured stream.
+    fn begin_window(&mut self, now: Nanos) {
+        let Draws::AsBench { seed, .. } = self.cfg.draws else {
+            return;
+        };
+        self.in_window = true;
+        self.shared = Some(stream(seed, "bench-requests-0"));
+        self.warmup = now;
+        self.end = now + nanos_round(self.cfg.duration_s);
+        self.readings(now, false);
+        self.q.schedule(self.end, Ev::Readings { end: true });
+        for c in 0..self.cfg.clients {
+            self.q.schedule(now, Ev::Send { client: c as u32 });
+        }
+        self.parked.clear();
+    }
+
+    /// The next request's line in the request list.
+    fn draw(&mut self, client: u32) -> usize {
+        match &mut self.shared {
+            Some(rng) => self.weighted.sample(rng),
+            None => {
+                let u = uniform01(&mut self.clients[client as usize]);
+                self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+            }
+        }
+    }
+
     fn send(&mut self, now: Nanos, client: u32) {
+        if !self.in_window && now >= self.warmup {
+            // The warm-up is over: this client waits; the last one back starts the window.
+            self.parked.push(client);
+            if self.parked.len() == self.cfg.clients {
+                self.begin_window(now);
+            }
+            return;
+        }
         if now >= self.end {
             return;
         }
-        let u = uniform01(&mut self.clients[client as usize]);
-        let kind = self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1);
+        let kind = self.draw(client);
+        let inbound = nanos_round(self.cfg.http_path.inbound_s());
+        if inbound == 0 {
+            self.dispatch(now, client, kind, now);
+        } else {
+            let kind = kind as u32;
+            self.q.schedule(
+                now + inbound,
+                Ev::Dispatch {
+                    client,
+                    kind,
+                    sent: now,
+                },
+            );
+        }
+    }
+
+    /// The request reaches the switch, which picks its node; the node starts on it.
+    fn dispatch(&mut self, now: Nanos, client: u32, kind: usize, sent: Nanos) {
         let rt = &self.cfg.requests[kind];
         if self.gather_ns == 0 {
             self.show_gathered_state(now);
@@ -317,7 +450,8 @@ impl<'a> Closed<'a> {
             client,
             node: node as u32,
             kind: kind as u32,
-            sent: now,
+            sent,
+            at_node: now,
             cpu_s,
             bytes,
             stage: Stage::Disk,
@@ -405,21 +539,36 @@ impl<'a> Closed<'a> {
             .schedule(nanos_ceil(slot.finish), Ev::NicDone { req });
     }
 
-    fn done(&mut self, now: Nanos, req: u32) {
+    /// The node has sent the answer: its own account of the request ends here; the client has
+    /// it once the HTTP path's way out is over.
+    fn node_done(&mut self, now: Nanos, req: u32) {
+        let r = self.reqs[req as usize];
+        let n = &mut self.nodes[r.node as usize];
+        n.window_n += 1;
+        n.window_s += secs(now - r.at_node);
+        let outbound = nanos_round(self.cfg.http_path.outbound_s(r.bytes));
+        if outbound == 0 {
+            self.delivered(now, req);
+        } else {
+            self.q.schedule(now + outbound, Ev::Delivered { req });
+        }
+    }
+
+    /// The client has the whole answer (and the switch has forwarded it): the request is done
+    /// for the policy, and the client thinks and sends the next.
+    fn delivered(&mut self, now: Nanos, req: u32) {
         let r = self.reqs[req as usize];
         let node = r.node as usize;
         let latency = now - r.sent;
-        if r.sent >= self.warmup && r.sent < self.end {
+        if self.in_window && r.sent >= self.warmup && r.sent < self.end {
             self.latencies.push(secs(latency));
+            self.latencies_by_type[r.kind as usize].push(secs(latency));
         }
-        if now >= self.warmup && now < self.end {
+        if self.in_window && now >= self.warmup && now < self.end {
             self.completed_in_window += 1;
             self.nodes[node].served += 1;
         }
         self.live[node].active -= 1;
-        let n = &mut self.nodes[node];
-        n.window_n += 1;
-        n.window_s += secs(latency);
         let rt = &self.cfg.requests[r.kind as usize];
         self.policy.on_done(
             node,
@@ -541,6 +690,7 @@ impl<'a> Closed<'a> {
                 })
                 .collect(),
             latencies_s: self.latencies,
+            latencies_by_type_s: self.latencies_by_type,
             events: self.q.popped(),
         }
     }
@@ -564,6 +714,8 @@ mod tests {
             warmup_s: 1.0,
             duration_s: 20.0,
             seed: 1,
+            http_path: HttpPath::default(),
+            draws: Draws::PerClient,
         }
     }
 
@@ -620,5 +772,93 @@ mod tests {
             "{}",
             r.throughput
         );
+    }
+
+    /// One client, one node's worth of constant CPU work: every request is the work plus the
+    /// whole path (fixed, and per byte of its answer); the node's busy time is the work alone.
+    #[test]
+    fn the_http_path_is_a_delay_outside_the_nodes() {
+        let mut c = cfg(
+            1,
+            vec![RequestType {
+                key: "/cgi-bin/cpu_light.cgi".into(),
+                class: 1,
+                weight: 1,
+                work: Work::Cpu {
+                    seconds: 0.040,
+                    bytes: 100_000,
+                },
+            }],
+        );
+        c.nodes[0].nic.mbit_per_s = 1e6;
+        c.nodes[1].nic.mbit_per_s = 1e6;
+        c.http_path = HttpPath {
+            fixed_s: 0.002,
+            per_byte_s: 1e-8,
+        };
+        let r = run(&c).unwrap();
+        let nic_s = 100_000.0 * 8.0 / 1e12;
+        let cycle_s = 0.040 + nic_s + 0.002 + 0.001;
+        assert!(
+            (r.mean_ms() - 1e3 * cycle_s).abs() < 0.01,
+            "{}",
+            r.mean_ms()
+        );
+        assert!(
+            (r.throughput - 1.0 / cycle_s).abs() < 0.1,
+            "{}",
+            r.throughput
+        );
+        let busy: f64 = r.nodes.iter().map(|n| n.cpu).sum();
+        assert!((busy - 0.040 / cycle_s).abs() < 0.01, "{busy}");
+        c.http_path.fixed_s = -1.0;
+        assert!(run(&c).is_err());
+    }
+
+    /// `Draws::AsBench`: the window's requests are the generator's own sequence from its first
+    /// draw (the warm-up drew from another stream and drained first), in send order.
+    #[test]
+    fn as_bench_draws_the_generators_sequence_after_a_drained_warm_up() {
+        let work = |s: f64| Work::Cpu {
+            seconds: s,
+            bytes: 100,
+        };
+        let reqs = vec![
+            RequestType {
+                key: "/a".into(),
+                class: 1,
+                weight: 3,
+                work: work(0.010),
+            },
+            RequestType {
+                key: "/b".into(),
+                class: 1,
+                weight: 1,
+                work: work(0.030),
+            },
+        ];
+        let mut c = cfg(1, reqs);
+        c.duration_s = 2.0;
+        c.warmup_s = 0.5;
+        c.draws = Draws::AsBench {
+            seed: 42,
+            warmup_seed: 7,
+        };
+        let r = run(&c).unwrap();
+        let sent: usize = r.latencies_by_type_s.iter().map(Vec::len).sum();
+        let weights = capstan_workload::Weighted::new([3, 1]).unwrap();
+        let mut rng = stream(42, "bench-requests-0");
+        let mut expected = [0usize; 2];
+        for _ in 0..sent {
+            expected[weights.sample(&mut rng)] += 1;
+        }
+        let got: Vec<usize> = r.latencies_by_type_s.iter().map(Vec::len).collect();
+        assert_eq!(got, expected);
+        // One client on idle nodes: every response is its work alone (plus the NIC's bytes).
+        for (v, w) in r.latencies_by_type_s.iter().zip([0.010, 0.030]) {
+            assert!(v.iter().all(|l| (l - w).abs() < 1e-4), "{v:?}");
+        }
+        // The window is the configured one: about 2 s of a 15 ms mean cycle.
+        assert!((sent as f64 - 2.0 / 0.015).abs() < 30.0, "{sent}");
     }
 }

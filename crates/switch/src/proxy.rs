@@ -28,7 +28,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::admission::{Permit, Shed};
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
 use crate::cluster::{Cluster, FailureKind, LiveView, NodeRuntime};
-use crate::config::{Config, KeyKind};
+use crate::config::{Config, KeyKind, NodeProtocol};
 use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
 
@@ -47,12 +47,23 @@ struct ClientSettings {
 thread_local! {
     /// One pool per thread: each worker runs its own single-threaded runtime, and a connection
     /// driven by one runtime is best used from that runtime.
-    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClient)>> =
+    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClients)>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Sends a request through this thread's pooled keep-alive client for `config`.
-fn send_upstream(cluster: &Cluster, req: Request<UpstreamBody>) -> ResponseFuture {
+/// A thread's clients: one per protocol spoken to nodes.
+struct UpstreamClients {
+    http1: UpstreamClient,
+    /// HTTP/2-only: one multiplexed connection per node (see [`crate::h2_nodes`]).
+    h2: UpstreamClient,
+}
+
+/// Sends a request through this thread's pooled client for `config`, in the node's protocol.
+fn send_upstream(
+    cluster: &Cluster,
+    protocol: NodeProtocol,
+    req: Request<UpstreamBody>,
+) -> ResponseFuture {
     let config = &cluster.config;
     let settings = ClientSettings {
         connect_timeout: config.timeouts.connect,
@@ -63,30 +74,46 @@ fn send_upstream(cluster: &Cluster, req: Request<UpstreamBody>) -> ResponseFutur
     CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
         if !matches!(&*cached, Some((s, _)) if *s == settings) {
-            *cached = Some((settings, make_client(cluster)));
+            let clients = UpstreamClients {
+                http1: make_client(cluster, NodeProtocol::Http1),
+                h2: make_client(cluster, NodeProtocol::H2),
+            };
+            *cached = Some((settings, clients));
         }
-        let (_, client) = cached.as_ref().expect("just filled");
-        client.request(req)
+        let (_, clients) = cached.as_ref().expect("just filled");
+        match protocol {
+            NodeProtocol::Http1 => clients.http1.request(req),
+            NodeProtocol::H2 => clients.h2.request(req),
+        }
     })
 }
 
-/// A pooled keep-alive client to the nodes.
-fn make_client(cluster: &Cluster) -> UpstreamClient {
+/// A pooled client to the nodes: keep-alive HTTP/1.1, or HTTP/2 with one shared connection
+/// per node.
+fn make_client(cluster: &Cluster, protocol: NodeProtocol) -> UpstreamClient {
     let config = &cluster.config;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
-    connector.enforce_http(true);
+    // An h2 node over TLS is addressed `https://` (its `:scheme`); TLS is the connector's job
+    // either way.
+    connector.enforce_http(protocol == NodeProtocol::Http1);
     let connector = crate::proxy_protocol::NodeConnector {
         inner: connector,
         send: config.proxy_protocol.send,
         tls: Arc::clone(&cluster.node_tls),
     };
-    Client::builder(TokioExecutor::new())
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
         .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
         .pool_idle_timeout(config.upstream.pool_idle_timeout)
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
+        .pool_timer(hyper_util::rt::TokioTimer::new());
+    if protocol == NodeProtocol::H2 {
+        builder
+            .http2_only(true)
+            .timer(hyper_util::rt::TokioTimer::new());
+    }
+    builder.build(connector)
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -97,6 +124,8 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
+/// `Trailer` stays: it is end to end (RFC 9110 §6.6.2), and hyper writes HTTP/1.1 trailers
+/// only for the fields a head's `Trailer` declares.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -113,7 +142,6 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         &KEEP_ALIVE,
         &PROXY_CONNECTION,
         &header::TE,
-        &header::TRAILER,
         &header::TRANSFER_ENCODING,
         &header::UPGRADE,
         &header::PROXY_AUTHENTICATE,
@@ -409,6 +437,7 @@ async fn proxy(
         method: parts.method.clone(),
         pq,
         client_version: parts.version,
+        te_trailers: crate::h2_nodes::wants_trailers(&parts.headers),
     };
     if let Some(tunnel) = tunnel {
         return Err(crate::upgrade::pass(&forward, parts, peer, tunnel).await);
@@ -461,6 +490,8 @@ pub(crate) struct Forward {
     pub method: Method,
     pub pq: PathAndQuery,
     pub client_version: Version,
+    /// The client sent `TE: trailers` (passed on to h2 nodes only; see [`crate::h2_nodes`]).
+    pub te_trailers: bool,
 }
 
 impl Forward {
@@ -631,7 +662,9 @@ impl Forward {
             crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
-            let sent = tokio::time::timeout(wait, send_upstream(cluster, up_req)).await;
+            let sent =
+                tokio::time::timeout(wait, send_upstream(cluster, node.config.protocol, up_req))
+                    .await;
             let after = switch.epoch.now_nanos();
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
@@ -869,7 +902,12 @@ impl Forward {
             }
             _ => node.authority.clone(),
         };
-        upstream_request(&self.method, headers, authority, &self.pq, body)
+        let mut req = upstream_request(&self.method, headers, authority, &self.pq, body);
+        if node.config.protocol == NodeProtocol::H2 {
+            let tls = node.config.tls.is_some();
+            crate::h2_nodes::adapt_request(&mut req, self.te_trailers, tls);
+        }
+        req
     }
 }
 

@@ -64,11 +64,6 @@ impl Node {
             task.abort();
         }
     }
-
-    fn paths(&self) -> Vec<String> {
-        let requests = self.requests.lock().unwrap();
-        requests.iter().map(|r| r.0.clone()).collect()
-    }
 }
 
 /// An HTTP/2-only node on loopback; over TLS with ALPN `h2` (the test PKI's `cert`) when given.

@@ -20,14 +20,16 @@
 //!   the node restarting) is replaced by the next request. Concurrent first requests share one
 //!   handshake rather than racing to open several connections.
 //! - **Requests.** Sent as HTTP/2 with the client's method, path and rewritten fields, as to
-//!   any node, except that `TE: trailers` — the one `TE` HTTP/2 allows, and one gRPC servers
-//!   insist on — is passed on when the client sent it. `:authority` names the node's address;
-//!   the client's `Host` travels as a `host` field, as it does to HTTP/1.1 nodes.
+//!   any node; `TE: trailers` — the one `TE` HTTP/2 allows, and one gRPC servers insist on —
+//!   is sent when the client sent it (to HTTP/1.1 nodes too, with `Connection: te`: hyper's
+//!   HTTP/1.1 server writes trailers only to a client that asked). `:authority` names the
+//!   node's address; the client's `Host` travels as a `host` field, as to HTTP/1.1 nodes.
 //! - **Trailers** pass both ways: the switch's bodies ([`crate::body`]) hand every frame on,
-//!   trailer frames included. Toward an HTTP/1.1 client, hyper writes response trailers only on
-//!   a chunked response whose head declared them in a `Trailer` field, so a node that declares
-//!   none (gRPC servers do not) has its trailers dropped for HTTP/1.1 clients; gRPC needs
-//!   HTTP/2 end to end anyway. A response stored by the cache keeps its body, not its trailers.
+//!   trailer frames included, and `Trailer` is passed end to end. Toward an HTTP/1.1 client
+//!   (or node), hyper writes trailers only on a chunked message whose head declared them in a
+//!   `Trailer` field, and only to a client that sent `TE: trailers`: a node that declares none
+//!   (gRPC servers do not) has its trailers dropped for HTTP/1.1 clients; gRPC needs HTTP/2
+//!   end to end anyway. A response stored by the cache keeps its body, not its trailers.
 //! - **Accounting** is the HTTP/1.1 path's: one placement per request (the node's active
 //!   count, latency and policy feedback settled when the response body ends or is dropped),
 //!   passive health, the outlier detector, retries and the access log.
@@ -73,21 +75,28 @@ pub(crate) fn wants_trailers(headers: &HeaderMap) -> bool {
         })
 }
 
-/// Turns a request made for a node into one for an h2 node: HTTP/2, `TE: trailers` back when
-/// the client sent it (the hop-by-hop rewrite removed every `TE`), and `:scheme` `https` over
-/// TLS.
-pub(crate) fn adapt_request<B>(req: &mut Request<B>, te_trailers: bool, tls: bool) {
+/// Turns a request made for an h2 node into HTTP/2, with `:scheme` `https` over TLS.
+pub(crate) fn adapt_request<B>(req: &mut Request<B>, tls: bool) {
     *req.version_mut() = Version::HTTP_2;
-    if te_trailers {
-        req.headers_mut()
-            .insert(header::TE, HeaderValue::from_static("trailers"));
-    }
     if tls {
         let mut parts = req.uri().clone().into_parts();
         parts.scheme = Some(Scheme::HTTPS);
         if let Ok(uri) = Uri::from_parts(parts) {
             *req.uri_mut() = uri;
         }
+    }
+}
+
+/// `TE: trailers` towards a node whose client accepts trailers (the hop-by-hop rewrite removed
+/// the client's own): the switch passes trailers on, so on its hop it accepts them too.
+/// hyper's HTTP/1.1 server writes response trailers only to a client that sent it, and gRPC
+/// servers insist on it. HTTP/1.1 wants the `TE` connection option beside it (RFC 9110
+/// §10.1.4); HTTP/2 has no `Connection`.
+pub(crate) fn accept_trailers<B>(req: &mut Request<B>, protocol: NodeProtocol) {
+    let headers = req.headers_mut();
+    headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    if protocol == NodeProtocol::Http1 {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("te"));
     }
 }
 

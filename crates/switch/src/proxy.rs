@@ -490,7 +490,8 @@ pub(crate) struct Forward {
     pub method: Method,
     pub pq: PathAndQuery,
     pub client_version: Version,
-    /// The client sent `TE: trailers` (passed on to h2 nodes only; see [`crate::h2_nodes`]).
+    /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
+    /// [`crate::h2_nodes::accept_trailers`]).
     pub te_trailers: bool,
 }
 
@@ -904,8 +905,10 @@ impl Forward {
         };
         let mut req = upstream_request(&self.method, headers, authority, &self.pq, body);
         if node.config.protocol == NodeProtocol::H2 {
-            let tls = node.config.tls.is_some();
-            crate::h2_nodes::adapt_request(&mut req, self.te_trailers, tls);
+            crate::h2_nodes::adapt_request(&mut req, node.config.tls.is_some());
+        }
+        if self.te_trailers {
+            crate::h2_nodes::accept_trailers(&mut req, node.config.protocol);
         }
         req
     }

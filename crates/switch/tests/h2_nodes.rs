@@ -3,10 +3,13 @@
 //! switch, and a real HTTP/2 client (hyper's http2 client) in front of it. Request trailers
 //! reach the node and response trailers reach the client; a gRPC-shaped unary call
 //! (`application/grpc`, a 5-byte length-prefixed message, `grpc-status` in the trailers)
-//! round-trips — built by hand, as no gRPC tool is installed here; concurrent streams share one
+//! round-trips — built by hand, as no gRPC tool is installed here (nghttp2's `nghttp`, a real
+//! HTTP/2 client, is, and sends and sees trailers); concurrent streams share one
 //! node connection; a node connection that dies before or during a response gives the client a
 //! 502 or a reset stream, never a hang, and the next request reconnects; health checks speak
-//! HTTP/2 to an HTTP/2-only node; bad `protocol` values are one-line errors.
+//! HTTP/2 to an HTTP/2-only node; an HTTP/1.1 client's chunked trailers reach an h2 node, and
+//! declared trailers pass between HTTP/1.1 peers; an upgrade to an h2 node is a 502; bad
+//! `protocol` values are one-line errors.
 
 mod common;
 
@@ -49,6 +52,8 @@ struct Node {
     alpn: Mutex<Vec<Option<Vec<u8>>>>,
     /// Per request: path, HTTP version, `te` and `user-agent` fields.
     requests: Mutex<Vec<(String, String, String, String)>>,
+    /// The trailers of each request body that had some.
+    request_trailers: Mutex<Vec<HeaderMap>>,
     /// Requests of `/hold` being answered right now, and the most seen at once.
     holding: AtomicUsize,
     /// The tasks serving connections, aborted to kill them.
@@ -150,6 +155,10 @@ async fn answer(req: Request<Incoming>, node: Arc<Node>) -> Result<Response<Node
         return Ok(Response::new(Full::new(Bytes::new()).boxed()));
     };
     let request_trailers = collected.trailers().cloned().unwrap_or_default();
+    if !request_trailers.is_empty() {
+        let mut seen = node.request_trailers.lock().unwrap();
+        seen.push(request_trailers.clone());
+    }
     let body = collected.to_bytes();
     Ok(match path.as_str() {
         "/echo" => {
@@ -485,6 +494,94 @@ async fn an_http1_client_reaches_an_h2_node() {
     assert_eq!(node.requests.lock().unwrap()[0].1, "HTTP/2.0");
 }
 
+/// HTTP/1.1 client, chunked: its request trailers reach the h2 node. hyper writes response
+/// trailers to an HTTP/1.1 client only when the head declared them (`Trailer`), which the node
+/// did not: the response ends cleanly without them (documented in `h2_nodes`).
+#[tokio::test]
+async fn an_http1_clients_chunked_trailers_reach_an_h2_node() {
+    let (addr, node) = h2_node(None).await;
+    let sw = switch_for(addr, "", "").await;
+    let request = "POST /echo HTTP/1.1\r\nHost: grpc.example\r\nTransfer-Encoding: chunked\r\n\
+                   Trailer: x-checksum\r\nTE: trailers\r\nConnection: close\r\n\r\n\
+                   4\r\nping\r\n0\r\nx-checksum: abc123\r\n\r\n";
+    let answer = raw_exchange(sw.listen_addrs[0], request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\r\n4\r\nping\r\n0\r\n\r\n"), "{answer}");
+    let seen = node.request_trailers.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(field(&seen[0], "x-checksum"), "abc123");
+    assert_eq!(node.requests.lock().unwrap()[0].2, "trailers");
+}
+
+/// An HTTP/1.1 node that echoes the body and the request's trailers as response trailers,
+/// declared up front in `Trailer` (as HTTP/1.1 wants).
+async fn http1_trailer_node() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let service = service_fn(|req: Request<Incoming>| async move {
+                let collected = req.into_body().collect().await.unwrap();
+                let mut trailers = collected.trailers().cloned().unwrap_or_default();
+                trailers.insert("grpc-status", HeaderValue::from_static("0"));
+                let mut resp = with_trailers("text/plain", collected.to_bytes(), trailers);
+                resp.headers_mut().insert(
+                    "trailer",
+                    HeaderValue::from_static("x-checksum, grpc-status"),
+                );
+                Ok::<_, Infallible>(resp)
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service),
+            );
+        }
+    });
+    addr
+}
+
+/// Between HTTP/1.1 peers, declared trailers pass both ways (`Trailer` is end to end).
+#[tokio::test]
+async fn declared_trailers_pass_between_http1_client_and_http1_node() {
+    let addr = http1_trailer_node().await;
+    let sw = start_switch(&format!(
+        "listen = [\"127.0.0.1:0\"]\n[[node]]\nname = \"h1\"\naddress = \"{addr}\"\n"
+    ))
+    .await;
+    let request = "POST /echo HTTP/1.1\r\nHost: h1.example\r\nTransfer-Encoding: chunked\r\n\
+                   Trailer: x-checksum\r\nTE: trailers\r\nConnection: close\r\n\r\n\
+                   4\r\nping\r\n0\r\nx-checksum: abc123\r\n\r\n";
+    let answer = raw_exchange(sw.listen_addrs[0], request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let tail = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    assert!(tail.contains("ping\r\n0\r\n"), "{answer}");
+    assert!(
+        answer.contains("x-checksum: abc123\r\n"),
+        "request trailer echoed: {answer}"
+    );
+    assert!(
+        answer.contains("grpc-status: 0\r\n"),
+        "response trailer: {answer}"
+    );
+}
+
+/// Upgrades need HTTP/1.1: to an h2 node they are answered 502, and the node is not blamed.
+#[tokio::test]
+async fn an_upgrade_to_an_h2_node_is_a_502() {
+    let (addr, node) = h2_node(None).await;
+    let sw = switch_for(addr, "", "").await;
+    let request = "GET /ws HTTP/1.1\r\nHost: grpc.example\r\nConnection: upgrade, close\r\n\
+                   Upgrade: websocket\r\n\r\n";
+    let answer = raw_exchange(sw.listen_addrs[0], request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains("speaks HTTP/2"), "{answer}");
+    assert!(node.requests.lock().unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn an_h2_only_node_is_health_checked_over_h2() {
     let (addr, node) = h2_node(None).await;
@@ -554,4 +651,46 @@ fn the_grpc_example_loads_and_check_shows_the_protocols() {
         shown.contains("protocol h2: HTTP/2 over TLS (ALPN h2)"),
         "{shown}"
     );
+}
+
+/// A real HTTP/2 client (nghttp2's `nghttp`, prior knowledge) through the switch: its request
+/// trailer reaches the node and the node's trailers come back.
+#[tokio::test]
+async fn nghttp_sends_and_sees_trailers_through_the_switch() {
+    if std::process::Command::new("nghttp")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("note: nghttp (nghttp2-client) is not installed; test skipped");
+        return;
+    }
+    let (addr, node) = h2_node(None).await;
+    let sw = switch_for(addr, "", "").await;
+    let data = std::env::temp_dir().join(format!("capstan-h2-nodes-{}.txt", std::process::id()));
+    std::fs::write(&data, "ping").unwrap();
+    let url = format!("http://{}/echo", sw.listen_addrs[1]);
+    let run = tokio::process::Command::new("nghttp")
+        .args([
+            "-v",
+            "-H",
+            "te: trailers",
+            "--trailer",
+            "x-checksum: abc123",
+        ])
+        .arg(format!("--data={}", data.display()))
+        .arg(&url)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(NO_HANG, run)
+        .await
+        .expect("nghttp ends")
+        .unwrap();
+    let _ = std::fs::remove_file(&data);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("grpc-status: 0"), "{text}");
+    assert!(text.contains("x-echo-x-checksum: abc123"), "{text}");
+    let seen = node.request_trailers.lock().unwrap().clone();
+    assert_eq!(field(&seen[0], "x-checksum"), "abc123");
 }

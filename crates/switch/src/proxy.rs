@@ -887,8 +887,9 @@ pub(crate) fn rewrite_request_headers(
 }
 
 impl Forward {
-    /// The request as sent to `node`: HTTP/1.1, the client's method, target and (rewritten)
-    /// headers. With PROXY protocol to nodes, the node's URI carries the client's addresses
+    /// The request as sent to `node`: HTTP/1.1 (HTTP/2 to an h2 node), the client's method,
+    /// target and (rewritten) headers, `TE: trailers` when the client accepts trailers. With
+    /// PROXY protocol to nodes, the node's URI carries the client's addresses
     /// (see [`crate::proxy_protocol::authority_for`]).
     fn upstream_request(
         &self,

@@ -410,6 +410,7 @@ async fn concurrent_streams_share_one_node_connection() {
         node_status(s, "grpc")["active"] == 0
     })
     .await;
+    assert_eq!(node_status(&status, "grpc")["protocol"], "h2");
     let served = node_status(&status, "grpc")["served"].as_u64().unwrap();
     assert!(served >= 4, "the node's counter: {status}");
 }
@@ -693,4 +694,33 @@ async fn nghttp_sends_and_sees_trailers_through_the_switch() {
     assert!(text.contains("x-echo-x-checksum: abc123"), "{text}");
     let seen = node.request_trailers.lock().unwrap().clone();
     assert_eq!(field(&seen[0], "x-checksum"), "abc123");
+}
+
+/// A reload that turns a node to `protocol = "h2"` speaks HTTP/2 to it from the next request.
+#[tokio::test]
+async fn a_reload_switches_a_node_to_h2() {
+    let (addr, node) = h2_node(None).await;
+    let dir = std::env::temp_dir().join(format!("capstan-h2-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("switch.toml");
+    let config = |protocol: &str| {
+        format!(
+            "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+             [[node]]\nname = \"grpc\"\naddress = \"{addr}\"\nprotocol = \"{protocol}\"\n"
+        )
+    };
+    std::fs::write(&path, config("http/1.1")).unwrap();
+    let sw = capstan_switch::start(capstan_switch::Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    let listen = sw.listen_addrs[0];
+    // HTTP/1.1 to an HTTP/2-only node: it closes the connection, the client gets a 502.
+    assert_eq!(get(listen, "/").await.status, StatusCode::BAD_GATEWAY);
+    std::fs::write(&path, config("h2")).unwrap();
+    sw.switch.reload().await.expect("reload succeeds");
+    let answer = get(listen, "/").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    assert_eq!(answer.text(), "h2-node");
+    assert_eq!(node.requests.lock().unwrap()[0].1, "HTTP/2.0");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,7 +22,7 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::admission::{Permit, Shed};
@@ -36,7 +36,7 @@ pub type UpstreamClient = Client<crate::proxy_protocol::NodeConnector, UpstreamB
 
 /// What an upstream client is built from; a reload that changes none of it keeps the pools.
 #[derive(Clone, Copy, PartialEq)]
-struct ClientSettings {
+pub(crate) struct ClientSettings {
     connect_timeout: std::time::Duration,
     upstream: crate::config::Upstream,
     proxy_protocol: crate::proxy_protocol::SendVersion,
@@ -47,73 +47,76 @@ struct ClientSettings {
 thread_local! {
     /// One pool per thread: each worker runs its own single-threaded runtime, and a connection
     /// driven by one runtime is best used from that runtime.
-    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClients)>> =
+    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClient)>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// A thread's clients: one per protocol spoken to nodes.
-struct UpstreamClients {
-    http1: UpstreamClient,
-    /// HTTP/2-only: one multiplexed connection per node (see [`crate::h2_nodes`]).
-    h2: UpstreamClient,
+impl ClientSettings {
+    pub(crate) fn of(cluster: &Cluster) -> ClientSettings {
+        let config = &cluster.config;
+        ClientSettings {
+            connect_timeout: config.timeouts.connect,
+            upstream: config.upstream,
+            proxy_protocol: config.proxy_protocol.send,
+            node_tls: cluster.node_tls.fingerprint,
+        }
+    }
 }
 
-/// Sends a request through this thread's pooled client for `config`, in the node's protocol.
-fn send_upstream(
+/// Why a request got no response head from a node.
+pub(crate) struct UpstreamError {
+    /// No connection could be made (refused, timed out, TLS handshake failed).
+    pub connect: bool,
+    pub error: crate::body::BoxError,
+}
+
+/// Sends a request to `node` in its protocol: HTTP/1.1 through this thread's pooled keep-alive
+/// client for `config`, HTTP/2 over the node's shared connection ([`crate::h2_nodes`]).
+async fn send_upstream(
     cluster: &Cluster,
-    protocol: NodeProtocol,
+    node: &NodeRuntime,
     req: Request<UpstreamBody>,
-) -> ResponseFuture {
-    let config = &cluster.config;
-    let settings = ClientSettings {
-        connect_timeout: config.timeouts.connect,
-        upstream: config.upstream,
-        proxy_protocol: config.proxy_protocol.send,
-        node_tls: cluster.node_tls.fingerprint,
-    };
-    CLIENT.with(|cell| {
+) -> Result<Response<Incoming>, UpstreamError> {
+    if node.config.protocol == NodeProtocol::H2 {
+        return crate::h2_nodes::send(cluster, node, req).await;
+    }
+    let settings = ClientSettings::of(cluster);
+    let sent = CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
         if !matches!(&*cached, Some((s, _)) if *s == settings) {
-            let clients = UpstreamClients {
-                http1: make_client(cluster, NodeProtocol::Http1),
-                h2: make_client(cluster, NodeProtocol::H2),
-            };
-            *cached = Some((settings, clients));
+            *cached = Some((settings, make_client(cluster)));
         }
-        let (_, clients) = cached.as_ref().expect("just filled");
-        match protocol {
-            NodeProtocol::Http1 => clients.http1.request(req),
-            NodeProtocol::H2 => clients.h2.request(req),
-        }
+        let (_, client) = cached.as_ref().expect("just filled");
+        client.request(req)
+    });
+    sent.await.map_err(|e| UpstreamError {
+        connect: e.is_connect(),
+        error: Box::new(e),
     })
 }
 
-/// A pooled client to the nodes: keep-alive HTTP/1.1, or HTTP/2 with one shared connection
-/// per node.
-fn make_client(cluster: &Cluster, protocol: NodeProtocol) -> UpstreamClient {
+/// A pooled keep-alive client to the nodes.
+fn make_client(cluster: &Cluster) -> UpstreamClient {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_max_idle_per_host(cluster.config.upstream.pool_max_idle_per_node)
+        .pool_idle_timeout(cluster.config.upstream.pool_idle_timeout)
+        .pool_timer(hyper_util::rt::TokioTimer::new());
+    builder.build(node_connector(cluster))
+}
+
+/// Connects to nodes for `cluster`: its connect timeout, PROXY protocol and TLS settings.
+pub(crate) fn node_connector(cluster: &Cluster) -> crate::proxy_protocol::NodeConnector {
     let config = &cluster.config;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
-    // An h2 node over TLS is addressed `https://` (its `:scheme`); TLS is the connector's job
-    // either way.
-    connector.enforce_http(protocol == NodeProtocol::Http1);
-    let connector = crate::proxy_protocol::NodeConnector {
+    connector.enforce_http(true);
+    crate::proxy_protocol::NodeConnector {
         inner: connector,
         send: config.proxy_protocol.send,
         tls: Arc::clone(&cluster.node_tls),
-    };
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder
-        .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
-        .pool_idle_timeout(config.upstream.pool_idle_timeout)
-        .pool_timer(hyper_util::rt::TokioTimer::new());
-    if protocol == NodeProtocol::H2 {
-        builder
-            .http2_only(true)
-            .timer(hyper_util::rt::TokioTimer::new());
     }
-    builder.build(connector)
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -663,9 +666,7 @@ impl Forward {
             crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
-            let sent =
-                tokio::time::timeout(wait, send_upstream(cluster, node.config.protocol, up_req))
-                    .await;
+            let sent = tokio::time::timeout(wait, send_upstream(cluster, node, up_req)).await;
             let after = switch.epoch.now_nanos();
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
@@ -689,8 +690,8 @@ impl Forward {
                     placement.settle(false);
                     return Err(self.body_too_large());
                 }
-                Ok(Err(e)) if e.is_connect() => Failure::of(FailureKind::Connect, &e),
-                Ok(Err(e)) => Failure::of(FailureKind::Other, &e),
+                Ok(Err(e)) if e.connect => Failure::of(FailureKind::Connect, &*e.error),
+                Ok(Err(e)) => Failure::of(FailureKind::Other, &*e.error),
                 Err(_elapsed) => {
                     node.admission
                         .record(self.class, took, &placement.permit, after);
@@ -788,7 +789,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn of(kind: FailureKind, e: &hyper_util::client::legacy::Error) -> Failure {
+    fn of(kind: FailureKind, e: &(dyn std::error::Error + 'static)) -> Failure {
         Failure {
             kind,
             cause: innermost_cause(e),

@@ -52,6 +52,8 @@ struct Node {
     alpn: Mutex<Vec<Option<Vec<u8>>>>,
     /// Per request: path, HTTP version, `te` and `user-agent` fields.
     requests: Mutex<Vec<(String, String, String, String)>>,
+    /// Per request: `:authority` and the `host` field.
+    authorities: Mutex<Vec<(String, String)>>,
     /// The trailers of each request body that had some.
     request_trailers: Mutex<Vec<HeaderMap>>,
     /// Requests of `/hold` being answered right now, and the most seen at once.
@@ -144,6 +146,11 @@ fn field(headers: &HeaderMap, name: &str) -> String {
 async fn answer(req: Request<Incoming>, node: Arc<Node>) -> Result<Response<NodeBody>, Infallible> {
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
+    let authority = req.uri().authority().map(|a| a.to_string());
+    node.authorities
+        .lock()
+        .unwrap()
+        .push((authority.unwrap_or_default(), field(&headers, "host")));
     node.requests.lock().unwrap().push((
         path.clone(),
         format!("{:?}", req.version()),
@@ -344,6 +351,9 @@ async fn trailers_pass_both_ways_between_h2_client_and_h2_node() {
     );
     let requests = node.requests.lock().unwrap().clone();
     assert_eq!(requests[0].1, "HTTP/2.0", "{requests:?}");
+    // The host the client asked for is the `:authority`, and no `host` field contradicts it.
+    let authorities = node.authorities.lock().unwrap().clone();
+    assert_eq!(authorities[0], ("grpc.example".into(), String::new()));
     assert_eq!(
         requests[0].2, "trailers",
         "TE: trailers passed on: {requests:?}"
@@ -489,10 +499,14 @@ async fn an_h2_node_over_tls_negotiates_alpn_h2() {
 async fn an_http1_client_reaches_an_h2_node() {
     let (addr, node) = h2_node(None).await;
     let sw = switch_for(addr, "", "").await;
-    let ans = get(sw.listen_addrs[0], "/plain").await;
-    assert_eq!(ans.status, StatusCode::OK);
-    assert_eq!(ans.text(), "h2-node");
+    let request = "GET /plain HTTP/1.1\r\nHost: www.example.org\r\nConnection: close\r\n\r\n";
+    let answer = raw_exchange(sw.listen_addrs[0], request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("h2-node"), "{answer}");
     assert_eq!(node.requests.lock().unwrap()[0].1, "HTTP/2.0");
+    // The client's Host became the `:authority`.
+    let authorities = node.authorities.lock().unwrap().clone();
+    assert_eq!(authorities[0], ("www.example.org".into(), String::new()));
 }
 
 /// HTTP/1.1 client, chunked: its request trailers reach the h2 node. hyper writes response

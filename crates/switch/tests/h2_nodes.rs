@@ -6,7 +6,8 @@
 //! round-trips — built by hand, as no gRPC tool is installed here (nghttp2's `nghttp`, a real
 //! HTTP/2 client, is, and sends and sees trailers); concurrent streams share one
 //! node connection; a node connection that dies before or during a response gives the client a
-//! 502 or a reset stream, never a hang, and the next request reconnects; health checks speak
+//! 502 or a reset stream, never a hang, and the next request reconnects; a refused connection
+//! is retried on another node or is a 502; a reload can turn a node to h2; health checks speak
 //! HTTP/2 to an HTTP/2-only node; an HTTP/1.1 client's chunked trailers reach an h2 node, and
 //! declared trailers pass between HTTP/1.1 peers; an upgrade to an h2 node is a 502; bad
 //! `protocol` values are one-line errors.
@@ -737,4 +738,37 @@ async fn a_reload_switches_a_node_to_h2() {
     assert_eq!(answer.text(), "h2-node");
     assert_eq!(node.requests.lock().unwrap()[0].1, "HTTP/2.0");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An h2 node that refuses connections is a connect failure: the request goes to another node
+/// (as for HTTP/1.1 nodes), or, with none left, gets a 502 naming the cause.
+#[tokio::test]
+async fn a_refused_h2_connection_is_retried_elsewhere_or_a_502() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let (addr, _node) = h2_node(None).await;
+    let sw = start_switch(&format!(
+        "listen = [\"127.0.0.1:0\"]\n[policy]\nname = \"round-robin\"\n\
+         [[node]]\nname = \"gone\"\naddress = \"{closed}\"\nprotocol = \"h2\"\n\
+         [[node]]\nname = \"grpc\"\naddress = \"{addr}\"\nprotocol = \"h2\"\n"
+    ))
+    .await;
+    for _ in 0..2 {
+        let answer = get(sw.listen_addrs[0], "/").await;
+        assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+    }
+    let alone = start_switch(&format!(
+        "listen = [\"127.0.0.1:0\"]\n\
+         [[node]]\nname = \"gone\"\naddress = \"{closed}\"\nprotocol = \"h2\"\n"
+    ))
+    .await;
+    let answer = get(alone.listen_addrs[0], "/").await;
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        answer.text().contains("could not connect to node gone"),
+        "{}",
+        answer.text()
+    );
 }

@@ -262,6 +262,7 @@ fn parse_node(text: &str) -> anyhow::Result<NodeConfig> {
         public_url: None,
         report_address: None,
         tls: None,
+        protocol: Default::default(),
     })
 }
 

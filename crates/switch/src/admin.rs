@@ -143,6 +143,8 @@ pub struct GatheredStatus {
 pub struct NodeStatus {
     pub name: String,
     pub address: String,
+    /// `http/1.1` or `h2`: the protocol the switch speaks to the node.
+    pub protocol: &'static str,
     pub weight: u32,
     /// Takes new requests now (nothing says it is out; slow start only thins its share).
     pub available: bool,
@@ -265,6 +267,7 @@ fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u
     NodeStatus {
         name: node.config.name.clone(),
         address: node.config.address.to_string(),
+        protocol: node.config.protocol.name(),
         weight: node.config.weight,
         available: out.is_none(),
         state: match (out, &slow_start) {

@@ -572,6 +572,7 @@ mod tests {
                 public_url: None,
                 report_address: None,
                 tls: None,
+                protocol: Default::default(),
             })
             .collect();
         let mut config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], nodes);
@@ -644,6 +645,7 @@ mod tests {
             public_url: None,
             report_address: None,
             tls: None,
+            protocol: Default::default(),
         });
         let second = Cluster::build(next, 2, Some(&first), 100 * SECOND).unwrap();
         let b = &second.nodes[1];

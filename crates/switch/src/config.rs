@@ -85,6 +85,48 @@ pub struct NodeConfig {
     /// [`crate::node_tls`]); `None`: plain HTTP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::node_tls::NodeTls>,
+    /// The HTTP version spoken to this node (`protocol = "h2"`, see [`crate::h2_nodes`]).
+    #[serde(skip_serializing_if = "NodeProtocol::is_default")]
+    pub protocol: NodeProtocol,
+}
+
+/// The HTTP version the switch speaks to a node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum NodeProtocol {
+    /// HTTP/1.1 over pooled keep-alive connections (and ALPN `http/1.1` with TLS).
+    #[default]
+    #[serde(rename = "http/1.1")]
+    Http1,
+    /// HTTP/2: cleartext with prior knowledge (h2c), or ALPN `h2` with TLS; streams
+    /// multiplexed over one connection per node and worker thread.
+    #[serde(rename = "h2")]
+    H2,
+}
+
+impl NodeProtocol {
+    fn is_default(&self) -> bool {
+        *self == NodeProtocol::Http1
+    }
+
+    /// The value as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeProtocol::Http1 => "http/1.1",
+            NodeProtocol::H2 => "h2",
+        }
+    }
+
+    /// Reads a node's `protocol` value; the error is one line.
+    pub fn parse(text: &str) -> Result<NodeProtocol, String> {
+        match text {
+            "http/1.1" | "http1" => Ok(NodeProtocol::Http1),
+            "h2" | "h2c" => Ok(NodeProtocol::H2),
+            other => Err(format!(
+                "protocol: `{other}` is not one of \"http/1.1\" or \"h2\" \
+                 (HTTP/2; cleartext h2c, or ALPN h2 with `tls`)"
+            )),
+        }
+    }
 }
 
 /// URL redirection (SWEB): for the chosen classes the switch answers with a redirect to the
@@ -614,6 +656,7 @@ struct RawNode {
     public_url: Option<Spanned<String>>,
     report_address: Option<Spanned<String>>,
     tls: Option<Spanned<crate::node_tls::RawNodeTls>>,
+    protocol: Option<Spanned<String>>,
 }
 
 fn default_weight() -> u32 {
@@ -833,8 +876,15 @@ impl Config {
                 node.tls
                     .as_ref()
                     .map(|t| format!(", {}", t.describe()))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
             );
+            if node.protocol == NodeProtocol::H2 {
+                let how = match node.tls {
+                    Some(_) => "HTTP/2 over TLS (ALPN h2)",
+                    None => "HTTP/2 cleartext (h2c, prior knowledge)",
+                };
+                let _ = writeln!(out, "  {:<16} protocol h2: {how}", "");
+            }
         }
         let _ = writeln!(
             out,
@@ -946,6 +996,7 @@ fn check_operation(config: &Config) -> Result<(), (&'static str, &'static str, S
     if let Some(log) = &config.access_log {
         log.check().map_err(|(key, e)| ("access_log", key, e))?;
     }
+    crate::h2_nodes::check(config).map_err(|e| ("proxy_protocol", "send", e))?;
     config
         .proxy_protocol
         .check(&config.listen)
@@ -1436,9 +1487,14 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             ),
             None => None,
         };
+        let protocol = match &node.protocol {
+            Some(p) => NodeProtocol::parse(p.get_ref())
+                .map_err(|e| loc.error(Some(p.span()), format!("node `{name}`: {e}")))?,
+            None => NodeProtocol::Http1,
+        };
         let tls = match &node.tls {
             Some(t) => Some(
-                crate::node_tls::resolve(t.get_ref(), address, loc.base_dir)
+                crate::node_tls::resolve(t.get_ref(), address, loc.base_dir, protocol)
                     .map_err(|e| loc.error(Some(t.span()), format!("node `{name}`: {e}")))?,
             ),
             None => None,
@@ -1455,6 +1511,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             public_url,
             report_address,
             tls,
+            protocol,
         });
     }
 

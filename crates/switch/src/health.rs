@@ -7,7 +7,7 @@
 //! One task checks every node of the current cluster, so nodes added or removed at run time
 //! or by a reload are checked from the next round on. Each check opens a fresh connection, as
 //! HAProxy's do, so a node that stops accepting connections fails its check even while pooled
-//! connections to it still work.
+//! connections to it still work. A node with `protocol = "h2"` is checked over HTTP/2.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,10 +23,18 @@ use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 
 use crate::cluster::{Cluster, NodeRuntime};
-use crate::config::{Health, StatusSet};
+use crate::config::{Health, NodeProtocol, StatusSet};
 use crate::server::Switch;
 
 type CheckClient = Client<crate::proxy_protocol::NodeConnector, Empty<Bytes>>;
+
+/// A checker's clients: a node is checked in the protocol it is spoken to in, as an
+/// HTTP/2-only node would not answer HTTP/1.1 (see [`crate::h2_nodes`]).
+#[derive(Clone)]
+pub(crate) struct CheckClients {
+    http1: CheckClient,
+    h2: CheckClient,
+}
 
 /// What one check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,7 +189,7 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
     // connection, HAProxy's `check-send-proxy`); the setting at start holds until a restart.
     let send = switch.cluster.load().config.proxy_protocol.send;
     // A TLS node is checked over TLS, with the settings of the cluster being checked.
-    let mut client: Option<(u64, CheckClient)> = None;
+    let mut client: Option<(u64, CheckClients)> = None;
     let mut stop = switch.shutdown_signal();
     loop {
         let started = tokio::time::Instant::now();
@@ -202,8 +210,9 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
     }
 }
 
-/// A client that opens a new connection per check.
-fn check_client(send: crate::proxy_protocol::SendVersion, cluster: &Cluster) -> CheckClient {
+/// Clients that open a new connection per check (no idle pool: an HTTP/2 connection too
+/// ends with its one stream).
+fn check_client(send: crate::proxy_protocol::SendVersion, cluster: &Cluster) -> CheckClients {
     let mut connector = HttpConnector::new();
     connector.enforce_http(true);
     connector.set_nodelay(true);
@@ -212,13 +221,20 @@ fn check_client(send: crate::proxy_protocol::SendVersion, cluster: &Cluster) -> 
         send,
         tls: Arc::clone(&cluster.node_tls),
     };
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(0)
-        .build(connector)
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_max_idle_per_host(0);
+    let http1 = builder.build(connector.clone());
+    builder
+        .http2_only(true)
+        .timer(hyper_util::rt::TokioTimer::new());
+    CheckClients {
+        http1,
+        h2: builder.build(connector),
+    }
 }
 
 /// Checks every node at once and records the results.
-async fn check_round(switch: &Switch, cluster: &Cluster, client: &CheckClient) {
+async fn check_round(switch: &Switch, cluster: &Cluster, client: &CheckClients) {
     let health = &cluster.config.health;
     let Some(path) = &health.check_path else {
         return;
@@ -255,7 +271,7 @@ fn record(node: &NodeRuntime, result: &CheckResult, health: &Health, now_nanos: 
 
 /// One check: `GET path` on a fresh connection, judged by the response head's status.
 pub(crate) async fn check_one(
-    client: &CheckClient,
+    clients: &CheckClients,
     node: &NodeRuntime,
     path: &str,
     timeout: Duration,
@@ -280,6 +296,13 @@ pub(crate) async fn check_one(
         .expect("a GET with a valid URI");
     req.headers_mut()
         .insert(USER_AGENT, HeaderValue::from_static("capstan-health-check"));
+    let client = match node.config.protocol {
+        NodeProtocol::Http1 => &clients.http1,
+        NodeProtocol::H2 => {
+            *req.version_mut() = http::Version::HTTP_2;
+            &clients.h2
+        }
+    };
     match tokio::time::timeout(timeout, client.request(req)).await {
         Err(_) => failed(
             None,

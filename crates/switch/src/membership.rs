@@ -343,6 +343,7 @@ async fn resolve(asked: NewNode) -> Result<NodeConfig, MembershipError> {
         public_url,
         report_address: None,
         tls: None,
+        protocol: Default::default(),
     })
 }
 

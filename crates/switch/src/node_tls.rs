@@ -9,7 +9,8 @@
 //!
 //! The connection: TCP connect, the PROXY header when configured (it belongs to the TCP
 //! connection, so it comes before the handshake), the TLS handshake offering ALPN `http/1.1`,
-//! then HTTP/1.1 as to any node. The node's certificate is verified against `ca_file` (a PEM
+//! then HTTP/1.1 as to any node — or, for a node with `protocol = "h2"`, ALPN `h2` and HTTP/2
+//! (see [`crate::h2_nodes`]). The node's certificate is verified against `ca_file` (a PEM
 //! bundle; required while `verify` is on — the switch ships no trust store) for the name in
 //! `sni`, which is also the SNI sent. Without `sni` the node's IP address is the name: no SNI
 //! is sent and the certificate must list that address (an `IP:` subjectAltName).
@@ -58,6 +59,8 @@ pub struct NodeTls {
     client: Arc<rustls::ClientConfig>,
     /// A digest of the CA bundle's content, so a reload with a new bundle rebuilds the pools.
     ca_digest: u64,
+    /// ALPN offers `h2` only (the node's `protocol = "h2"`), else `http/1.1` only.
+    alpn_h2: bool,
 }
 
 impl PartialEq for NodeTls {
@@ -67,6 +70,7 @@ impl PartialEq for NodeTls {
             && self.verify == other.verify
             && self.server_name == other.server_name
             && self.ca_digest == other.ca_digest
+            && self.alpn_h2 == other.alpn_h2
     }
 }
 
@@ -78,6 +82,7 @@ impl Hash for NodeTls {
         self.sni.hash(state);
         self.verify.hash(state);
         self.ca_digest.hash(state);
+        self.alpn_h2.hash(state);
     }
 }
 
@@ -130,6 +135,7 @@ pub(crate) fn resolve(
     raw: &RawNodeTls,
     address: SocketAddr,
     base_dir: Option<&Path>,
+    protocol: crate::config::NodeProtocol,
 ) -> Result<NodeTls, String> {
     let server_name = match &raw.sni {
         Some(sni) => match ServerName::try_from(sni.clone()) {
@@ -164,7 +170,13 @@ pub(crate) fn resolve(
             .with_custom_certificate_verifier(Arc::new(NoVerification))
             .with_no_client_auth()
     };
-    client.alpn_protocols = vec![crate::tls::ALPN_HTTP11.to_vec()];
+    // One protocol offered: a node that cannot speak it fails the handshake (or, without
+    // ALPN, the first request) instead of being spoken to in the other.
+    let alpn_h2 = protocol == crate::config::NodeProtocol::H2;
+    client.alpn_protocols = match alpn_h2 {
+        true => vec![crate::tls::ALPN_H2.to_vec()],
+        false => vec![crate::tls::ALPN_HTTP11.to_vec()],
+    };
     Ok(NodeTls {
         ca_file,
         sni: raw.sni.clone(),
@@ -172,6 +184,7 @@ pub(crate) fn resolve(
         server_name,
         client: Arc::new(client),
         ca_digest,
+        alpn_h2,
     })
 }
 
@@ -407,12 +420,21 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            let e = resolve(&raw(text), addr, Some(&dir)).unwrap_err();
+            let e = resolve(&raw(text), addr, Some(&dir), Default::default()).unwrap_err();
             assert!(e.contains(expected), "{text}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
-        let ok = resolve(&raw("ca_file = \"ca.pem\""), addr, Some(&dir)).unwrap();
+        let ok = resolve(
+            &raw("ca_file = \"ca.pem\""),
+            addr,
+            Some(&dir),
+            Default::default(),
+        );
+        let ok = ok.unwrap();
         assert_eq!(ok.server_name, ServerName::IpAddress(addr.ip().into()));
-        assert!(resolve(&raw("verify = false"), addr, None).is_ok());
+        assert_eq!(ok.client.alpn_protocols, [b"http/1.1".to_vec()]);
+        let h2 = crate::config::NodeProtocol::H2;
+        let h2 = resolve(&raw("verify = false"), addr, None, h2).unwrap();
+        assert_eq!(h2.client.alpn_protocols, [b"h2".to_vec()]);
     }
 }

@@ -180,6 +180,7 @@ mod tests {
                 public_url: None,
                 report_address: None,
                 tls: None,
+                protocol: Default::default(),
             })
             .collect();
         let config = Config::from_parts(vec!["127.0.0.1:0".parse().unwrap()], configs);

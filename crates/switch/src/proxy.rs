@@ -22,13 +22,13 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::admission::{Permit, Shed};
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
 use crate::cluster::{Cluster, FailureKind, LiveView, NodeRuntime};
-use crate::config::{Config, KeyKind};
+use crate::config::{Config, KeyKind, NodeProtocol};
 use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
 
@@ -36,7 +36,7 @@ pub type UpstreamClient = Client<crate::proxy_protocol::NodeConnector, UpstreamB
 
 /// What an upstream client is built from; a reload that changes none of it keeps the pools.
 #[derive(Clone, Copy, PartialEq)]
-struct ClientSettings {
+pub(crate) struct ClientSettings {
     connect_timeout: std::time::Duration,
     upstream: crate::config::Upstream,
     proxy_protocol: crate::proxy_protocol::SendVersion,
@@ -51,42 +51,72 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// Sends a request through this thread's pooled keep-alive client for `config`.
-fn send_upstream(cluster: &Cluster, req: Request<UpstreamBody>) -> ResponseFuture {
-    let config = &cluster.config;
-    let settings = ClientSettings {
-        connect_timeout: config.timeouts.connect,
-        upstream: config.upstream,
-        proxy_protocol: config.proxy_protocol.send,
-        node_tls: cluster.node_tls.fingerprint,
-    };
-    CLIENT.with(|cell| {
+impl ClientSettings {
+    pub(crate) fn of(cluster: &Cluster) -> ClientSettings {
+        let config = &cluster.config;
+        ClientSettings {
+            connect_timeout: config.timeouts.connect,
+            upstream: config.upstream,
+            proxy_protocol: config.proxy_protocol.send,
+            node_tls: cluster.node_tls.fingerprint,
+        }
+    }
+}
+
+/// Why a request got no response head from a node.
+pub(crate) struct UpstreamError {
+    /// No connection could be made (refused, timed out, TLS handshake failed).
+    pub connect: bool,
+    pub error: crate::body::BoxError,
+}
+
+/// Sends a request to `node` in its protocol: HTTP/1.1 through this thread's pooled keep-alive
+/// client for `config`, HTTP/2 over the node's shared connection ([`crate::h2_nodes`]).
+async fn send_upstream(
+    cluster: &Cluster,
+    node: &NodeRuntime,
+    req: Request<UpstreamBody>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    if node.config.protocol == NodeProtocol::H2 {
+        return crate::h2_nodes::send(cluster, node, req).await;
+    }
+    let settings = ClientSettings::of(cluster);
+    let sent = CLIENT.with(|cell| {
         let mut cached = cell.borrow_mut();
         if !matches!(&*cached, Some((s, _)) if *s == settings) {
             *cached = Some((settings, make_client(cluster)));
         }
         let (_, client) = cached.as_ref().expect("just filled");
         client.request(req)
+    });
+    sent.await.map_err(|e| UpstreamError {
+        connect: e.is_connect(),
+        error: Box::new(e),
     })
 }
 
 /// A pooled keep-alive client to the nodes.
 fn make_client(cluster: &Cluster) -> UpstreamClient {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_max_idle_per_host(cluster.config.upstream.pool_max_idle_per_node)
+        .pool_idle_timeout(cluster.config.upstream.pool_idle_timeout)
+        .pool_timer(hyper_util::rt::TokioTimer::new());
+    builder.build(node_connector(cluster))
+}
+
+/// Connects to nodes for `cluster`: its connect timeout, PROXY protocol and TLS settings.
+pub(crate) fn node_connector(cluster: &Cluster) -> crate::proxy_protocol::NodeConnector {
     let config = &cluster.config;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.timeouts.connect));
     connector.set_nodelay(true);
     connector.enforce_http(true);
-    let connector = crate::proxy_protocol::NodeConnector {
+    crate::proxy_protocol::NodeConnector {
         inner: connector,
         send: config.proxy_protocol.send,
         tls: Arc::clone(&cluster.node_tls),
-    };
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(config.upstream.pool_max_idle_per_node)
-        .pool_idle_timeout(config.upstream.pool_idle_timeout)
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
+    }
 }
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -97,6 +127,8 @@ static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
+/// `Trailer` stays: it is end to end (RFC 9110 §6.6.2), and hyper writes HTTP/1.1 trailers
+/// only for the fields a head's `Trailer` declares.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -113,7 +145,6 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         &KEEP_ALIVE,
         &PROXY_CONNECTION,
         &header::TE,
-        &header::TRAILER,
         &header::TRANSFER_ENCODING,
         &header::UPGRADE,
         &header::PROXY_AUTHENTICATE,
@@ -409,6 +440,7 @@ async fn proxy(
         method: parts.method.clone(),
         pq,
         client_version: parts.version,
+        te_trailers: crate::h2_nodes::wants_trailers(&parts.headers),
     };
     if let Some(tunnel) = tunnel {
         return Err(crate::upgrade::pass(&forward, parts, peer, tunnel).await);
@@ -461,6 +493,9 @@ pub(crate) struct Forward {
     pub method: Method,
     pub pq: PathAndQuery,
     pub client_version: Version,
+    /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
+    /// [`crate::h2_nodes::accept_trailers`]).
+    pub te_trailers: bool,
 }
 
 impl Forward {
@@ -631,7 +666,7 @@ impl Forward {
             crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
-            let sent = tokio::time::timeout(wait, send_upstream(cluster, up_req)).await;
+            let sent = tokio::time::timeout(wait, send_upstream(cluster, node, up_req)).await;
             let after = switch.epoch.now_nanos();
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
@@ -655,8 +690,8 @@ impl Forward {
                     placement.settle(false);
                     return Err(self.body_too_large());
                 }
-                Ok(Err(e)) if e.is_connect() => Failure::of(FailureKind::Connect, &e),
-                Ok(Err(e)) => Failure::of(FailureKind::Other, &e),
+                Ok(Err(e)) if e.connect => Failure::of(FailureKind::Connect, &*e.error),
+                Ok(Err(e)) => Failure::of(FailureKind::Other, &*e.error),
                 Err(_elapsed) => {
                     node.admission
                         .record(self.class, took, &placement.permit, after);
@@ -754,7 +789,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn of(kind: FailureKind, e: &hyper_util::client::legacy::Error) -> Failure {
+    fn of(kind: FailureKind, e: &(dyn std::error::Error + 'static)) -> Failure {
         Failure {
             kind,
             cause: innermost_cause(e),
@@ -853,8 +888,9 @@ pub(crate) fn rewrite_request_headers(
 }
 
 impl Forward {
-    /// The request as sent to `node`: HTTP/1.1, the client's method, target and (rewritten)
-    /// headers. With PROXY protocol to nodes, the node's URI carries the client's addresses
+    /// The request as sent to `node`: HTTP/1.1 (HTTP/2 to an h2 node), the client's method,
+    /// target and (rewritten) headers, `TE: trailers` when the client accepts trailers. With
+    /// PROXY protocol to nodes, the node's URI carries the client's addresses
     /// (see [`crate::proxy_protocol::authority_for`]).
     fn upstream_request(
         &self,
@@ -869,7 +905,14 @@ impl Forward {
             }
             _ => node.authority.clone(),
         };
-        upstream_request(&self.method, headers, authority, &self.pq, body)
+        let mut req = upstream_request(&self.method, headers, authority, &self.pq, body);
+        if node.config.protocol == NodeProtocol::H2 {
+            crate::h2_nodes::adapt_request(&mut req, node.config.tls.is_some());
+        }
+        if self.te_trailers {
+            crate::h2_nodes::accept_trailers(&mut req, node.config.protocol);
+        }
+        req
     }
 }
 

@@ -205,6 +205,18 @@ async fn send(
     };
     let node = &cluster.nodes[node_id];
     crate::access_log::note_node(&node.name_header);
+    if node.config.protocol == crate::config::NodeProtocol::H2 {
+        // Tunnels are an HTTP/1.1 mechanism here; the node is not at fault, so no failure
+        // is counted against it.
+        return Err(forward.with_class(error_response(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "node {} speaks HTTP/2 (protocol = \"h2\"): upgrades and CONNECT need an \
+                 HTTP/1.1 node",
+                node.config.name
+            ),
+        )));
+    }
     let permit = match node.admission.admit(forward.class).await {
         Ok(permit) => permit,
         Err(shed) => return Err(forward.shed(node, shed)),

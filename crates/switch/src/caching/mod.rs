@@ -596,6 +596,8 @@ fn spawn_fill(
         method: Method::GET,
         pq: forward.pq.clone(),
         client_version: http::Version::HTTP_11,
+        // A fill is a GET for the cache: trailers are not stored.
+        te_trailers: false,
     };
     // The access log line of the request that started the fill names the node it went to.
     let notes = crate::access_log::current_notes();

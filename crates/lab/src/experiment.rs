@@ -190,6 +190,22 @@ pub struct Workload {
     /// Sessions: parallel connections for a page's embedded objects.
     #[serde(default = "two")]
     pub parallel: usize,
+    /// The CAP paper's secure class sent for real over TLS (`[workload.secure]`).
+    pub secure: Option<SecureClass>,
+}
+
+/// `[workload.secure]`: a share of the load is the secure class, sent over HTTPS to a TLS
+/// listener of the switch (the lab's test certificate), as `/secure/…` variants of the
+/// workload's requests. With real nodes (`[nodes.origin] resources = "real"`) the switch also
+/// reaches the nodes over TLS, so the handshakes and the encryption at the nodes are real too;
+/// emulated nodes pay the CAP paper's modelled SSL costs for `/secure/…` as before.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecureClass {
+    /// The secure share of each load level (0 < share < 1): of the clients (closed loop), of
+    /// the request rate (open loop) or of the session rate (sessions). The secure clients run
+    /// beside the others, on connections of their own.
+    pub share: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -628,6 +644,17 @@ impl Experiment {
                 if self.workload.url.is_some() {
                     return Err("workload.url is only for kind = \"url\"".into());
                 }
+            }
+        }
+        if let Some(sc) = &self.workload.secure {
+            if !(sc.share > 0.0 && sc.share < 1.0) {
+                return Err(format!(
+                    "workload.secure.share must be between 0 and 1 (exclusive), got {}",
+                    sc.share
+                ));
+            }
+            if matches!(self.load.engine, EngineKind::Sclient) || self.load.relative_to_capacity {
+                return Err("workload.secure works with load.engine = \"closed\", \"open\" or \"sessions\", without relative_to_capacity".into());
             }
         }
         for e in self.workload.dynamic.iter().chain(

@@ -1,0 +1,96 @@
+//! `capstan lab` with `[workload.secure]`: the secure class through the switch's TLS listener
+//! and, with real nodes, over TLS to the nodes too; a short run whose report shows secure
+//! requests completed and the handshakes that carried them.
+
+use serde_json::Value;
+
+#[path = "support/lab_run.rs"]
+mod lab_run;
+use lab_run::{capstan, run_lab, temp_dir};
+
+/// Two real nodes with a small tree, two closed-loop clients of which one is secure.
+const EXPERIMENT: &str = r#"
+name = "secure-tls-test"
+title = "secure class over TLS"
+figure = "test"
+
+[nodes]
+count = 2
+tree = "cap"
+files = 40
+cpu_light_ms = 5
+[nodes.origin]
+resources = "real"
+
+[switch]
+policies = ["round-robin"]
+
+[workload]
+kind = "mix"
+dynamic = [{ path = "/cgi-bin/cpu_light.cgi", weight = 10 }]
+[workload.secure]
+share = 0.5
+
+[load]
+engine = "closed"
+levels = [2]
+duration = "1s"
+# No warm-up: the switch's pooled TLS connections to the nodes open inside the window, where
+# their handshakes are counted.
+warmup = "0s"
+"#;
+
+#[test]
+fn secure_class_runs_through_the_switch_and_node_tls() {
+    let dir = temp_dir("secure-exp");
+    let file = dir.join("secure.toml");
+    // Each run's real nodes write the tree here, not in a directory other tests share.
+    let data = dir.join("data");
+    let text = EXPERIMENT.replace(
+        "resources = \"real\"",
+        &format!(
+            "resources = \"real\"\ndata_dir = {:?}",
+            data.display().to_string()
+        ),
+    );
+    std::fs::write(&file, text).unwrap();
+    let (r, _html, _) = run_lab("secure-run", &[file.to_str().unwrap(), "--quick"]);
+    let run = &r["series"][0]["runs"][0];
+    let secure = &run["secure"];
+    assert_eq!(secure["level"], 1.0, "{secure}");
+    assert!(secure["completed"].as_u64().unwrap() > 0, "{secure}");
+    assert_eq!(secure["errors"], 0, "{secure}");
+    // The secure clients' connections were TLS handshakes at the switch, and the switch's
+    // connections to the real nodes were TLS too.
+    assert!(
+        secure["switch_handshakes"].as_u64().unwrap() > 0,
+        "{secure}"
+    );
+    assert!(secure["node_handshakes"].as_u64().unwrap() > 0, "{secure}");
+    // In the totals, and apart among the classes: every secure class is a /secure/… path.
+    let classes = run["per_class"].as_object().unwrap();
+    let secure_requests: u64 = classes
+        .iter()
+        .filter(|(k, _)| k.starts_with("/secure/"))
+        .map(|(_, v)| v["requests"].as_u64().unwrap())
+        .sum();
+    assert!(secure_requests > 0, "{classes:?}");
+    assert!(classes.keys().any(|k| !k.starts_with("/secure/")));
+    assert_eq!(run["errors"], 0, "{run}");
+    let statuses: &Value = &run["status"];
+    assert!(statuses.get("403").is_none(), "{statuses}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_secure_share_is_one_line() {
+    let dir = temp_dir("secure-bad");
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, EXPERIMENT.replace("share = 0.5", "share = 1.5")).unwrap();
+    let out = capstan(&["lab", file.to_str().unwrap(), "--quick"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("workload.secure.share"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -198,7 +198,7 @@ pub struct SecureRecord {
     pub errors: u64,
     pub latency_ms: capstan_bench::Percentiles,
     /// Handshakes the switch's TLS listener completed during the window, and of them resumed
-    /// ones (the load generator resumes sessions as a browser does, across its clients too).
+    /// ones: each secure client (or session) makes one full handshake, then resumes.
     pub switch_handshakes: u64,
     pub switch_resumed: u64,
     /// Handshakes the nodes' TLS listeners completed during the window (real nodes only: the

@@ -99,4 +99,74 @@ fn bad_secure_share_is_one_line() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("workload.secure.share"), "{err}");
     let _ = std::fs::remove_dir_all(dir);
+    // The same from the command line, on a built-in, and where it does not apply.
+    for (args, needle) in [
+        (
+            vec!["lab", "cap-prototype", "--secure-tls", "0"],
+            "workload.secure.share",
+        ),
+        (
+            vec!["lab", "sclient-overload", "--secure-tls", "0.2"],
+            "workload.secure works with",
+        ),
+        (
+            vec!["lab", "validate", "--real-nodes"],
+            "switch experiments",
+        ),
+        (vec!["lab", "sessions", "--secure-tls", "x"], "--secure-tls"),
+    ] {
+        let out = capstan(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// The CAP paper's sessions with a secure share, emulated nodes: the secure sessions reach the
+/// switch over TLS (a full handshake per session), the nodes in the clear, where `/secure/…`
+/// pays the modelled SSL costs.
+#[test]
+fn secure_sessions_through_the_switch_tls_to_emulated_nodes() {
+    let dir = temp_dir("secure-sessions");
+    let file = dir.join("sessions.toml");
+    let text = r#"
+name = "secure-sessions-test"
+title = "secure sessions over TLS"
+figure = "test"
+
+[nodes]
+count = 2
+tree = "cap"
+files = 40
+
+[switch]
+policies = ["cap"]
+
+[workload]
+kind = "sessions"
+think_scale = 0.01
+[workload.secure]
+share = 0.5
+
+[load]
+engine = "sessions"
+levels = [8]
+duration = "1s"
+warmup = "0s"
+keepalive = true
+"#;
+    std::fs::write(&file, text).unwrap();
+    let (r, _html, _) = run_lab("secure-sessions-run", &[file.to_str().unwrap(), "--quick"]);
+    let run = &r["series"][0]["runs"][0];
+    let secure = &run["secure"];
+    assert_eq!(secure["level"], 4.0, "{secure}");
+    assert!(secure["completed"].as_u64().unwrap() > 0, "{secure}");
+    assert_eq!(secure["errors"], 0, "{secure}");
+    let full =
+        secure["switch_handshakes"].as_u64().unwrap() - secure["switch_resumed"].as_u64().unwrap();
+    assert!(full >= 1, "{secure}");
+    assert_eq!(secure["node_handshakes"], 0, "{secure}");
+    assert_eq!(run["errors"], 0, "{run}");
+    let _ = std::fs::remove_dir_all(dir);
 }

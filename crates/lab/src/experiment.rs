@@ -533,6 +533,28 @@ impl Experiment {
         Experiment::parse(&text, name_or_path)
     }
 
+    /// The command line's `--secure-tls SHARE` and `--real-nodes` on a loaded experiment: a
+    /// share of the load as the secure class over TLS (`[workload.secure]`), and nodes that
+    /// spend real resources (`[nodes.origin] resources = "real"`). Checked as the file is.
+    pub fn with_overrides(
+        mut self,
+        secure_share: Option<f64>,
+        real_nodes: bool,
+    ) -> Result<Experiment, LabError> {
+        if let Some(share) = secure_share {
+            self.workload.secure = Some(SecureClass { share });
+        }
+        if real_nodes {
+            self.nodes
+                .origin
+                .get_or_insert_with(toml::Table::new)
+                .insert("resources".into(), "real".into());
+        }
+        self.validate()
+            .map_err(|m| LabError::Experiment(format!("{}: {m}", self.name)))?;
+        Ok(self)
+    }
+
     fn validate(&self) -> Result<(), String> {
         if self.name.is_empty() {
             return Err("name must not be empty".into());

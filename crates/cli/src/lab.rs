@@ -16,6 +16,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
   capstan lab smp-vs-up --quick                # Jones Fig. 9 (also node-alone, mix-6040-2nodes, switch-threads)
+  capstan lab cap-prototype --secure-tls 0.2 --real-nodes   # the secure class over real TLS
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
   capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
   capstan lab cache-best-effort --contenders capstan,varnish

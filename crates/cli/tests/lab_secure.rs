@@ -114,6 +114,17 @@ fn bad_secure_share_is_one_line() {
             "switch experiments",
         ),
         (vec!["lab", "sessions", "--secure-tls", "x"], "--secure-tls"),
+        (
+            vec![
+                "lab",
+                "cap-prototype",
+                "--secure-tls",
+                "0.2",
+                "--engine",
+                "sim",
+            ],
+            "not modelled",
+        ),
     ] {
         let out = capstan(&args);
         assert!(!out.status.success(), "{args:?}");

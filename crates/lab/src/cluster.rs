@@ -143,19 +143,14 @@ fn free_port() -> Result<SocketAddr, LabError> {
     free_loopback_port().map_err(|e| LabError::Run(format!("no free port: {e}")))
 }
 
-/// Starts one node; returns the address the switch reaches it on (its TLS listener with
-/// `tls`), its report address and the process.
-fn start_node(
+/// The node's `capstan origin` command line.
+fn node_command(
     exe: &Path,
     spec: &NodeSpec,
     args: &NodeArgs,
     tls: Option<&ClusterTls>,
-    log_dir: &Path,
-) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
-    let log = log_dir.join(format!("{}.log", spec.name));
-    let report = free_port()?;
-    let err = std::fs::File::create(&log)
-        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    report: SocketAddr,
+) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("origin")
         .args([
@@ -209,6 +204,23 @@ fn start_node(
             cmd.args([flag, &v.to_string()]);
         }
     }
+    cmd
+}
+
+/// Starts one node; returns the address the switch reaches it on (its TLS listener with
+/// `tls`), its report address and the process.
+fn start_node(
+    exe: &Path,
+    spec: &NodeSpec,
+    args: &NodeArgs,
+    tls: Option<&ClusterTls>,
+    log_dir: &Path,
+) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
+    let log = log_dir.join(format!("{}.log", spec.name));
+    let report = free_port()?;
+    let err = std::fs::File::create(&log)
+        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    let mut cmd = node_command(exe, spec, args, tls, report);
     cmd.env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -265,19 +277,15 @@ fn start_node(
     }
 }
 
-/// Starts the nodes (in parallel: each takes a moment to build its tree) and the switch in
-/// front of them with `switch_config` (TOML without listen/admin/nodes, which are added here).
-pub async fn start(
+/// Starts the nodes in parallel (each takes a moment to build its tree); the first failure
+/// is the error, and the nodes already started are stopped with it.
+async fn start_nodes(
     exe: &Path,
     specs: &[NodeSpec],
     args: &NodeArgs,
-    mut switch_config: toml::Table,
-    switch_threads: usize,
     tls: Option<&ClusterTls>,
     log_dir: &Path,
-) -> Result<Cluster, LabError> {
-    std::fs::create_dir_all(log_dir)
-        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+) -> Result<(Vec<(NodeSpec, SocketAddr, Proc)>, Vec<SocketAddr>), LabError> {
     let mut handles = Vec::new();
     for spec in specs {
         let (exe, spec, args, dir) = (
@@ -310,6 +318,23 @@ pub async fn start(
     if let Some(e) = first_err {
         return Err(e);
     }
+    Ok((nodes, reports))
+}
+
+/// Starts the nodes (in parallel: each takes a moment to build its tree) and the switch in
+/// front of them with `switch_config` (TOML without listen/admin/nodes, which are added here).
+pub async fn start(
+    exe: &Path,
+    specs: &[NodeSpec],
+    args: &NodeArgs,
+    mut switch_config: toml::Table,
+    switch_threads: usize,
+    tls: Option<&ClusterTls>,
+    log_dir: &Path,
+) -> Result<Cluster, LabError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    let (nodes, reports) = start_nodes(exe, specs, args, tls, log_dir).await?;
     let listen = free_port()?;
     let admin = free_port()?;
     switch_config.insert(
@@ -321,26 +346,7 @@ pub async fn start(
         Some(t) => Some(add_tls_listener(&mut switch_config, t)?),
         None => None,
     };
-    let node_tables = nodes
-        .iter()
-        .zip(&reports)
-        .map(|((spec, addr, _), report)| {
-            let mut t = toml::Table::new();
-            t.insert("name".into(), spec.name.clone().into());
-            t.insert("address".into(), addr.to_string().into());
-            // The switch gathers load there too, so a node with a process limit is not
-            // asked for its load through its own full backlog.
-            t.insert("report_address".into(), report.to_string().into());
-            if let Some(tls) = tls.filter(|t| t.to_nodes) {
-                let mut node_tls = toml::Table::new();
-                node_tls.insert("ca_file".into(), tls.ca.display().to_string().into());
-                node_tls.insert("sni".into(), TLS_NAME.into());
-                t.insert("tls".into(), toml::Value::Table(node_tls));
-            }
-            toml::Value::Table(t)
-        })
-        .collect();
-    switch_config.insert("node".into(), toml::Value::Array(node_tables));
+    switch_config.insert("node".into(), node_tables(&nodes, &reports, tls));
     let path = log_dir.join("switch.toml");
     std::fs::write(
         &path,
@@ -365,26 +371,67 @@ pub async fn start(
         name: "switch".into(),
         log,
     };
+    let mut ready: Vec<SocketAddr> = reports.clone();
+    ready.extend([listen].into_iter().chain(tls_listen));
+    wait_for_switch(&mut switch, admin, &ready).await?;
+    Ok(Cluster {
+        nodes,
+        reports,
+        switch,
+        listen,
+        admin,
+        tls_listen,
+    })
+}
+
+/// The switch's `[[node]]` tables: each node's address, its report address and, when the
+/// switch reaches the nodes over TLS, its `tls` table.
+fn node_tables(
+    nodes: &[(NodeSpec, SocketAddr, Proc)],
+    reports: &[SocketAddr],
+    tls: Option<&ClusterTls>,
+) -> toml::Value {
+    let tables = nodes
+        .iter()
+        .zip(reports)
+        .map(|((spec, addr, _), report)| {
+            let mut t = toml::Table::new();
+            t.insert("name".into(), spec.name.clone().into());
+            t.insert("address".into(), addr.to_string().into());
+            // The switch gathers load there too, so a node with a process limit is not
+            // asked for its load through its own full backlog.
+            t.insert("report_address".into(), report.to_string().into());
+            if let Some(tls) = tls.filter(|t| t.to_nodes) {
+                let mut node_tls = toml::Table::new();
+                node_tls.insert("ca_file".into(), tls.ca.display().to_string().into());
+                node_tls.insert("sni".into(), TLS_NAME.into());
+                t.insert("tls".into(), toml::Value::Table(node_tls));
+            }
+            toml::Value::Table(t)
+        })
+        .collect();
+    toml::Value::Array(tables)
+}
+
+/// Polls until the switch answers on its admin address and every address in `ready` (the
+/// nodes' report sockets, which open just after their main ones, and the switch's listeners)
+/// accepts, or fails with the switch's last log line after 20 s or when it exits.
+async fn wait_for_switch(
+    switch: &mut Proc,
+    admin: SocketAddr,
+    ready: &[SocketAddr],
+) -> Result<(), LabError> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(e) = switch.exited() {
             return Err(LabError::Run(e));
         }
-        // The nodes' report sockets open just after their main ones: wait for them too.
-        let mut reporting = true;
-        for r in &reports {
-            reporting &= tokio::net::TcpStream::connect(r).await.is_ok();
+        let mut up = get(admin, "/status").await.is_ok();
+        for a in ready {
+            up = up && tokio::net::TcpStream::connect(a).await.is_ok();
         }
-        let tls_up = match tls_listen {
-            Some(a) => tokio::net::TcpStream::connect(a).await.is_ok(),
-            None => true,
-        };
-        if reporting
-            && tls_up
-            && get(admin, "/status").await.is_ok()
-            && tokio::net::TcpStream::connect(listen).await.is_ok()
-        {
-            break;
+        if up {
+            return Ok(());
         }
         if Instant::now() > deadline {
             return Err(LabError::Run(format!(
@@ -394,14 +441,6 @@ pub async fn start(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Cluster {
-        nodes,
-        reports,
-        switch,
-        listen,
-        admin,
-        tls_listen,
-    })
 }
 
 /// Adds a TLS listener on a free port to the switch's configuration (HTTP/1.1 only: the load

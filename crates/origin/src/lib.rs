@@ -130,16 +130,8 @@ pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
     if let Some((l, a)) = report {
         tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
     }
-    let tls_addr = tls.as_ref().map(|t| t.addr);
-    if let Some(mut t) = tls {
-        let l = from_std(t.listeners.remove(0), t.addr)?;
-        tokio::spawn(tls_accept_loop(
-            node.clone(),
-            l,
-            t.acceptor,
-            stopped.clone(),
-        ));
-    }
+    let (mut tls, tls_addr) = per_worker(tls, 1);
+    spawn_tls(&node, tls.remove(0), &stopped)?;
     let task = tokio::spawn(accept_loop(node, listener, stopped, true));
     Ok(RunningOrigin {
         addr,
@@ -205,38 +197,21 @@ where
         });
     }
     let report = bind_report(&config)?;
-    let tls = bind_tls(&config, threads)?;
-    let tls_addr = tls.as_ref().map(|t| t.addr);
-    let (mut tls_listeners, acceptor): (Vec<Option<std::net::TcpListener>>, _) = match tls {
-        Some(t) => (
-            t.listeners.into_iter().map(Some).collect(),
-            Some(t.acceptor),
-        ),
-        None => ((0..threads).map(|_| None).collect(), None),
-    };
+    let (mut tls_sockets, tls_addr) = per_worker(bind_tls(&config, threads)?, threads);
     let rt = single_thread_runtime()?;
     rt.block_on(async move {
         let node = service::Node::build(config, tree, addr).await?;
         let (stop, stopped) = watch::channel(false);
         let mut workers = Vec::new();
-        let first_tls = tls_listeners.remove(0);
-        for (i, (listener, tls)) in more.into_iter().zip(tls_listeners).enumerate() {
+        let first_tls = tls_sockets.remove(0);
+        for (i, (listener, tls)) in more.into_iter().zip(tls_sockets).enumerate() {
             let (node, stopped) = (node.clone(), stopped.clone());
-            let tls = tls.zip(acceptor.clone()).zip(tls_addr);
             let worker = std::thread::Builder::new()
                 .name(format!("capstan-origin-{}", i + 1))
                 .spawn(move || -> Result<(), OriginError> {
                     single_thread_runtime()?.block_on(async move {
                         let listener = from_std(listener, addr)?;
-                        if let Some(((l, acceptor), a)) = tls {
-                            let l = from_std(l, a)?;
-                            tokio::spawn(tls_accept_loop(
-                                node.clone(),
-                                l,
-                                acceptor,
-                                stopped.clone(),
-                            ));
-                        }
+                        spawn_tls(&node, tls, &stopped)?;
                         accept_loop(node, listener, stopped, false).await;
                         Ok(())
                     })
@@ -248,10 +223,7 @@ where
         if let Some((l, a)) = report {
             tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
         }
-        if let Some(((l, acceptor), a)) = first_tls.zip(acceptor).zip(tls_addr) {
-            let l = from_std(l, a)?;
-            tokio::spawn(tls_accept_loop(node.clone(), l, acceptor, stopped.clone()));
-        }
+        spawn_tls(&node, first_tls, &stopped)?;
         let listener = from_std(first, addr)?;
         let main = tokio::spawn(accept_loop(node, listener, stopped, true));
         on_ready(Bound {
@@ -354,6 +326,41 @@ fn bind_tls(config: &OriginConfig, count: usize) -> Result<Option<TlsBinding>, O
         addr,
         acceptor,
     }))
+}
+
+/// One worker's share of the TLS listener: its socket, the address, the acceptor.
+type WorkerTls = (std::net::TcpListener, SocketAddr, tokio_rustls::TlsAcceptor);
+
+/// The TLS listener's sockets dealt out one per worker (none for each without a listener),
+/// and its address.
+fn per_worker(
+    tls: Option<TlsBinding>,
+    threads: usize,
+) -> (Vec<Option<WorkerTls>>, Option<SocketAddr>) {
+    match tls {
+        Some(t) => {
+            let (addr, acceptor) = (t.addr, t.acceptor);
+            let sockets = t.listeners.into_iter();
+            (
+                sockets.map(|l| Some((l, addr, acceptor.clone()))).collect(),
+                Some(addr),
+            )
+        }
+        None => ((0..threads).map(|_| None).collect(), None),
+    }
+}
+
+/// Starts accepting on a worker's TLS socket, on the current runtime.
+fn spawn_tls(
+    node: &Arc<service::Node>,
+    tls: Option<WorkerTls>,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(), OriginError> {
+    if let Some((l, addr, acceptor)) = tls {
+        let l = from_std(l, addr)?;
+        tokio::spawn(tls_accept_loop(node.clone(), l, acceptor, stopped.clone()));
+    }
+    Ok(())
 }
 
 /// Accepts TLS connections until stopped; each one's handshake and requests run on a task of

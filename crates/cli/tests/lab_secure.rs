@@ -54,7 +54,8 @@ fn secure_class_runs_through_the_switch_and_node_tls() {
         ),
     );
     std::fs::write(&file, text).unwrap();
-    let (r, _html, _) = run_lab("secure-run", &[file.to_str().unwrap(), "--quick"]);
+    let (r, html, _) = run_lab("secure-run", &[file.to_str().unwrap(), "--quick"]);
+    assert!(html.contains("Secure class over TLS"));
     let run = &r["series"][0]["runs"][0];
     let secure = &run["secure"];
     assert_eq!(secure["level"], 2.0, "{secure}");

@@ -200,3 +200,56 @@ pub fn record(level: f64, r: &RunResult, before: Handshakes, after: Handshakes) 
         node_resumed: after.nodes.1.saturating_sub(before.nodes.1),
     }
 }
+
+/// The report's table of the secure class, when the experiment has one: per run the secure
+/// level, requests, throughput, response times, errors, and the TLS handshakes (full and
+/// resumed) at the switch and at the nodes.
+pub fn html(r: &crate::results::LabResults) -> String {
+    use std::fmt::Write as _;
+    let mut h = String::new();
+    if !r
+        .series
+        .iter()
+        .any(|s| s.runs.iter().any(|q| q.secure.is_some()))
+    {
+        return h;
+    }
+    h.push_str(
+        "<h2>Secure class over TLS</h2><table><tr><th class=\"l\">series</th><th>level</th>\
+         <th>rep</th><th>secure level</th><th>completed</th><th>conn/s</th><th>p50</th>\
+         <th>p90 ms</th><th>errors</th><th>switch handshakes full / resumed</th>\
+         <th>node handshakes full / resumed</th></tr>",
+    );
+    for s in &r.series {
+        for q in &s.runs {
+            let Some(x) = &q.secure else { continue };
+            let _ = write!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{} / {}</td>\
+                 <td>{} / {}</td></tr>",
+                capstan_report::escape(&s.label),
+                crate::runner::fmt_level(q.level),
+                q.repetition + 1,
+                crate::runner::fmt_level(x.level),
+                x.completed,
+                x.throughput_rps,
+                x.latency_ms.p50,
+                x.latency_ms.p90,
+                x.errors,
+                x.switch_handshakes - x.switch_resumed.min(x.switch_handshakes),
+                x.switch_resumed,
+                x.node_handshakes - x.node_resumed.min(x.node_handshakes),
+                x.node_resumed,
+            );
+        }
+    }
+    h.push_str(
+        "</table><p><small>The secure clients send /secure/… over HTTPS to the switch's TLS \
+         listener, each a user with its own TLS session cache (one full handshake, then \
+         resumed). Node handshakes: the switch's pooled TLS connections to real nodes (none to \
+         emulated nodes, which pay the modelled SSL costs). The secure requests are in the \
+         totals above too.</small></p>",
+    );
+    h
+}

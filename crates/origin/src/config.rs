@@ -519,6 +519,57 @@ seek_ms = 8.5
     }
 
     #[test]
+    fn tls_settings_go_together_and_paths_are_the_files() {
+        let dir =
+            std::env::temp_dir().join(format!("capstan-origin-tls-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        std::fs::write(
+            &file,
+            "tls_listen = \"127.0.0.1:8443\"\ntls_cert = \"c.pem\"\ntls_key = \"/abs/k.pem\"\n",
+        )
+        .unwrap();
+        let c = OriginConfig::from_file(&file).unwrap();
+        assert_eq!(c.tls_cert, Some(dir.join("c.pem")));
+        assert_eq!(c.tls_key, Some(PathBuf::from("/abs/k.pem")));
+        c.validate().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        for (bad, why) in [
+            (
+                OriginConfig {
+                    tls_cert: c.tls_cert.clone(),
+                    ..OriginConfig::default()
+                },
+                "need tls_listen",
+            ),
+            (
+                OriginConfig {
+                    tls_key: None,
+                    ..c.clone()
+                },
+                "both tls_cert and tls_key",
+            ),
+            (
+                OriginConfig {
+                    tls_listen: Some(c.listen),
+                    ..c.clone()
+                },
+                "must differ",
+            ),
+            (
+                OriginConfig {
+                    process_limit: Some(4),
+                    ..c.clone()
+                },
+                "process_limit",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(why) && !e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
     fn validation() {
         let mut c = OriginConfig::default();
         c.node.speed = -1.0;

@@ -272,6 +272,17 @@ impl BenchConfig {
         if !self.target.tls && (self.insecure || self.ca_pem.is_some()) {
             return bad("--insecure and --cacert apply to https:// URLs only".into());
         }
+        if self.tls_session_per_client {
+            if !self.target.tls {
+                return bad("--tls-session-per-client applies to https:// URLs only".into());
+            }
+            if !matches!(self.engine, Engine::Closed { .. } | Engine::Sessions { .. }) {
+                return bad(
+                    "--tls-session-per-client needs clients (--clients) or sessions (--sessions)"
+                        .into(),
+                );
+            }
+        }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
         }

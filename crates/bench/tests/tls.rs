@@ -160,6 +160,13 @@ fn tls_options_need_https_and_a_usable_pem() {
     let mut c = BenchConfig::open(Target::parse("http://127.0.0.1:1/").unwrap(), 1.0);
     c.insecure = true;
     assert!(c.validate().unwrap_err().to_string().contains("https"));
+    let mut c = BenchConfig::open(Target::parse("http://127.0.0.1:1/").unwrap(), 1.0);
+    c.tls_session_per_client = true;
+    assert!(c.validate().unwrap_err().to_string().contains("https"));
+    let mut c = BenchConfig::open(Target::parse("https://127.0.0.1:1/").unwrap(), 1.0);
+    c.tls_session_per_client = true;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("--clients") && !e.contains('\n'), "{e}");
     let mut c = BenchConfig::open(Target::parse("https://127.0.0.1:1/").unwrap(), 1.0);
     c.ca_pem = Some(b"not a certificate".to_vec());
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -33,8 +33,9 @@ impl Drop for Node {
 
 /// Starts a real node with a TLS listener; returns it, its plain and its TLS address (from the
 /// `listening on` and `tls listening on` lines).
-fn start_real_tls() -> (Node, SocketAddr, SocketAddr) {
-    let dir = std::env::temp_dir().join(format!("capstan-origin-tls-{}", std::process::id()));
+/// `tag` names its data directory, apart from the other tests' running at the same time.
+fn start_real_tls(tag: &str) -> (Node, SocketAddr, SocketAddr) {
+    let dir = std::env::temp_dir().join(format!("capstan-origin-tls-{tag}-{}", std::process::id()));
     let mut child = capstan()
         .args(["origin", "--listen", "127.0.0.1:0", "--threads", "2"])
         .args(["--resources", "real", "--data-dir"])
@@ -80,7 +81,7 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[test]
 fn real_node_serves_secure_over_tls_and_refuses_it_in_the_clear() {
-    let (_node, plain, tls) = start_real_tls();
+    let (_node, plain, tls) = start_real_tls("clear");
     let (status, body) = get(plain, "/secure/file5k.html");
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("needs TLS with --resources real"), "{body}");
@@ -174,4 +175,49 @@ fn help_tells_the_tls_flags_and_bad_ones_are_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+/// `capstan bench --tls-session-per-client` against a real node's TLS listener: each of the
+/// three clients is a user with its own TLS session cache, so the node sees exactly three full
+/// handshakes and resumes every other connection (one per request, without keep-alive).
+#[test]
+fn bench_clients_each_make_one_full_handshake() {
+    let (_node, plain, tls) = start_real_tls("bench");
+    let out = capstan()
+        .args([
+            "bench",
+            &format!("https://127.0.0.1:{}/secure/file5k.html", tls.port()),
+        ])
+        .args([
+            "--clients",
+            "3",
+            "--duration",
+            "500ms",
+            "--tls-session-per-client",
+        ])
+        .args(["--cacert", &pki("ca.pem")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, report) = get(plain, "/_capstan/load");
+    let rep: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let handshakes = rep["tls"]["handshakes"].as_u64().unwrap();
+    let resumed = rep["tls"]["resumed"].as_u64().unwrap();
+    assert_eq!(handshakes - resumed, 3, "{rep}");
+    assert!(resumed > 0, "{rep}");
+
+    // Where it cannot apply: one line, non-zero.
+    let out = capstan()
+        .args(["bench", &format!("http://{plain}/"), "--clients", "1"])
+        .arg("--tls-session-per-client")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("https://"), "{err}");
 }

@@ -181,6 +181,11 @@ pub struct BenchConfig {
     pub insecure: bool,
     /// https: PEM certificates to trust instead of the system bundle (`--cacert`).
     pub ca_pem: Option<Vec<u8>>,
+    /// https: each closed-loop client and each session keeps its own TLS session cache, as a
+    /// browser per user does: its first connection makes a full handshake, its later ones resume
+    /// (the CAP paper's key exchange "at least once for each client session"). Otherwise the
+    /// whole run shares one cache, as one browser would, and nearly every handshake resumes.
+    pub tls_session_per_client: bool,
     /// Follow one `http://` redirect per request (a switch in redirect mode): the request ends
     /// with the redirected answer and its latency includes both exchanges.
     pub follow_redirects: bool,
@@ -216,6 +221,7 @@ impl BenchConfig {
             threads: 1,
             insecure: false,
             ca_pem: None,
+            tls_session_per_client: false,
             follow_redirects: false,
             bind: Vec::new(),
         }
@@ -265,6 +271,17 @@ impl BenchConfig {
         }
         if !self.target.tls && (self.insecure || self.ca_pem.is_some()) {
             return bad("--insecure and --cacert apply to https:// URLs only".into());
+        }
+        if self.tls_session_per_client {
+            if !self.target.tls {
+                return bad("--tls-session-per-client applies to https:// URLs only".into());
+            }
+            if !matches!(self.engine, Engine::Closed { .. } | Engine::Sessions { .. }) {
+                return bad(
+                    "--tls-session-per-client needs clients (--clients) or sessions (--sessions)"
+                        .into(),
+                );
+            }
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use capstan_workload::{stream, Arrivals, RateProfile};
 use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio_rustls::TlsConnector;
 
 use crate::config::{BenchConfig, Engine, ReplaySpeed};
 use crate::http::{self, Conn, ErrorKind};
@@ -82,8 +83,13 @@ impl Lane {
         Some(bind[n % bind.len()])
     }
 
-    /// Connects, retrying timed-out attempts until `deadline` as an S-Client does.
-    async fn connect(&self, deadline: Instant) -> Result<Conn, ErrorKind> {
+    /// Connects, retrying timed-out attempts until `deadline` as an S-Client does; over TLS
+    /// with `user`'s own client when given (its own session cache), else the run's.
+    async fn connect(
+        &self,
+        deadline: Instant,
+        user: Option<&TlsConnector>,
+    ) -> Result<Conn, ErrorKind> {
         loop {
             let began = Instant::now();
             self.stats.borrow_mut().connect_attempts += 1;
@@ -101,7 +107,8 @@ impl Lane {
                         return Ok(Conn::new(s));
                     };
                     // The handshake counts in the request's latency, not in connect_ms.
-                    let hs = tls.connector.connect(tls.name.clone(), s);
+                    let connector = user.unwrap_or(&tls.connector);
+                    let hs = connector.connect(tls.name.clone(), s);
                     return match tokio::time::timeout_at(deadline.into(), hs).await {
                         Ok(Ok(s)) => Ok(Conn::new(s)),
                         Ok(Err(e)) => Err(ErrorKind::from_io(&e)),
@@ -128,6 +135,19 @@ impl Lane {
         intended: Instant,
         use_connect_slots: bool,
     ) -> bool {
+        self.fetch_as(None, conn, idx, intended, use_connect_slots)
+            .await
+    }
+
+    /// [`Lane::fetch`] for a user with a TLS client of its own ([`crate::tls::Tls::for_user`]).
+    pub(crate) async fn fetch_as(
+        &self,
+        user: Option<&TlsConnector>,
+        conn: &mut Option<Conn>,
+        idx: u32,
+        intended: Instant,
+        use_connect_slots: bool,
+    ) -> bool {
         let req = &self.ctx.table.requests[idx as usize];
         let permit = if conn.is_none() && use_connect_slots {
             self.connect_slots.acquire().await.ok()
@@ -138,7 +158,7 @@ impl Lane {
         self.stats.borrow_mut().started(intended, sent);
         let deadline = self.timeout_deadline(sent);
         if conn.is_none() {
-            match self.connect(deadline).await {
+            match self.connect(deadline, user).await {
                 Ok(c) => *conn = Some(c),
                 Err(k) => {
                     self.stats.borrow_mut().error(req.class, k, Instant::now());
@@ -469,11 +489,13 @@ async fn closed_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
         tasks.push(tokio::task::spawn_local(async move {
             tokio::time::sleep_until(l.ctx.t0.into()).await;
             let mut conn = None;
+            // A client is one user: with per-client TLS sessions, its own cache.
+            let user = l.ctx.tls.as_ref().and_then(|t| t.for_user());
             while Instant::now() < end {
                 let idx = picker.borrow_mut().next(None);
                 let now = Instant::now();
                 l.stats.borrow_mut().offered(now);
-                l.fetch(&mut conn, idx, now, false).await;
+                l.fetch_as(user.as_ref(), &mut conn, idx, now, false).await;
                 if let Some(d) = &think {
                     let s = d.sample(&mut think_rng);
                     tokio::time::sleep(Duration::from_secs_f64(s.max(0.0))).await;
@@ -525,11 +547,17 @@ async fn sessions(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
         tokio::task::spawn_local(async move {
             let mut conn = None;
             let mut intended = due;
+            // A session is one user: with per-client TLS sessions, its own cache for all its
+            // connections.
+            let user = l2.ctx.tls.as_ref().and_then(|t| t.for_user());
             for page in plan {
                 let page_start = Instant::now();
                 let idx = picker.borrow_mut().next(None);
                 l2.stats.borrow_mut().offered(intended);
-                if !l2.fetch(&mut conn, idx, intended, false).await {
+                if !l2
+                    .fetch_as(user.as_ref(), &mut conn, idx, intended, false)
+                    .await
+                {
                     break;
                 }
                 // Embedded objects over `parallel` connections, the page's own first.
@@ -543,11 +571,12 @@ async fn sessions(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
                     let l3 = l2.clone();
                     let picks: Vec<u32> = (0..n).map(|_| picker.borrow_mut().next(None)).collect();
                     let mut c = first.take();
+                    let user = user.clone();
                     set.spawn_local(async move {
                         for idx in picks {
                             let now = Instant::now();
                             l3.stats.borrow_mut().offered(now);
-                            if !l3.fetch(&mut c, idx, now, false).await {
+                            if !l3.fetch_as(user.as_ref(), &mut c, idx, now, false).await {
                                 break;
                             }
                         }

@@ -30,6 +30,26 @@ const BUNDLES: [&str; 4] = [
 pub(crate) struct Tls {
     pub connector: TlsConnector,
     pub name: ServerName<'static>,
+    /// The configuration of `connector`, from which a client of its own is made per user
+    /// (`tls_session_per_client`).
+    config: Arc<ClientConfig>,
+    per_client: bool,
+}
+
+/// Sessions a user's own cache holds (tickets of one server; a few suffice).
+const USER_SESSIONS: usize = 8;
+
+impl Tls {
+    /// A connector with a session cache of its own for one user (a closed-loop client, a
+    /// session), when the run asks for that; `None`: use the run's shared `connector`.
+    pub fn for_user(&self) -> Option<TlsConnector> {
+        if !self.per_client {
+            return None;
+        }
+        let mut config = (*self.config).clone();
+        config.resumption = rustls::client::Resumption::in_memory_sessions(USER_SESSIONS);
+        Some(TlsConnector::from(Arc::new(config)))
+    }
 }
 
 /// The TLS client for `cfg`'s target, or `None` for `http://`.
@@ -55,9 +75,12 @@ pub(crate) fn client(cfg: &BenchConfig) -> Result<Option<Tls>, BenchError> {
             .with_no_client_auth()
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let config = Arc::new(config);
     Ok(Some(Tls {
-        connector: TlsConnector::from(Arc::new(config)),
+        connector: TlsConnector::from(config.clone()),
         name,
+        config,
+        per_client: cfg.tls_session_per_client,
     }))
 }
 

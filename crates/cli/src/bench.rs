@@ -135,6 +135,12 @@ pub struct BenchArgs {
     /// Example: capstan bench https://127.0.0.1:8443/ --rate 100 --insecure
     #[arg(long)]
     insecure: bool,
+    /// https: each client (--clients) or session (--sessions) keeps its own TLS session cache,
+    /// as a browser per user: a full handshake on its first connection, resumed ones after;
+    /// without it the whole run shares one cache (one browser), so nearly every handshake
+    /// resumes. Example: --clients 20 --tls-session-per-client
+    #[arg(long)]
+    tls_session_per_client: bool,
     /// Open loop: drop (and count) requests due while this many are in flight. Example: --max-inflight 5000
     #[arg(long, value_name = "N")]
     max_inflight: Option<usize>,
@@ -351,6 +357,7 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
     c.keepalive = a.keepalive;
     c.follow_redirects = a.follow_redirects;
     c.insecure = a.insecure;
+    c.tls_session_per_client = a.tls_session_per_client;
     if let Some(p) = &a.cacert {
         c.ca_pem = Some(
             std::fs::read(p).with_context(|| format!("cannot read --cacert {}", p.display()))?,

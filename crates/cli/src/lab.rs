@@ -16,6 +16,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab mix-6040 --policies round-robin,weighted-round-robin:metric=service-time
   capstan lab my-experiment.toml --nodes 8 --seed 7
   capstan lab smp-vs-up --quick                # Jones Fig. 9 (also node-alone, mix-6040-2nodes, switch-threads)
+  capstan lab cap-prototype --secure-tls 0.2 --real-nodes   # the secure class over real TLS
   capstan lab validate --quick                 # the live stack against M/M/1, M/G/1-PS, Erlang C (< 1 minute)
   capstan lab cache-mixed-inc --quick          # Capstan's cache vs Varnish vs Traffic Server, < 3 minutes
   capstan lab cache-best-effort --contenders capstan,varnish
@@ -123,6 +124,20 @@ pub struct LabArgs {
     /// The simulator runs closed-loop file-list experiments.
     #[arg(long, value_name = "WORLD", default_value = "live", value_parser = ["live", "sim", "both"])]
     engine: String,
+
+    /// Run this share (0–1) of every load level as the CAP paper's secure class over TLS for
+    /// real: /secure/… requests from clients of their own, over HTTPS to a TLS listener of the
+    /// switch (the test PKI's RSA certificate), each client or session a user with its own TLS
+    /// session cache (a full handshake, then resumption). The experiment file's
+    /// [workload.secure] share. Closed, open and sessions engines.
+    #[arg(long, value_name = "SHARE")]
+    secure_tls: Option<f64>,
+
+    /// Nodes spend real CPU and disk (capstan origin --resources real) instead of emulated
+    /// time; with a secure class the switch reaches them over TLS and /secure/… costs the real
+    /// handshakes and encryption. The experiment file's [nodes.origin] resources = "real".
+    #[arg(long)]
+    real_nodes: bool,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -134,6 +149,12 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .experiment
         .clone()
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    let other_room = capstan_lab::cache::CacheExperiment::find(&name).is_some()
+        || capstan_lab::wan::WanExperiment::find(&name).is_some()
+        || name == "validate";
+    if other_room && (args.secure_tls.is_some() || args.real_nodes) {
+        bail!("--secure-tls and --real-nodes apply to the switch experiments, not to {name}");
+    }
     if let Some(exp) = capstan_lab::cache::CacheExperiment::find(&name) {
         return run_cache(&args, exp?);
     }
@@ -148,7 +169,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     if name == "validate" {
         return validate(&args);
     }
-    let exp = Experiment::load(&name)?;
+    let exp = Experiment::load(&name)?.with_overrides(args.secure_tls, args.real_nodes)?;
     let worlds: capstan_lab::Worlds = args.engine.parse().map_err(anyhow::Error::msg)?;
     if worlds != capstan_lab::Worlds::Live {
         capstan_lab::simulate::check(&exp)?;

@@ -42,7 +42,17 @@ use capstan_workload::{DocTree, TreeKind};
                   Cache-Control no-store when C is `u` and public with max-age up to the \
                   object's next modification when it is `c`, and Last-Modified, Expires and \
                   ETag from the type's life cycle (Bakhtiyari thesis §3.8).\n\n\
-                  Prints `listening on ADDR` on standard output once it is serving.")]
+                  The secure class for real: --tls-listen ADDR --tls-cert PEM --tls-key PEM adds \
+                  an HTTPS listener (rustls, TLS 1.2 and 1.3, ALPN http/1.1) serving everything \
+                  the plain one does. With --resources real, /secure/… is served only over TLS \
+                  and pays no modelled SSL cost: the real handshake (one per TLS session; \
+                  resumed sessions are abbreviated) and the real encryption are its cost. \
+                  /secure/… in the clear on a real node gets 403 saying so. With --resources \
+                  emulated nothing changes: /secure/… pays the CAP paper's modelled SSL costs \
+                  (Table 2) on either listener. The load report's `tls` object counts \
+                  handshakes (completed, of them resumed; failed).\n\n\
+                  Prints `listening on ADDR` on standard output once it is serving, then \
+                  `tls listening on ADDR` when there is a TLS listener.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
     /// [node.disk], [node.nic], [node.ssl]; service demands under [services]).
@@ -143,6 +153,19 @@ pub struct OriginArgs {
     /// is readable while every process is busy [default: none]
     #[arg(long, value_name = "ADDR")]
     report_listen: Option<SocketAddr>,
+
+    /// Also serve HTTPS on this address (needs --tls-cert and --tls-key); with --resources real,
+    /// /secure/… is served only there [default: none]
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain of the TLS listener, the server's certificate first
+    #[arg(long, value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert (PKCS#8, PKCS#1 RSA or SEC1 EC)
+    #[arg(long, value_name = "PEM")]
+    tls_key: Option<PathBuf>,
 
     /// Window of the "interval" figures in /_capstan/load, in ms [default: 1000]
     #[arg(long, value_name = "MS")]
@@ -247,6 +270,15 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
     if let Some(v) = args.load_interval_ms {
         c.load_interval_ms = v;
     }
+    if let Some(v) = args.tls_listen {
+        c.tls_listen = Some(v);
+    }
+    if let Some(v) = &args.tls_cert {
+        c.tls_cert = Some(v.clone());
+    }
+    if let Some(v) = &args.tls_key {
+        c.tls_key = Some(v.clone());
+    }
     c.validate()?;
     Ok(c)
 }
@@ -279,12 +311,16 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
          thread(s)",
         config.tree, config.seed, config.resources, config.node.cores, config.node.speed
     );
-    let stopped = capstan_origin::serve_threads(
+    let stopped = capstan_origin::serve_threads_bound(
         config,
         threads,
-        |addr| {
+        |bound| {
+            let addr = bound.addr;
             tracing::info!("origin serving the {summary} on {addr}");
             println!("listening on {addr}");
+            if let Some(tls) = bound.tls {
+                println!("tls listening on {tls}");
+            }
             let _ = std::io::stdout().flush();
         },
         wait_for_stop,

@@ -42,6 +42,20 @@ pub struct NodeArgs {
     pub config: Option<PathBuf>,
 }
 
+/// The secure class over TLS for real (`[workload.secure]`): the switch gets a TLS listener with
+/// `cert`/`key`, and with `to_nodes` every node gets one too and the switch reaches the nodes
+/// through it, verifying their certificate against `ca` for the name `localhost`.
+#[derive(Debug, Clone)]
+pub struct ClusterTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub to_nodes: bool,
+}
+
+/// The name the test certificate is issued for (and 127.0.0.1), sent as SNI to the nodes.
+pub const TLS_NAME: &str = "localhost";
+
 /// A child that is killed when dropped, so an error or Ctrl-C path never leaves nodes behind.
 pub struct Proc {
     pub child: Child,
@@ -95,6 +109,8 @@ pub struct Cluster {
     pub switch: Proc,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
+    /// The switch's TLS listener, when the secure class runs over TLS.
+    pub tls_listen: Option<SocketAddr>,
 }
 
 /// A free loopback port that this process has not handed out before.
@@ -127,16 +143,14 @@ fn free_port() -> Result<SocketAddr, LabError> {
     free_loopback_port().map_err(|e| LabError::Run(format!("no free port: {e}")))
 }
 
-fn start_node(
+/// The node's `capstan origin` command line.
+fn node_command(
     exe: &Path,
     spec: &NodeSpec,
     args: &NodeArgs,
-    log_dir: &Path,
-) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
-    let log = log_dir.join(format!("{}.log", spec.name));
-    let report = free_port()?;
-    let err = std::fs::File::create(&log)
-        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    tls: Option<&ClusterTls>,
+    report: SocketAddr,
+) -> Command {
     let mut cmd = Command::new(exe);
     cmd.arg("origin")
         .args([
@@ -174,6 +188,12 @@ fn start_node(
     if let Some(r) = args.remote_penalty {
         cmd.args(["--remote-penalty", &r.to_string()]);
     }
+    if let Some(t) = tls {
+        cmd.args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
+            .arg(&t.cert)
+            .arg("--tls-key")
+            .arg(&t.key);
+    }
     for (flag, v) in [
         ("--cpu-light-ms", args.cpu_light_ms),
         ("--cpu-med-ms", args.cpu_med_ms),
@@ -184,6 +204,23 @@ fn start_node(
             cmd.args([flag, &v.to_string()]);
         }
     }
+    cmd
+}
+
+/// Starts one node; returns the address the switch reaches it on (its TLS listener with
+/// `tls`), its report address and the process.
+fn start_node(
+    exe: &Path,
+    spec: &NodeSpec,
+    args: &NodeArgs,
+    tls: Option<&ClusterTls>,
+    log_dir: &Path,
+) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
+    let log = log_dir.join(format!("{}.log", spec.name));
+    let report = free_port()?;
+    let err = std::fs::File::create(&log)
+        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", log.display())))?;
+    let mut cmd = node_command(exe, spec, args, tls, report);
     cmd.env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -201,25 +238,33 @@ fn start_node(
         name: spec.name.clone(),
         log,
     };
-    // The node prints `listening on ADDR` once it serves; read that line on a thread so a node
-    // that hangs cannot hang the lab.
+    // The node prints `listening on ADDR` once it serves (then `tls listening on ADDR` with a
+    // TLS listener); read those lines on a thread so a node that hangs cannot hang the lab.
     let (tx, rx) = std::sync::mpsc::channel();
+    let lines = if tls.is_some() { 2 } else { 1 };
     if let Some(out) = stdout {
         std::thread::spawn(move || {
             let mut r = BufReader::new(out);
             let mut line = String::new();
-            let _ = r.read_line(&mut line);
+            for _ in 0..lines {
+                let _ = r.read_line(&mut line);
+            }
             let _ = tx.send(line);
             // Keep draining so the node never blocks on a full pipe.
             let mut sink = Vec::new();
             let _ = r.read_to_end(&mut sink);
         });
     }
-    let line = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .and_then(|a| a.parse::<SocketAddr>().ok());
+    let text = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    let find = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix))
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+    };
+    let addr = match tls {
+        Some(_) => find("tls listening on "),
+        None => find("listening on "),
+    };
     match addr {
         Some(a) => Ok((a, report, proc)),
         None => Err(LabError::Run(proc.exited().unwrap_or_else(|| {
@@ -232,18 +277,15 @@ fn start_node(
     }
 }
 
-/// Starts the nodes (in parallel: each takes a moment to build its tree) and the switch in
-/// front of them with `switch_config` (TOML without listen/admin/nodes, which are added here).
-pub async fn start(
+/// Starts the nodes in parallel (each takes a moment to build its tree); the first failure
+/// is the error, and the nodes already started are stopped with it.
+async fn start_nodes(
     exe: &Path,
     specs: &[NodeSpec],
     args: &NodeArgs,
-    mut switch_config: toml::Table,
-    switch_threads: usize,
+    tls: Option<&ClusterTls>,
     log_dir: &Path,
-) -> Result<Cluster, LabError> {
-    std::fs::create_dir_all(log_dir)
-        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+) -> Result<(Vec<(NodeSpec, SocketAddr, Proc)>, Vec<SocketAddr>), LabError> {
     let mut handles = Vec::new();
     for spec in specs {
         let (exe, spec, args, dir) = (
@@ -252,8 +294,9 @@ pub async fn start(
             args.clone(),
             log_dir.to_path_buf(),
         );
+        let node_tls = tls.filter(|t| t.to_nodes).cloned();
         handles.push(tokio::task::spawn_blocking(move || {
-            start_node(&exe, &spec, &args, &dir).map(|(a, r, p)| (spec, a, r, p))
+            start_node(&exe, &spec, &args, node_tls.as_ref(), &dir).map(|(a, r, p)| (spec, a, r, p))
         }));
     }
     let mut nodes = Vec::new();
@@ -275,6 +318,23 @@ pub async fn start(
     if let Some(e) = first_err {
         return Err(e);
     }
+    Ok((nodes, reports))
+}
+
+/// Starts the nodes (in parallel: each takes a moment to build its tree) and the switch in
+/// front of them with `switch_config` (TOML without listen/admin/nodes, which are added here).
+pub async fn start(
+    exe: &Path,
+    specs: &[NodeSpec],
+    args: &NodeArgs,
+    mut switch_config: toml::Table,
+    switch_threads: usize,
+    tls: Option<&ClusterTls>,
+    log_dir: &Path,
+) -> Result<Cluster, LabError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    let (nodes, reports) = start_nodes(exe, specs, args, tls, log_dir).await?;
     let listen = free_port()?;
     let admin = free_port()?;
     switch_config.insert(
@@ -282,20 +342,11 @@ pub async fn start(
         toml::Value::Array(vec![listen.to_string().into()]),
     );
     switch_config.insert("admin".into(), admin.to_string().into());
-    let node_tables = nodes
-        .iter()
-        .zip(&reports)
-        .map(|((spec, addr, _), report)| {
-            let mut t = toml::Table::new();
-            t.insert("name".into(), spec.name.clone().into());
-            t.insert("address".into(), addr.to_string().into());
-            // The switch gathers load there too, so a node with a process limit is not
-            // asked for its load through its own full backlog.
-            t.insert("report_address".into(), report.to_string().into());
-            toml::Value::Table(t)
-        })
-        .collect();
-    switch_config.insert("node".into(), toml::Value::Array(node_tables));
+    let tls_listen = match tls {
+        Some(t) => Some(add_tls_listener(&mut switch_config, t)?),
+        None => None,
+    };
+    switch_config.insert("node".into(), node_tables(&nodes, &reports, tls));
     let path = log_dir.join("switch.toml");
     std::fs::write(
         &path,
@@ -320,21 +371,67 @@ pub async fn start(
         name: "switch".into(),
         log,
     };
+    let mut ready: Vec<SocketAddr> = reports.clone();
+    ready.extend([listen].into_iter().chain(tls_listen));
+    wait_for_switch(&mut switch, admin, &ready).await?;
+    Ok(Cluster {
+        nodes,
+        reports,
+        switch,
+        listen,
+        admin,
+        tls_listen,
+    })
+}
+
+/// The switch's `[[node]]` tables: each node's address, its report address and, when the
+/// switch reaches the nodes over TLS, its `tls` table.
+fn node_tables(
+    nodes: &[(NodeSpec, SocketAddr, Proc)],
+    reports: &[SocketAddr],
+    tls: Option<&ClusterTls>,
+) -> toml::Value {
+    let tables = nodes
+        .iter()
+        .zip(reports)
+        .map(|((spec, addr, _), report)| {
+            let mut t = toml::Table::new();
+            t.insert("name".into(), spec.name.clone().into());
+            t.insert("address".into(), addr.to_string().into());
+            // The switch gathers load there too, so a node with a process limit is not
+            // asked for its load through its own full backlog.
+            t.insert("report_address".into(), report.to_string().into());
+            if let Some(tls) = tls.filter(|t| t.to_nodes) {
+                let mut node_tls = toml::Table::new();
+                node_tls.insert("ca_file".into(), tls.ca.display().to_string().into());
+                node_tls.insert("sni".into(), TLS_NAME.into());
+                t.insert("tls".into(), toml::Value::Table(node_tls));
+            }
+            toml::Value::Table(t)
+        })
+        .collect();
+    toml::Value::Array(tables)
+}
+
+/// Polls until the switch answers on its admin address and every address in `ready` (the
+/// nodes' report sockets, which open just after their main ones, and the switch's listeners)
+/// accepts, or fails with the switch's last log line after 20 s or when it exits.
+async fn wait_for_switch(
+    switch: &mut Proc,
+    admin: SocketAddr,
+    ready: &[SocketAddr],
+) -> Result<(), LabError> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(e) = switch.exited() {
             return Err(LabError::Run(e));
         }
-        // The nodes' report sockets open just after their main ones: wait for them too.
-        let mut reporting = true;
-        for r in &reports {
-            reporting &= tokio::net::TcpStream::connect(r).await.is_ok();
+        let mut up = get(admin, "/status").await.is_ok();
+        for a in ready {
+            up = up && tokio::net::TcpStream::connect(a).await.is_ok();
         }
-        if reporting
-            && get(admin, "/status").await.is_ok()
-            && tokio::net::TcpStream::connect(listen).await.is_ok()
-        {
-            break;
+        if up {
+            return Ok(());
         }
         if Instant::now() > deadline {
             return Err(LabError::Run(format!(
@@ -344,13 +441,27 @@ pub async fn start(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    Ok(Cluster {
-        nodes,
-        reports,
-        switch,
-        listen,
-        admin,
-    })
+}
+
+/// Adds a TLS listener on a free port to the switch's configuration (HTTP/1.1 only: the load
+/// generator speaks it, and the secure class is measured as the CAP paper's HTTP/1.x clients).
+fn add_tls_listener(config: &mut toml::Table, tls: &ClusterTls) -> Result<SocketAddr, LabError> {
+    let addr = free_port()?;
+    let mut cert = toml::Table::new();
+    cert.insert("cert".into(), tls.cert.display().to_string().into());
+    cert.insert("key".into(), tls.key.display().to_string().into());
+    let mut listener = toml::Table::new();
+    listener.insert("address".into(), addr.to_string().into());
+    listener.insert("alpn".into(), toml::Value::Array(vec!["http/1.1".into()]));
+    listener.insert(
+        "certificate".into(),
+        toml::Value::Array(vec![toml::Value::Table(cert)]),
+    );
+    config.insert(
+        "listener".into(),
+        toml::Value::Array(vec![toml::Value::Table(listener)]),
+    );
+    Ok(addr)
 }
 
 impl Cluster {
@@ -394,6 +505,19 @@ pub async fn get(addr: SocketAddr, path: &str) -> Result<String, String> {
 
 pub use capstan_core::LoadReport;
 
+/// A node's TLS handshake counts from its load report's `tls` object (a field the origin adds
+/// to the wire format when it has a TLS listener); zero when there is none.
+pub async fn node_tls_handshakes(addr: SocketAddr) -> Result<TlsCounts, String> {
+    #[derive(Deserialize)]
+    struct WithTls {
+        #[serde(default)]
+        tls: Option<TlsCounts>,
+    }
+    let body = get(addr, "/_capstan/load").await?;
+    let r: WithTls = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    Ok(r.tls.unwrap_or_default())
+}
+
 /// A node's `/_capstan/load`, read with the wire format's own parser (the one the switch's
 /// gatherer uses), so the lab refuses exactly the reports the switch would.
 pub async fn load_report(addr: SocketAddr) -> Result<LoadReport, String> {
@@ -405,6 +529,31 @@ pub async fn load_report(addr: SocketAddr) -> Result<LoadReport, String> {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SwitchStatus {
     pub nodes: Vec<SwitchNode>,
+    #[serde(default)]
+    pub listeners: Vec<SwitchListener>,
+}
+
+impl SwitchStatus {
+    /// Completed TLS handshakes over every TLS listener, and of them resumed ones.
+    pub fn tls_handshakes(&self) -> (u64, u64) {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.tls.as_ref())
+            .fold((0, 0), |(h, r), t| (h + t.handshakes, r + t.resumed))
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct SwitchListener {
+    #[serde(default)]
+    pub tls: Option<TlsCounts>,
+}
+
+/// Handshake counts of a TLS listener (the switch's `listeners[].tls`, the origin's `tls`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+pub struct TlsCounts {
+    pub handshakes: u64,
+    pub resumed: u64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -190,6 +190,22 @@ pub struct Workload {
     /// Sessions: parallel connections for a page's embedded objects.
     #[serde(default = "two")]
     pub parallel: usize,
+    /// The CAP paper's secure class sent for real over TLS (`[workload.secure]`).
+    pub secure: Option<SecureClass>,
+}
+
+/// `[workload.secure]`: a share of the load is the secure class, sent over HTTPS to a TLS
+/// listener of the switch (the lab's test certificate), as `/secure/…` variants of the
+/// workload's requests. With real nodes (`[nodes.origin] resources = "real"`) the switch also
+/// reaches the nodes over TLS, so the handshakes and the encryption at the nodes are real too;
+/// emulated nodes pay the CAP paper's modelled SSL costs for `/secure/…` as before.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecureClass {
+    /// The secure share of each load level (0 < share < 1): of the clients (closed loop), of
+    /// the request rate (open loop) or of the session rate (sessions). The secure clients run
+    /// beside the others, on connections of their own.
+    pub share: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -517,6 +533,28 @@ impl Experiment {
         Experiment::parse(&text, name_or_path)
     }
 
+    /// The command line's `--secure-tls SHARE` and `--real-nodes` on a loaded experiment: a
+    /// share of the load as the secure class over TLS (`[workload.secure]`), and nodes that
+    /// spend real resources (`[nodes.origin] resources = "real"`). Checked as the file is.
+    pub fn with_overrides(
+        mut self,
+        secure_share: Option<f64>,
+        real_nodes: bool,
+    ) -> Result<Experiment, LabError> {
+        if let Some(share) = secure_share {
+            self.workload.secure = Some(SecureClass { share });
+        }
+        if real_nodes {
+            self.nodes
+                .origin
+                .get_or_insert_with(toml::Table::new)
+                .insert("resources".into(), "real".into());
+        }
+        self.validate()
+            .map_err(|m| LabError::Experiment(format!("{}: {m}", self.name)))?;
+        Ok(self)
+    }
+
     fn validate(&self) -> Result<(), String> {
         if self.name.is_empty() {
             return Err("name must not be empty".into());
@@ -628,6 +666,17 @@ impl Experiment {
                 if self.workload.url.is_some() {
                     return Err("workload.url is only for kind = \"url\"".into());
                 }
+            }
+        }
+        if let Some(sc) = &self.workload.secure {
+            if !(sc.share > 0.0 && sc.share < 1.0) {
+                return Err(format!(
+                    "workload.secure.share must be between 0 and 1 (exclusive), got {}",
+                    sc.share
+                ));
+            }
+            if matches!(self.load.engine, EngineKind::Sclient) || self.load.relative_to_capacity {
+                return Err("workload.secure works with load.engine = \"closed\", \"open\" or \"sessions\", without relative_to_capacity".into());
             }
         }
         for e in self.workload.dynamic.iter().chain(

@@ -31,6 +31,7 @@ pub mod report;
 pub mod report_sclient;
 pub mod results;
 pub mod runner;
+pub mod secure;
 pub mod servers;
 pub mod simulate;
 pub mod validate;

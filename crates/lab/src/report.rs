@@ -1291,6 +1291,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         }
     }
     h.push_str(&crate::report_sclient::html(r));
+    h.push_str(&crate::secure::html(r));
     h.push_str(
         "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\

@@ -186,6 +186,29 @@ pub struct RunRecord {
     pub timeline: Vec<UtilSample>,
     pub cpu: CpuRecord,
     pub warnings: Vec<String>,
+    /// `[workload.secure]`: the secure class's own figures (it is in the totals too, and in
+    /// `per_class` under `secure: …` or its `/secure/…` paths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure: Option<SecureRecord>,
+}
+
+/// The secure class of one run, sent over TLS, and the TLS handshakes that served it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SecureRecord {
+    /// Secure clients (closed loop) or the secure rate (open loop, sessions) of this level.
+    pub level: f64,
+    pub completed: u64,
+    pub throughput_rps: f64,
+    pub errors: u64,
+    pub latency_ms: capstan_bench::Percentiles,
+    /// Handshakes the switch's TLS listener completed during the window, and of them resumed
+    /// ones: each secure client (or session) makes one full handshake, then resumes.
+    pub switch_handshakes: u64,
+    pub switch_resumed: u64,
+    /// Handshakes the nodes' TLS listeners completed during the window (real nodes only: the
+    /// switch's pooled connections to them), and of them resumed ones.
+    pub node_handshakes: u64,
+    pub node_resumed: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -304,18 +304,9 @@ pub async fn run(
             }
             let seed = plan.seed.wrapping_add(rep as u64 * 7919);
             if !plan.warmup.is_zero() {
-                let cfg = bench_config(
-                    plan,
-                    s,
-                    &c,
-                    exp.load.engine,
-                    level_value(plan, plan.levels[0], capacity),
-                    plan.warmup,
-                    seed ^ 0x5eed,
-                )?;
-                capstan_bench::run(cfg, None)
-                    .await
-                    .map_err(|e| LabError::Run(e.to_string()))?;
+                let level = level_value(plan, plan.levels[0], capacity);
+                let (cfg, secure) = load_configs(plan, s, &c, level, plan.warmup, seed ^ 0x5eed)?;
+                run_load(cfg, secure.map(|(c, _)| c), None).await?;
             }
             for &level in &plan.levels {
                 emit(Event::Run {
@@ -472,6 +463,7 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         &args,
         switch_config(exp, &row),
         s.switch_threads,
+        crate::secure::cluster_tls(exp, &o.work_dir)?.as_ref(),
         &o.work_dir,
     )
     .await
@@ -601,6 +593,52 @@ pub fn filelist(
         });
     }
     Ok(fl)
+}
+
+/// The load of one window: the plain clients' run and, with `[workload.secure]`, the secure
+/// clients' run beside it and their level.
+fn load_configs(
+    plan: &Plan,
+    s: &SeriesPlan,
+    c: &Cluster,
+    level: f64,
+    duration: Duration,
+    seed: u64,
+) -> Result<(BenchConfig, Option<(BenchConfig, f64)>), LabError> {
+    let engine = plan.exp.load.engine;
+    let Some(sc) = &plan.exp.workload.secure else {
+        return Ok((
+            bench_config(plan, s, c, engine, level, duration, seed)?,
+            None,
+        ));
+    };
+    let (plain_level, secure_level) = crate::secure::split_level(engine, level, sc.share);
+    let plain = bench_config(plan, s, c, engine, plain_level, duration, seed)?;
+    let secure = crate::secure::secure_config(plan, s, c, &plain, secure_level)?;
+    Ok((plain, Some((secure, secure_level))))
+}
+
+/// Runs the plain load and, at the same time, the secure one.
+async fn run_load(
+    plain: BenchConfig,
+    secure: Option<BenchConfig>,
+    progress: Option<capstan_bench::ProgressFn>,
+) -> Result<(capstan_bench::RunResult, Option<capstan_bench::RunResult>), LabError> {
+    let err = |e: capstan_bench::BenchError| LabError::Run(e.to_string());
+    match secure {
+        None => Ok((
+            capstan_bench::run(plain, progress).await.map_err(err)?,
+            None,
+        )),
+        Some(sc) => {
+            let (p, s) = tokio::join!(
+                capstan_bench::run(plain, progress),
+                capstan_bench::run(sc, None)
+            );
+            let s = s.map_err(|e| LabError::Run(format!("secure class: {e}")))?;
+            Ok((p.map_err(err)?, Some(s)))
+        }
+    }
 }
 
 fn bench_config(
@@ -771,8 +809,10 @@ async fn measure(
 ) -> Result<RunRecord, LabError> {
     let exp = &plan.exp;
     let value = level_value(plan, level, capacity);
-    let cfg = bench_config(plan, s, c, exp.load.engine, value, plan.duration, seed)?;
+    let (cfg, secure_cfg) = load_configs(plan, s, c, value, plan.duration, seed)?;
+    let secure_level = secure_cfg.as_ref().map(|(_, l)| *l);
     let before = snapshot(c).await?;
+    let tls_before = crate::secure::handshakes(c, &before.status).await;
     let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sampler = tokio::spawn(sample_timeline(
         c.nodes
@@ -795,12 +835,20 @@ async fn measure(
         });
         cb
     });
-    let result = capstan_bench::run(cfg, progress).await;
+    let result = run_load(cfg, secure_cfg.map(|(c, _)| c), progress).await;
     sampler.abort();
     let timeline = samples.lock().map(|v| v.clone()).unwrap_or_default();
-    let r = result.map_err(|e| LabError::Run(e.to_string()))?;
+    let (r, secure_run) = result?;
     c.check_alive()?;
     let after = snapshot(c).await?;
+    let tls_after = crate::secure::handshakes(c, &after.status).await;
+    let (r, secure) = match (secure_run, secure_level) {
+        (Some(sr), Some(level)) => {
+            let rec = crate::secure::record(level, &sr, tls_before, tls_after);
+            (crate::secure::combine(r, sr)?, Some(rec))
+        }
+        _ => (r, None),
+    };
     let wall = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
     let pct = |a: f64, b: f64| round(100.0 * (b - a) / wall, 1);
     let cpu = CpuRecord {
@@ -926,6 +974,7 @@ async fn measure(
         timeline,
         cpu,
         warnings,
+        secure,
     })
 }
 

@@ -78,6 +78,9 @@ pub fn check(exp: &Experiment) -> Result<(), LabError> {
     if exp.nodes.partition {
         return no("partitioned trees (NFS reads) are not modelled");
     }
+    if exp.workload.secure.is_some() {
+        return no("the secure class over TLS ([workload.secure], --secure-tls) is not modelled");
+    }
     if let Some(o) = &exp.nodes.origin {
         if o.contains_key("process_limit") {
             return no("process-per-connection nodes are not modelled");

@@ -375,7 +375,7 @@ async fn start(case: &Case, o: &ValidateOptions) -> Result<Cluster, LabError> {
          [outlier]\nconsecutive_failures = 0\n",
     )
     .map_err(|e| LabError::Run(e.to_string()))?;
-    cluster::start(&o.exe, &[spec], &args, config, 1, &o.work_dir).await
+    cluster::start(&o.exe, &[spec], &args, config, 1, None, &o.work_dir).await
 }
 
 fn bench(c: &Cluster, path: &str, engine: Engine, seed: u64) -> Result<BenchConfig, LabError> {

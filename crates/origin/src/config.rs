@@ -135,6 +135,15 @@ pub struct OriginConfig {
     /// order, so as much of it as fits), as a server that has been running a while: the first
     /// requests of a short run then see the steady state, not a cold disk. Emulated mode only.
     pub warm_cache: bool,
+    /// A second listener that speaks HTTPS (rustls), for the secure class served for real: with
+    /// `resources = real`, `/secure/…` is served only there, and its cost is the real handshake
+    /// and encryption rather than the modelled SSL costs. Needs `tls_cert` and `tls_key`.
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate chain of the TLS listener, the server's certificate first (relative to
+    /// the configuration file's directory when read from one).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 RSA or SEC1 EC).
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Default process memory: "each Apache process has an incremental memory requirement of about
@@ -258,6 +267,9 @@ impl Default for OriginConfig {
             polygraph_think: Dist::Normal { mean: 0.3, sd: 0.1 },
             polygraph_think_scale: 1.0,
             warm_cache: false,
+            tls_listen: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -282,10 +294,18 @@ impl OriginConfig {
             path: path.to_path_buf(),
             error: e,
         })?;
-        Self::from_toml_str(&text).map_err(|e| match e {
+        let mut c = Self::from_toml_str(&text).map_err(|e| match e {
             OriginError::Config(m) => OriginError::Config(format!("{}: {m}", path.display())),
             other => other,
-        })
+        })?;
+        // Certificate paths are the file's, as in the switch's configuration.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for p in [&mut c.tls_cert, &mut c.tls_key].into_iter().flatten() {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+        Ok(c)
     }
 
     pub fn validate(&self) -> Result<(), OriginError> {
@@ -342,6 +362,27 @@ impl OriginConfig {
             return Err(OriginError::Config(
                 "load_interval_ms must be at least 1".into(),
             ));
+        }
+        self.validate_tls()
+    }
+
+    /// The TLS listener's settings go together, and apart from the plain listener.
+    fn validate_tls(&self) -> Result<(), OriginError> {
+        let bad = |m: &str| Err(OriginError::Config(m.into()));
+        match (self.tls_listen, &self.tls_cert, &self.tls_key) {
+            (None, None, None) => return Ok(()),
+            (Some(_), Some(_), Some(_)) => {}
+            (None, _, _) => return bad("tls_cert and tls_key need tls_listen (--tls-listen ADDR)"),
+            _ => return bad("tls_listen needs both tls_cert and tls_key (PEM files)"),
+        }
+        let tls = self.tls_listen.expect("matched above");
+        if tls.port() != 0 && (tls == self.listen || Some(tls) == self.report_listen) {
+            return bad("tls_listen must differ from listen and report_listen");
+        }
+        if self.process_limit.is_some() {
+            return bad(
+                "tls_listen does not work with process_limit (the TLS listener has no processes)",
+            );
         }
         Ok(())
     }
@@ -475,6 +516,57 @@ seek_ms = 8.5
             .unwrap_err()
             .to_string()
             .contains("at least 1"));
+    }
+
+    #[test]
+    fn tls_settings_go_together_and_paths_are_the_files() {
+        let dir =
+            std::env::temp_dir().join(format!("capstan-origin-tls-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        std::fs::write(
+            &file,
+            "tls_listen = \"127.0.0.1:8443\"\ntls_cert = \"c.pem\"\ntls_key = \"/abs/k.pem\"\n",
+        )
+        .unwrap();
+        let c = OriginConfig::from_file(&file).unwrap();
+        assert_eq!(c.tls_cert, Some(dir.join("c.pem")));
+        assert_eq!(c.tls_key, Some(PathBuf::from("/abs/k.pem")));
+        c.validate().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        for (bad, why) in [
+            (
+                OriginConfig {
+                    tls_cert: c.tls_cert.clone(),
+                    ..OriginConfig::default()
+                },
+                "need tls_listen",
+            ),
+            (
+                OriginConfig {
+                    tls_key: None,
+                    ..c.clone()
+                },
+                "both tls_cert and tls_key",
+            ),
+            (
+                OriginConfig {
+                    tls_listen: Some(c.listen),
+                    ..c.clone()
+                },
+                "must differ",
+            ),
+            (
+                OriginConfig {
+                    process_limit: Some(4),
+                    ..c.clone()
+                },
+                "process_limit",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(why) && !e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod processes;
 mod procfs;
 mod real;
 mod service;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,6 +58,7 @@ pub use capstan_core::report::{
     CacheReport, ClassWindow, LoadReport, Partition, ProcessReport, TimerReport, Window,
 };
 pub use real::materialize;
+pub use tls::TlsReport;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
@@ -81,6 +83,7 @@ pub enum OriginError {
 /// A node that is up and serving.
 pub struct RunningOrigin {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -89,6 +92,11 @@ impl RunningOrigin {
     /// The address actually bound (useful with port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The TLS listener's address actually bound, when there is one (`tls_listen`).
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// Stop accepting connections and wait for the accept loop to end. Connections already open
@@ -115,14 +123,30 @@ pub async fn start(config: OriginConfig) -> Result<RunningOrigin, OriginError> {
     let addr = local_addr(&listener, config.listen)?;
     let listener = from_std(listener, config.listen)?;
     let report = bind_report(&config)?;
+    let tls = bind_tls(&config, 1)?;
     let node = service::Node::build(config, tree, addr).await?;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(ticker(Arc::downgrade(&node)));
     if let Some((l, a)) = report {
         tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
     }
+    let (mut tls, tls_addr) = per_worker(tls, 1);
+    spawn_tls(&node, tls.remove(0), &stopped)?;
     let task = tokio::spawn(accept_loop(node, listener, stopped, true));
-    Ok(RunningOrigin { addr, stop, task })
+    Ok(RunningOrigin {
+        addr,
+        tls_addr,
+        stop,
+        task,
+    })
+}
+
+/// The addresses a node serves on, once it listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub addr: SocketAddr,
+    /// The TLS listener (`tls_listen`), if any.
+    pub tls: Option<SocketAddr>,
 }
 
 /// Serve with `threads` workers, each a single-threaded runtime on its own thread accepting on
@@ -136,6 +160,21 @@ pub fn serve_threads<T, F>(
     config: OriginConfig,
     threads: usize,
     on_ready: impl FnOnce(SocketAddr),
+    until: impl FnOnce() -> F,
+) -> Result<T, OriginError>
+where
+    F: std::future::Future<Output = T>,
+{
+    serve_threads_bound(config, threads, |b| on_ready(b.addr), until)
+}
+
+/// [`serve_threads`], telling `on_ready` every address the node serves on (the TLS listener's
+/// too). With several workers each accepts TLS connections on its own `SO_REUSEPORT` socket as
+/// well.
+pub fn serve_threads_bound<T, F>(
+    config: OriginConfig,
+    threads: usize,
+    on_ready: impl FnOnce(Bound),
     until: impl FnOnce() -> F,
 ) -> Result<T, OriginError>
 where
@@ -158,18 +197,21 @@ where
         });
     }
     let report = bind_report(&config)?;
+    let (mut tls_sockets, tls_addr) = per_worker(bind_tls(&config, threads)?, threads);
     let rt = single_thread_runtime()?;
     rt.block_on(async move {
         let node = service::Node::build(config, tree, addr).await?;
         let (stop, stopped) = watch::channel(false);
         let mut workers = Vec::new();
-        for (i, listener) in more.into_iter().enumerate() {
+        let first_tls = tls_sockets.remove(0);
+        for (i, (listener, tls)) in more.into_iter().zip(tls_sockets).enumerate() {
             let (node, stopped) = (node.clone(), stopped.clone());
             let worker = std::thread::Builder::new()
                 .name(format!("capstan-origin-{}", i + 1))
                 .spawn(move || -> Result<(), OriginError> {
                     single_thread_runtime()?.block_on(async move {
                         let listener = from_std(listener, addr)?;
+                        spawn_tls(&node, tls, &stopped)?;
                         accept_loop(node, listener, stopped, false).await;
                         Ok(())
                     })
@@ -181,9 +223,13 @@ where
         if let Some((l, a)) = report {
             tokio::spawn(report_loop(node.clone(), from_std(l, a)?, stopped.clone()));
         }
+        spawn_tls(&node, first_tls, &stopped)?;
         let listener = from_std(first, addr)?;
         let main = tokio::spawn(accept_loop(node, listener, stopped, true));
-        on_ready(addr);
+        on_ready(Bound {
+            addr,
+            tls: tls_addr,
+        });
         let out = until().await;
         let _ = stop.send(true);
         let _ = main.await;
@@ -252,6 +298,105 @@ fn bind_report(
     Ok(Some((listener, bound)))
 }
 
+/// The TLS listener's sockets (`count` of them, sharing the port with `SO_REUSEPORT` when more
+/// than one) and its acceptor, if the node has one.
+struct TlsBinding {
+    listeners: Vec<std::net::TcpListener>,
+    addr: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+fn bind_tls(config: &OriginConfig, count: usize) -> Result<Option<TlsBinding>, OriginError> {
+    let (Some(listen), Some(cert), Some(key)) =
+        (config.tls_listen, &config.tls_cert, &config.tls_key)
+    else {
+        return Ok(None);
+    };
+    // The certificate first: a bad file is the likelier mistake, and says so in one line.
+    let acceptor = tls::acceptor(cert, key)?;
+    let first = bind(listen, count > 1, config.backlog)?;
+    let addr = local_addr(&first, listen)?;
+    let mut listeners = vec![first];
+    for _ in 1..count {
+        listeners.push(bind(addr, true, config.backlog)?);
+    }
+    tracing::info!("TLS listener on {addr}");
+    Ok(Some(TlsBinding {
+        listeners,
+        addr,
+        acceptor,
+    }))
+}
+
+/// One worker's share of the TLS listener: its socket, the address, the acceptor.
+type WorkerTls = (std::net::TcpListener, SocketAddr, tokio_rustls::TlsAcceptor);
+
+/// The TLS listener's sockets dealt out one per worker (none for each without a listener),
+/// and its address.
+fn per_worker(
+    tls: Option<TlsBinding>,
+    threads: usize,
+) -> (Vec<Option<WorkerTls>>, Option<SocketAddr>) {
+    match tls {
+        Some(t) => {
+            let (addr, acceptor) = (t.addr, t.acceptor);
+            let sockets = t.listeners.into_iter();
+            (
+                sockets.map(|l| Some((l, addr, acceptor.clone()))).collect(),
+                Some(addr),
+            )
+        }
+        None => ((0..threads).map(|_| None).collect(), None),
+    }
+}
+
+/// Starts accepting on a worker's TLS socket, on the current runtime.
+fn spawn_tls(
+    node: &Arc<service::Node>,
+    tls: Option<WorkerTls>,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(), OriginError> {
+    if let Some((l, addr, acceptor)) = tls {
+        let l = from_std(l, addr)?;
+        tokio::spawn(tls_accept_loop(node.clone(), l, acceptor, stopped.clone()));
+    }
+    Ok(())
+}
+
+/// Accepts TLS connections until stopped; each one's handshake and requests run on a task of
+/// its own, so a slow handshake never holds up the accept loop.
+async fn tls_accept_loop(
+    node: Arc<service::Node>,
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    mut stopped: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let (node, acceptor) = (node.clone(), acceptor.clone());
+                    tokio::spawn(async move {
+                        let Some(tls) = tls::handshake(&acceptor, stream, &node.tls).await else {
+                            return;
+                        };
+                        let handle = move |req| service::handle(node.clone(), req, true);
+                        let _ = http1::Builder::new()
+                            .serve_connection(TokioIo::new(tls), service_fn(handle))
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed on the TLS listener: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            _ = async { stopped.wait_for(|s| *s).await.is_ok() } => break,
+        }
+    }
+}
+
 /// Accepts and serves connections until stopped. In process-per-connection mode a connection
 /// is accepted only when a process is idle, and holds it until it closes. `watch_backlog`: this
 /// loop's socket is the one whose backlog the load report counts.
@@ -276,7 +421,7 @@ async fn accept_loop(
                 Ok((stream, _)) => {
                     let slot = idle.and_then(|p| processes::ProcessSlot::take(&node, p));
                     let node = node.clone();
-                    serve_connection(stream, move |req| service::handle(node.clone(), req), slot);
+                    serve_connection(stream, move |req| service::handle(node.clone(), req, false), slot);
                 }
                 Err(e) => {
                     // Out of descriptors and the like: back off instead of spinning.

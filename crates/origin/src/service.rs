@@ -46,6 +46,8 @@ pub struct Node {
     /// Draws the demands of `/cgi-bin/demand.cgi?law=exp`, seeded by the node's seed and name
     /// so a run repeats.
     demand_rng: std::sync::Mutex<WorkloadRng>,
+    /// Handshakes of the TLS listener (`tls_listen`), reported when there is one.
+    pub tls: crate::tls::TlsCounters,
 }
 
 /// Default memory for file bodies kept in memory (`body_memory_mb`): real mode (the WebStone tree is 6 MB, webstone-2000
@@ -125,6 +127,7 @@ impl Node {
                 &format!("origin-demand-{name}"),
             )),
             bodies: tree.files.iter().map(|_| OnceLock::new()).collect(),
+            tls: Default::default(),
             body_budget,
             name_header: HeaderValue::from_str(&name).ok(),
             fixed_headers,
@@ -263,7 +266,12 @@ impl Drop for Active<'_> {
     }
 }
 
-pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infallible> {
+/// Answers one request; `over_tls`: it came on the TLS listener.
+pub async fn handle<B>(
+    node: Arc<Node>,
+    req: Request<B>,
+    over_tls: bool,
+) -> Result<Resp, Infallible> {
     let path = req.uri().path();
     let head = req.method() == Method::HEAD;
     if req.method() != Method::GET && !head {
@@ -275,14 +283,21 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
     if path == "/_capstan/load" {
         return Ok(load_report(&node));
     }
-    node.stats.active.fetch_add(1, Ordering::Relaxed);
-    let _active = Active(&node.stats);
-    let t = Instant::now();
     let (secure, inner) = match path.strip_prefix("/secure") {
         Some(rest) if rest.starts_with('/') => (true, rest),
         _ => (false, path),
     };
-    let (kind, mut resp) = serve(&node, &req, path, inner, secure).await;
+    let real = matches!(node.res, Res::Real(_));
+    if secure && real && !over_tls {
+        return Ok(needs_tls(&node));
+    }
+    node.stats.active.fetch_add(1, Ordering::Relaxed);
+    let _active = Active(&node.stats);
+    let t = Instant::now();
+    // A real node's secure request has paid the real handshake and pays the real encryption:
+    // the modelled SSL costs would count them twice. An emulated node models them as before.
+    let modelled_ssl = secure && !real;
+    let (kind, mut resp) = serve(&node, &req, path, inner, modelled_ssl).await;
     let kind = if secure {
         kind.map(|_| Kind::Secure)
     } else {
@@ -308,9 +323,42 @@ pub async fn handle<B>(node: Arc<Node>, req: Request<B>) -> Result<Resp, Infalli
     Ok(resp)
 }
 
+/// `/secure/…` in the clear on a real node: refused, as Apache's `SSLRequireSSL` does, with
+/// where to go instead. 403 rather than a redirect: the switch and the load generator must not
+/// quietly turn the secure class into a plain one.
+fn needs_tls(node: &Node) -> Resp {
+    let where_ = match node.config.tls_listen {
+        Some(_) => "use this node's TLS listener (--tls-listen)".to_string(),
+        None => "this node has no TLS listener: start it with --tls-listen ADDR --tls-cert PEM \
+                 --tls-key PEM"
+            .to_string(),
+    };
+    text(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "/secure/ needs TLS with --resources real (the real handshake and encryption are \
+             the secure class's cost): {where_}\n"
+        ),
+    )
+}
+
+/// The load report as the origin sends it: core's wire format and, with a TLS listener, its
+/// handshake counts (a field readers of the wire format that do not know it skip).
+#[derive(serde::Serialize)]
+struct OriginReport {
+    #[serde(flatten)]
+    report: LoadReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<crate::tls::TlsReport>,
+}
+
 /// `GET /_capstan/load`: the node's report as JSON.
 fn load_report(node: &Node) -> Resp {
-    let body = serde_json::to_vec_pretty(&node.report()).unwrap_or_default();
+    let report = OriginReport {
+        report: node.report(),
+        tls: node.config.tls_listen.map(|_| node.tls.report()),
+    };
+    let body = serde_json::to_vec_pretty(&report).unwrap_or_default();
     let mut r = Response::new(Full::new(Bytes::from(body)));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -345,7 +393,8 @@ fn text(status: StatusCode, body: &str) -> Resp {
 }
 
 /// Serves `path` (the request path without `/secure`) and says which kind of request it was;
-/// `None` for requests of no reported kind (unknown objects). `full_path` is the locality key.
+/// `None` for requests of no reported kind (unknown objects). `full_path` is the locality key;
+/// `secure`: add the modelled SSL costs (a secure request on an emulated node).
 async fn serve<B>(
     node: &Node,
     req: &Request<B>,

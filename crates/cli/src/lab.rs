@@ -120,8 +120,10 @@ pub struct LabArgs {
 
     /// Which world runs the experiment: `live` (nodes, switch and load on this machine), `sim`
     /// (the discrete-event simulator, in virtual time, seconds of wall time) or `both` (the
-    /// report sets them side by side per policy with an agreement verdict, 15 % tolerance).
-    /// The simulator runs closed-loop file-list experiments.
+    /// report sets them side by side per policy with an agreement verdict, 15 % tolerance;
+    /// the lab first measures the HTTP path on its cluster, and the simulator runs each level as
+    /// the lab ran it: same window, same request sequence, that path). The simulator runs
+    /// closed-loop file-list experiments.
     #[arg(long, value_name = "WORLD", default_value = "live", value_parser = ["live", "sim", "both"])]
     engine: String,
 

@@ -409,6 +409,21 @@ fn sweb_skewed_quick() {
     assert!(html.contains("SWEB §3.3") && html.contains("81.4"));
 }
 
+/// The 1-minute load average when it exceeds the cores: timing bounds are not judged then.
+fn machine_busy() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    match load {
+        Some(l) if l > cores => {
+            eprintln!("note: load average {l} > {cores} cores: timing bounds not judged");
+            true
+        }
+        _ => false,
+    }
+}
+
 /// A small experiment both worlds can run: two nodes, the WebStone tree with the thesis's CPU
 /// and disk CGIs, closed-loop clients.
 const TWO_WORLDS: &str = r#"
@@ -602,6 +617,9 @@ fn validate_quick_matches_queueing_theory() {
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["mm1", "mg1-ps", "erlang-c"]);
     let mut tested = 0;
+    // The error bound is a timing claim: judged only when this machine was not busier than its
+    // cores during the run (other tests of this binary run beside it).
+    let busy = machine_busy();
     for c in cases {
         let name = c["name"].as_str().unwrap();
         let overhead = c["overhead_ms"].as_f64().unwrap();
@@ -639,7 +657,7 @@ fn validate_quick_matches_queueing_theory() {
             let raw = p["raw_ms"].as_f64().unwrap();
             assert!((raw - corrected - overhead).abs() < 0.01, "{name}: {p}");
             assert_eq!(p["verdict"] == "machine-limited", limited.is_some(), "{p}");
-            if limited.is_none() && noise <= 25.0 {
+            if limited.is_none() && noise <= 25.0 && !busy {
                 assert!(
                     err.abs() <= 25.0,
                     "{name} ρ {rho}: {err:+.1} % off theory: {p}"
@@ -650,7 +668,7 @@ fn validate_quick_matches_queueing_theory() {
     }
     if tested == 0 {
         eprintln!(
-            "note: no point was judged (machine-limited or too noisy); structure checked only"
+            "note: no point was judged (machine-limited, busy or too noisy); structure checked only"
         );
     }
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();

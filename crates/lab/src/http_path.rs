@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use capstan_bench::{BenchConfig, Engine, Source, Target};
 use capstan_sim::closed::HttpPath;
-use capstan_workload::{DocTree, TreeKind};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
@@ -83,12 +82,7 @@ fn probe_files(
     s: &SeriesPlan,
     cache_bytes: u64,
 ) -> Result<[(String, u64); 2], LabError> {
-    let kind: TreeKind = s
-        .tree
-        .parse()
-        .map_err(|e| LabError::Experiment(format!("{e}")))?;
-    let tree = DocTree::generate(kind, plan.seed, plan.exp.nodes.files)
-        .map_err(|e| LabError::Experiment(e.to_string()))?;
+    let tree = crate::simulate::series_tree(plan, s)?;
     let cap = LARGE_FILE_MAX.min(cache_bytes / 4);
     let small = tree.files.iter().min_by_key(|f| f.size);
     let large = tree

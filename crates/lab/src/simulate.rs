@@ -152,6 +152,16 @@ fn classifier(exp: &Experiment) -> Result<Classifier, LabError> {
     Classifier::new(&classes, &rules, default).map_err(|e| bad(e.to_string()))
 }
 
+/// The document tree a series' nodes serve.
+pub(crate) fn series_tree(plan: &Plan, s: &SeriesPlan) -> Result<DocTree, LabError> {
+    let kind: TreeKind = s
+        .tree
+        .parse()
+        .map_err(|e| LabError::Experiment(format!("{e}")))?;
+    DocTree::generate(kind, plan.seed, plan.exp.nodes.files)
+        .map_err(|e| LabError::Experiment(e.to_string()))
+}
+
 /// The request list of a series: what each path costs on the origin, and its switch class.
 fn requests(
     plan: &Plan,
@@ -160,12 +170,7 @@ fn requests(
     classes: &Classifier,
 ) -> Result<(Vec<RequestType>, u64), LabError> {
     let exp = &plan.exp;
-    let kind: TreeKind = s
-        .tree
-        .parse()
-        .map_err(|e| LabError::Experiment(format!("{e}")))?;
-    let tree = DocTree::generate(kind, plan.seed, exp.nodes.files)
-        .map_err(|e| LabError::Experiment(e.to_string()))?;
+    let tree = series_tree(plan, s)?;
     let list: Vec<(String, u64)> = match exp.workload.kind {
         WorkloadKind::Url => vec![(exp.workload.url.clone().unwrap_or_else(|| "/".into()), 1)],
         _ => filelist(&s.tree, plan.seed, exp.nodes.files, &s.dynamic)?
@@ -231,12 +236,7 @@ fn policy(plan: &Plan, s: &SeriesPlan) -> Result<PolicySpec, LabError> {
     table.remove("name");
     let exp = &plan.exp;
     if let Some(param) = exp.switch.tree_sizes.get(s.row.name()) {
-        let kind: TreeKind = s
-            .tree
-            .parse()
-            .map_err(|e| LabError::Experiment(format!("{e}")))?;
-        let t = DocTree::generate(kind, plan.seed, exp.nodes.files)
-            .map_err(|e| LabError::Experiment(e.to_string()))?;
+        let t = series_tree(plan, s)?;
         let sizes: toml::Table = t
             .files
             .iter()
@@ -262,12 +262,7 @@ impl CachedFileModel {
             .iter()
             .map(|n| origin_config(&plan.exp, n.cores, n.speed).map(|c| c.node))
             .collect::<Result<Vec<_>, _>>()?;
-        let kind: TreeKind = s
-            .tree
-            .parse()
-            .map_err(|e| LabError::Experiment(format!("{e}")))?;
-        let tree = DocTree::generate(kind, plan.seed, plan.exp.nodes.files)
-            .map_err(|e| LabError::Experiment(e.to_string()))?;
+        let tree = series_tree(plan, s)?;
         Ok(CachedFileModel {
             nodes,
             tree_bytes: tree.total_bytes(),

@@ -274,6 +274,9 @@ pub struct Quick {
     pub policies: Option<Vec<String>>,
     pub variants: Option<Vec<String>>,
     pub repetitions: Option<usize>,
+    /// The period of `load.burst` in the short form (its levels are too short for the full
+    /// run's period to show a burst in each).
+    pub burst_period_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -610,6 +613,13 @@ impl Experiment {
                 return Err("load.burst needs load.engine = \"open\"".into());
             }
             b.validate().map_err(|e| format!("load.burst: {e}"))?;
+        }
+        if let Some(p) = self.quick.burst_period_s {
+            if self.load.burst.is_none() || !(p.is_finite() && p > 0.0) {
+                return Err(format!(
+                    "quick.burst_period_s needs load.burst and a positive period, got {p}"
+                ));
+            }
         }
         if let Some(r) = self.nodes.remote_penalty {
             if !(r.is_finite() && r >= 0.0) {

@@ -189,8 +189,14 @@ impl Plan {
                 });
             }
         }
+        let mut shaped = exp.clone();
+        if let (true, Some(period), Some(burst)) =
+            (o.quick, exp.quick.burst_period_s, shaped.load.burst.as_mut())
+        {
+            burst.period_s = period;
+        }
         Ok(Plan {
-            exp: exp.clone(),
+            exp: shaped,
             quick: o.quick,
             series,
             levels,
@@ -1040,5 +1046,34 @@ mod tests {
         // 60 evenly spaced sizes from 100 B to 1.5 MB, and the skewed file.
         assert_eq!(total, 60 * 750_050 + 1_500_000);
         assert!(tree_sizes("nope", 1, None).is_err());
+    }
+
+    /// Banga & Druschel's bursts have a 100 s period; the short form's 4 s levels take the
+    /// period `[quick] burst_period_s` gives instead.
+    #[test]
+    fn the_short_form_takes_its_own_burst_period() {
+        let exp = Experiment::load("sclient-bursty").unwrap();
+        let opts = |quick: bool| Options {
+            quick,
+            policies: None,
+            nodes: None,
+            repetitions: None,
+            seed: None,
+            exe: PathBuf::from("capstan"),
+            work_dir: PathBuf::from("."),
+            command: String::new(),
+            worlds: crate::Worlds::Live,
+        };
+        let period = |quick| {
+            Plan::new(&exp, &opts(quick))
+                .unwrap()
+                .exp
+                .load
+                .burst
+                .unwrap()
+                .period_s
+        };
+        assert_eq!(period(false), 100.0);
+        assert_eq!(period(true), 10.0);
     }
 }

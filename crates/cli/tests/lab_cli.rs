@@ -207,7 +207,7 @@ warmup = "0s"
 "#,
     )
     .unwrap();
-    let (r, _, _) = run_lab(
+    let (r, html, _) = run_lab(
         "custom-run",
         &[
             file.to_str().unwrap(),
@@ -229,6 +229,10 @@ warmup = "0s"
     assert_eq!(series[1]["policy"], "least-connections");
     assert_eq!(series[0]["nodes"], 2);
     assert_eq!(series[0]["runs"][0]["nodes"].as_array().unwrap().len(), 2);
+    // Response time against load, with the repetitions' confidence intervals.
+    assert!(html.contains("Response time vs load"));
+    assert!(html.contains("mean response time vs load"));
+    assert!(html.contains("90th percentile response time vs load"));
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -742,6 +742,71 @@ fn throughput_ci95(s: &SeriesResult, level: f64) -> f64 {
     Estimate::of(&reps).ci95
 }
 
+/// Which response time a latency-vs-load chart plots.
+#[derive(Clone, Copy)]
+enum LatencyStat {
+    Mean,
+    P90,
+}
+
+impl LatencyStat {
+    fn of(self, q: &RunRecord) -> f64 {
+        match self {
+            LatencyStat::Mean => q.latency_ms.mean,
+            LatencyStat::P90 => q.latency_ms.p90,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            LatencyStat::Mean => "mean",
+            LatencyStat::P90 => "90th percentile",
+        }
+    }
+}
+
+/// A response time against load, one line per series: the mean over repetitions with its 95 %
+/// CI as error bars (none with one run).
+fn latency_svg(r: &LabResults, stat: LatencyStat) -> Result<String, LabError> {
+    let xmax = r.levels.iter().copied().fold(0.0, f64::max) * 1.05;
+    let at = |s: &SeriesResult, level: f64| {
+        let reps: Vec<f64> = s
+            .runs
+            .iter()
+            .filter(|q| q.level == level)
+            .map(|q| stat.of(q))
+            .collect();
+        Estimate::of(&reps)
+    };
+    let ymax = r
+        .series
+        .iter()
+        .flat_map(|s| r.levels.iter().map(move |&l| at(s, l)))
+        .map(|e| e.mean + e.ci95)
+        .fold(1.0, f64::max);
+    let mut chart = Chart::new(
+        format!("{}: {} response time vs load", r.experiment, stat.name()),
+        r.x_label.as_str(),
+        "ms",
+    )
+    .size(760, 360)
+    .x_range(0.0, xmax)
+    .y_range(0.0, ymax * 1.1);
+    for s in &r.series {
+        let (pts, ci): (Vec<(f64, f64)>, Vec<f64>) = r
+            .levels
+            .iter()
+            .filter(|&&l| s.runs.iter().any(|q| q.level == l))
+            .map(|&l| {
+                let e = at(s, l);
+                ((l, e.mean), e.ci95)
+            })
+            .unzip();
+        chart.add(Series::new(s.label.as_str(), pts).with_ci(ci));
+    }
+    chart.svg().map_err(LabError::Report)
+}
+
 /// Response-time CDF at one level, one line per series (log x).
 fn cdf_svg(r: &LabResults, level: f64) -> Result<String, LabError> {
     let curves: Vec<(&SeriesResult, &RunRecord)> = r
@@ -1176,6 +1241,13 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     }
     h.push_str("<h2>Throughput vs load</h2>");
     h.push_str(&throughput_svg(r)?);
+    h.push_str(
+        "<h2>Response time vs load</h2><p>Mean over the repetitions of each run's mean and \
+         90th-percentile response time, with the 95 % confidence interval over the repetitions as \
+         error bars (none with a single run: <code>--repetitions N</code>).</p>",
+    );
+    h.push_str(&latency_svg(r, LatencyStat::Mean)?);
+    h.push_str(&latency_svg(r, LatencyStat::P90)?);
     html_agreement(&mut h, r)?;
     h.push_str("<pre>");
     h.push_str(&escape(&summary_table(r)));

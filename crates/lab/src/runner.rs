@@ -190,9 +190,11 @@ impl Plan {
             }
         }
         let mut shaped = exp.clone();
-        if let (true, Some(period), Some(burst)) =
-            (o.quick, exp.quick.burst_period_s, shaped.load.burst.as_mut())
-        {
+        if let (true, Some(period), Some(burst)) = (
+            o.quick,
+            exp.quick.burst_period_s,
+            shaped.load.burst.as_mut(),
+        ) {
             burst.period_s = period;
         }
         Ok(Plan {

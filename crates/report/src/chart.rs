@@ -388,18 +388,24 @@ impl Chart {
     where
         X: Ranged<ValueType = f64> + ValueFormatter<f64>,
     {
+        // A bar longer than the plot stops at its edge, without the cap there: a few
+        // repetitions give wide intervals (t = 12.7 with two), which must not cross the axes.
+        let (_, (y_lo, y_hi)) = self.ranges();
         for (p, ci) in s.points.iter().zip(&s.ci95) {
             if *ci <= 0.0 || !ci.is_finite() || !self.visible(p.0) {
                 continue;
             }
-            let (x, top) = chart.backend_coord(&(p.0, p.1 + ci));
-            let (_, bottom) = chart.backend_coord(&(p.0, p.1 - ci));
+            let (hi, lo) = (p.1 + ci, p.1 - ci);
+            let (x, top) = chart.backend_coord(&(p.0, hi.min(y_hi)));
+            let (_, bottom) = chart.backend_coord(&(p.0, lo.max(y_lo)));
             let style = c.stroke_width(1);
             root.draw(&PathElement::new(vec![(x, top), (x, bottom)], style))
                 .map_err(err)?;
-            for y in [top, bottom] {
-                root.draw(&PathElement::new(vec![(x - 3, y), (x + 3, y)], style))
-                    .map_err(err)?;
+            for (y, inside) in [(top, hi <= y_hi), (bottom, lo >= y_lo)] {
+                if inside {
+                    root.draw(&PathElement::new(vec![(x - 3, y), (x + 3, y)], style))
+                        .map_err(err)?;
+                }
             }
         }
         Ok(())

@@ -88,6 +88,29 @@ fn error_bars_are_drawn_only_where_there_is_an_interval() {
     );
 }
 
+/// An interval wider than the plot stops at its edge, with no cap there (two repetitions give
+/// t = 12.7): the bar and only the caps inside the range.
+#[test]
+fn error_bars_stop_at_the_plot_edges() {
+    let bars = |ci: f64| {
+        let c = Chart::new("t", "x", "y")
+            .y_range(0.0, 10.0)
+            .with(Series::new("a", vec![(1.0, 5.0)]).with_ci(vec![ci]));
+        let svg = c.svg().unwrap();
+        assert_well_formed(&svg);
+        svg.matches("<polyline").count()
+    };
+    let none = Chart::new("t", "x", "y")
+        .y_range(0.0, 10.0)
+        .with(Series::new("a", vec![(1.0, 5.0)]))
+        .svg()
+        .unwrap()
+        .matches("<polyline")
+        .count();
+    assert_eq!(bars(1.0), none + 3);
+    assert_eq!(bars(20.0), none + 1);
+}
+
 #[test]
 fn cdf_and_categorical_charts_are_well_formed_and_escape_names() {
     let c = Chart::cdf("CDF <at> 10 & more", "ms", "fraction")

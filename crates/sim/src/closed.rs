@@ -333,16 +333,19 @@ impl<'a> Closed<'a> {
     }
 
     fn run(&mut self) {
-        for c in 0..self.cfg.clients {
-            self.q.schedule(0, Ev::Send { client: c as u32 });
-        }
         self.q.schedule(0, Ev::Gather);
+        if self.shared.is_some() && self.warmup == 0 {
+            // No warm-up: the window (and its clients) start at once.
+            self.begin_window(0);
+        } else {
+            for c in 0..self.cfg.clients {
+                self.q.schedule(0, Ev::Send { client: c as u32 });
+            }
+        }
         if self.shared.is_none() {
             self.in_window = true;
             self.q.schedule(self.warmup, Ev::Readings { end: false });
             self.q.schedule(self.end, Ev::Readings { end: true });
-        } else if self.warmup == 0 {
-            self.begin_window(0);
         }
         // Requests sent inside the window may finish after it (as the lab's drain lets them).
         let drain = nanos_round(self.cfg.duration_s.max(2.0));
@@ -860,5 +863,10 @@ mod tests {
         }
         // The window is the configured one: about 2 s of a 15 ms mean cycle.
         assert!((sent as f64 - 2.0 / 0.015).abs() < 30.0, "{sent}");
+        // Without a warm-up the window starts at once, with each client once.
+        c.warmup_s = 0.0;
+        c.requests.truncate(1);
+        let r = run(&c).unwrap();
+        assert!((r.throughput - 100.0).abs() < 1.0, "{}", r.throughput);
     }
 }

@@ -35,7 +35,7 @@ if ! need haproxy || ! need nginx || ! need wrk; then
 fi
 
 cargo build --release --locked --quiet -p capstan-cli
-capstan=$PWD/target/release/capstan
+capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()

@@ -522,9 +522,22 @@ pub struct LiveView<'a> {
     pub exclude: Option<NodeId>,
     /// Where weights come from (the policy's declared needs).
     pub weights: WeightSource,
-    /// Hide nodes whose admission gate is saturated (at the limit, queue full). The first pick
-    /// does; when it finds no node, a second pick without it chooses the node that sheds.
-    pub hide_saturated: bool,
+    /// Which nodes the admission gates hide from the pick (see [`Hide`]).
+    pub hide: Hide,
+}
+
+/// Which nodes a pick skips because of their admission gate. The switch picks with
+/// [`Hide::Full`] first, then [`Hide::Saturated`], then [`Hide::Nothing`]: a request waits in a
+/// node's queue only when no node has a free slot (HAProxy sends a request to a server's queue
+/// only when every server is at its `maxconn`), and is shed only when every queue is full too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hide {
+    /// Every node that is up may be picked.
+    Nothing,
+    /// Nodes at their limit with a full queue (a request sent there would be shed).
+    Saturated,
+    /// Nodes at their limit (a request sent there would wait in the queue, or be shed).
+    Full,
 }
 
 impl ClusterView for LiveView<'_> {
@@ -541,7 +554,11 @@ impl ClusterView for LiveView<'_> {
         let feedback = node.feedback.load();
         NodeState {
             available: self.exclude != Some(id)
-                && !(self.hide_saturated && node.admission.is_saturated())
+                && !match self.hide {
+                    Hide::Nothing => false,
+                    Hide::Saturated => node.admission.is_saturated(),
+                    Hide::Full => !node.admission.has_free_slot(),
+                }
                 && node.out_reason_with(&feedback, self.now_nanos).is_none()
                 && node.draw(id, self.now_nanos),
             weight: match self.weights {
@@ -586,7 +603,7 @@ mod tests {
             nodes: &cluster.nodes,
             exclude: None,
             weights: cluster.needs.weights,
-            hide_saturated: true,
+            hide: Hide::Full,
         };
         let req = RequestInfo {
             class: 0,

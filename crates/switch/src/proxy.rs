@@ -27,7 +27,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::admission::{Permit, Shed};
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
-use crate::cluster::{Cluster, FailureKind, LiveView, NodeRuntime};
+use crate::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::config::{Config, KeyKind, NodeProtocol};
 use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
@@ -527,9 +527,9 @@ impl Forward {
         }
     }
 
-    /// The policy's pick, avoiding nodes whose admission gate is saturated while another node
-    /// has room; when none has and `or_saturated`, the pick among all of them (that node will
-    /// shed the request).
+    /// The policy's pick among the nodes with a free admission slot; when none has one, among
+    /// those with room in their queue; when none has and `or_saturated`, among all of them
+    /// (that node will shed the request).
     pub(crate) fn pick(
         &self,
         info: &RequestInfo<'_>,
@@ -538,19 +538,20 @@ impl Forward {
         now: u64,
     ) -> Option<NodeId> {
         let cluster = &self.cluster;
-        let view = |hide_saturated| LiveView {
+        let view = |hide| LiveView {
             now_nanos: now,
             nodes: &cluster.nodes,
             exclude,
             weights: cluster.needs.weights,
-            hide_saturated,
+            hide,
         };
         cluster
             .policy
-            .pick(info, &view(true))
+            .pick(info, &view(Hide::Full))
+            .or_else(|| cluster.policy.pick(info, &view(Hide::Saturated)))
             .or_else(|| {
                 or_saturated
-                    .then(|| cluster.policy.pick(info, &view(false)))
+                    .then(|| cluster.policy.pick(info, &view(Hide::Nothing)))
                     .flatten()
             })
             .filter(|&id| id < cluster.nodes.len())

@@ -40,7 +40,7 @@ pub(crate) fn answer(
         exclude: None,
         weights: cluster.needs.weights,
         // A redirected client goes to the node itself: no admission gate stands in its way.
-        hide_saturated: false,
+        hide: crate::cluster::Hide::Nothing,
     };
     let Some(node) = cluster
         .policy

@@ -188,7 +188,7 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
 }
 
 #[tokio::test]
-async fn a_request_that_times_out_in_a_queue_moves_to_a_node_with_room() {
+async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_timeout() {
     let nodes = [Backend::start("n0").await, Backend::start("n1").await];
     let text = config_for(
         &[&nodes[0], &nodes[1]],
@@ -203,29 +203,47 @@ async fn a_request_that_times_out_in_a_queue_moves_to_a_node_with_room() {
     })
     .await;
     let (owner, other) = match nodes[0].held() {
-        1 => ("n0", 1),
-        _ => ("n1", 0),
+        1 => (0, 1),
+        _ => (1, 0),
     };
-    // The same key waits in its node's queue (the node is not saturated: the queue has room),
-    // times out there, and is taken by the other node.
+    // The same key finds its node at its limit while the other node has a free slot: it goes
+    // there at once rather than wait (HAProxy queues only when every server is full).
     let second = tokio::spawn(async move { get(addr, "/hold").await });
     wait_until("the other node holds the second request", || {
         nodes[other].held() == 1
     })
     .await;
+    // Both are full now: the third waits in its key's node's queue; the other node frees its
+    // slot, and the third, timed out in its queue, is taken there.
+    let third = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_for_status(admin, "the third request queued at its key's node", |s| {
+        admission(s, &nodes[owner].name)["queued"] == 1
+    })
+    .await;
+    nodes[other].release();
+    wait_until("the other node takes the third request", || {
+        nodes[other].hits() == 2
+    })
+    .await;
     let status = status_json(admin).await;
     assert_eq!(
-        admission(&status, owner)["shed"]["queue_timeout"],
+        admission(&status, &nodes[owner].name)["shed"]["queue_timeout"],
         1,
         "{status}"
     );
     for node in &nodes {
         node.release();
     }
-    assert_eq!(first.await.unwrap().node(), owner);
-    let moved = second.await.unwrap();
+    assert_eq!(first.await.unwrap().node(), nodes[owner].name.as_str());
+    assert_eq!(second.await.unwrap().node(), nodes[other].name.as_str());
+    let moved = third.await.unwrap();
     assert_eq!(moved.status, StatusCode::OK, "{}", moved.text());
     assert_eq!(moved.node(), nodes[other].name);
+    assert_eq!(
+        nodes[owner].hits(),
+        1,
+        "the key's node served only the first"
+    );
 }
 
 #[tokio::test]

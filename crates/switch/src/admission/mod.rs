@@ -28,10 +28,13 @@
 //! - **Shedding.** A request that finds the limit reached and the queue full is answered `503`
 //!   with `Retry-After` at once, counted per node and reason (`queue-full`, `queue-timeout`).
 //!
-//! **What the policy sees.** A node at its limit with a full queue is not `available` for the
-//! pick, so the policy places the request on another node while one has room; only when every
-//! node that is otherwise up is saturated does the policy pick among them all, and the node it
-//! picks sheds the request. A node's `active` in the view counts its queued requests as well as
+//! **What the policy sees.** The policy picks first among the nodes with a free slot, so a
+//! request waits in a queue only when no node could take it at once (HAProxy queues a request
+//! at a server only when every server is at its `maxconn`); a node whose limit is pinned low
+//! while it measures its unloaded latency (see [`limiter`]) then costs nobody a wait. When every
+//! node is at its limit, the pick is among those with room in their queue; only when every node
+//! that is otherwise up is saturated does the policy pick among them all, and the node it picks
+//! sheds the request. A node's `active` in the view counts its queued requests as well as
 //! those in flight: both are load the switch has committed to it, and least-connections or LARD
 //! should steer away from a queue as from a busy node.
 //!
@@ -382,6 +385,13 @@ impl Gate {
     pub fn is_saturated(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) >= self.limit.load(Ordering::Relaxed)
             && self.queued.load(Ordering::Relaxed) >= self.queue_cap.load(Ordering::Relaxed)
+    }
+
+    /// Whether a request sent here now would be admitted at once: under the limit, and nobody
+    /// waiting ahead of it.
+    pub fn has_free_slot(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) < self.limit.load(Ordering::Relaxed)
+            && self.queued.load(Ordering::Relaxed) == 0
     }
 
     /// Requests waiting for a slot.

@@ -15,6 +15,7 @@
 #   bash benches/chaos.sh
 #   ROUNDS=3 SCENARIOS="kill stop" PROXIES="capstan haproxy" bash benches/chaos.sh
 #   ADMISSION=off PROXIES=capstan bash benches/chaos.sh    # Capstan without admission control
+#   QUEUE_TIMEOUT=5s PROXIES=capstan bash benches/chaos.sh  # another [admission] queue_timeout
 #
 # Prints a row per run: client-visible errors (non-2xx answers + transport errors, of the
 # requests offered), the worst per-second p99 inside the fault window, the time from the fault to
@@ -81,6 +82,8 @@ upstream = "10s"
 CONF
   if [[ $ADMISSION == off ]]; then
     printf '[admission]\nlimit = "off"\n'
+  elif [[ -n ${QUEUE_TIMEOUT:-} ]]; then
+    printf '[admission]\nqueue_timeout = "%s"\n' "$QUEUE_TIMEOUT"
   fi
   for port in "${PORTS[@]}"; do
     printf '[[node]]\nname = "o%s"\naddress = "127.0.0.1:%s"\n' "${port: -1}" "$port"

@@ -527,33 +527,31 @@ impl Forward {
         }
     }
 
-    /// The policy's pick among the nodes with a free admission slot; when none has one, among
-    /// those with room in their queue; when none has and `or_saturated`, among all of them
-    /// (that node will shed the request).
+    /// The policy's pick among the nodes with a free admission slot; when none has one and
+    /// `may_wait`, among those with room in their queue, and when none has, among all of them
+    /// (that node will shed the request). A request that has already waited out one queue
+    /// timeout does not wait again: it goes where a slot is free, or is shed.
     pub(crate) fn pick(
         &self,
         info: &RequestInfo<'_>,
         exclude: Option<NodeId>,
-        or_saturated: bool,
+        may_wait: bool,
         now: u64,
     ) -> Option<NodeId> {
         let cluster = &self.cluster;
-        let view = |hide| LiveView {
-            now_nanos: now,
-            nodes: &cluster.nodes,
-            exclude,
-            weights: cluster.needs.weights,
-            hide,
+        let pick = |hide| {
+            let view = LiveView {
+                now_nanos: now,
+                nodes: &cluster.nodes,
+                exclude,
+                weights: cluster.needs.weights,
+                hide,
+            };
+            cluster.policy.pick(info, &view)
         };
-        cluster
-            .policy
-            .pick(info, &view(Hide::Full))
-            .or_else(|| cluster.policy.pick(info, &view(Hide::Saturated)))
-            .or_else(|| {
-                or_saturated
-                    .then(|| cluster.policy.pick(info, &view(Hide::Nothing)))
-                    .flatten()
-            })
+        pick(Hide::Full)
+            .or_else(|| may_wait.then(|| pick(Hide::Saturated)).flatten())
+            .or_else(|| may_wait.then(|| pick(Hide::Nothing)).flatten())
             .filter(|&id| id < cluster.nodes.len())
     }
 

@@ -247,6 +247,52 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
 }
 
 #[tokio::test]
+async fn a_request_that_waited_out_one_queue_does_not_wait_in_another() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n\
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let held = spawn_gets(addr, "/hold", 2);
+    wait_until("both nodes hold a request", || {
+        nodes[0].held() == 1 && nodes[1].held() == 1
+    })
+    .await;
+    // Every node is full: the third waits in one queue, times out, and finds no free slot
+    // elsewhere. It is shed then, not queued again at the other node.
+    let third = get(addr, "/hold").await;
+    assert_eq!(
+        third.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.text()
+    );
+    let status = status_json(admin).await;
+    let timeouts: Vec<u64> = ["n0", "n1"]
+        .iter()
+        .map(|n| {
+            admission(&status, n)["shed"]["queue_timeout"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        timeouts.iter().sum::<u64>(),
+        1,
+        "one queue timeout: {status}"
+    );
+    for node in &nodes {
+        node.release();
+    }
+    for call in held {
+        assert_eq!(call.await.unwrap().status, StatusCode::OK);
+    }
+}
+
+#[tokio::test]
 async fn clients_that_go_away_release_their_slots_and_places_in_the_queue() {
     let node = Backend::start("n0").await;
     // The switch closes connections idle for 300 ms, in flight or queued alike: that is the

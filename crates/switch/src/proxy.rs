@@ -641,7 +641,11 @@ impl Forward {
             };
             let node = &cluster.nodes[node_id];
             crate::access_log::note_node(&node.name_header);
-            let permit = match node.admission.admit(self.class).await {
+            let permit = match node
+                .admission
+                .admit(self.class, switch.epoch.now_nanos())
+                .await
+            {
                 Ok(permit) => permit,
                 // It never reached the node: another node with room may take it, whatever
                 // its method (HAProxy's `option redispatch`); no retry budget is spent.

@@ -217,7 +217,11 @@ async fn send(
             ),
         )));
     }
-    let permit = match node.admission.admit(forward.class).await {
+    let permit = match node
+        .admission
+        .admit(forward.class, switch.epoch.now_nanos())
+        .await
+    {
         Ok(permit) => permit,
         Err(shed) => return Err(forward.shed(node, shed)),
     };

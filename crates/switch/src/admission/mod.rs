@@ -19,6 +19,11 @@
 //!   otherwise wait for an expensive request to finish (on a node at its limit those finish in
 //!   bunches, so that wait is most of a costly request's time). At most `2 × limit` requests
 //!   are in flight, the second half only cheap ones.
+//! - **A scout** for a class whose cost on the node is not known yet, while another class's is:
+//!   one such request at a time takes an express slot, so the class's cost is learned from one
+//!   request rather than after the costly requests ahead of it in the queue (without it, the
+//!   first static files sent to a node already overloaded by a CGI waited like the CGI, or were
+//!   shed). One request of unknown cost adds at most one request's load to the node.
 //!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
 //!   it goes to another node that has room if there is one (it never reached this one, so any
 //!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
@@ -114,6 +119,10 @@ struct GateState {
     in_flight: u32,
     /// Requests holding an express slot.
     express: u32,
+    /// A request of a class of unknown cost holds an express slot (see the module doc).
+    scouting: bool,
+    /// Per class whose cost is not known yet: when its oldest request still out was sent.
+    unknown_since: Vec<Option<u64>>,
     waiters: VecDeque<Waiter>,
     /// Moving average of response-head latency on regular slots, nanoseconds (0 before the
     /// first).
@@ -155,19 +164,60 @@ impl GateState {
         }
     }
 
-    /// The expected latency of `class` on the node. A class not seen yet counts as free, so
-    /// that it is served and its cost learned (a pessimistic guess would keep it out of a full
-    /// queue for good).
-    fn cost_of(&self, class: usize) -> f64 {
+    /// The measured latency of `class` on the node, 0 while none came back.
+    fn known_cost(&self, class: usize) -> f64 {
         self.class_latency.get(class).copied().unwrap_or(0.0)
+    }
+
+    /// The expected latency of `class` on the node at `now_nanos`: the measured one, else how
+    /// long its oldest request sent has been out (it costs at least that), else 0. A class
+    /// never sent counts as free, so that it is served and its cost learned (a pessimistic
+    /// guess would keep it out of a full queue for good).
+    fn cost_of(&self, class: usize, now_nanos: u64) -> f64 {
+        match self.known_cost(class) {
+            0.0 => match self.unknown_since.get(class).copied().flatten() {
+                Some(since) => now_nanos.saturating_sub(since) as f64,
+                None => 0.0,
+            },
+            known => known,
+        }
+    }
+
+    fn costliest(&self, now_nanos: u64) -> f64 {
+        (0..self.class_latency.len())
+            .map(|class| self.cost_of(class, now_nanos))
+            .fold(0.0, f64::max)
     }
 
     /// Whether a request of `class` may take an express slot now: its class is known and at
     /// least [`EXPRESS_RATIO`] times cheaper than the costliest, and one is free.
-    fn express_allowed(&self, class: usize) -> bool {
-        let cost = self.cost_of(class);
-        let costliest = self.class_latency.iter().copied().fold(0.0, f64::max);
-        cost > 0.0 && cost * EXPRESS_RATIO <= costliest && self.express < self.limit()
+    fn express_allowed(&self, class: usize, now_nanos: u64) -> bool {
+        let cost = self.known_cost(class);
+        cost > 0.0
+            && cost * EXPRESS_RATIO <= self.costliest(now_nanos)
+            && self.express < self.limit()
+    }
+
+    /// Whether a request of `class` may scout: nothing of its cost is known (none came back,
+    /// none is out) while something of another class's is, nobody else scouts, and an express
+    /// slot is free.
+    fn scout_allowed(&self, class: usize, now_nanos: u64) -> bool {
+        self.cost_of(class, now_nanos) == 0.0
+            && self.costliest(now_nanos) > 0.0
+            && !self.scouting
+            && self.express < self.limit()
+    }
+
+    /// A request of `class` goes to the node at `now_nanos`: while the class's cost is unknown,
+    /// the first one sent starts the clock of [`GateState::cost_of`].
+    fn sent(&mut self, class: usize, now_nanos: u64) {
+        if self.known_cost(class) > 0.0 {
+            return;
+        }
+        if class >= self.unknown_since.len() {
+            self.unknown_since.resize(class + 1, None);
+        }
+        self.unknown_since[class].get_or_insert(now_nanos);
     }
 
     /// Queues a waiter of `cost` in its place (after every waiter that costs no more); when the
@@ -265,6 +315,9 @@ pub struct Permit {
     pub in_flight: u32,
     /// An express slot (see the module doc).
     pub express: bool,
+    /// The node's scout: an express slot for a class of unknown cost.
+    pub scout: bool,
+    class: usize,
 }
 
 impl Permit {
@@ -274,6 +327,8 @@ impl Permit {
             gate: None,
             in_flight: 0,
             express: false,
+            scout: false,
+            class: 0,
         }
     }
 }
@@ -281,7 +336,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(gate) = self.gate.take() {
-            gate.release(self.express);
+            gate.release(self.express, self.scout, Some(self.class));
         }
     }
 }
@@ -305,7 +360,7 @@ impl Drop for Ticket<'_> {
         // comes out.
         self.grant.close();
         match self.grant.try_recv() {
-            Ok(Grant::Slot) => self.gate.release(false),
+            Ok(Grant::Slot) => self.gate.release(false, false, None),
             Ok(Grant::Displaced) => {}
             Err(_) => self.gate.leave_queue(self.id),
         }
@@ -322,6 +377,8 @@ impl Gate {
                 queue_timeout: Duration::ZERO,
                 in_flight: 0,
                 express: 0,
+                scouting: false,
+                unknown_since: Vec::new(),
                 waiters: VecDeque::new(),
                 latency_nanos: 0.0,
                 class_latency: vec![0.0; classes],
@@ -404,28 +461,16 @@ impl Gate {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// Takes a slot for a request of `class`: at once when the node is under its limit and
-    /// nobody waits, else after waiting in the queue; or the reason it cannot have one.
-    pub async fn admit(self: &Arc<Self>, class: usize) -> Result<Permit, Shed> {
+    /// Takes a slot for a request of `class` sent at `now_nanos`: at once when the node is
+    /// under its limit and nobody waits (or on the express lane), else after waiting in the
+    /// queue; or the reason it cannot have one.
+    pub async fn admit(self: &Arc<Self>, class: usize, now_nanos: u64) -> Result<Permit, Shed> {
         let (id, grant, timeout) = {
             let mut state = self.lock();
-            let limit = state.limit();
-            if matches!(state.mode, Mode::Off) {
-                return Ok(Permit::unlimited());
+            if let Some(permit) = self.admit_now(&mut state, class, now_nanos) {
+                return Ok(permit);
             }
-            if state.in_flight < limit && state.waiters.is_empty() {
-                state.in_flight += 1;
-                let in_flight = state.in_flight + state.express;
-                self.publish(&state);
-                return Ok(self.permit(in_flight, false));
-            }
-            if state.express_allowed(class) {
-                state.express += 1;
-                let in_flight = state.in_flight + state.express;
-                self.publish(&state);
-                return Ok(self.permit(in_flight, true));
-            }
-            let cost = state.cost_of(class);
+            let cost = state.cost_of(class, now_nanos);
             let Some((id, rx)) = state.enqueue(cost) else {
                 drop(state);
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
@@ -452,7 +497,11 @@ impl Gate {
         ticket.settled = grant.is_some();
         drop(ticket);
         match grant {
-            Some(Grant::Slot) => Ok(self.permit(self.in_flight(), false)),
+            Some(Grant::Slot) => {
+                let mut permit = self.permit(self.in_flight(), false);
+                permit.class = class;
+                Ok(permit)
+            }
             Some(Grant::Displaced) => {
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
                 Err(Shed::QueueFull)
@@ -464,11 +513,42 @@ impl Gate {
         }
     }
 
+    /// A slot without waiting: a regular one, an express one or the scout's, if one is free.
+    fn admit_now(
+        self: &Arc<Self>,
+        state: &mut GateState,
+        class: usize,
+        now_nanos: u64,
+    ) -> Option<Permit> {
+        if matches!(state.mode, Mode::Off) {
+            return Some(Permit::unlimited());
+        }
+        let mut permit = if state.in_flight < state.limit() && state.waiters.is_empty() {
+            state.in_flight += 1;
+            self.permit(state.in_flight + state.express, false)
+        } else if state.express_allowed(class, now_nanos) || state.scout_allowed(class, now_nanos) {
+            let scout = !state.express_allowed(class, now_nanos);
+            state.express += 1;
+            state.scouting |= scout;
+            let mut permit = self.permit(state.in_flight + state.express, true);
+            permit.scout = scout;
+            permit
+        } else {
+            return None;
+        };
+        permit.class = class;
+        state.sent(class, now_nanos);
+        self.publish(state);
+        Some(permit)
+    }
+
     fn permit(self: &Arc<Self>, in_flight: u32, express: bool) -> Permit {
         Permit {
             gate: Some(Arc::clone(self)),
             in_flight,
             express,
+            scout: false,
+            class: 0,
         }
     }
 
@@ -477,8 +557,16 @@ impl Gate {
         self.in_flight.load(Ordering::Relaxed) + self.express.load(Ordering::Relaxed)
     }
 
-    fn release(&self, express: bool) {
+    /// Frees a slot; `class` is the request's when it held one, so that a class whose request
+    /// ended without a sample (the client left) stops looking as costly as its age.
+    fn release(&self, express: bool, scout: bool, class: Option<usize>) {
         let mut state = self.lock();
+        if scout {
+            state.scouting = false;
+        }
+        if let Some(since) = class.and_then(|c| state.unknown_since.get_mut(c)) {
+            *since = None;
+        }
         if express {
             state.express = state.express.saturating_sub(1);
         } else {
@@ -576,12 +664,12 @@ mod tests {
     #[tokio::test]
     async fn permits_come_back_on_drop_and_pass_to_the_oldest_waiter() {
         let gate = fixed(2, 2, 10_000);
-        let a = gate.admit(0).await.unwrap();
-        let b = gate.admit(0).await.unwrap();
+        let a = gate.admit(0, 0).await.unwrap();
+        let b = gate.admit(0, 0).await.unwrap();
         assert_eq!((a.in_flight, b.in_flight), (1, 2));
         let waiting = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit(0).await.map(|p| p.in_flight) })
+            tokio::spawn(async move { gate.admit(0, 0).await.map(|p| p.in_flight) })
         };
         while gate.queued() == 0 {
             tokio::task::yield_now().await;
@@ -589,13 +677,13 @@ mod tests {
         assert!(!gate.is_saturated(), "one place left in the queue");
         let second = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit(0).await.is_ok() })
+            tokio::spawn(async move { gate.admit(0, 0).await.is_ok() })
         };
         while gate.queued() < 2 {
             tokio::task::yield_now().await;
         }
         assert!(gate.is_saturated());
-        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueFull));
+        assert_eq!(gate.admit(0, 0).await.err(), Some(Shed::QueueFull));
         drop(a);
         assert_eq!(waiting.await.unwrap(), Ok(2));
         drop(b);
@@ -608,12 +696,12 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_times_out_or_goes_away_leaves_the_queue() {
         let gate = fixed(1, 4, 50);
-        let held = gate.admit(0).await.unwrap();
-        assert_eq!(gate.admit(0).await.err(), Some(Shed::QueueTimeout));
+        let held = gate.admit(0, 0).await.unwrap();
+        assert_eq!(gate.admit(0, 0).await.err(), Some(Shed::QueueTimeout));
         assert_eq!(gate.queued(), 0);
         let abandoned = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit(0).await.is_ok() })
+            tokio::spawn(async move { gate.admit(0, 0).await.is_ok() })
         };
         while gate.queued() == 0 {
             tokio::task::yield_now().await;
@@ -630,7 +718,7 @@ mod tests {
     #[tokio::test]
     async fn the_queue_holds_only_what_the_node_can_start_in_time() {
         let gate = fixed(2, 100, 1000);
-        let permit = gate.admit(0).await.unwrap();
+        let permit = gate.admit(0, 0).await.unwrap();
         // Responses take 500 ms: two slots start four requests a second, so four may wait
         // for one second.
         gate.record(0, 500_000_000, &permit, 1);
@@ -640,13 +728,13 @@ mod tests {
     #[tokio::test]
     async fn a_cheap_request_waits_ahead_of_costly_ones_and_displaces_them_when_full() {
         let gate = fixed(1, 2, 10_000);
-        let held = gate.admit(0).await.unwrap();
+        let held = gate.admit(0, 0).await.unwrap();
         // Class 1 costs 100 ms on this node, class 2 twenty (too much for the express lane).
         gate.record(1, 100_000_000, &held, 1);
         gate.record(2, 20_000_000, &held, 1);
         let wait = |class| {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.admit(class).await.map(|p| (class, p)) })
+            tokio::spawn(async move { gate.admit(class, 0).await.map(|p| (class, p)) })
         };
         let costly = [wait(1), wait(1)];
         while gate.queued() < 2 {
@@ -680,10 +768,10 @@ mod tests {
     #[tokio::test]
     async fn much_cheaper_requests_take_the_express_lane() {
         let gate = fixed(2, 0, 1000);
-        let a = gate.admit(1).await.unwrap();
-        let b = gate.admit(1).await.unwrap();
+        let a = gate.admit(1, 0).await.unwrap();
+        let b = gate.admit(1, 0).await.unwrap();
         assert_eq!(
-            gate.admit(2).await.err(),
+            gate.admit(2, 0).await.err(),
             Some(Shed::QueueFull),
             "class 2 is unknown"
         );
@@ -691,11 +779,14 @@ mod tests {
         gate.record(1, 100_000_000, &a, 1);
         gate.record(2, 10_000_000, &a, 1);
         gate.record(3, 5_000_000, &a, 1);
-        assert_eq!(gate.admit(1).await.err(), Some(Shed::QueueFull));
-        let cheap = [gate.admit(2).await.unwrap(), gate.admit(3).await.unwrap()];
+        assert_eq!(gate.admit(1, 0).await.err(), Some(Shed::QueueFull));
+        let cheap = [
+            gate.admit(2, 0).await.unwrap(),
+            gate.admit(3, 0).await.unwrap(),
+        ];
         assert!(cheap.iter().all(|p| p.express));
         assert_eq!(
-            gate.admit(3).await.err(),
+            gate.admit(3, 0).await.err(),
             Some(Shed::QueueFull),
             "express is full too"
         );
@@ -703,6 +794,72 @@ mod tests {
         assert_eq!((status.in_flight, status.express), (4, 2));
         drop(cheap);
         drop((a, b));
+        assert_eq!(gate.status().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn one_request_of_a_class_of_unknown_cost_scouts_past_the_queue() {
+        let gate = fixed(1, 5, 10_000);
+        let held = gate.admit(1, 0).await.unwrap();
+        let wait = |class| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(class, 0).await })
+        };
+        // Nothing is known of the node yet: nobody scouts, class 2 waits.
+        let unknown_early = wait(2);
+        while gate.queued() < 1 {
+            tokio::task::yield_now().await;
+        }
+        // Class 1 costs 100 ms here; class 2 is still unknown, so one of it scouts…
+        gate.record(1, 100_000_000, &held, 1);
+        let scout = gate.admit(2, 0).await.unwrap();
+        assert!(scout.express && scout.scout);
+        // …and only one: the next waits like everybody else.
+        let second = wait(2);
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!((gate.status().in_flight, gate.status().express), (2, 1));
+        drop(scout);
+        let next_scout = gate.admit(3, 0).await.unwrap();
+        assert!(next_scout.scout, "the scout's slot is free again");
+        drop(next_scout);
+        drop(held);
+        let first = unknown_early.await.unwrap().unwrap();
+        assert!(!first.express);
+        drop(first);
+        drop(second.await.unwrap().unwrap());
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.express, status.queued), (0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_class_still_out_costs_at_least_its_age() {
+        const MS: u64 = 1_000_000;
+        let gate = fixed(1, 5, 10_000);
+        // A CGI (class 1) goes out at 0 and has not come back; a static file (class 2) took
+        // 5 ms.
+        let cgi = gate.admit(1, 0).await.unwrap();
+        gate.record(2, 5 * MS, &cgi, 1);
+        // At 200 ms the CGI has cost at least 200 ms, forty times the static file: the static
+        // file takes the express lane instead of waiting behind it.
+        let fast = gate.admit(2, 200 * MS).await.unwrap();
+        assert!(fast.express && !fast.scout);
+        drop(fast);
+        // The CGI ends without a sample (its client left): its age no longer counts, so the
+        // next static file finds nothing costlier than itself and waits for a slot.
+        let another_cgi = gate.admit(1, 300 * MS);
+        drop(cgi);
+        let another_cgi = another_cgi.await.unwrap();
+        let waiting = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(2, 300 * MS).await })
+        };
+        while gate.queued() < 1 {
+            tokio::task::yield_now().await;
+        }
+        drop(another_cgi);
+        assert!(!waiting.await.unwrap().unwrap().express);
         assert_eq!(gate.status().in_flight, 0);
     }
 
@@ -725,7 +882,7 @@ mod tests {
     async fn futures_admit(gate: &Arc<Gate>, n: usize) -> Vec<Permit> {
         let mut out = Vec::new();
         for _ in 0..n {
-            out.push(gate.admit(0).await.unwrap());
+            out.push(gate.admit(0, 0).await.unwrap());
         }
         out
     }

@@ -1063,4 +1063,193 @@ mod tests {
         DateCache::default().push_iso(&mut line, UNIX_EPOCH);
         assert_eq!(line, b"1970-01-01T00:00:00.000Z");
     }
+
+    /// The line as `serde_json::Value` wrote it before lines were written directly.
+    fn json_as_a_value(r: &Record) -> String {
+        let text = |v: &Option<HeaderValue>| {
+            v.as_ref()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        let ms = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
+        let t = &r.timings;
+        let since = r.time.duration_since(UNIX_EPOCH).unwrap();
+        let mut time = Vec::new();
+        DateCache::default().push_iso(&mut time, r.time);
+        assert!(since.subsec_millis() < 1000);
+        serde_json::json!({
+            "time": String::from_utf8(time).unwrap(),
+            "client": String::from_utf8_lossy(r.client.as_bytes()),
+            "client_port": r.client_port,
+            "method": r.method.as_str(),
+            "target": r.uri.to_string(),
+            "version": format!("{:?}", r.version),
+            "host": text(&r.host),
+            "status": r.status,
+            "bytes": r.bytes,
+            "completed": r.completed,
+            "class": text(&r.class),
+            "decision": r.decision,
+            "node": text(&r.node),
+            "cache": text(&r.cache_status),
+            "referer": text(&r.referer),
+            "user_agent": text(&r.user_agent),
+            "ms": {
+                "since_accept": ms(t.since_accept),
+                "dispatch": ms(t.dispatch),
+                "sent": ms(t.sent),
+                "connect": ms(t.connect),
+                "first_byte": ms(t.first_byte),
+                "end": ms(t.end),
+            },
+        })
+        .to_string()
+            + "\n"
+    }
+
+    fn json_line(r: &Record) -> String {
+        let mut line = Vec::new();
+        format_record(r, LogFormat::Json, &mut DateCache::default(), &mut line);
+        String::from_utf8(line).unwrap()
+    }
+
+    #[test]
+    fn json_lines_are_what_serde_json_values_gave() {
+        let mut r = record();
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        r.time = UNIX_EPOCH + Duration::from_millis(1_763_883_000_042);
+        r.client_port = None;
+        r.method = Method::from_bytes(b"PURGE").unwrap();
+        r.uri = "http://example.org:8080/p?q={x}|y".parse().unwrap();
+        r.version = Version::HTTP_2;
+        r.host = Some(HeaderValue::from_static("example.org"));
+        r.referer = Some(HeaderValue::from_bytes(b"back\\slash\ttab \xE9t\xC3\xA9").unwrap());
+        r.class = Some(HeaderValue::from_static("static"));
+        r.node = Some(HeaderValue::from_static("a"));
+        r.cache_status = Some(HeaderValue::from_static("capstan; hit"));
+        r.completed = false;
+        r.timings = Timings {
+            since_accept: Some(Duration::from_nanos(1_234_567)),
+            dispatch: Some(Duration::from_micros(30)),
+            sent: Some(Duration::from_secs(2)),
+            connect: Some(Duration::ZERO),
+            first_byte: Some(Duration::from_nanos(999_999_999)),
+            end: Some(Duration::from_secs(86_400)),
+        };
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        r.uri = "example.org:443".parse().unwrap();
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        let parsed: serde_json::Value = serde_json::from_str(&json_line(&r)).unwrap();
+        assert_eq!(parsed["referer"], "back\\slash\ttab \u{FFFD}t\u{E9}");
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_control_bytes() {
+        let mut line = Vec::new();
+        push_json_str(&mut line, "a\"b\\c\u{1}\n\u{1f}\u{7f}é");
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "\"a\\\"b\\\\c\\u0001\\n\\u001f\u{7f}é\""
+        );
+    }
+
+    #[test]
+    fn dates_follow_the_second() {
+        let mut dates = DateCache::default();
+        let t = UNIX_EPOCH + Duration::from_secs(971_186_136);
+        assert_eq!(dates.clf(t), b"10/Oct/2000:13:55:36 +0000");
+        assert_eq!(
+            dates.clf(t + Duration::from_millis(999)),
+            b"10/Oct/2000:13:55:36 +0000"
+        );
+        assert_eq!(
+            dates.clf(t + Duration::from_secs(24)),
+            b"10/Oct/2000:13:56:00 +0000"
+        );
+        let mut line = Vec::new();
+        dates.push_iso(&mut line, t + Duration::from_millis(24_007));
+        assert_eq!(line, b"2000-10-10T13:56:00.007Z");
+    }
+
+    fn temp_log(name: &str, buffer: usize) -> (std::path::PathBuf, AccessLog) {
+        let dir = std::env::temp_dir().join(format!("capstan-alog-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let config = AccessLogConfig {
+            path: path.display().to_string(),
+            buffer,
+            ..AccessLogConfig::default()
+        };
+        (path.clone(), AccessLog::open(&config).unwrap())
+    }
+
+    fn lines_in(path: &std::path::Path) -> usize {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// A thread that logs one line and then nothing reaches the file anyway: the writer takes
+    /// its buffer at the next sweep.
+    #[test]
+    fn a_buffer_not_full_reaches_the_file_while_the_log_runs() {
+        let (path, log) = temp_log("quiet.log", 16_384);
+        log.log(&record());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lines_in(&path) < 1 {
+            assert!(Instant::now() < deadline, "the line never reached the file");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!((log.written(), log.handed_over()), (1, 0));
+    }
+
+    /// Threads that have exited and a thread still running, buffers handed over and not:
+    /// everything logged is in the file once the log is dropped, each thread's lines in order.
+    #[test]
+    fn dropping_the_log_writes_every_threads_lines() {
+        let (path, log) = temp_log("drop.log", 16_384);
+        let log = Arc::new(log);
+        let (logged, all_logged) = std::sync::mpsc::channel::<()>();
+        let (exit, may_exit) = std::sync::mpsc::channel::<()>();
+        let mut may_exit = Some(may_exit);
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let (log, logged) = (Arc::clone(&log), logged.clone());
+                let may_exit = may_exit.take();
+                std::thread::spawn(move || {
+                    let mut r = record();
+                    for i in 0..1_000 {
+                        r.uri = format!("/{thread}/{i}").parse().unwrap();
+                        log.log(&r);
+                    }
+                    drop(log);
+                    logged.send(()).unwrap();
+                    // The first thread outlives the log, its buffer still its own.
+                    if let Some(may_exit) = may_exit {
+                        let _ = may_exit.recv();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            all_logged.recv().unwrap();
+        }
+        assert!(log.handed_over() >= 1, "4,000 lines fill a 64 KiB buffer");
+        drop(Arc::into_inner(log).expect("the threads let go"));
+        drop(exit);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut next = [0; 4];
+        for line in text.lines() {
+            let target = line.split(' ').nth(6).unwrap();
+            let (thread, i) = target[1..].split_once('/').unwrap();
+            let thread: usize = thread.parse().unwrap();
+            assert_eq!(i.parse::<usize>().unwrap(), next[thread], "{line}");
+            next[thread] += 1;
+        }
+        assert_eq!(next, [1_000; 4]);
+    }
 }

@@ -97,8 +97,9 @@ async fn written(sw: &capstan_switch::Running, lines: u64) {
     }
 }
 
-/// Allocations per request through a switch configured with `extra`.
-async fn allocations_per_request(backend: &Backend, extra: &str) -> f64 {
+/// Allocations per request through a switch configured with `extra`, and how many lines per
+/// channel send the log made (none without a log).
+async fn allocations_per_request(backend: &Backend, extra: &str) -> (f64, Option<f64>) {
     let sw = start_switch(&config_for(&[backend], extra)).await;
     let mut stream = TcpStream::connect(sw.listen_addrs[0]).await.unwrap();
     let mut buf = Vec::with_capacity(16 * 1024);
@@ -112,10 +113,14 @@ async fn allocations_per_request(backend: &Backend, extra: &str) -> f64 {
     }
     written(&sw, WARM_UP + MEASURED).await;
     let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let lines_per_send = sw.switch.access_log.as_ref().map(|log| {
+        assert_eq!(log.dropped(), 0);
+        log.written() as f64 / log.handed_over().max(1) as f64
+    });
     drop(stream);
     sw.switch.shutdown();
     sw.wait().await;
-    (after - before) as f64 / MEASURED as f64
+    ((after - before) as f64 / MEASURED as f64, lines_per_send)
 }
 
 fn log_file(name: &str) -> PathBuf {
@@ -126,21 +131,45 @@ fn log_file(name: &str) -> PathBuf {
     path
 }
 
+/// Allocations a logged request may add: its notes (`Arc`) and the boxed body wrapper that
+/// counts its bytes. Before lines were formatted on the workers it was 4 (Combined: the held
+/// head values made hyper allocate fresh read buffers) and 60 (JSON: a `serde_json::Value`).
+const ALLOWED_PER_LOGGED_REQUEST: f64 = 2.5;
+
+/// Lines a channel send carries at least (a 64 KiB buffer holds some 150 JSON lines, 400
+/// Combined ones; a send per request would make it 1).
+const LINES_PER_SEND: f64 = 50.0;
+
 #[tokio::test]
 async fn a_logged_request_costs_at_most_a_couple_of_allocations() {
     let backend = Backend::start("a").await;
-    let off = allocations_per_request(&backend, "").await;
+    let (off, _) = allocations_per_request(&backend, "").await;
     let combined = format!("[access_log]\npath = {:?}\n", log_file("combined.log"));
-    let combined = allocations_per_request(&backend, &combined).await;
+    let (combined, combined_sends) = allocations_per_request(&backend, &combined).await;
     let json = format!(
         "[access_log]\npath = {:?}\nformat = \"json\"\n",
         log_file("json.log")
     );
-    let json = allocations_per_request(&backend, &json).await;
+    let (json, json_sends) = allocations_per_request(&backend, &json).await;
     eprintln!(
         "allocations per request: log off {off:.2}, combined {combined:.2} (+{:.2}), \
-         json {json:.2} (+{:.2})",
+         json {json:.2} (+{:.2}); lines per channel send: combined {combined_sends:?}, \
+         json {json_sends:?}",
         combined - off,
         json - off
     );
+    for (format, with_log, sends) in [
+        ("combined", combined, combined_sends),
+        ("json", json, json_sends),
+    ] {
+        assert!(
+            with_log - off <= ALLOWED_PER_LOGGED_REQUEST,
+            "{format}: {with_log:.2} allocations per request, {off:.2} without a log"
+        );
+        let sends = sends.expect("a log");
+        assert!(
+            sends >= LINES_PER_SEND,
+            "{format}: {sends:.0} lines per channel send"
+        );
+    }
 }

@@ -432,7 +432,7 @@ struct Writer {
     sink: Sink,
     shared: Arc<Shared>,
     failed: bool,
-    /// Chunks taken in a sweep, written once no slot is locked.
+    /// Chunks taken in a sweep, written once no lock is held (kept for its capacity).
     taken: Vec<Chunk>,
     /// Emptied buffers given to the slots a sweep empties, so that sweeps allocate nothing.
     spares: Vec<Vec<u8>>,
@@ -478,8 +478,9 @@ impl Writer {
 
     /// Takes what every thread holds and writes it; `closing` marks the slots closed.
     fn sweep(&mut self, receiver: &Receiver<Chunk>, closing: bool) {
-        let slots = lock(&self.shared.slots).clone();
-        for slot in &slots {
+        // Workers take the list's lock only to add their slot, once per thread.
+        let mut slots = lock(&self.shared.slots);
+        for slot in slots.iter() {
             let mut buffer = lock(&slot.buffer);
             // A chunk this thread handed over is in the channel by now (it sends under this
             // lock): it goes first, so that each thread's lines stay in order.
@@ -492,21 +493,22 @@ impl Writer {
                     .spares
                     .pop()
                     .unwrap_or_else(|| Vec::with_capacity(self.chunk_capacity));
-                self.taken.push(std::mem::replace(
-                    &mut buffer.chunk,
-                    Chunk { bytes, lines: 0 },
-                ));
+                let fresh = Chunk { bytes, lines: 0 };
+                self.taken.push(std::mem::replace(&mut buffer.chunk, fresh));
             }
             if closing {
                 slot.closed.store(true, Ordering::Relaxed);
             }
         }
+        // A slot only the list holds belongs to a thread that has exited (emptied just now).
+        slots.retain(|slot| Arc::strong_count(slot) > 1);
         drop(slots);
-        for chunk in std::mem::take(&mut self.taken) {
+        // Written with no lock held: the disk never makes a worker wait.
+        let mut taken = std::mem::take(&mut self.taken);
+        for chunk in taken.drain(..) {
             self.write(chunk);
         }
-        // A slot only the list holds belongs to a thread that has exited.
-        lock(&self.shared.slots).retain(|slot| Arc::strong_count(slot) > 1);
+        self.taken = taken;
     }
 
     fn write(&mut self, mut chunk: Chunk) {
@@ -874,6 +876,10 @@ impl Pending {
         let log = log.filter(|log| log.sampled())?;
         let start = Instant::now();
         let headers = req.headers();
+        // Only what the format writes is held (each is a reference on hyper's read buffer).
+        let json = log.format == LogFormat::Json;
+        let with_agent = json || log.format == LogFormat::Combined;
+        let wanted = |name, wanted: bool| wanted.then(|| headers.get(name).cloned()).flatten();
         Some(Pending {
             log: Arc::clone(log),
             notes: Arc::new(Notes {
@@ -887,9 +893,9 @@ impl Pending {
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
-            host: headers.get(header::HOST).cloned(),
-            referer: headers.get(header::REFERER).cloned(),
-            user_agent: headers.get(header::USER_AGENT).cloned(),
+            host: wanted(header::HOST, json),
+            referer: wanted(header::REFERER, with_agent),
+            user_agent: wanted(header::USER_AGENT, with_agent),
         })
     }
 

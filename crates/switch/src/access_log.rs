@@ -152,8 +152,8 @@ pub struct Record {
 const CHUNK_BYTES: usize = 64 * 1024;
 
 /// How long a line may wait in a thread's buffer that is not full: the writer takes every
-/// buffer this often (nginx's `flush=1s`, shorter here since a sweep costs the writer a lock
-/// per thread and the workers nothing).
+/// buffer this often (nginx's `flush=1s`; shorter here, since a sweep costs the writer one
+/// lock per thread and a worker at most a moment's wait on its buffer's lock).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Formatted lines on their way to the file.

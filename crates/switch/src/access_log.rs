@@ -1202,12 +1202,41 @@ mod tests {
     fn a_buffer_not_full_reaches_the_file_while_the_log_runs() {
         let (path, log) = temp_log("quiet.log", 16_384);
         log.log(&record());
+        wait_for_lines(&path, 1);
+        assert_eq!((log.written(), log.handed_over()), (1, 0));
+    }
+
+    fn wait_for_lines(path: &std::path::Path, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while lines_in(&path) < 1 {
-            assert!(Instant::now() < deadline, "the line never reached the file");
+        while lines_in(path) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} lines never reached {path:?}"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert_eq!((log.written(), log.handed_over()), (1, 0));
+    }
+
+    /// After logrotate renamed the file, `reopen` (SIGUSR1) sends the lines that follow to a
+    /// new file at the path; lines written before stay in the renamed one.
+    #[test]
+    fn reopen_moves_to_a_new_file() {
+        let (path, log) = temp_log("rotated.log", 16_384);
+        log.log(&record());
+        wait_for_lines(&path, 1);
+        let rotated = path.with_extension("log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        log.reopen();
+        // The writer reopens within a sweep; a line logged after that lands in the new file.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !path.exists() {
+            assert!(Instant::now() < deadline, "never reopened");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log.log(&record());
+        wait_for_lines(&path, 1);
+        drop(log);
+        assert_eq!((lines_in(&rotated), lines_in(&path)), (1, 1));
     }
 
     /// Threads that have exited and a thread still running, buffers handed over and not:

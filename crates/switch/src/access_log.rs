@@ -789,7 +789,53 @@ tokio::task_local! {
     static NOTES: Arc<Notes>;
 }
 
+thread_local! {
+    /// Notes of finished requests, for the next ones: in steady state a logged request
+    /// allocates no notes.
+    static SPARE_NOTES: RefCell<Vec<Arc<Notes>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Spare notes (and spare logged bodies) a thread keeps at most: about as many as it has logged
+/// requests in flight.
+const MAX_SPARE_NOTES: usize = 64;
+
 impl Notes {
+    /// Notes for a request whose head arrived at `start`: a spare one when this thread has one.
+    fn fresh(start: Instant) -> Arc<Notes> {
+        let spare = SPARE_NOTES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        if let Some(mut notes) = spare {
+            if let Some(unshared) = Arc::get_mut(&mut notes) {
+                unshared.start = start;
+                *unshared
+                    .noted
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner) = Noted::default();
+                return notes;
+            }
+        }
+        Arc::new(Notes {
+            start,
+            noted: Mutex::new(Noted::default()),
+        })
+    }
+
+    /// Keeps finished notes for a later request, unless something still holds them (a cache
+    /// fill or a node connection the request started).
+    fn recycle(mut notes: Arc<Notes>) {
+        if Arc::get_mut(&mut notes).is_none() {
+            return;
+        }
+        let _ = SPARE_NOTES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < MAX_SPARE_NOTES {
+                spares.push(notes);
+            }
+        });
+    }
+
     fn with(&self, note: impl FnOnce(&mut Noted, Duration)) {
         let elapsed = self.start.elapsed();
         if let Ok(mut noted) = self.noted.lock() {
@@ -885,10 +931,7 @@ impl Pending {
         let wanted = |name, wanted: bool| wanted.then(|| headers.get(name).cloned()).flatten();
         Some(Pending {
             log: Arc::clone(log),
-            notes: Arc::new(Notes {
-                start,
-                noted: Mutex::new(Noted::default()),
-            }),
+            notes: Notes::fresh(start),
             time: SystemTime::now(),
             client: client.clone(),
             client_port: conn.peer.as_ref().map(|p| p.client.port()),
@@ -919,7 +962,18 @@ impl Pending {
             cache_status,
             pending: Some(self),
         };
-        Response::from_parts(parts, ResponseBody::Logged(Box::new(logged)))
+        let spare = SPARE_BODIES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        let logged = match spare {
+            Some(mut spare) => {
+                *spare = logged;
+                spare
+            }
+            None => Box::new(logged),
+        };
+        Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
     }
 
     fn finish(self, status: u16, bytes: u64, completed: bool, cache_status: Option<HeaderValue>) {
@@ -962,6 +1016,7 @@ impl Pending {
             },
         };
         self.log.log(&record);
+        Notes::recycle(self.notes);
     }
 }
 
@@ -978,7 +1033,34 @@ pub struct LoggedBody {
     pending: Option<Pending>,
 }
 
+thread_local! {
+    /// The allocations of finished logged bodies, for the next responses: in steady state a
+    /// logged response allocates no wrapper. The boxes are the point: each is the allocation a
+    /// `ResponseBody::Logged` takes over.
+    #[allow(clippy::vec_box)]
+    static SPARE_BODIES: RefCell<Vec<Box<LoggedBody>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl LoggedBody {
+    /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
+    /// response's own body ends as it would have), and keeps the allocation for a later one.
+    pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
+        *logged = LoggedBody {
+            inner: ResponseBody::Full(None),
+            expected: None,
+            bytes: 0,
+            status: 0,
+            cache_status: None,
+            pending: None,
+        };
+        let _ = SPARE_BODIES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < MAX_SPARE_NOTES {
+                spares.push(logged);
+            }
+        });
+    }
+
     fn finish(&mut self, completed: bool) {
         if let Some(pending) = self.pending.take() {
             pending.finish(self.status, self.bytes, completed, self.cache_status.take());

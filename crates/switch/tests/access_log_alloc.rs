@@ -131,17 +131,19 @@ fn log_file(name: &str) -> PathBuf {
     path
 }
 
-/// Allocations a logged request may add: its notes (`Arc`) and the boxed body wrapper that
-/// counts its bytes. Before lines were formatted on the workers it was 4 (Combined: the held
-/// head values made hyper allocate fresh read buffers) and 60 (JSON: a `serde_json::Value`).
-const ALLOWED_PER_LOGGED_REQUEST: f64 = 2.5;
+/// Allocations a logged request may add: none in steady state (its notes and the body wrapper
+/// that counts its bytes are reused; the writer reuses its buffers; a full 64 KiB buffer costs
+/// a new one per some hundred lines). Before lines were formatted on the workers it was 4
+/// (Combined: two for the notes and the wrapper, two because the head values held for 20 ms
+/// made hyper allocate fresh read buffers) and 60 (JSON: a `serde_json::Value`).
+const ALLOWED_PER_LOGGED_REQUEST: f64 = 0.5;
 
 /// Lines a channel send carries at least (a 64 KiB buffer holds some 150 JSON lines, 400
 /// Combined ones; a send per request would make it 1).
 const LINES_PER_SEND: f64 = 50.0;
 
 #[tokio::test]
-async fn a_logged_request_costs_at_most_a_couple_of_allocations() {
+async fn a_logged_request_allocates_nothing_in_steady_state() {
     let backend = Backend::start("a").await;
     let (off, _) = allocations_per_request(&backend, "").await;
     let combined = format!("[access_log]\npath = {:?}\n", log_file("combined.log"));

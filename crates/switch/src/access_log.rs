@@ -17,7 +17,9 @@
 //! need no extra parameters and cost one thread-local lookup when the request is not logged.
 //! The request's head values (URI, `Host`, `Referer`, `User-Agent`: reference-counted views of
 //! hyper's read buffer) are held until the response ends and let go as soon as the line is
-//! formatted, so the connection's buffer is free again before its next request is read.
+//! formatted, so the connection's buffer is free again before its next request is read. Each
+//! thread keeps finished requests' notes and logged-body boxes for its next requests, so a
+//! logged request allocates nothing in steady state (`tests/access_log_alloc.rs` counts).
 
 use std::cell::RefCell;
 use std::fs::File;

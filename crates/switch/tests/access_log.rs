@@ -317,3 +317,42 @@ async fn json_lines_escape_what_the_client_sent() {
     assert_eq!(line["user_agent"], "say \"hi\" \\o/\tbye \u{FFFD}");
     assert_eq!(line["referer"], "\"\\\\\"");
 }
+
+/// A thread reuses finished requests' notes: nothing of one request (node, class, timings)
+/// shows in the line of the next.
+#[tokio::test]
+async fn a_line_says_nothing_of_the_request_before() {
+    let a = Backend::start("a").await;
+    let path = log_path("reused.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\nformat = \"json\"\n[limits]\nmax_request_line = 64\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/fine").await.status, StatusCode::OK);
+        let long = format!("/{}", "x".repeat(100));
+        assert_eq!(get(addr, &long).await.status, StatusCode::URI_TOO_LONG);
+    }
+    let lines = wait_for_lines(&path, 6).await;
+    for (i, line) in lines.iter().enumerate() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(
+                (&line["node"], &line["decision"]),
+                (&"a".into(), &"forward".into())
+            );
+            assert!(line["ms"]["first_byte"].is_number(), "{line}");
+        } else {
+            assert_eq!(line["status"], 414);
+            assert_eq!(line["decision"], "switch", "{line}");
+            for key in ["node", "class"] {
+                assert!(line[key].is_null(), "{key}: {line}");
+            }
+            for key in ["dispatch", "sent", "first_byte", "connect"] {
+                assert!(line["ms"][key].is_null(), "ms.{key}: {line}");
+            }
+        }
+    }
+}

@@ -2,24 +2,33 @@
 //! `capstan bench --replay`) or as JSON lines with the request's timings, class, policy
 //! decision, node, status, bytes and cache status.
 //!
-//! Nothing is formatted or written on the request path. A request that is sampled gathers its
-//! facts into a [`Record`] and hands it to a bounded channel; one writer thread wakes every
-//! 20 ms, formats what is waiting and writes it through a buffer, flushing after each batch. When the channel is full
-//! the record is dropped and counted (`capstan_access_log_dropped_total`) rather than making a
-//! worker wait for the disk. `SIGUSR1` asks the writer to reopen the file (logrotate's
-//! `postrotate`).
+//! Built as nginx's buffered log is: the line is formatted when the response ends, by the thread
+//! that served it, into that thread's buffer in this log (a thread-local; the CLF and ISO dates
+//! are formatted once per second per thread, JSON is written directly). A buffer that reaches
+//! 64 KiB (or `buffer` lines) goes to the writer thread in one channel send; the writer also
+//! takes every thread's buffer each [`FLUSH_INTERVAL`], so a quiet thread's lines reach the file
+//! within that time. At most `buffer` lines wait in the channel; past it a full buffer's lines
+//! are dropped and counted (`capstan_access_log_dropped_total`) rather than making a worker wait
+//! for the disk. Dropping the [`AccessLog`] writes everything queued and buffered. `SIGUSR1`
+//! asks the writer to reopen the file (logrotate's `postrotate`).
 //!
 //! What happens deep in the proxy (the class, the node picked, when the request went out and
 //! when its head came back) is noted through a task-local [`Notes`], so the proxy's functions
 //! need no extra parameters and cost one thread-local lookup when the request is not logged.
+//! The request's head values (URI, `Host`, `Referer`, `User-Agent`: reference-counted views of
+//! hyper's read buffer) are held until the response ends and let go as soon as the line is
+//! formatted, so the connection's buffer is free again before its next request is read. Each
+//! thread keeps finished requests' notes and logged-body boxes for its next requests, so a
+//! logged request allocates nothing in steady state (`tests/access_log_alloc.rs` counts).
 
+use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -41,7 +50,8 @@ pub struct AccessLogConfig {
     pub format: LogFormat,
     /// Log one request in `sample` (1: every request).
     pub sample: u64,
-    /// Records waiting for the writer at most; past it records are dropped and counted.
+    /// Lines waiting for the writer at most (a thread hands its buffer over at 64 KiB or this
+    /// many lines); past it a buffer's lines are dropped and counted.
     pub buffer: usize,
 }
 
@@ -140,14 +150,92 @@ pub struct Record {
     pub timings: Timings,
 }
 
-/// The running access log: the channel to the writer thread and its counters.
+/// A thread hands its buffer to the writer once it holds this much (nginx's `buffer=64k`).
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// How long a line may wait in a thread's buffer that is not full: the writer takes every
+/// buffer this often (nginx's `flush=1s`; shorter here, since a sweep costs the writer one
+/// lock per thread and a worker at most a moment's wait on its buffer's lock).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Formatted lines on their way to the file.
+#[derive(Default)]
+struct Chunk {
+    bytes: Vec<u8>,
+    lines: u64,
+}
+
+/// One thread's buffer in one log: written by that thread only, taken by the writer's sweep.
+/// The mutex is uncontended but for the instant of a sweep (two atomic operations a line,
+/// no system call); it is what lets the writer take a buffer whose thread has gone quiet.
+struct Slot {
+    buffer: Mutex<SlotBuffer>,
+    /// The log has closed: a thread drops this slot at its next registration.
+    closed: AtomicBool,
+}
+
+struct SlotBuffer {
+    chunk: Chunk,
+    /// The current second's dates, formatted once per second per thread.
+    dates: DateCache,
+}
+
+impl Slot {
+    fn new(capacity: usize) -> Slot {
+        Slot {
+            buffer: Mutex::new(SlotBuffer {
+                chunk: Chunk {
+                    bytes: Vec::with_capacity(capacity),
+                    lines: 0,
+                },
+                dates: DateCache::default(),
+            }),
+            closed: AtomicBool::new(false),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+thread_local! {
+    /// This thread's slot in each open log, by the log's id (a process usually has one log;
+    /// tests start many).
+    static SLOTS: RefCell<Vec<(u64, Arc<Slot>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tells logs apart in [`SLOTS`].
+static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(0);
+
+/// What the workers and the writer thread share.
+struct Shared {
+    /// Every thread's slot; the writer sweeps them.
+    slots: Mutex<Vec<Arc<Slot>>>,
+    /// For a thread whose thread-locals are already gone (a body dropped while it exits).
+    fallback: Arc<Slot>,
+    /// Lines handed over and not yet written (at most the configured `buffer`).
+    queued: AtomicU64,
+    dropped: AtomicU64,
+    written: AtomicU64,
+    handed_over: AtomicU64,
+    reopen: AtomicBool,
+}
+
+/// The running access log: the threads' buffers, the channel to the writer and its counters.
 pub struct AccessLog {
+    id: u64,
+    format: LogFormat,
     sample: u64,
     seen: AtomicU64,
-    sender: Option<SyncSender<Record>>,
-    dropped: AtomicU64,
-    written: Arc<AtomicU64>,
-    reopen: Arc<AtomicBool>,
+    /// A thread hands its buffer over at this many lines (or [`CHUNK_BYTES`]).
+    chunk_lines: u64,
+    /// Lines that may wait for the writer (the configured `buffer`).
+    queue_limit: u64,
+    /// The room a fresh buffer starts with.
+    chunk_capacity: usize,
+    shared: Arc<Shared>,
+    sender: Option<SyncSender<Chunk>>,
     writer: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -155,23 +243,38 @@ impl AccessLog {
     /// Opens the file (so that a bad path fails at start) and starts the writer thread.
     pub fn open(config: &AccessLogConfig) -> anyhow::Result<AccessLog> {
         let sink = Sink::open(&config.path)?;
-        let (sender, receiver) = sync_channel(config.buffer);
-        let written = Arc::new(AtomicU64::new(0));
-        let reopen = Arc::new(AtomicBool::new(false));
+        let queue_limit = config.buffer.max(1) as u64;
+        let chunk_lines = queue_limit.min(CHUNK_BYTES as u64);
+        // A line is rarely longer than 512 bytes; the last one may pass the mark.
+        let chunk_capacity = (chunk_lines as usize * 512).min(CHUNK_BYTES) + 4096;
+        let fallback = Arc::new(Slot::new(0));
+        let shared = Arc::new(Shared {
+            slots: Mutex::new(vec![Arc::clone(&fallback)]),
+            fallback,
+            queued: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            handed_over: AtomicU64::new(0),
+            reopen: AtomicBool::new(false),
+        });
+        // Each chunk holds a line at least, so `queue_limit` chunks bound the channel too.
+        let (sender, receiver) = sync_channel(config.buffer.clamp(1, 1024));
         let writer = {
-            let (written, reopen, format) =
-                (Arc::clone(&written), Arc::clone(&reopen), config.format);
+            let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("capstan-access-log".into())
-                .spawn(move || write_records(receiver, sink, format, &written, &reopen))?
+                .spawn(move || Writer::new(sink, shared, chunk_capacity).run(&receiver))?
         };
         Ok(AccessLog {
+            id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
+            format: config.format,
             sample: config.sample,
             seen: AtomicU64::new(0),
+            chunk_lines,
+            queue_limit,
+            chunk_capacity,
+            shared,
             sender: Some(sender),
-            dropped: AtomicU64::new(0),
-            written,
-            reopen,
             writer: Some(writer),
         })
     }
@@ -185,35 +288,87 @@ impl AccessLog {
                 .is_multiple_of(self.sample)
     }
 
-    /// Hands a record to the writer; never waits.
-    pub fn submit(&self, record: Record) {
-        let Some(sender) = &self.sender else { return };
-        match sender.try_send(record) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Formats the record's line into this thread's buffer; never waits for the disk.
+    pub fn log(&self, record: &Record) {
+        let appended = SLOTS.try_with(|slots| {
+            let mut slots = slots.borrow_mut();
+            self.append_to(self.slot_of_this_thread(&mut slots), record);
+        });
+        if appended.is_err() {
+            self.append_to(&self.shared.fallback, record);
+        }
+    }
+
+    fn slot_of_this_thread<'s>(&self, slots: &'s mut Vec<(u64, Arc<Slot>)>) -> &'s Slot {
+        if let Some(i) = slots.iter().position(|(id, _)| *id == self.id) {
+            return &slots[i].1;
+        }
+        // This thread's first line in this log: forget the slots of logs closed since.
+        slots.retain(|(_, slot)| !slot.closed.load(Ordering::Relaxed));
+        let slot = Arc::new(Slot::new(self.chunk_capacity));
+        lock(&self.shared.slots).push(Arc::clone(&slot));
+        slots.push((self.id, slot));
+        &slots[slots.len() - 1].1
+    }
+
+    fn append_to(&self, slot: &Slot, record: &Record) {
+        let mut buffer = lock(&slot.buffer);
+        let SlotBuffer { chunk, dates } = &mut *buffer;
+        format_record(record, self.format, dates, &mut chunk.bytes);
+        chunk.lines += 1;
+        if chunk.bytes.len() >= CHUNK_BYTES || chunk.lines >= self.chunk_lines {
+            let fresh = Chunk {
+                bytes: Vec::with_capacity(self.chunk_capacity),
+                lines: 0,
+            };
+            // Still under the slot's lock: the writer's sweep, which takes the lock, then
+            // finds this chunk in the channel and writes it before the lines that follow.
+            self.hand_over(std::mem::replace(chunk, fresh));
+        }
+    }
+
+    /// Sends a full buffer to the writer, or drops its lines (counted) when too many wait.
+    fn hand_over(&self, chunk: Chunk) {
+        let lines = chunk.lines;
+        let queued = self.shared.queued.fetch_add(lines, Ordering::Relaxed) + lines;
+        let sent = queued <= self.queue_limit
+            && self
+                .sender
+                .as_ref()
+                .is_some_and(|sender| sender.try_send(chunk).is_ok());
+        if sent {
+            self.shared.handed_over.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.shared.queued.fetch_sub(lines, Ordering::Relaxed);
+            self.shared.dropped.fetch_add(lines, Ordering::Relaxed);
         }
     }
 
     /// Asks the writer to reopen its file (after logrotate renamed it).
     pub fn reopen(&self) {
-        self.reopen.store(true, Ordering::Relaxed);
+        self.shared.reopen.store(true, Ordering::Relaxed);
     }
 
-    /// Records dropped because the writer was behind.
+    /// Lines dropped because the writer was behind.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.shared.dropped.load(Ordering::Relaxed)
     }
 
     /// Lines written so far.
     pub fn written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
+        self.shared.written.load(Ordering::Relaxed)
+    }
+
+    /// Full buffers the threads have handed to the writer (one channel send each; buffers
+    /// that were not full are taken by the writer without one).
+    pub fn handed_over(&self) -> u64 {
+        self.shared.handed_over.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for AccessLog {
-    /// Lets the writer drain what is queued and flush before the process goes on to exit.
+    /// Lets the writer write what is queued and what every thread holds before the process
+    /// goes on to exit. No line can be added meanwhile: adding one needs this log.
     fn drop(&mut self) {
         self.sender.take();
         if let Some(writer) = self.writer.take() {
@@ -222,44 +377,41 @@ impl Drop for AccessLog {
     }
 }
 
-/// Where lines go.
+/// Where lines go. Chunks are large already, so nothing is buffered in between.
 enum Sink {
-    Stdout(BufWriter<io::Stdout>),
-    File { path: PathBuf, out: BufWriter<File> },
+    Stdout(io::Stdout),
+    File { path: PathBuf, file: File },
 }
 
 impl Sink {
     fn open(path: &str) -> anyhow::Result<Sink> {
         if path == "-" {
-            return Ok(Sink::Stdout(BufWriter::with_capacity(
-                64 * 1024,
-                io::stdout(),
-            )));
+            return Ok(Sink::Stdout(io::stdout()));
         }
         let path = PathBuf::from(path);
         let file = open_append(&path)
             .map_err(|e| anyhow::anyhow!("access_log.path: cannot open {}: {e}", path.display()))?;
-        Ok(Sink::File {
-            path,
-            out: BufWriter::with_capacity(64 * 1024, file),
-        })
+        Ok(Sink::File { path, file })
     }
 
-    fn out(&mut self) -> &mut dyn Write {
+    fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
-            Sink::Stdout(out) => out,
-            Sink::File { out, .. } => out,
+            Sink::Stdout(out) => {
+                let mut out = out.lock();
+                out.write_all(bytes)?;
+                out.flush()
+            }
+            Sink::File { file, .. } => file.write_all(bytes),
         }
     }
 
     /// Opens the path anew; on failure the old file keeps being written.
     fn reopen(&mut self) {
-        let Sink::File { path, out } = self else {
+        let Sink::File { path, file } = self else {
             return;
         };
-        let _ = out.flush();
         match open_append(path) {
-            Ok(file) => *out = BufWriter::with_capacity(64 * 1024, file),
+            Ok(reopened) => *file = reopened,
             Err(e) => tracing::error!(
                 "access log: cannot reopen {}: {e}; still writing the old file",
                 path.display()
@@ -275,92 +427,208 @@ fn open_append(path: &std::path::Path) -> io::Result<File> {
         .open(path)
 }
 
-/// How long the writer sleeps between batches. It polls rather than waits on the channel: a
-/// receiver blocked in `recv` would be woken by every request (a futex call and a context
-/// switch on the request path, measured at ~20 µs of CPU per request on a loaded machine);
-/// a sleeping one is never woken, and drains up to `buffer` records per tick.
-const WRITER_TICK: Duration = Duration::from_millis(20);
+/// The writer thread: writes full buffers as they come and sweeps every thread's buffer each
+/// [`FLUSH_INTERVAL`]. It blocks on the channel, which wakes it once per full buffer (not per
+/// request: one futex call for some hundred lines).
+struct Writer {
+    sink: Sink,
+    shared: Arc<Shared>,
+    failed: bool,
+    /// Chunks taken in a sweep, written once no lock is held (kept for its capacity).
+    taken: Vec<Chunk>,
+    /// Emptied buffers given to the slots a sweep empties, so that sweeps allocate nothing.
+    spares: Vec<Vec<u8>>,
+    chunk_capacity: usize,
+}
 
-/// The writer thread: formats and writes records until every sender is gone.
-fn write_records(
-    receiver: Receiver<Record>,
-    mut sink: Sink,
-    format: LogFormat,
-    written: &AtomicU64,
-    reopen: &AtomicBool,
-) {
-    let mut line = String::with_capacity(512);
-    let mut failed = false;
-    loop {
-        if reopen.swap(false, Ordering::Relaxed) {
-            sink.reopen();
+impl Writer {
+    fn new(sink: Sink, shared: Arc<Shared>, chunk_capacity: usize) -> Writer {
+        Writer {
+            sink,
+            shared,
+            failed: false,
+            taken: Vec::new(),
+            spares: Vec::new(),
+            chunk_capacity,
         }
-        let mut wrote = false;
-        let ended = loop {
-            let record = match receiver.try_recv() {
-                Ok(record) => record,
-                Err(TryRecvError::Empty) => break false,
-                Err(TryRecvError::Disconnected) => break true,
-            };
-            line.clear();
-            format_record(&record, format, &mut line);
-            match sink.out().write_all(line.as_bytes()) {
-                Ok(()) => {
-                    written.fetch_add(1, Ordering::Relaxed);
-                    (failed, wrote) = (false, true);
-                }
-                Err(e) if !failed => {
-                    tracing::error!("access log: write failed: {e}");
-                    failed = true;
-                }
-                Err(_) => {}
+    }
+
+    /// Until every sender is gone (the log dropped); then a last sweep.
+    fn run(mut self, receiver: &Receiver<Chunk>) {
+        let mut next_sweep = Instant::now() + FLUSH_INTERVAL;
+        loop {
+            if self.shared.reopen.swap(false, Ordering::Relaxed) {
+                self.sink.reopen();
             }
-        };
-        if wrote || ended {
-            let _ = sink.out().flush();
+            match receiver.recv_timeout(next_sweep.saturating_duration_since(Instant::now())) {
+                Ok(chunk) => {
+                    self.shared.queued.fetch_sub(chunk.lines, Ordering::Relaxed);
+                    self.write(chunk);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.sweep(receiver, true);
+                    return;
+                }
+            }
+            if Instant::now() >= next_sweep {
+                self.sweep(receiver, false);
+                next_sweep = Instant::now() + FLUSH_INTERVAL;
+            }
         }
-        if ended {
+    }
+
+    /// Takes what every thread holds and writes it; `closing` marks the slots closed.
+    fn sweep(&mut self, receiver: &Receiver<Chunk>, closing: bool) {
+        // Workers take the list's lock only to add their slot, once per thread.
+        let mut slots = lock(&self.shared.slots);
+        for slot in slots.iter() {
+            let mut buffer = lock(&slot.buffer);
+            // A chunk this thread handed over is in the channel by now (it sends under this
+            // lock): it goes first, so that each thread's lines stay in order.
+            while let Ok(chunk) = receiver.try_recv() {
+                self.shared.queued.fetch_sub(chunk.lines, Ordering::Relaxed);
+                self.taken.push(chunk);
+            }
+            if buffer.chunk.lines > 0 {
+                let bytes = self
+                    .spares
+                    .pop()
+                    .unwrap_or_else(|| Vec::with_capacity(self.chunk_capacity));
+                let fresh = Chunk { bytes, lines: 0 };
+                self.taken.push(std::mem::replace(&mut buffer.chunk, fresh));
+            }
+            if closing {
+                slot.closed.store(true, Ordering::Relaxed);
+            }
+        }
+        // A slot only the list holds belongs to a thread that has exited (emptied just now).
+        slots.retain(|slot| Arc::strong_count(slot) > 1);
+        drop(slots);
+        // Written with no lock held: the disk never makes a worker wait.
+        let mut taken = std::mem::take(&mut self.taken);
+        for chunk in taken.drain(..) {
+            self.write(chunk);
+        }
+        self.taken = taken;
+    }
+
+    fn write(&mut self, mut chunk: Chunk) {
+        match self.sink.write_all(&chunk.bytes) {
+            Ok(()) => {
+                self.shared
+                    .written
+                    .fetch_add(chunk.lines, Ordering::Relaxed);
+                self.failed = false;
+            }
+            Err(e) if !self.failed => {
+                tracing::error!("access log: write failed: {e}");
+                self.failed = true;
+            }
+            Err(_) => {}
+        }
+        if self.spares.len() < 4 {
+            chunk.bytes.clear();
+            self.spares.push(chunk.bytes);
+        }
+    }
+}
+
+/// The current second's dates, formatted once: `10/Oct/2000:13:55:36 +0000` (CLF) and
+/// `2000-10-10T13:55:36` (ISO 8601, for JSON, to which the milliseconds are added).
+#[derive(Default)]
+pub struct DateCache {
+    second: Option<i64>,
+    clf: Vec<u8>,
+    iso: Vec<u8>,
+}
+
+impl DateCache {
+    fn refresh(&mut self, time: SystemTime) {
+        let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+        if self.second == Some(secs) {
             return;
         }
-        std::thread::sleep(WRITER_TICK);
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+        let rem = secs.rem_euclid(86_400);
+        let (hour, minute, second) = (rem / 3600, rem / 60 % 60, rem % 60);
+        self.clf.clear();
+        let _ = write!(
+            self.clf,
+            "{day:02}/{}/{year:04}:{hour:02}:{minute:02}:{second:02} +0000",
+            MONTHS[(month - 1) as usize],
+        );
+        self.iso.clear();
+        let _ = write!(
+            self.iso,
+            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}"
+        );
+        self.second = Some(secs);
+    }
+
+    fn clf(&mut self, time: SystemTime) -> &[u8] {
+        self.refresh(time);
+        &self.clf
+    }
+
+    /// `2026-11-23T07:30:00.123Z`.
+    fn push_iso(&mut self, line: &mut Vec<u8>, time: SystemTime) {
+        self.refresh(time);
+        line.extend_from_slice(&self.iso);
+        let millis = time
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_millis();
+        let _ = write!(line, ".{millis:03}Z");
     }
 }
 
-/// One line, with its line break.
-pub fn format_record(record: &Record, format: LogFormat, line: &mut String) {
+/// One line, with its line break, appended to `line`.
+pub fn format_record(
+    record: &Record,
+    format: LogFormat,
+    dates: &mut DateCache,
+    line: &mut Vec<u8>,
+) {
     match format {
-        LogFormat::Common => format_common(record, line),
+        LogFormat::Common => format_common(record, dates, line),
         LogFormat::Combined => {
-            format_common(record, line);
-            line.push_str(" \"");
-            push_quoted(line, record.referer.as_ref());
-            line.push_str("\" \"");
-            push_quoted(line, record.user_agent.as_ref());
-            line.push('"');
+            format_common(record, dates, line);
+            line.extend_from_slice(b" \"");
+            push_quoted(line, record.referer.as_ref().map(HeaderValue::as_bytes));
+            line.extend_from_slice(b"\" \"");
+            push_quoted(line, record.user_agent.as_ref().map(HeaderValue::as_bytes));
+            line.push(b'"');
         }
-        LogFormat::Json => format_json(record, line),
+        LogFormat::Json => format_json(record, dates, line),
     }
-    line.push('\n');
+    line.push(b'\n');
 }
 
-fn format_common(r: &Record, line: &mut String) {
-    use std::fmt::Write as _;
-    push_quoted(line, Some(&r.client));
-    line.push_str(" - - [");
-    push_clf_date(line, r.time);
-    let _ = write!(line, "] \"{} ", r.method);
+fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
+    push_quoted(line, Some(r.client.as_bytes()));
+    line.extend_from_slice(b" - - [");
+    line.extend_from_slice(dates.clf(r.time));
+    line.extend_from_slice(b"] \"");
+    line.extend_from_slice(r.method.as_str().as_bytes());
+    line.push(b' ');
     push_target(line, &r.uri);
     let _ = write!(line, " {:?}\" {} ", r.version, r.status);
     if r.bytes == 0 {
-        line.push('-');
+        line.push(b'-');
     } else {
         let _ = write!(line, "{}", r.bytes);
     }
 }
 
+const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+
 /// The request target as the client sent it, with anything that could break the line's
 /// fields (space, quote, backslash, control or non-ASCII bytes) percent-encoded.
-fn push_target(line: &mut String, uri: &Uri) {
+fn push_target(line: &mut Vec<u8>, uri: &Uri) {
     // A `CONNECT` target is an authority alone; every other has a path.
     let target = match (uri.path_and_query(), uri.authority()) {
         (Some(pq), _) => pq.as_str(),
@@ -369,62 +637,37 @@ fn push_target(line: &mut String, uri: &Uri) {
     };
     for b in target.bytes() {
         if b.is_ascii_graphic() && b != b'"' && b != b'\\' {
-            line.push(b as char);
+            line.push(b);
         } else {
-            line.push_str(&format!("%{b:02X}"));
+            line.extend_from_slice(&[
+                b'%',
+                HEX_UPPER[usize::from(b >> 4)],
+                HEX_UPPER[usize::from(b & 15)],
+            ]);
         }
     }
 }
 
 /// A header value inside a quoted field, escaped as Apache does (`\"`, `\\`, `\xHH`);
 /// `-` when absent.
-fn push_quoted(line: &mut String, value: Option<&HeaderValue>) {
+fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
     let Some(value) = value else {
-        line.push('-');
+        line.push(b'-');
         return;
     };
-    for &b in value.as_bytes() {
+    for &b in value {
         match b {
-            b'"' => line.push_str("\\\""),
-            b'\\' => line.push_str("\\\\"),
-            b' '..=b'~' => line.push(b as char),
-            _ => line.push_str(&format!("\\x{b:02X}")),
+            b'"' => line.extend_from_slice(b"\\\""),
+            b'\\' => line.extend_from_slice(b"\\\\"),
+            b' '..=b'~' => line.push(b),
+            _ => line.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX_UPPER[usize::from(b >> 4)],
+                HEX_UPPER[usize::from(b & 15)],
+            ]),
         }
     }
-}
-
-/// `10/Oct/2000:13:55:36 +0000` (UTC).
-fn push_clf_date(line: &mut String, time: SystemTime) {
-    use std::fmt::Write as _;
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
-    let _ = write!(
-        line,
-        "{day:02}/{}/{year:04}:{:02}:{:02}:{:02} +0000",
-        MONTHS[(month - 1) as usize],
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    );
-}
-
-/// `2026-11-23T07:30:00.123Z`.
-fn iso_time(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs() as i64;
-    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        since.subsec_millis()
-    )
 }
 
 /// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -441,40 +684,86 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
-fn format_json(r: &Record, line: &mut String) {
-    let text = |v: &Option<HeaderValue>| {
-        v.as_ref()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    };
-    let ms = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
+/// A JSON string, escaped by serde_json (quotes, backslashes, control characters).
+fn push_json_str(line: &mut Vec<u8>, text: &str) {
+    let _ = serde_json::to_writer(&mut *line, text);
+}
+
+/// A header value as a JSON string (bytes that are not UTF-8 become U+FFFD); `null` when
+/// absent.
+fn push_json_text(line: &mut Vec<u8>, value: Option<&[u8]>) {
+    match value.map(std::str::from_utf8) {
+        None => line.extend_from_slice(b"null"),
+        Some(Ok(text)) => push_json_str(line, text),
+        Some(Err(_)) => push_json_str(line, &String::from_utf8_lossy(value.unwrap_or_default())),
+    }
+}
+
+/// Milliseconds, rounded to the microsecond, written as serde_json writes a float.
+fn push_json_ms(line: &mut Vec<u8>, value: Option<Duration>) {
+    match value {
+        Some(d) => {
+            let _ = serde_json::to_writer(&mut *line, &((d.as_secs_f64() * 1e6).round() / 1e3));
+        }
+        None => line.extend_from_slice(b"null"),
+    }
+}
+
+fn text(value: &Option<HeaderValue>) -> Option<&[u8]> {
+    value.as_ref().map(HeaderValue::as_bytes)
+}
+
+/// One JSON object, keys in the sorted order `serde_json::Value` gave them before lines were
+/// written directly (readers that compare lines keep working).
+fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     let t = &r.timings;
-    let value = serde_json::json!({
-        "time": iso_time(r.time),
-        "client": String::from_utf8_lossy(r.client.as_bytes()),
-        "client_port": r.client_port,
-        "method": r.method.as_str(),
-        "target": r.uri.to_string(),
-        "version": format!("{:?}", r.version),
-        "host": text(&r.host),
-        "status": r.status,
-        "bytes": r.bytes,
-        "completed": r.completed,
-        "class": text(&r.class),
-        "decision": r.decision,
-        "node": text(&r.node),
-        "cache": text(&r.cache_status),
-        "referer": text(&r.referer),
-        "user_agent": text(&r.user_agent),
-        "ms": {
-            "since_accept": ms(t.since_accept),
-            "dispatch": ms(t.dispatch),
-            "sent": ms(t.sent),
-            "connect": ms(t.connect),
-            "first_byte": ms(t.first_byte),
-            "end": ms(t.end),
-        },
-    });
-    line.push_str(&value.to_string());
+    let _ = write!(line, "{{\"bytes\":{},\"cache\":", r.bytes);
+    push_json_text(line, text(&r.cache_status));
+    line.extend_from_slice(b",\"class\":");
+    push_json_text(line, text(&r.class));
+    line.extend_from_slice(b",\"client\":");
+    push_json_text(line, Some(r.client.as_bytes()));
+    match r.client_port {
+        Some(port) => _ = write!(line, ",\"client_port\":{port}"),
+        None => line.extend_from_slice(b",\"client_port\":null"),
+    }
+    let _ = write!(line, ",\"completed\":{},\"decision\":", r.completed);
+    push_json_str(line, r.decision);
+    line.extend_from_slice(b",\"host\":");
+    push_json_text(line, text(&r.host));
+    line.extend_from_slice(b",\"method\":");
+    push_json_str(line, r.method.as_str());
+    for (key, value) in [
+        (&b",\"ms\":{\"connect\":"[..], t.connect),
+        (b",\"dispatch\":", t.dispatch),
+        (b",\"end\":", t.end),
+        (b",\"first_byte\":", t.first_byte),
+        (b",\"sent\":", t.sent),
+        (b",\"since_accept\":", t.since_accept),
+    ] {
+        line.extend_from_slice(key);
+        push_json_ms(line, value);
+    }
+    line.extend_from_slice(b"},\"node\":");
+    push_json_text(line, text(&r.node));
+    line.extend_from_slice(b",\"referer\":");
+    push_json_text(line, text(&r.referer));
+    let _ = write!(line, ",\"status\":{},\"target\":", r.status);
+    push_json_target(line, &r.uri);
+    line.extend_from_slice(b",\"time\":\"");
+    dates.push_iso(line, r.time);
+    line.extend_from_slice(b"\",\"user_agent\":");
+    push_json_text(line, text(&r.user_agent));
+    let _ = write!(line, ",\"version\":\"{:?}\"}}", r.version);
+}
+
+/// The target as `Uri` displays it: a path and query (nearly always, written as is) or an
+/// absolute URI or authority (from a proxy client or `CONNECT`, displayed into a string).
+fn push_json_target(line: &mut Vec<u8>, uri: &Uri) {
+    match (uri.scheme(), uri.authority(), uri.path_and_query()) {
+        (None, None, Some(pq)) => push_json_str(line, pq.as_str()),
+        _ => push_json_str(line, &uri.to_string()),
+    }
 }
 
 /// What the proxy learns about a logged request while handling it.
@@ -489,7 +778,10 @@ struct Noted {
     first_byte: Option<Duration>,
 }
 
-/// The notes of one logged request, shared with the proxy through a task-local.
+/// The notes of one logged request, shared with the proxy through a task-local. A mutex rather
+/// than atomics, since the class and node are header values: uncontended (the request's own
+/// task notes, or the connection it opened), it costs two atomic operations a note and no
+/// allocation.
 pub struct Notes {
     start: Instant,
     noted: Mutex<Noted>,
@@ -499,7 +791,53 @@ tokio::task_local! {
     static NOTES: Arc<Notes>;
 }
 
+thread_local! {
+    /// Notes of finished requests, for the next ones: in steady state a logged request
+    /// allocates no notes.
+    static SPARE_NOTES: RefCell<Vec<Arc<Notes>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Spare notes (and spare logged bodies) a thread keeps at most: about as many as it has logged
+/// requests in flight.
+const MAX_SPARE_NOTES: usize = 64;
+
 impl Notes {
+    /// Notes for a request whose head arrived at `start`: a spare one when this thread has one.
+    fn fresh(start: Instant) -> Arc<Notes> {
+        let spare = SPARE_NOTES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        if let Some(mut notes) = spare {
+            if let Some(unshared) = Arc::get_mut(&mut notes) {
+                unshared.start = start;
+                *unshared
+                    .noted
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner) = Noted::default();
+                return notes;
+            }
+        }
+        Arc::new(Notes {
+            start,
+            noted: Mutex::new(Noted::default()),
+        })
+    }
+
+    /// Keeps finished notes for a later request, unless something still holds them (a cache
+    /// fill or a node connection the request started).
+    fn recycle(mut notes: Arc<Notes>) {
+        if Arc::get_mut(&mut notes).is_none() {
+            return;
+        }
+        let _ = SPARE_NOTES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < MAX_SPARE_NOTES {
+                spares.push(notes);
+            }
+        });
+    }
+
     fn with(&self, note: impl FnOnce(&mut Noted, Duration)) {
         let elapsed = self.start.elapsed();
         if let Ok(mut noted) = self.noted.lock() {
@@ -589,12 +927,13 @@ impl Pending {
         let log = log.filter(|log| log.sampled())?;
         let start = Instant::now();
         let headers = req.headers();
+        // Only what the format writes is held (each is a reference on hyper's read buffer).
+        let json = log.format == LogFormat::Json;
+        let with_agent = json || log.format == LogFormat::Combined;
+        let wanted = |name, wanted: bool| wanted.then(|| headers.get(name).cloned()).flatten();
         Some(Pending {
             log: Arc::clone(log),
-            notes: Arc::new(Notes {
-                start,
-                noted: Mutex::new(Noted::default()),
-            }),
+            notes: Notes::fresh(start),
             time: SystemTime::now(),
             client: client.clone(),
             client_port: conn.peer.as_ref().map(|p| p.client.port()),
@@ -602,9 +941,9 @@ impl Pending {
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
-            host: headers.get(header::HOST).cloned(),
-            referer: headers.get(header::REFERER).cloned(),
-            user_agent: headers.get(header::USER_AGENT).cloned(),
+            host: wanted(header::HOST, json),
+            referer: wanted(header::REFERER, with_agent),
+            user_agent: wanted(header::USER_AGENT, with_agent),
         })
     }
 
@@ -625,7 +964,18 @@ impl Pending {
             cache_status,
             pending: Some(self),
         };
-        Response::from_parts(parts, ResponseBody::Logged(Box::new(logged)))
+        let spare = SPARE_BODIES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten();
+        let logged = match spare {
+            Some(mut spare) => {
+                *spare = logged;
+                spare
+            }
+            None => Box::new(logged),
+        };
+        Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
     }
 
     fn finish(self, status: u16, bytes: u64, completed: bool, cache_status: Option<HeaderValue>) {
@@ -667,7 +1017,8 @@ impl Pending {
                 end: Some(end),
             },
         };
-        self.log.submit(record);
+        self.log.log(&record);
+        Notes::recycle(self.notes);
     }
 }
 
@@ -684,7 +1035,34 @@ pub struct LoggedBody {
     pending: Option<Pending>,
 }
 
+thread_local! {
+    /// The allocations of finished logged bodies, for the next responses: in steady state a
+    /// logged response allocates no wrapper. The boxes are the point: each is the allocation a
+    /// `ResponseBody::Logged` takes over.
+    #[allow(clippy::vec_box)]
+    static SPARE_BODIES: RefCell<Vec<Box<LoggedBody>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl LoggedBody {
+    /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
+    /// response's own body ends as it would have), and keeps the allocation for a later one.
+    pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
+        *logged = LoggedBody {
+            inner: ResponseBody::Full(None),
+            expected: None,
+            bytes: 0,
+            status: 0,
+            cache_status: None,
+            pending: None,
+        };
+        let _ = SPARE_BODIES.try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            if spares.len() < MAX_SPARE_NOTES {
+                spares.push(logged);
+            }
+        });
+    }
+
     fn finish(&mut self, completed: bool) {
         if let Some(pending) = self.pending.take() {
             pending.finish(self.status, self.bytes, completed, self.cache_status.take());
@@ -756,10 +1134,15 @@ mod tests {
 
     #[test]
     fn combined_line_is_apache_shaped() {
-        let mut line = String::new();
-        format_record(&record(), LogFormat::Combined, &mut line);
+        let mut line = Vec::new();
+        format_record(
+            &record(),
+            LogFormat::Combined,
+            &mut DateCache::default(),
+            &mut line,
+        );
         assert_eq!(
-            line,
+            String::from_utf8(line).unwrap(),
             "127.0.0.1 - - [10/Oct/2000:13:55:36 +0000] \"GET /a%20b?x=1 HTTP/1.1\" 200 2326 \
              \"-\" \"say \\\"hi\\\"\"\n"
         );
@@ -769,6 +1152,226 @@ mod tests {
     fn dates_are_civil() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(iso_time(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let mut line = Vec::new();
+        DateCache::default().push_iso(&mut line, UNIX_EPOCH);
+        assert_eq!(line, b"1970-01-01T00:00:00.000Z");
+    }
+
+    /// The line as `serde_json::Value` wrote it before lines were written directly.
+    fn json_as_a_value(r: &Record) -> String {
+        let text = |v: &Option<HeaderValue>| {
+            v.as_ref()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        };
+        let ms = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
+        let t = &r.timings;
+        let since = r.time.duration_since(UNIX_EPOCH).unwrap();
+        let mut time = Vec::new();
+        DateCache::default().push_iso(&mut time, r.time);
+        assert!(since.subsec_millis() < 1000);
+        serde_json::json!({
+            "time": String::from_utf8(time).unwrap(),
+            "client": String::from_utf8_lossy(r.client.as_bytes()),
+            "client_port": r.client_port,
+            "method": r.method.as_str(),
+            "target": r.uri.to_string(),
+            "version": format!("{:?}", r.version),
+            "host": text(&r.host),
+            "status": r.status,
+            "bytes": r.bytes,
+            "completed": r.completed,
+            "class": text(&r.class),
+            "decision": r.decision,
+            "node": text(&r.node),
+            "cache": text(&r.cache_status),
+            "referer": text(&r.referer),
+            "user_agent": text(&r.user_agent),
+            "ms": {
+                "since_accept": ms(t.since_accept),
+                "dispatch": ms(t.dispatch),
+                "sent": ms(t.sent),
+                "connect": ms(t.connect),
+                "first_byte": ms(t.first_byte),
+                "end": ms(t.end),
+            },
+        })
+        .to_string()
+            + "\n"
+    }
+
+    fn json_line(r: &Record) -> String {
+        let mut line = Vec::new();
+        format_record(r, LogFormat::Json, &mut DateCache::default(), &mut line);
+        String::from_utf8(line).unwrap()
+    }
+
+    #[test]
+    fn json_lines_are_what_serde_json_values_gave() {
+        let mut r = record();
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        r.time = UNIX_EPOCH + Duration::from_millis(1_763_883_000_042);
+        r.client_port = None;
+        r.method = Method::from_bytes(b"PURGE").unwrap();
+        r.uri = "http://example.org:8080/p?q={x}|y".parse().unwrap();
+        r.version = Version::HTTP_2;
+        r.host = Some(HeaderValue::from_static("example.org"));
+        r.referer = Some(HeaderValue::from_bytes(b"back\\slash\ttab \xE9t\xC3\xA9").unwrap());
+        r.class = Some(HeaderValue::from_static("static"));
+        r.node = Some(HeaderValue::from_static("a"));
+        r.cache_status = Some(HeaderValue::from_static("capstan; hit"));
+        r.completed = false;
+        r.timings = Timings {
+            since_accept: Some(Duration::from_nanos(1_234_567)),
+            dispatch: Some(Duration::from_micros(30)),
+            sent: Some(Duration::from_secs(2)),
+            connect: Some(Duration::ZERO),
+            first_byte: Some(Duration::from_nanos(999_999_999)),
+            end: Some(Duration::from_secs(86_400)),
+        };
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        r.uri = "example.org:443".parse().unwrap();
+        assert_eq!(json_line(&r), json_as_a_value(&r));
+        let parsed: serde_json::Value = serde_json::from_str(&json_line(&r)).unwrap();
+        assert_eq!(parsed["referer"], "back\\slash\ttab \u{FFFD}t\u{E9}");
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_control_bytes() {
+        let mut line = Vec::new();
+        push_json_str(&mut line, "a\"b\\c\u{1}\n\u{1f}\u{7f}é");
+        assert_eq!(
+            String::from_utf8(line).unwrap(),
+            "\"a\\\"b\\\\c\\u0001\\n\\u001f\u{7f}é\""
+        );
+    }
+
+    #[test]
+    fn dates_follow_the_second() {
+        let mut dates = DateCache::default();
+        let t = UNIX_EPOCH + Duration::from_secs(971_186_136);
+        assert_eq!(dates.clf(t), b"10/Oct/2000:13:55:36 +0000");
+        assert_eq!(
+            dates.clf(t + Duration::from_millis(999)),
+            b"10/Oct/2000:13:55:36 +0000"
+        );
+        assert_eq!(
+            dates.clf(t + Duration::from_secs(24)),
+            b"10/Oct/2000:13:56:00 +0000"
+        );
+        let mut line = Vec::new();
+        dates.push_iso(&mut line, t + Duration::from_millis(24_007));
+        assert_eq!(line, b"2000-10-10T13:56:00.007Z");
+    }
+
+    fn temp_log(name: &str, buffer: usize) -> (std::path::PathBuf, AccessLog) {
+        let dir = std::env::temp_dir().join(format!("capstan-alog-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let config = AccessLogConfig {
+            path: path.display().to_string(),
+            buffer,
+            ..AccessLogConfig::default()
+        };
+        (path.clone(), AccessLog::open(&config).unwrap())
+    }
+
+    fn lines_in(path: &std::path::Path) -> usize {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// A thread that logs one line and then nothing reaches the file anyway: the writer takes
+    /// its buffer at the next sweep.
+    #[test]
+    fn a_buffer_not_full_reaches_the_file_while_the_log_runs() {
+        let (path, log) = temp_log("quiet.log", 16_384);
+        log.log(&record());
+        wait_for_lines(&path, 1);
+        assert_eq!((log.written(), log.handed_over()), (1, 0));
+    }
+
+    fn wait_for_lines(path: &std::path::Path, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lines_in(path) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} lines never reached {path:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// After logrotate renamed the file, `reopen` (SIGUSR1) sends the lines that follow to a
+    /// new file at the path; lines written before stay in the renamed one.
+    #[test]
+    fn reopen_moves_to_a_new_file() {
+        let (path, log) = temp_log("rotated.log", 16_384);
+        log.log(&record());
+        wait_for_lines(&path, 1);
+        let rotated = path.with_extension("log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        log.reopen();
+        // The writer reopens within a sweep; a line logged after that lands in the new file.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !path.exists() {
+            assert!(Instant::now() < deadline, "never reopened");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log.log(&record());
+        wait_for_lines(&path, 1);
+        drop(log);
+        assert_eq!((lines_in(&rotated), lines_in(&path)), (1, 1));
+    }
+
+    /// Threads that have exited and a thread still running, buffers handed over and not:
+    /// everything logged is in the file once the log is dropped, each thread's lines in order.
+    #[test]
+    fn dropping_the_log_writes_every_threads_lines() {
+        let (path, log) = temp_log("drop.log", 16_384);
+        let log = Arc::new(log);
+        let (logged, all_logged) = std::sync::mpsc::channel::<()>();
+        let (exit, may_exit) = std::sync::mpsc::channel::<()>();
+        let mut may_exit = Some(may_exit);
+        let threads: Vec<_> = (0..4)
+            .map(|thread| {
+                let (log, logged) = (Arc::clone(&log), logged.clone());
+                let may_exit = may_exit.take();
+                std::thread::spawn(move || {
+                    let mut r = record();
+                    for i in 0..1_000 {
+                        r.uri = format!("/{thread}/{i}").parse().unwrap();
+                        log.log(&r);
+                    }
+                    drop(log);
+                    logged.send(()).unwrap();
+                    // The first thread outlives the log, its buffer still its own.
+                    if let Some(may_exit) = may_exit {
+                        let _ = may_exit.recv();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..4 {
+            all_logged.recv().unwrap();
+        }
+        assert!(log.handed_over() >= 1, "4,000 lines fill a 64 KiB buffer");
+        drop(Arc::into_inner(log).expect("the threads let go"));
+        drop(exit);
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut next = [0; 4];
+        for line in text.lines() {
+            let target = line.split(' ').nth(6).unwrap();
+            let (thread, i) = target[1..].split_once('/').unwrap();
+            let thread: usize = thread.parse().unwrap();
+            assert_eq!(i.parse::<usize>().unwrap(), next[thread], "{line}");
+            next[thread] += 1;
+        }
+        assert_eq!(next, [1_000; 4]);
     }
 }

@@ -101,8 +101,9 @@ pub enum ResponseBody {
     },
     /// A cache fill's body, shared with every client that asked for it.
     Fill(FillReader),
-    /// Any of the above, counted and logged when it ends (see [`crate::access_log`]).
-    Logged(Box<crate::access_log::LoggedBody>),
+    /// Any of the above, counted and logged when it ends (see [`crate::access_log`]). `None`
+    /// only while it is dropped: its allocation goes back to the access log for reuse.
+    Logged(Option<Box<crate::access_log::LoggedBody>>),
 }
 
 impl ResponseBody {
@@ -121,6 +122,12 @@ impl ResponseBody {
 
 impl Drop for ResponseBody {
     fn drop(&mut self) {
+        if let ResponseBody::Logged(logged) = self {
+            if let Some(logged) = logged.take() {
+                crate::access_log::LoggedBody::recycle(logged);
+            }
+            return;
+        }
         // A body that was empty from the start is never polled, yet it completed.
         let completed = self.is_end_stream();
         self.finish(completed);
@@ -139,7 +146,8 @@ impl Body for ResponseBody {
         match this {
             ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             ResponseBody::Fill(reader) => Pin::new(reader).poll_frame(cx),
-            ResponseBody::Logged(logged) => logged.poll_frame(cx),
+            ResponseBody::Logged(Some(logged)) => logged.poll_frame(cx),
+            ResponseBody::Logged(None) => Poll::Ready(None),
             ResponseBody::Upstream { inner, .. } => {
                 let polled = Pin::new(inner).poll_frame(cx);
                 match polled {
@@ -173,7 +181,8 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(bytes) => bytes.is_none(),
             ResponseBody::Fill(reader) => reader.is_end_stream(),
-            ResponseBody::Logged(logged) => logged.is_end_stream(),
+            ResponseBody::Logged(Some(logged)) => logged.is_end_stream(),
+            ResponseBody::Logged(None) => true,
             ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -183,7 +192,8 @@ impl Body for ResponseBody {
             ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             ResponseBody::Full(None) => SizeHint::with_exact(0),
             ResponseBody::Fill(reader) => reader.size_hint(),
-            ResponseBody::Logged(logged) => logged.size_hint(),
+            ResponseBody::Logged(Some(logged)) => logged.size_hint(),
+            ResponseBody::Logged(None) => SizeHint::with_exact(0),
             ResponseBody::Upstream { inner, .. } => inner.size_hint(),
         }
     }

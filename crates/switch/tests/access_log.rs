@@ -237,3 +237,122 @@ async fn bad_settings_are_one_line_errors() {
         "{err}"
     );
 }
+
+/// A line reaches the file while the switch keeps running and serves nothing else: the writer
+/// takes a worker's buffer that is far from full within its flush interval.
+#[tokio::test]
+async fn a_lone_request_is_written_without_more_traffic_or_shutdown() {
+    let a = Backend::start("a").await;
+    let path = log_path("lone.log");
+    let extra = format!("[access_log]\npath = {:?}\n", path);
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    assert_eq!(
+        get(sw.listen_addrs[0], "/lone").await.status,
+        StatusCode::OK
+    );
+    let lines = wait_for_lines(&path, 1).await;
+    assert!(lines[0].contains("\"GET /lone HTTP/1.1\" 200"), "{lines:?}");
+    let log = sw.switch.access_log.as_ref().unwrap();
+    assert_eq!((log.written(), log.handed_over()), (1, 0));
+}
+
+/// Requests served on several threads of a multi-thread runtime (each thread formats into its
+/// own buffer): every line arrives, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+async fn lines_from_every_worker_thread_arrive() {
+    let a = Backend::start("a").await;
+    let path = log_path("threads.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\n[admission]\nlimit = \"off\"\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    let tasks: Vec<_> = (0..8)
+        .map(|client| {
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    let ans = get(addr, &format!("/{client}/{i}")).await;
+                    assert_eq!(ans.status, StatusCode::OK);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut paths: Vec<String> = wait_for_lines(&path, 320)
+        .await
+        .iter()
+        .map(|l| l.split(' ').nth(6).unwrap().to_string())
+        .collect();
+    paths.sort();
+    let mut expected: Vec<String> = (0..8)
+        .flat_map(|c| (0..40).map(move |i| format!("/{c}/{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(paths, expected);
+    assert_eq!(sw.switch.access_log.as_ref().unwrap().dropped(), 0);
+}
+
+/// What a client puts in its request line and user agent cannot break a JSON line: quotes,
+/// backslashes, a tab and bytes that are not UTF-8 come back as they were sent (the latter as
+/// U+FFFD).
+#[tokio::test]
+async fn json_lines_escape_what_the_client_sent() {
+    let a = Backend::start("a").await;
+    let path = log_path("escapes.log");
+    let extra = format!("[access_log]\npath = {:?}\nformat = \"json\"\n", path);
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let answer = raw_exchange(
+        sw.listen_addrs[0],
+        b"GET /q?a={b}|c^`d HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\
+          User-Agent: say \"hi\" \\o/\tbye \xE9\r\nReferer: \"\\\\\"\r\n\r\n",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let lines = wait_for_lines(&path, 1).await;
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).expect("a JSON line");
+    assert_eq!(line["target"], "/q?a={b}|c^`d");
+    assert_eq!(line["user_agent"], "say \"hi\" \\o/\tbye \u{FFFD}");
+    assert_eq!(line["referer"], "\"\\\\\"");
+}
+
+/// A thread reuses finished requests' notes: nothing of one request (node, class, timings)
+/// shows in the line of the next.
+#[tokio::test]
+async fn a_line_says_nothing_of_the_request_before() {
+    let a = Backend::start("a").await;
+    let path = log_path("reused.log");
+    let extra = format!(
+        "[access_log]\npath = {:?}\nformat = \"json\"\n[limits]\nmax_request_line = 64\n",
+        path
+    );
+    let sw = start_switch(&config_for(&[&a], &extra)).await;
+    let addr = sw.listen_addrs[0];
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/fine").await.status, StatusCode::OK);
+        let long = format!("/{}", "x".repeat(100));
+        assert_eq!(get(addr, &long).await.status, StatusCode::URI_TOO_LONG);
+    }
+    let lines = wait_for_lines(&path, 6).await;
+    for (i, line) in lines.iter().enumerate() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(
+                (&line["node"], &line["decision"]),
+                (&"a".into(), &"forward".into())
+            );
+            assert!(line["ms"]["first_byte"].is_number(), "{line}");
+        } else {
+            assert_eq!(line["status"], 414);
+            assert_eq!(line["decision"], "switch", "{line}");
+            for key in ["node", "class"] {
+                assert!(line[key].is_null(), "{key}: {line}");
+            }
+            for key in ["dispatch", "sent", "first_byte", "connect"] {
+                assert!(line["ms"][key].is_null(), "ms.{key}: {line}");
+            }
+        }
+    }
+}

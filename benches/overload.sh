@@ -10,6 +10,7 @@
 #   adaptive  the defaults: adaptive per-node limit, queue 100 / 1 s, outlier detection,
 #             first-byte timeout 15 s
 #   fixed     admission.limit = FIXED_LIMIT (default 2) per node, other defaults
+#   (QUEUE_TIMEOUT=5s sets [admission] queue_timeout in the adaptive mode)
 #
 #   bash benches/overload.sh
 #   ROUNDS=2 MODES="off adaptive fixed" bash benches/overload.sh
@@ -55,7 +56,7 @@ debug_headers = true
 CONF
   case $mode in
     off) printf '[admission]\nlimit = "off"\n[outlier]\nconsecutive_failures = 0\n[timeouts]\nfirst_byte = "30s"\n' ;;
-    adaptive) ;;
+    adaptive) [[ -n ${QUEUE_TIMEOUT:-} ]] && printf '[admission]\nqueue_timeout = "%s"\n' "$QUEUE_TIMEOUT" ;;
     fixed) printf '[admission]\nlimit = %s\n' "$FIXED_LIMIT" ;;
     *) echo "unknown mode $mode (off, adaptive, fixed)" >&2; exit 1 ;;
   esac

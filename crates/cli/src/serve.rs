@@ -39,8 +39,8 @@ balancer the declared client address counts. timeouts.client_send (60s) closes a
 whose response write makes no progress (a client that stopped reading), freeing its node.
 
 Overload (on by default): each node has an adaptive concurrency limit ([admission] limit =
-\"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); what fits in neither gets 503 with
-Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);
+\"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); a request queues only when no
+node has a free slot, and what fits in neither gets 503 with Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);
 [outlier] ejects a node after consecutive_failures 5xx/timeouts/resets in a row.
 
 TLS and HTTP/2: a [[listener]] with [[listener.certificate]] cert/key (PEM) terminates TLS

@@ -187,8 +187,8 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
     );
 }
 
-#[tokio::test]
-async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_timeout() {
+/// Two nodes of one slot and one queue place each (300 ms), a request's key deciding its node.
+async fn two_nodes_of_one_slot() -> ([Backend; 2], capstan_switch::Running) {
     let nodes = [Backend::start("n0").await, Backend::start("n1").await];
     let text = config_for(
         &[&nodes[0], &nodes[1]],
@@ -196,6 +196,12 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
          [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
     );
     let sw = start_switch(&text).await;
+    (nodes, sw)
+}
+
+#[tokio::test]
+async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_timeout() {
+    let (nodes, sw) = two_nodes_of_one_slot().await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     let first = tokio::spawn(async move { get(addr, "/hold").await });
     wait_until("the key's node holds a request", || {
@@ -248,13 +254,7 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
 
 #[tokio::test]
 async fn a_request_that_waited_out_one_queue_does_not_wait_in_another() {
-    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
-    let text = config_for(
-        &[&nodes[0], &nodes[1]],
-        "[policy]\nname = \"consistent-hash\"\n\
-         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
-    );
-    let sw = start_switch(&text).await;
+    let (nodes, sw) = two_nodes_of_one_slot().await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     let held = spawn_gets(addr, "/hold", 2);
     wait_until("both nodes hold a request", || {

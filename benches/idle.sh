@@ -47,7 +47,8 @@ stop_all() {
 trap stop_all EXIT
 
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-sockets() { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null | wc -l; }
+# (Connections close while find walks the table; a vanished entry is not a failure.)
+sockets() { { find "/proc/$1/fd" -lname 'socket:*' 2>/dev/null || true; } | wc -l; }
 
 start_proxy() { # proxy dir → pid in $proxy_pid
   if [[ $1 == capstan ]]; then

@@ -1293,15 +1293,17 @@ mod tests {
         assert_eq!((log.written(), log.handed_over()), (1, 0));
     }
 
-    fn wait_for_lines(path: &std::path::Path, n: usize) {
+    /// Polls `ready` until it holds, failing after 10 s.
+    fn wait_until(what: &str, ready: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while lines_in(path) < n {
-            assert!(
-                Instant::now() < deadline,
-                "{n} lines never reached {path:?}"
-            );
+        while !ready() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    fn wait_for_lines(path: &std::path::Path, n: usize) {
+        wait_until(&format!("{n} lines in {path:?}"), || lines_in(path) >= n);
     }
 
     /// After logrotate renamed the file, `reopen` (SIGUSR1) sends the lines that follow to a
@@ -1315,11 +1317,7 @@ mod tests {
         std::fs::rename(&path, &rotated).unwrap();
         log.reopen();
         // The writer reopens within a sweep; a line logged after that lands in the new file.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !path.exists() {
-            assert!(Instant::now() < deadline, "never reopened");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until("the file reopened", || path.exists());
         log.log(&record());
         wait_for_lines(&path, 1);
         drop(log);

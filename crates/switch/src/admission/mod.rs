@@ -94,6 +94,15 @@ enum Mode {
     Adaptive(Box<GradientLimiter>),
 }
 
+/// The two kinds of express slot (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// A class much cheaper than the node's costliest.
+    Express,
+    /// A class whose cost on the node is not known yet.
+    Scout,
+}
+
 /// What a waiter is told when it leaves the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Grant {
@@ -189,23 +198,22 @@ impl GateState {
             .fold(0.0, f64::max)
     }
 
-    /// Whether a request of `class` may take an express slot now: its class is known and at
-    /// least [`EXPRESS_RATIO`] times cheaper than the costliest, and one is free.
-    fn express_allowed(&self, class: usize, now_nanos: u64) -> bool {
-        let cost = self.known_cost(class);
-        cost > 0.0
-            && cost * EXPRESS_RATIO <= self.costliest(now_nanos)
-            && self.express < self.limit()
-    }
-
-    /// Whether a request of `class` may scout: nothing of its cost is known (none came back,
-    /// none is out) while something of another class's is, nobody else scouts, and an express
-    /// slot is free.
-    fn scout_allowed(&self, class: usize, now_nanos: u64) -> bool {
-        self.cost_of(class, now_nanos) == 0.0
-            && self.costliest(now_nanos) > 0.0
-            && !self.scouting
-            && self.express < self.limit()
+    /// The express slot a request of `class` may take now, if one is free: [`Lane::Express`]
+    /// when its class is known and at least [`EXPRESS_RATIO`] times cheaper than the
+    /// costliest; [`Lane::Scout`] when nothing of its cost is known (none came back, none is
+    /// out) while something of another class's is, and nobody else scouts.
+    fn express_lane(&self, class: usize, now_nanos: u64) -> Option<Lane> {
+        if self.express >= self.limit() {
+            return None;
+        }
+        let (cost, costliest) = (self.cost_of(class, now_nanos), self.costliest(now_nanos));
+        if self.known_cost(class) > 0.0 && cost * EXPRESS_RATIO <= costliest {
+            Some(Lane::Express)
+        } else if cost == 0.0 && costliest > 0.0 && !self.scouting {
+            Some(Lane::Scout)
+        } else {
+            None
+        }
     }
 
     /// A request of `class` goes to the node at `now_nanos`: while the class's cost is unknown,
@@ -526,8 +534,8 @@ impl Gate {
         let mut permit = if state.in_flight < state.limit() && state.waiters.is_empty() {
             state.in_flight += 1;
             self.permit(state.in_flight + state.express, false)
-        } else if state.express_allowed(class, now_nanos) || state.scout_allowed(class, now_nanos) {
-            let scout = !state.express_allowed(class, now_nanos);
+        } else if let Some(lane) = state.express_lane(class, now_nanos) {
+            let scout = lane == Lane::Scout;
             state.express += 1;
             state.scouting |= scout;
             let mut permit = self.permit(state.in_flight + state.express, true);

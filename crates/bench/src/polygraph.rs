@@ -326,14 +326,30 @@ struct Run {
     inflight: std::cell::Cell<usize>,
 }
 
+/// One issued request counted in flight until it is tallied or abandoned (dropped).
+struct InFlight(Rc<Run>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.inflight.set(self.0.inflight.get() - 1);
+    }
+}
+
 impl Run {
     fn now_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
     }
 
-    /// One request by robot `robot`, due at `due_s`; its response time counts from then.
-    async fn request(self: Rc<Self>, robot: usize, req: PolyRequest, due_s: f64) {
+    /// Tallies `req` as issued at `t` and counts it in flight at once, before its task first
+    /// runs, so the drain cannot miss a request spawned just before the schedule ended.
+    fn issue(self: &Rc<Self>, t: f64, req: &PolyRequest, rate: Option<f64>) -> InFlight {
+        self.tally.borrow_mut().issued(t, req, rate);
         self.inflight.set(self.inflight.get() + 1);
+        InFlight(self.clone())
+    }
+
+    /// One request by robot `robot`, due at `due_s`; its response time counts from then.
+    async fn request(self: Rc<Self>, robot: usize, req: PolyRequest, due_s: f64, _out: InFlight) {
         let due = self.t0 + Duration::from_secs_f64(due_s);
         let deadline = due + self.cfg.timeout;
         let outcome =
@@ -358,7 +374,6 @@ impl Run {
             Ok(Err(kind)) => tally.failed(req.phase, t, kind),
             Err(_) => tally.failed(req.phase, t, ErrorKind::ReadTimeout),
         }
-        self.inflight.set(self.inflight.get() - 1);
     }
 
     async fn exchange(&self, robot: usize, path: &str) -> Result<http::Response, ErrorKind> {
@@ -507,9 +522,9 @@ async fn open_loop(r: Rc<Run>) -> bool {
             (req, g.offered_rate(t))
         };
         let Some(req) = req else { return true };
-        r.tally.borrow_mut().issued(t, &req, rate);
+        let out = r.issue(t, &req, rate);
         let robot = (rand::RngCore::next_u64(&mut pick) % robots) as usize;
-        tokio::task::spawn_local(r.clone().request(robot, req, t));
+        tokio::task::spawn_local(r.clone().request(robot, req, t, out));
     }
 }
 
@@ -528,8 +543,8 @@ async fn best_effort(r: Rc<Run>) -> bool {
                 }
                 let req = r.gen.borrow_mut().next(t);
                 let Some(req) = req else { return true };
-                r.tally.borrow_mut().issued(t, &req, None);
-                r.clone().request(robot, req, t).await;
+                let out = r.issue(t, &req, None);
+                r.clone().request(robot, req, t, out).await;
             }
         });
     }
@@ -548,6 +563,22 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
+/// A phase's errors plus, as `unfinished`, its requests neither answered nor failed: still in
+/// flight when the drain ended, so every issued request is accounted for.
+fn with_unfinished(
+    errors: &BTreeMap<String, u64>,
+    issued: u64,
+    responses: u64,
+) -> BTreeMap<String, u64> {
+    let mut all = errors.clone();
+    let failed: u64 = errors.values().sum();
+    let unfinished = issued.saturating_sub(responses + failed);
+    if unfinished > 0 {
+        all.insert("unfinished".into(), unfinished);
+    }
+    all
+}
+
 fn summarise(run: &Run, completed: bool, cpu_percent: f64) -> PolyResult {
     let g = run.gen.borrow();
     let w = g.workload();
@@ -560,6 +591,7 @@ fn summarise(run: &Run, completed: bool, cpu_percent: f64) -> PolyResult {
         .enumerate()
         .map(|(i, gp)| {
             let s = tally.phases.get(i).unwrap_or(&empty);
+            let errors = with_unfinished(&s.errors, gp.requests, s.responses);
             let end = gp.end_s.unwrap_or(end_all);
             let dur = (end - gp.start_s).max(1e-9);
             let peak = w.peak_rate();
@@ -585,7 +617,7 @@ fn summarise(run: &Run, completed: bool, cpu_percent: f64) -> PolyResult {
                 offered_bhr: gp.offered_bhr(),
                 repeats: gp.repeats,
                 fill_bytes: gp.fill_bytes,
-                errors: s.errors.clone(),
+                errors,
                 response_ms: s.all.as_ref().map(Latency::of).unwrap_or_default(),
                 hit_ms: s.hit.as_ref().map(Latency::of).unwrap_or_default(),
                 miss_ms: s.miss.as_ref().map(Latency::of).unwrap_or_default(),
@@ -688,6 +720,15 @@ pub fn summary_table(r: &PolyResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_neither_answered_nor_failed_are_reported_unfinished() {
+        let errors = BTreeMap::from([("read_timeout".to_string(), 2)]);
+        let all = with_unfinished(&errors, 10, 5);
+        assert_eq!(all["read_timeout"], 2);
+        assert_eq!(all["unfinished"], 3);
+        assert!(!with_unfinished(&errors, 7, 5).contains_key("unfinished"));
+    }
 
     #[test]
     fn a_cdf_rises_to_one_at_the_maximum_and_keeps_the_count() {

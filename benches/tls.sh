@@ -2,14 +2,16 @@
 # HTTPS through Capstan and HAProxy, side by side on this machine, in one run.
 #
 # Four nginx back-ends serve a 1 KB file over plain HTTP. In front of them, each on its own port
-# with the same number of worker threads and the same certificate (examples/tls/, ECDSA P-256
-# and RSA-2048): Capstan and HAProxy 2.6, both terminating TLS 1.3 and forwarding HTTP/1.1 to the
-# back-ends round robin. Every round visits every proxy once per scenario, so the shared
+# with the same number of worker threads (nginx: worker processes) and the same certificate
+# (examples/tls/, ECDSA P-256 and RSA-2048): Capstan, HAProxy 2.6 and nginx 1.22, each
+# terminating TLS 1.3 and forwarding HTTP/1.1 over keep-alive connections to the back-ends round
+# robin. Every round visits every proxy once per scenario, so the shared
 # machine's noise spreads evenly; the table shows medians and ranges over the rounds.
 #
 #   bash benches/tls.sh                   # 3 rounds × 10 s per cell, 1 worker thread each
 #   ROUNDS=5 SECONDS_PER_RUN=15 THREADS=2 bash benches/tls.sh
 #   CAPSTAN=/path/to/capstan bash benches/tls.sh    # skip the build
+#   PROXIES="capstan-ecdsa nginx-ecdsa" SCENARIOS=h2 bash benches/tls.sh   # a subset
 #
 # Scenarios: keep-alive (wrk, HTTP/1.1 over TLS, persistent connections), handshake (wrk with
 # `Connection: close`: a full TLS handshake per request, wrk does not resume sessions) and h2
@@ -66,8 +68,9 @@ http {
 }
 CONF
 
-# One Capstan and one HAProxy per key type.
-declare -A port=([capstan-ecdsa]=18441 [haproxy-ecdsa]=18442 [capstan-rsa]=18443 [haproxy-rsa]=18444)
+# One Capstan, one HAProxy and one nginx per key type.
+declare -A port=([capstan-ecdsa]=18441 [haproxy-ecdsa]=18442 [capstan-rsa]=18443 [haproxy-rsa]=18444
+                 [nginx-ecdsa]=18445 [nginx-rsa]=18446)
 for kind in ecdsa rsa; do
   base=localhost; [ "$kind" = rsa ] && base=localhost-rsa
   cat "$pki/$base.pem" "$pki/$base.key" > "$work/$kind.pem"  # HAProxy's crt: chain and key
@@ -110,6 +113,35 @@ backend be
   server s3 127.0.0.1:19103
   server s4 127.0.0.1:19104
 CONF
+  cat > "$work/nginx-$kind.conf" <<CONF
+worker_processes $THREADS;
+daemon off;
+pid $work/nginx-$kind.pid;
+error_log $work/nginx-$kind.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  upstream be {
+    server 127.0.0.1:19101;
+    server 127.0.0.1:19102;
+    server 127.0.0.1:19103;
+    server 127.0.0.1:19104;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:${port[nginx-$kind]} ssl http2;
+    ssl_certificate $pki/$base.pem;
+    ssl_certificate_key $pki/$base.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+CONF
 done
 
 nginx -c "$work/backends.conf" & pids+=($!)
@@ -120,6 +152,8 @@ for kind in ecdsa rsa; do
   proxy_pid[capstan-$kind]=$!
   haproxy -f "$work/haproxy-$kind.cfg" &
   proxy_pid[haproxy-$kind]=$!
+  nginx -c "$work/nginx-$kind.conf" &
+  proxy_pid[nginx-$kind]=$!
 done
 pids+=("${proxy_pid[@]}")
 for p in "${port[@]}"; do wait_port "$p"; done
@@ -127,12 +161,17 @@ for proxy in "${!port[@]}"; do  # both answer over HTTPS, HTTP/2 too
   curl -sSf --cacert "$pki/ca.pem" --http2 -o /dev/null "https://localhost:${port[$proxy]}/1k.html"
 done
 
-proxies=(capstan-ecdsa haproxy-ecdsa capstan-rsa haproxy-rsa)
+read -r -a proxies <<< "${PROXIES:-capstan-ecdsa haproxy-ecdsa nginx-ecdsa capstan-rsa haproxy-rsa nginx-rsa}"
+read -r -a scenarios <<< "${SCENARIOS:-keep-alive handshake h2}"
+for proxy in "${proxies[@]}"; do
+  [ -n "${port[$proxy]:-}" ] || { echo "PROXIES: unknown proxy $proxy (one of ${!port[*]})" >&2; exit 1; }
+done
 clk_tck=$(getconf CLK_TCK)
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "haproxy: $(haproxy -v | head -1)"
+  echo "nginx: $(nginx -v 2>&1 | head -1)"
   echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version | head -1)"
 } > "$OUT/run-info.txt"
 
@@ -182,7 +221,7 @@ PY
 }
 
 for round in $(seq "$ROUNDS"); do
-  for scenario in keep-alive handshake h2; do
+  for scenario in "${scenarios[@]}"; do
     for proxy in "${proxies[@]}"; do
       run_cell "$round" "$scenario" "$proxy"
     done
@@ -210,8 +249,8 @@ for scenario in dict.fromkeys(r["scenario"] for r in rows):
         med[proxy] = {k: [float(r[k]) for r in c] for k in ("rps", "latency_ms", "p99_ms", "cpu_us_per_req")}
         med[proxy]["errors"] = sum(int(r["errors"]) for r in c)
     for proxy, m in med.items():
-        base = statistics.median(med["haproxy-" + proxy.split("-")[1]]["rps"])
-        ratio = statistics.median(m["rps"]) / base
+        peer = med.get("haproxy-" + proxy.split("-")[1])
+        ratio = statistics.median(m["rps"]) / statistics.median(peer["rps"]) if peer else float("nan")
         print(f"| {scenario} | {proxy} | {cell(m['rps'], '{:.0f}')} | {ratio:.2f} | {cell(m['latency_ms'], '{:.2f}')} "
               f"| {cell(m['p99_ms'], '{:.2f}')} | {cell(m['cpu_us_per_req'], '{:.1f}')} | {m['errors']} |")
 PY

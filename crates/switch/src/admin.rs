@@ -607,11 +607,7 @@ impl Collector for SwitchCollector {
                 continue;
             };
             let sum_s = h.mean() * h.len() as f64 / 1e6;
-            let buckets: Vec<(f64, u64)> = BUCKETS_S
-                .iter()
-                .map(|&b| (b, h.count_between(0, (b * 1e6) as u64)))
-                .chain(std::iter::once((f64::INFINITY, h.len())))
-                .collect();
+            let buckets = bucket_counts(&h);
             let labels = node_label(&node.config.name);
             family
                 .encode_family(&labels)?
@@ -622,6 +618,20 @@ impl Collector for SwitchCollector {
         }
         Ok(())
     }
+}
+
+/// `(upper bound, count in this bucket alone)` per bucket of [`BUCKETS_S`] then `+Inf`
+/// (`f64::MAX`): the encoder accumulates them into Prometheus's cumulative `le` buckets.
+fn bucket_counts(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, u64)> {
+    let mut below = 0;
+    let mut buckets = Vec::with_capacity(BUCKETS_S.len() + 1);
+    for &bound in &BUCKETS_S {
+        let upto = h.count_between(0, (bound * 1e6) as u64).max(below);
+        buckets.push((bound, upto - below));
+        below = upto;
+    }
+    buckets.push((f64::MAX, h.len().saturating_sub(below)));
+    buckets
 }
 
 /// Admission (limits, queues, shedding) and outlier ejections, per node.

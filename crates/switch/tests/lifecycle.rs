@@ -167,10 +167,22 @@ async fn admin_reports_status_and_metrics() {
         "capstan_requests_placed_total{node=\"b\",class=\"cpu\"} 1",
         "capstan_node_up{node=\"a\"} 1",
         "capstan_node_response_seconds_count{node=\"a\"} 2",
+        "capstan_node_response_seconds_bucket{le=\"+Inf\",node=\"a\"} 2",
         "# EOF",
     ] {
         assert!(text.contains(line), "missing `{line}` in\n{text}");
     }
+    // Prometheus buckets are cumulative: they never fall and never pass the count.
+    let buckets: Vec<u64> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("capstan_node_response_seconds_bucket") && l.contains("node=\"a\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(buckets.len() > 2, "{text}");
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&2), "{buckets:?}");
     let page = get(admin, "/").await;
     assert!(page.text().contains("<h1>Capstan switch</h1>"));
     assert_eq!(get(admin, "/nope").await.status, StatusCode::NOT_FOUND);

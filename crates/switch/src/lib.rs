@@ -12,6 +12,7 @@ pub mod caching;
 pub mod cluster;
 pub mod config;
 pub mod connection_limits;
+pub mod cork;
 pub mod gather;
 pub mod h2_nodes;
 pub mod health;

@@ -794,7 +794,6 @@ async fn serve_http<I>(
     let config = &cluster.config;
     let t = &config.timeouts;
     let (idle, header_read, client_send) = (t.client_idle, t.header_read, t.client_send);
-    let io = TokioIo::new(io);
     let service = {
         let switch = Arc::clone(switch);
         let state = Arc::clone(&state);
@@ -823,12 +822,20 @@ async fn serve_http<I>(
                 async move { answer.await.map(|resp| streams.watch(resp)) }
             })
         };
-        let conn = config.http2.builder().serve_connection(io, watched);
+        // Many streams answered in one turn leave in one write (see `crate::cork`).
+        let (io, cork) = crate::cork::cork(io);
+        let conn = config
+            .http2
+            .builder()
+            .serve_connection(TokioIo::new(io), watched);
+        let conn = cork.flush_after_poll(conn);
         drop(cluster);
         // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
         // without a request closes its connection.
         let deadlines = Watchdog::new(idle, idle, client_send).with_streams(streams);
-        let graceful = hyper::server::conn::http2::Connection::graceful_shutdown;
+        let graceful = |mut conn: Pin<&mut crate::cork::FlushAfterPoll<_, _>>| {
+            hyper::server::conn::http2::Connection::graceful_shutdown(conn.conn())
+        };
         return Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
     }
     let mut builder = http1::Builder::new();
@@ -847,7 +854,9 @@ async fn serve_http<I>(
     }
     drop(cluster);
     // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
-    let conn = builder.serve_connection(io, service).with_upgrades();
+    let conn = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
     let graceful = http1::UpgradeableConnection::graceful_shutdown;
     let deadlines = Watchdog::new(idle, header_read, client_send);
     Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;

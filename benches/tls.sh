@@ -41,7 +41,7 @@ if [ -z "${CAPSTAN:-}" ]; then
   cargo build --release --locked --quiet -p capstan-cli
   CAPSTAN=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
 fi
-mkdir -p "$OUT"
+mkdir -p "$OUT/raw"
 pki=$PWD/examples/tls
 work=$(mktemp -d)
 pids=()
@@ -187,6 +187,7 @@ run_cell() { # ROUND SCENARIO PROXY
     h2) h2load -t1 -c10 -m10 -D"$SECONDS_PER_RUN" "$url" > "$work/out" ;;
   esac
   cpu_after=$(cpu_ticks "${proxy_pid[$pname]}")
+  cp "$work/out" "$OUT/raw/$round-$sname-$pname.txt"  # status codes, h2load's failed/errored
   python3 - "$work/out" "$round" "$sname" "$pname" "$cpu_before" "$cpu_after" "$clk_tck" >> "$results" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -254,4 +255,4 @@ for scenario in dict.fromkeys(r["scenario"] for r in rows):
         print(f"| {scenario} | {proxy} | {cell(m['rps'], '{:.0f}')} | {ratio:.2f} | {cell(m['latency_ms'], '{:.2f}')} "
               f"| {cell(m['p99_ms'], '{:.2f}')} | {cell(m['cpu_us_per_req'], '{:.1f}')} | {m['errors']} |")
 PY
-echo "raw runs: $results; machine: $OUT/run-info.txt" >&2
+echo "raw runs: $results and $OUT/raw/; machine: $OUT/run-info.txt" >&2

@@ -568,14 +568,17 @@ fn classify_ats_via(v: &[u8]) -> CacheMark {
 }
 
 /// RFC 9211 `Cache-Status: ExampleCache; hit` or `...; fwd=miss`; the last (closest to the
-/// client) cache decides.
+/// client) cache decides. `fwd=…; collapsed` is a hit: the request waited for another one's
+/// fetch and never reached the origin itself — as Polygraph counts hits at the server, and as
+/// Varnish (a waiting-list request finds `obj.hits > 0`) and Traffic Server (read-while-writer)
+/// report theirs.
 fn classify_cache_status(v: &[u8]) -> CacheMark {
     let s = String::from_utf8_lossy(v).to_ascii_lowercase();
     let Some(last) = s.split(',').next_back() else {
         return CacheMark::None;
     };
     let params: Vec<&str> = last.split(';').skip(1).map(str::trim).collect();
-    if params.contains(&"hit") {
+    if params.contains(&"hit") || params.contains(&"collapsed") {
         CacheMark::Hit
     } else if params.iter().any(|p| p.starts_with("fwd")) {
         CacheMark::Miss
@@ -599,6 +602,10 @@ mod tests {
         assert_eq!(
             classify_cache_status(b"Capstan; fwd=uri-miss; stored"),
             CacheMark::Miss
+        );
+        assert_eq!(
+            classify_cache_status(b"Capstan; fwd=uri-miss; fwd-status=200; collapsed"),
+            CacheMark::Hit
         );
         assert!(contains_token(b"keep-alive, Close", b"close"));
         assert_eq!(classify_x_varnish(b"32770 3"), CacheMark::Hit);

@@ -93,7 +93,10 @@ pub struct BenchArgs {
     /// A Web Polygraph workload (TOML: robots, req_rate, cache_size, working set, content
     /// types, [[phase]] with load, recurrence and a duration, requests or fill goal; see
     /// experiments/polygraph/*.toml). Reports per phase offered rate, throughput, hit and miss
-    /// response times, offered hit ratio beside the measured DHR and BHR. Example:
+    /// response times, offered hit ratio beside the measured DHR and BHR (a hit is what the
+    /// proxy marks one: `X-Cache: HIT`, `Cache-Status: …; hit`, or `…; collapsed` — a request
+    /// that waited for another's fetch —, Varnish's `X-Varnish` with two ids, Traffic Server's
+    /// `Via` lookup code `H`/`R`; else `Age`). Example:
     /// --polygraph experiments/polygraph/mixed-inc.toml
     #[arg(long, value_name = "FILE", group = "engine")]
     polygraph: Option<PathBuf>,

@@ -91,7 +91,8 @@ pub struct LabArgs {
     full: bool,
 
     /// Cache and WAN experiments: contenders to run, comma-separated, replacing the
-    /// experiment's list (cache: capstan, varnish, trafficserver; WAN: origin-processes,
+    /// experiment's list (cache: capstan, varnish, trafficserver, and capstan-POLICY for
+    /// another eviction policy than LRU, e.g. capstan-gdsf; WAN: origin-processes,
     /// origin-processes-1k, origin-events, switch, apache2, nginx).
     #[arg(long, value_name = "C1,C2", value_delimiter = ',')]
     contenders: Vec<String>,

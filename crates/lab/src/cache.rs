@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use capstan_bench::polygraph::{PhaseResult, PolyConfig, PolyResult};
 use capstan_bench::Target;
+use capstan_cache::evict::EvictionKind;
 use capstan_workload::polygraph::PolyFile;
 use serde::{Deserialize, Serialize};
 
@@ -58,8 +59,35 @@ pub const BUILTIN_CACHE: &[(&str, &str)] = &[
     ),
 ];
 
-/// The contenders a cache experiment knows.
+/// The contenders a cache experiment knows; `capstan-POLICY` ([`capstan_policy`]) too.
 pub const CONTENDERS: [&str; 3] = ["capstan", "varnish", "trafficserver"];
+
+/// The eviction policy of a Capstan contender: `capstan` runs LRU (Varnish's and the
+/// thesis's baseline), `capstan-gdsf`, `capstan-s3-fifo`, … the named policy of the cache.
+pub fn capstan_policy(contender: &str) -> Option<&'static str> {
+    let policy = match contender.strip_prefix("capstan") {
+        Some("") => return Some(EvictionKind::Lru.name()),
+        Some(rest) => rest.strip_prefix('-')?,
+        None => return None,
+    };
+    EvictionKind::ALL
+        .iter()
+        .map(|k| k.name())
+        .find(|name| *name == policy)
+}
+
+/// Whether `contender` names a known contender, else the one-line error listing them.
+fn check_contender(contender: &str) -> Result<(), String> {
+    if CONTENDERS.contains(&contender) || capstan_policy(contender).is_some() {
+        return Ok(());
+    }
+    let policies: Vec<&str> = EvictionKind::ALL.iter().map(|k| k.name()).collect();
+    Err(format!(
+        "unknown contender {contender:?} (known: {}, and capstan-POLICY with POLICY one of {})",
+        CONTENDERS.join(", "),
+        policies.join(", ")
+    ))
+}
 
 /// A cache experiment file.
 #[derive(Debug, Clone, Deserialize)]
@@ -139,12 +167,7 @@ impl CacheExperiment {
             )));
         }
         for c in &e.contenders {
-            if !CONTENDERS.contains(&c.as_str()) {
-                return Err(LabError::Experiment(format!(
-                    "{origin}: unknown contender {c:?} (known: {})",
-                    CONTENDERS.join(", ")
-                )));
-            }
+            check_contender(c).map_err(|why| LabError::Experiment(format!("{origin}: {why}")))?;
         }
         e.workload(Mode::Default)
             .map_err(|m| LabError::Experiment(format!("{origin}: {m}")))?;
@@ -351,8 +374,10 @@ impl Drop for TempDir {
 /// The program a contender runs: found on the PATH (or Debian's sbin/bin), else installed from
 /// its Debian package when we are root; otherwise the one-line reason it is skipped.
 fn program(contender: &str, exe: &Path) -> Result<PathBuf, String> {
+    if capstan_policy(contender).is_some() {
+        return Ok(exe.to_path_buf());
+    }
     let (name, package) = match contender {
-        "capstan" => return Ok(exe.to_path_buf()),
         "varnish" => ("varnishd", "varnish"),
         _ => ("traffic_server", "trafficserver"),
     };
@@ -422,6 +447,7 @@ fn start_capstan(
     origin: SocketAddr,
     cache_bytes: u64,
     threads: usize,
+    policy: &str,
 ) -> Result<Started, String> {
     let addr = free_loopback_port().map_err(|e| e.to_string())?;
     let admin = free_loopback_port().map_err(|e| e.to_string())?;
@@ -437,7 +463,7 @@ fn start_capstan(
              [[node]]\nname = \"origin\"\naddress = \"{origin}\"\n\n\
              # A cache proxy has one node: no admission limit in front of it.\n\
              [admission]\nlimit = \"off\"\n\n\
-             [cache]\nmemory = \"{mib}MiB\"\npolicy = \"lru\"\nmax_object = \"{max_kib}KiB\"\n"
+             [cache]\nmemory = \"{mib}MiB\"\npolicy = \"{policy}\"\nmax_object = \"{max_kib}KiB\"\n"
         ),
     )?;
     let mut cmd = Command::new(exe);
@@ -448,7 +474,7 @@ fn start_capstan(
     Ok(Started {
         daemon: Daemon::spawn("capstan", &mut cmd, dir.join("capstan.log"))?,
         addr,
-        setup: format!("capstan serve, [cache] memory {mib} MiB, lru, {threads} threads"),
+        setup: format!("capstan serve, [cache] memory {mib} MiB, {policy}, {threads} threads"),
     })
 }
 
@@ -633,12 +659,7 @@ pub async fn run_cache(
         .clone()
         .unwrap_or_else(|| exp.contenders.clone());
     for c in &contenders {
-        if !CONTENDERS.contains(&c.as_str()) {
-            return Err(LabError::Experiment(format!(
-                "unknown contender {c:?} (known: {})",
-                CONTENDERS.join(", ")
-            )));
-        }
+        check_contender(c).map_err(LabError::Experiment)?;
     }
     std::fs::create_dir_all(&opts.work_dir)
         .map_err(|e| LabError::Run(format!("{}: {e}", opts.work_dir.display())))?;
@@ -705,7 +726,8 @@ async fn run_contender(
             return out;
         }
     };
-    out.version = version(&program, if name == "capstan" { "--version" } else { "-V" });
+    let policy = capstan_policy(name);
+    out.version = version(&program, if policy.is_some() { "--version" } else { "-V" });
     let dir = TempDir(std::env::temp_dir().join(format!(
         "capstan-lab-{name}-{}-{}",
         std::process::id(),
@@ -716,10 +738,10 @@ async fn run_contender(
         return out;
     }
     let (cache, threads) = (workload.cache_bytes, exp.proxy_threads);
-    let started = match name {
-        "capstan" => start_capstan(&program, &dir.0, origin, cache, threads),
-        "varnish" => start_varnish(&program, &dir.0, origin, cache, threads),
-        _ => start_trafficserver(&program, &dir.0, origin, cache, threads),
+    let started = match (policy, name) {
+        (Some(policy), _) => start_capstan(&program, &dir.0, origin, cache, threads, policy),
+        (None, "varnish") => start_varnish(&program, &dir.0, origin, cache, threads),
+        (None, _) => start_trafficserver(&program, &dir.0, origin, cache, threads),
     };
     let mut s = match started {
         Ok(s) => s,
@@ -1072,4 +1094,28 @@ pub fn write_report(r: &CacheResults, out: &Path) -> Result<PathBuf, LabError> {
     std::fs::write(&path, h.finish())
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capstan_contender_names_its_eviction_policy() {
+        assert_eq!(capstan_policy("capstan"), Some("lru"));
+        assert_eq!(capstan_policy("capstan-gdsf"), Some("gdsf"));
+        assert_eq!(capstan_policy("capstan-s3-fifo"), Some("s3-fifo"));
+        for not in ["capstan-", "capstan-fifo", "capstangdsf", "varnish", "gdsf"] {
+            assert_eq!(capstan_policy(not), None, "{not}");
+        }
+        assert!(check_contender("trafficserver").is_ok());
+        assert!(check_contender("capstan-lfu-da").is_ok());
+        let why = check_contender("capstan-arc").unwrap_err();
+        assert!(
+            why.contains("\"capstan-arc\"")
+                && why.contains("capstan-POLICY")
+                && why.contains("sieve"),
+            "{why}"
+        );
+    }
 }

@@ -1,11 +1,11 @@
 """Usage: python3 benches/cache-lab/agg.py DIR [SCENARIO...]. Medians and ranges over the rounds of DIR/<scenario>-r<N>/results.json, per scenario,
-phase and contender: DHR, offered DHR, throughput, hit mean ms, hit p99, CPU ms/1k responses;
+phase and contender (capstan, capstan-gdsf when run, varnish, trafficserver): DHR, offered DHR, throughput, hit mean ms, hit p99, CPU ms/1k responses;
 then the goal check per scenario and phase (DHR capstan >= trafficserver; throughput and hit
 mean: capstan vs varnish)."""
 import glob, json, statistics, sys, os
 os.chdir(sys.argv[1] if len(sys.argv) > 1 else '.')
 SCEN = sys.argv[2:] or ['cache-mixed-inc', 'cache-best-effort', 'cache-image', 'cache-html', 'cache-download']
-NAMES = {'capstan': 'Capstan', 'varnish': 'Varnish', 'trafficserver': 'Traffic Server'}
+NAMES = {'capstan': 'Capstan', 'capstan-gdsf': 'Capstan GDSF', 'varnish': 'Varnish', 'trafficserver': 'Traffic Server'}
 def med(xs): return statistics.median(xs)
 def fmt(xs, d):
     if not xs: return '–'
@@ -20,7 +20,7 @@ for s in SCEN:
     print('|---|---|---:|---:|---:|---:|---:|---:|')
     vals = {}
     for ph in phases:
-        for c in ['capstan', 'varnish', 'trafficserver']:
+        for c in NAMES:
             d = {'dhr': [], 'off': [], 'rps': [], 'hit': [], 'p99': [], 'err': [], 'cpu': []}
             for r in runs:
                 cr = next((x for x in r['contenders'] if x['name'] == c), None)
@@ -35,9 +35,12 @@ for s in SCEN:
             vals[(ph, c)] = d
             if not d['dhr']: continue
             print(f"| {ph} | {NAMES[c]} | {fmt(d['dhr'],1)} ({med(d['off']):.1f}) | {fmt(d['rps'],0)} | {fmt(d['hit'],2)} | {fmt(d['p99'],1)} | {sum(d['err'])} | {fmt(d['cpu'],0)} |")
-        cap, var, ats = vals[(ph,'capstan')], vals[(ph,'varnish')], vals[(ph,'trafficserver')]
-        if cap['dhr'] and ats['dhr'] and var['rps']:
-            goals.append((s, ph, med(cap['dhr']) >= med(ats['dhr']) - 0.5, med(cap['dhr']), med(ats['dhr']),
+        var, ats = vals[(ph,'varnish')], vals[(ph,'trafficserver')]
+        for variant in [c for c in NAMES if c.startswith('capstan')]:
+          cap = vals[(ph, variant)]
+          if cap['dhr'] and ats['dhr'] and var['rps']:
+            goals.append((s if variant == 'capstan' else f"{s} ({NAMES[variant]})", ph,
+                          med(cap['dhr']) >= med(ats['dhr']) - 0.5, med(cap['dhr']), med(ats['dhr']),
                           med(cap['rps']) >= 0.98 * med(var['rps']), med(cap['rps']), med(var['rps']),
                           med(cap['hit']) <= med(var['hit']), med(cap['hit']), med(var['hit'])))
 print('\n| scenario | phase | DHR ≥ ATS | throughput ≥ Varnish | hit time ≤ Varnish |')

@@ -65,7 +65,8 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
         Poll::Ready(Err(e))
     }
 
-    /// Room for `len` more bytes: drains first when the buffer is past [`HIGH_WATER`].
+    /// Room for more bytes: drains first when the buffer is past [`HIGH_WATER`], and drops
+    /// what a partial write already sent, so a slow reader cannot grow the buffer.
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.check()?;
         if self.out.len() - self.sent >= HIGH_WATER {
@@ -74,6 +75,10 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
                 Poll::Pending if self.out.len() - self.sent >= HIGH_WATER => return Poll::Pending,
                 Poll::Pending => {}
             }
+        }
+        if self.sent > 0 {
+            self.out.drain(..self.sent);
+            self.sent = 0;
         }
         Ok(()).into()
     }
@@ -227,6 +232,39 @@ mod tests {
         let mut got = vec![0; 13];
         far.read_exact(&mut got).await.unwrap();
         assert_eq!(got, b"one two three");
+    }
+
+    /// A reader slower than the writer: the buffer never holds more than the high-water mark
+    /// and one write, although the socket takes a little after each write.
+    #[tokio::test]
+    async fn a_slow_reader_keeps_the_buffer_bounded() {
+        let (near, mut far) = tokio::io::duplex(4096);
+        let (mut corked, cork) = cork(near);
+        let chunk = [1u8; 4096];
+        let (mut written, mut read) = (0, 0);
+        let mut sink = vec![0u8; 2048];
+        for _ in 0..100 {
+            let wrote = std::future::poll_fn(|cx| {
+                Poll::Ready(Pin::new(&mut corked).poll_write(cx, &chunk))
+            });
+            if let Poll::Ready(Ok(n)) = wrote.await {
+                written += n;
+            }
+            read += std::future::poll_fn(|cx| {
+                let mut buf = ReadBuf::new(&mut sink);
+                Poll::Ready(match Pin::new(&mut far).poll_read(cx, &mut buf) {
+                    Poll::Ready(Ok(())) => buf.filled().len(),
+                    _ => 0,
+                })
+            })
+            .await;
+            let held = lock(&cork.shared).out.len();
+            assert!(held <= HIGH_WATER + chunk.len(), "{held} bytes held");
+        }
+        assert!(
+            written > HIGH_WATER + 10 * chunk.len() && read > 0,
+            "{written} {read}"
+        );
     }
 
     /// Past the high-water mark a write waits for a full socket instead of growing the buffer.

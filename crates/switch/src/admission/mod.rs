@@ -114,7 +114,9 @@ enum Grant {
 
 struct Waiter {
     id: u64,
-    /// Its class's expected latency on the node, nanoseconds (0 when unknown).
+    class: usize,
+    /// Its class's expected latency on the node, nanoseconds (0 when unknown), when it came —
+    /// or more, to stay behind an earlier waiter of its class (see [`GateState::enqueue`]).
     cost: f64,
     grant: oneshot::Sender<Grant>,
 }
@@ -228,10 +230,21 @@ impl GateState {
         self.unknown_since[class].get_or_insert(now_nanos);
     }
 
-    /// Queues a waiter of `cost` in its place (after every waiter that costs no more); when the
-    /// queue is full, only in place of a costlier waiter, who is told it is displaced. `None`
-    /// when there is no place for it.
-    fn enqueue(&mut self, cost: f64) -> Option<(u64, oneshot::Receiver<Grant>)> {
+    /// Queues a waiter of `class` and `cost` in its place (after every waiter that costs no
+    /// more); when the queue is full, only in place of a costlier waiter, who is told it is
+    /// displaced. `None` when there is no place for it.
+    ///
+    /// Within a class the queue is first come, first served: the class's cost is a moving
+    /// average, and a newcomer that came while it was lower must not sort ahead of an earlier
+    /// waiter of its own class — under a standing queue that waiter would be overtaken again
+    /// and again until its queue timeout (seen as 503s under an HTTP/2 load of one class).
+    fn enqueue(&mut self, class: usize, cost: f64) -> Option<(u64, oneshot::Receiver<Grant>)> {
+        let cost = self
+            .waiters
+            .iter()
+            .rev()
+            .find(|w| w.class == class)
+            .map_or(cost, |earlier| earlier.cost.max(cost));
         if self.waiters.len() as u32 >= self.queue_cap() {
             let costliest = self.waiters.back().map_or(0.0, |w| w.cost);
             if costliest <= cost {
@@ -251,6 +264,7 @@ impl GateState {
             at,
             Waiter {
                 id,
+                class,
                 cost,
                 grant: tx,
             },
@@ -479,7 +493,7 @@ impl Gate {
                 return Ok(permit);
             }
             let cost = state.cost_of(class, now_nanos);
-            let Some((id, rx)) = state.enqueue(cost) else {
+            let Some((id, rx)) = state.enqueue(class, cost) else {
                 drop(state);
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
                 return Err(Shed::QueueFull);
@@ -699,6 +713,39 @@ mod tests {
         let status = gate.status();
         assert_eq!((status.in_flight, status.queued), (0, 0));
         assert_eq!(status.shed.queue_full, 1);
+    }
+
+    #[tokio::test]
+    async fn waiters_of_one_class_are_served_in_order_when_its_cost_falls() {
+        let gate = fixed(1, 10, 10_000);
+        let held = gate.admit(0, 0).await.unwrap();
+        gate.record(0, 30_000_000, &held, 1);
+        let wait = |name: &'static str| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move {
+                let permit = gate.admit(0, 0).await.unwrap();
+                (name, permit)
+            })
+        };
+        let first = wait("first");
+        while gate.queued() < 1 {
+            tokio::task::yield_now().await;
+        }
+        // The class's moving average falls (responses got faster) before the next one queues.
+        for _ in 0..20 {
+            gate.record(0, 1_000_000, &held, 2);
+        }
+        let second = wait("second");
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(held);
+        let (name, permit) = tokio::select! {
+            done = first => done.unwrap(),
+            done = second => done.unwrap(),
+        };
+        assert_eq!(name, "first", "the earlier waiter of the class goes first");
+        drop(permit);
     }
 
     #[tokio::test]

@@ -40,8 +40,9 @@ whose response write makes no progress (a client that stopped reading), freeing 
 
 Overload (on by default): each node has an adaptive concurrency limit ([admission] limit =
 \"adaptive\" | N | \"off\") and a queue (queue, queue_timeout); a request queues only when no
-node has a free slot, and what fits in neither gets 503 with Retry-After at once. timeouts.first_byte bounds one node's answer (then another node, or 504);
-[outlier] ejects a node after consecutive_failures 5xx/timeouts/resets in a row.
+node has a free slot, and what fits in neither gets 503 with Retry-After at once.
+timeouts.first_byte bounds one node's answer (then another node, or 504); [outlier] ejects a
+node after consecutive_failures 5xx/timeouts/resets in a row.
 
 TLS and HTTP/2: a [[listener]] with [[listener.certificate]] cert/key (PEM) terminates TLS
 1.2/1.3 with the certificate for the client's SNI name (the first is the default), offers h2

@@ -170,10 +170,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Corked<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut shared = lock(&self.shared);
-        std::task::ready!(shared.poll_room(cx))?;
-        shared.out.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(

@@ -195,6 +195,9 @@ impl NodeRuntime {
     /// Starts (`true`) or ends a drain; ending one counts as coming back (slow start).
     pub fn set_draining(&self, draining: bool, now_nanos: u64) {
         let was = self.draining.swap(draining, Ordering::Relaxed);
+        if draining && !was {
+            self.admission.evict_waiters();
+        }
         if was && !draining {
             self.came_back(now_nanos);
         }
@@ -291,6 +294,7 @@ impl NodeRuntime {
                     let backoff = u64::try_from(health.backoff.as_nanos()).unwrap_or(u64::MAX);
                     self.down_until
                         .store(now_nanos.saturating_add(backoff), Ordering::Relaxed);
+                    self.admission.evict_waiters();
                     tracing::warn!(
                         node = %self.config.name,
                         failures,

@@ -461,7 +461,10 @@ pub struct Admission {
     pub limit: LimitMode,
     /// Most requests waiting for a slot, per node; 0: none wait.
     pub queue: u32,
-    /// Longest wait in the queue (HAProxy's `timeout queue`), then 503.
+    /// Longest wait in the queue (HAProxy's `timeout queue`, which falls back to its `timeout
+    /// connect`, 5 s in its examples), then another node with a free slot, or 503. Long enough
+    /// to ride out a node's failure under load: a fault that leaves the others short of
+    /// capacity for some seconds queues requests for that long (`benches/chaos.sh`).
     #[serde(with = "humantime_serde")]
     pub queue_timeout: Duration,
     /// Adaptive: the lowest limit, also the limit while baselines are measured (Envoy's
@@ -484,7 +487,7 @@ impl Default for Admission {
         Admission {
             limit: LimitMode::Adaptive,
             queue: 100,
-            queue_timeout: Duration::from_secs(1),
+            queue_timeout: Duration::from_secs(5),
             min_limit: 3,
             max_limit: 1000,
             initial_limit: 20,

@@ -259,12 +259,15 @@ fn record(node: &NodeRuntime, result: &CheckResult, health: &Health, now_nanos: 
             node.came_back(now_nanos);
             tracing::info!(node = %node.config.name, "health checks pass again: node back in");
         }
-        Some(false) => tracing::warn!(
-            node = %node.config.name,
-            "{} health checks failed in a row: node taken out ({})",
-            health.fall,
-            result.error.as_deref().unwrap_or("unexpected status")
-        ),
+        Some(false) => {
+            node.admission.evict_waiters();
+            tracing::warn!(
+                node = %node.config.name,
+                "{} health checks failed in a row: node taken out ({})",
+                health.fall,
+                result.error.as_deref().unwrap_or("unexpected status")
+            )
+        }
         None => {}
     }
 }

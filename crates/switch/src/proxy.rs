@@ -571,6 +571,13 @@ impl Forward {
                 "node {name} had no free slot within the queue timeout ({}); request shed",
                 humantime::format_duration(admission.queue_timeout)
             ),
+            Shed::Stalled => {
+                node.admission.count_stalled_shed();
+                format!(
+                    "node {name} stopped answering while the request waited for it, and no \
+                     other node could take it; request shed"
+                )
+            }
         };
         let mut resp = error_response(StatusCode::SERVICE_UNAVAILABLE, &cause);
         resp.headers_mut().insert(
@@ -629,13 +636,16 @@ impl Forward {
         let mut last_failure: Option<String> = None;
         // What is left of `timeouts.upstream` (time in a queue does not count).
         let mut time_left = config.timeouts.upstream;
-        // A request that timed out in a node's queue, and that node.
-        let mut queued_out: Option<NodeId> = None;
+        // A request that left a node's queue without a slot: that node, and why.
+        let mut queued_out: Option<(NodeId, Shed)> = None;
         for attempt in 0..2 {
             let now = switch.epoch.now_nanos();
-            let Some(node_id) = self.pick(&info, exclude, queued_out.is_none(), now) else {
+            // One that waited out a queue timeout is not queued a second time (under overload
+            // it would wait twice); one whose node stalled may wait again elsewhere.
+            let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
+            let Some(node_id) = self.pick(&info, exclude, may_wait, now) else {
                 return Err(match queued_out {
-                    Some(id) => self.shed(&cluster.nodes[id], Shed::QueueTimeout),
+                    Some((id, why)) => self.shed(&cluster.nodes[id], why),
                     None => self.no_node(last_failure.as_deref()),
                 });
             };
@@ -649,8 +659,8 @@ impl Forward {
                 Ok(permit) => permit,
                 // It never reached the node: another node with room may take it, whatever
                 // its method (HAProxy's `option redispatch`); no retry budget is spent.
-                Err(Shed::QueueTimeout) if attempt == 0 => {
-                    queued_out = Some(node_id);
+                Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
+                    queued_out = Some((node_id, why));
                     exclude = Some(node_id);
                     continue;
                 }
@@ -697,7 +707,7 @@ impl Forward {
                 Ok(Err(e)) => Failure::of(FailureKind::Other, &*e.error),
                 Err(_elapsed) => {
                     node.admission
-                        .record(self.class, took, &placement.permit, after);
+                        .record(self.class, took, &placement.permit, after, false);
                     Failure::timeout(wait, wait < first_byte || time_left.is_zero())
                 }
             };
@@ -737,7 +747,8 @@ impl Forward {
     ) {
         let node = &self.cluster.nodes[node_id];
         node.record_response();
-        node.admission.record(self.class, took_nanos, permit, now);
+        node.admission
+            .record(self.class, took_nanos, permit, now, true);
         if status.is_server_error() {
             self.count_outlier_failure(node_id, now);
         } else {
@@ -763,12 +774,15 @@ impl Forward {
         let name = &cluster.nodes[node_id].config.name;
         match crate::outlier::on_failure(&cluster.nodes, node_id, now, settings) {
             Verdict::Stays => {}
-            Verdict::Ejected(length) => tracing::warn!(
-                node = %name,
-                "node ejected for {} after {} failed requests in a row",
-                humantime::format_duration(length),
-                settings.consecutive_failures
-            ),
+            Verdict::Ejected(length) => {
+                cluster.nodes[node_id].admission.evict_waiters();
+                tracing::warn!(
+                    node = %name,
+                    "node ejected for {} after {} failed requests in a row",
+                    humantime::format_duration(length),
+                    settings.consecutive_failures
+                )
+            }
             Verdict::Prevented => tracing::warn!(
                 node = %name,
                 "node failed {} requests in a row but stays: {} % of the nodes are ejected already",

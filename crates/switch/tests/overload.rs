@@ -130,7 +130,8 @@ async fn a_saturated_node_is_hidden_from_the_policy_while_another_has_room() {
         "{}",
         third.text()
     );
-    assert_eq!(third.header("retry-after"), "1");
+    // ⌈queue_timeout⌉, 5 s by default.
+    assert_eq!(third.header("retry-after"), "5");
     let status = status_json(admin).await;
     assert_eq!(
         admission(&status, owner)["shed"]["queue_full"],
@@ -147,18 +148,33 @@ async fn a_saturated_node_is_hidden_from_the_policy_while_another_has_room() {
     assert_eq!(get(addr, "/hold").await.node(), owner);
 }
 
-#[tokio::test]
-async fn a_queued_request_gives_up_after_the_queue_timeout() {
+/// One node of one slot, queue timeout 1 s.
+async fn one_node_of_one_slot() -> (Backend, capstan_switch::Running) {
     let node = Backend::start("n0").await;
     let text = config_for(
         &[&node],
-        "[admission]\nlimit = 1\nqueue = 4\nqueue_timeout = \"200ms\"\n",
+        "[admission]\nlimit = 1\nqueue = 4\nqueue_timeout = \"1s\"\n",
     );
     let sw = start_switch(&text).await;
+    (node, sw)
+}
+
+#[tokio::test]
+async fn a_queued_request_gives_up_after_the_queue_timeout() {
+    let (node, sw) = one_node_of_one_slot().await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
-    let held = tokio::spawn(async move { get(addr, "/hold").await });
-    wait_until("the node holds a request", || node.held() == 1).await;
-    let waited = get(addr, "/other").await;
+    // The slot goes to a large answer whose client never reads it.
+    let _reader = get_without_reading(addr, "/hold?bytes=200000000").await;
+    wait_until("the node holds the large answer", || node.held() == 1).await;
+    let waiting = tokio::spawn(async move { get(addr, "/other").await });
+    wait_for_status(admin, "a request queued", |s| {
+        admission(s, "n0")["queued"] == 1
+    })
+    .await;
+    // The node answers while the request waits, and its slot stays taken (the body waits for
+    // its reader): the wait is the load's, and the request is shed at the queue timeout.
+    node.release();
+    let waited = waiting.await.unwrap();
     assert_eq!(
         waited.status,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -166,7 +182,7 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
         waited.text()
     );
     assert!(
-        waited.text().contains("queue timeout (200ms)"),
+        waited.text().contains("queue timeout (1s)"),
         "{}",
         waited.text()
     );
@@ -178,13 +194,41 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
         "{status}"
     );
     assert_eq!(admission(&status, "n0")["queued"], 0, "{status}");
-    node.release();
-    assert_eq!(held.await.unwrap().status, StatusCode::OK);
     assert_eq!(
         node.hits(),
         1,
         "the timed-out request never reached the node"
     );
+}
+
+#[tokio::test]
+async fn a_request_waiting_for_a_node_that_answers_nothing_is_shed_saying_so() {
+    let (node, sw) = one_node_of_one_slot().await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let held = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_until("the node holds a request", || node.held() == 1).await;
+    let hung = get(addr, "/other").await;
+    assert_eq!(
+        hung.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        hung.text()
+    );
+    assert!(
+        hung.text().contains("node n0 stopped answering"),
+        "{}",
+        hung.text()
+    );
+    assert_eq!(hung.header("retry-after"), "1");
+    let status = status_json(admin).await;
+    assert_eq!(
+        admission(&status, "n0")["shed"]["queue_timeout"],
+        1,
+        "{status}"
+    );
+    node.release();
+    assert_eq!(held.await.unwrap().status, StatusCode::OK);
+    assert_eq!(node.hits(), 1, "the shed request never reached the node");
 }
 
 /// Two nodes of one slot and one queue place each (300 ms), a request's key deciding its node.
@@ -200,7 +244,7 @@ async fn two_nodes_of_one_slot() -> ([Backend; 2], capstan_switch::Running) {
 }
 
 #[tokio::test]
-async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_timeout() {
+async fn a_request_goes_to_a_free_node_before_it_waits_and_waits_elsewhere_when_its_node_hangs() {
     let (nodes, sw) = two_nodes_of_one_slot().await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     let first = tokio::spawn(async move { get(addr, "/hold").await });
@@ -219,11 +263,16 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
         nodes[other].held() == 1
     })
     .await;
-    // Both are full now: the third waits in its key's node's queue; the other node frees its
-    // slot, and the third, timed out in its queue, is taken there.
+    // Both are full now: the third waits in its key's node's queue. That node answers nothing
+    // all the while (it hangs), so after the queue timeout the third waits again, at the other
+    // node, and is served there once that node frees its slot.
     let third = tokio::spawn(async move { get(addr, "/hold").await });
     wait_for_status(admin, "the third request queued at its key's node", |s| {
         admission(s, &nodes[owner].name)["queued"] == 1
+    })
+    .await;
+    wait_for_status(admin, "the third request queued at the other node", |s| {
+        admission(s, &nodes[other].name)["queued"] == 1
     })
     .await;
     nodes[other].release();
@@ -232,11 +281,10 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
     })
     .await;
     let status = status_json(admin).await;
-    assert_eq!(
-        admission(&status, &nodes[owner].name)["shed"]["queue_timeout"],
-        1,
-        "{status}"
-    );
+    for node in &nodes {
+        let shed = &admission(&status, &node.name)["shed"];
+        assert_eq!(shed["queue_timeout"], 0, "nothing shed: {status}");
+    }
     for node in &nodes {
         node.release();
     }
@@ -253,20 +301,102 @@ async fn a_request_goes_to_a_free_node_before_it_waits_and_moves_after_a_queue_t
 }
 
 #[tokio::test]
-async fn a_request_that_waited_out_one_queue_does_not_wait_in_another() {
-    let (nodes, sw) = two_nodes_of_one_slot().await;
+async fn a_drained_node_sends_its_waiters_to_another_node_at_once() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    // A queue timeout far longer than the test: only the drain can move the waiter in time.
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n\
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"60s\"\n",
+    );
+    let sw = start_switch(&text).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     let held = spawn_gets(addr, "/hold", 2);
     wait_until("both nodes hold a request", || {
         nodes[0].held() == 1 && nodes[1].held() == 1
     })
     .await;
-    // Every node is full: the third waits in one queue, times out, and finds no free slot
-    // elsewhere. It is shed then, not queued again at the other node.
-    let third = get(addr, "/hold").await;
+    let third = tokio::spawn(async move { get(addr, "/hold").await });
+    let status = wait_for_status(admin, "the third request queued", |s| {
+        admission(s, "n0")["queued"] == 1 || admission(s, "n1")["queued"] == 1
+    })
+    .await;
+    let (owner, other) = match admission(&status, "n0")["queued"] == 1 {
+        true => (0, 1),
+        false => (1, 0),
+    };
+    let drain = format!(
+        "POST /nodes/{}/drain HTTP/1.1\r\nHost: admin\r\nContent-Length: 0\r\n\
+         Connection: close\r\n\r\n",
+        nodes[owner].name
+    );
+    let answer = raw_exchange(admin, drain.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    wait_for_status(admin, "the waiter moved to the other node's queue", |s| {
+        admission(s, &nodes[other].name)["queued"] == 1
+            && admission(s, &nodes[owner].name)["queued"] == 0
+    })
+    .await;
+    nodes[other].release();
+    let moved = third.await.unwrap();
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.text());
+    assert_eq!(moved.node(), nodes[other].name);
+    nodes[owner].release();
+    for call in held {
+        assert_eq!(call.await.unwrap().status, StatusCode::OK);
+    }
+}
+
+/// Sends a GET for `path` and never reads the answer: the switch's slot on the node stays
+/// taken while the response waits to be written.
+async fn get_without_reading(addr: std::net::SocketAddr, path: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+#[tokio::test]
+async fn a_request_that_waited_out_one_queue_under_load_does_not_wait_in_another() {
+    let nodes = [Backend::start("n0").await, Backend::start("n1").await];
+    let text = config_for(
+        &[&nodes[0], &nodes[1]],
+        "[policy]\nname = \"consistent-hash\"\n\
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"2s\"\n",
+    );
+    let sw = start_switch(&text).await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    // Two large answers their clients never read hold both nodes' slots.
+    let path = "/hold?bytes=200000000";
+    let _readers = [
+        get_without_reading(addr, path).await,
+        get_without_reading(addr, path).await,
+    ];
+    wait_until("both nodes hold a request", || {
+        nodes[0].held() == 1 && nodes[1].held() == 1
+    })
+    .await;
+    let third = tokio::spawn(async move { get(addr, "/hold").await });
+    wait_for_status(admin, "the third request queued", |s| {
+        admission(s, "n0")["queued"] == 1 || admission(s, "n1")["queued"] == 1
+    })
+    .await;
+    // The nodes answer now, so the queue timeout is the load's, not a hung node's: every slot
+    // stays taken (the bodies wait for their readers), and the third, timed out, finds no free
+    // slot elsewhere. It is shed then, not queued again at the other node.
+    for node in &nodes {
+        node.release();
+    }
+    let third = third.await.unwrap();
     assert_eq!(
         third.status,
         StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        third.text()
+    );
+    assert!(
+        third.text().contains("queue timeout (2s)"),
         "{}",
         third.text()
     );
@@ -284,12 +414,11 @@ async fn a_request_that_waited_out_one_queue_does_not_wait_in_another() {
         1,
         "one queue timeout: {status}"
     );
-    for node in &nodes {
-        node.release();
-    }
-    for call in held {
-        assert_eq!(call.await.unwrap().status, StatusCode::OK);
-    }
+    assert_eq!(
+        nodes[0].hits() + nodes[1].hits(),
+        2,
+        "the third reached no node"
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,11 @@
 //!   shed). One request of unknown cost adds at most one request's load to the node.
 //!   A queued request waits at most `queue_timeout` (HAProxy's `timeout queue`) for a slot; then
 //!   it goes to another node that has room if there is one (it never reached this one, so any
-//!   method may move), else it gets `503` with `Retry-After`. A request is queued only when the node can be expected to
+//!   method may move), else it gets `503` with `Retry-After`. When the wait was the node's
+//!   fault — it was taken out while the request waited ([`Gate::evict_waiters`], at once), or
+//!   no response came back from it all that time (it hangs) — the request may queue again at
+//!   another node ([`Shed::Stalled`]): a hung node's queue must not become 503s while the
+//!   others have room in theirs. A request is queued only when the node can be expected to
 //!   start it in time — at most `limit × queue_timeout / latency` requests wait, with `latency`
 //!   a moving average of the node's response-head times — so under overload the excess is shed
 //!   at once instead of waiting out the timeout.
@@ -75,13 +79,18 @@ pub enum Shed {
     QueueFull,
     /// It waited `queue_timeout` in the queue without getting a slot.
     QueueTimeout,
+    /// It waited for a node that stopped answering: the node was taken out while it waited
+    /// ([`Gate::evict_waiters`]), or no response came back from it all the time it waited. The
+    /// node's fault, not the load's: the request may wait again at another node.
+    Stalled,
 }
 
 impl Shed {
     pub fn as_str(self) -> &'static str {
         match self {
             Shed::QueueFull => "queue-full",
-            Shed::QueueTimeout => "queue-timeout",
+            // Counted with the timeouts when it finds no other place.
+            Shed::QueueTimeout | Shed::Stalled => "queue-timeout",
         }
     }
 }
@@ -110,6 +119,8 @@ enum Grant {
     Slot,
     /// A cheaper request took its place; it is shed.
     Displaced,
+    /// The node was taken out of rotation; the waiter goes elsewhere.
+    Evicted,
 }
 
 struct Waiter {
@@ -140,6 +151,8 @@ struct GateState {
     latency_nanos: f64,
     /// The same per class, the cost that orders the queue (0 before the first).
     class_latency: Vec<f64>,
+    /// When the node last answered a request (a response head), nanoseconds; 0 before.
+    answered_at: u64,
     next_id: u64,
 }
 
@@ -383,7 +396,7 @@ impl Drop for Ticket<'_> {
         self.grant.close();
         match self.grant.try_recv() {
             Ok(Grant::Slot) => self.gate.release(false, false, None),
-            Ok(Grant::Displaced) => {}
+            Ok(Grant::Displaced | Grant::Evicted) => {}
             Err(_) => self.gate.leave_queue(self.id),
         }
     }
@@ -404,6 +417,7 @@ impl Gate {
                 waiters: VecDeque::new(),
                 latency_nanos: 0.0,
                 class_latency: vec![0.0; classes],
+                answered_at: 0,
                 next_id: 0,
             }),
             limit: AtomicU32::new(u32::MAX),
@@ -528,11 +542,31 @@ impl Gate {
                 self.shed_queue_full.fetch_add(1, Ordering::Relaxed);
                 Err(Shed::QueueFull)
             }
+            // Not counted here: the request goes on to another node, and is counted as shed
+            // only if it finds no place there.
+            Some(Grant::Evicted) => Err(Shed::Stalled),
+            None if self.lock().answered_at < now_nanos => Err(Shed::Stalled),
             None => {
                 self.shed_queue_timeout.fetch_add(1, Ordering::Relaxed);
                 Err(Shed::QueueTimeout)
             }
         }
+    }
+
+    /// The node went out of rotation: every waiter leaves the queue at once, to be placed
+    /// elsewhere ([`Shed::Stalled`]) rather than wait out the queue timeout for a node that will
+    /// not take it.
+    pub fn evict_waiters(&self) {
+        let mut state = self.lock();
+        for waiter in state.waiters.drain(..) {
+            let _ = waiter.grant.send(Grant::Evicted);
+        }
+        self.publish(&state);
+    }
+
+    /// Counts a request shed after [`Shed::Stalled`] found no other place.
+    pub fn count_stalled_shed(&self) {
+        self.shed_queue_timeout.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A slot without waiting: a regular one, an express one or the scout's, if one is free.
@@ -606,12 +640,23 @@ impl Gate {
         self.publish(&state);
     }
 
-    /// A response head came back from the node `latency_nanos` after the request was sent.
-    pub fn record(&self, class: usize, latency_nanos: u64, permit: &Permit, now_nanos: u64) {
+    /// A request sent `latency_nanos` ago ended: its response head came back (`answered`), or
+    /// its first-byte timeout ran out, which the limiter counts as that much latency.
+    pub fn record(
+        &self,
+        class: usize,
+        latency_nanos: u64,
+        permit: &Permit,
+        now_nanos: u64,
+        answered: bool,
+    ) {
         if permit.gate.is_none() {
             return;
         }
         let mut state = self.lock();
+        if answered {
+            state.answered_at = state.answered_at.max(now_nanos);
+        }
         let latency = latency_nanos as f64;
         // Moving averages over about the last eight responses.
         let average = |avg: f64| match avg {
@@ -719,7 +764,7 @@ mod tests {
     async fn waiters_of_one_class_are_served_in_order_when_its_cost_falls() {
         let gate = fixed(1, 10, 10_000);
         let held = gate.admit(0, 0).await.unwrap();
-        gate.record(0, 30_000_000, &held, 1);
+        gate.record(0, 30_000_000, &held, 1, true);
         let wait = |name: &'static str| {
             let gate = Arc::clone(&gate);
             tokio::spawn(async move {
@@ -733,7 +778,7 @@ mod tests {
         }
         // The class's moving average falls (responses got faster) before the next one queues.
         for _ in 0..20 {
-            gate.record(0, 1_000_000, &held, 2);
+            gate.record(0, 1_000_000, &held, 2, true);
         }
         let second = wait("second");
         while gate.queued() < 2 {
@@ -771,12 +816,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_waiter_of_a_node_that_answers_nothing_is_told_it_stalled() {
+        let gate = fixed(1, 4, 50);
+        let held = gate.admit(0, 1).await.unwrap();
+        // Nothing came back from the node all the time it waited: the node's fault, and not
+        // counted as shed here (the request goes on to another node).
+        assert_eq!(gate.admit(0, 2).await.err(), Some(Shed::Stalled));
+        assert_eq!(gate.status().shed.queue_timeout, 0);
+        // A first-byte timeout is no answer either.
+        gate.record(0, 1_000, &held, 3, false);
+        assert_eq!(gate.admit(0, 4).await.err(), Some(Shed::Stalled));
+        // The node answered while the next one waited: the wait was the load's.
+        let waiting = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(0, 5).await.err() })
+        };
+        while gate.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        gate.record(0, 1_000, &held, 6, true);
+        assert_eq!(waiting.await.unwrap(), Some(Shed::QueueTimeout));
+        assert_eq!(gate.status().shed.queue_timeout, 1);
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn waiters_leave_at_once_when_their_node_is_taken_out() {
+        let gate = fixed(1, 4, 60_000);
+        let held = gate.admit(0, 0).await.unwrap();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let gate = Arc::clone(&gate);
+                tokio::spawn(async move { gate.admit(0, 1).await.err() })
+            })
+            .collect();
+        while gate.queued() < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate.evict_waiters();
+        for waiter in waiters {
+            assert_eq!(waiter.await.unwrap(), Some(Shed::Stalled));
+        }
+        assert_eq!(gate.queued(), 0);
+        drop(held);
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.shed.queue_timeout), (0, 0));
+    }
+
+    #[tokio::test]
     async fn the_queue_holds_only_what_the_node_can_start_in_time() {
         let gate = fixed(2, 100, 1000);
         let permit = gate.admit(0, 0).await.unwrap();
         // Responses take 500 ms: two slots start four requests a second, so four may wait
         // for one second.
-        gate.record(0, 500_000_000, &permit, 1);
+        gate.record(0, 500_000_000, &permit, 1, true);
         assert_eq!(gate.status().queue_cap, 4);
     }
 
@@ -785,8 +878,8 @@ mod tests {
         let gate = fixed(1, 2, 10_000);
         let held = gate.admit(0, 0).await.unwrap();
         // Class 1 costs 100 ms on this node, class 2 twenty (too much for the express lane).
-        gate.record(1, 100_000_000, &held, 1);
-        gate.record(2, 20_000_000, &held, 1);
+        gate.record(1, 100_000_000, &held, 1, true);
+        gate.record(2, 20_000_000, &held, 1, true);
         let wait = |class| {
             let gate = Arc::clone(&gate);
             tokio::spawn(async move { gate.admit(class, 0).await.map(|p| (class, p)) })
@@ -831,9 +924,9 @@ mod tests {
             "class 2 is unknown"
         );
         // Class 1 costs 100 ms on this node, class 2 ten, class 3 five.
-        gate.record(1, 100_000_000, &a, 1);
-        gate.record(2, 10_000_000, &a, 1);
-        gate.record(3, 5_000_000, &a, 1);
+        gate.record(1, 100_000_000, &a, 1, true);
+        gate.record(2, 10_000_000, &a, 1, true);
+        gate.record(3, 5_000_000, &a, 1, true);
         assert_eq!(gate.admit(1, 0).await.err(), Some(Shed::QueueFull));
         let cheap = [
             gate.admit(2, 0).await.unwrap(),
@@ -866,7 +959,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         // Class 1 costs 100 ms here; class 2 is still unknown, so one of it scouts…
-        gate.record(1, 100_000_000, &held, 1);
+        gate.record(1, 100_000_000, &held, 1, true);
         let scout = gate.admit(2, 0).await.unwrap();
         assert!(scout.express && scout.scout);
         // …and only one: the next waits like everybody else.
@@ -895,7 +988,7 @@ mod tests {
         // A CGI (class 1) goes out at 0 and has not come back; a static file (class 2) took
         // 5 ms.
         let cgi = gate.admit(1, 0).await.unwrap();
-        gate.record(2, 5 * MS, &cgi, 1);
+        gate.record(2, 5 * MS, &cgi, 1, true);
         // At 200 ms the CGI has cost at least 200 ms, forty times the static file: the static
         // file takes the express lane instead of waiting behind it.
         let fast = gate.admit(2, 200 * MS).await.unwrap();

@@ -28,7 +28,7 @@ type BoxBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 /// `/chunked` answers with a chunked body; `/_capstan/load` reports `load_percent` as CPU
 /// utilisation and `service_ms` as mean service time (503 while `reports_off`); `/_check`
 /// answers with the status in `check_status` (200 at start); `/hold` answers only once
-/// `release` is called; anything else answers with the back-end's name. `hits` counts every
+/// `release` is called (`/hold?bytes=N`: then with an N-byte body, as `/big`); anything else answers with the back-end's name. `hits` counts every
 /// request but the load reports and checks.
 pub struct Backend {
     pub name: String,
@@ -194,7 +194,7 @@ async fn backend_answer(
             tokio::time::sleep(Duration::from_millis(query_number(&req, "ms"))).await;
             Response::new(full(name))
         }
-        "/big" => {
+        path if path == "/big" || (path == "/hold" && query_number(&req, "bytes") > 0) => {
             let total = query_number(&req, "bytes");
             let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
             let stream = futures_stream(total, chunk);

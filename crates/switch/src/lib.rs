@@ -26,6 +26,7 @@ pub mod outlier;
 pub mod peer;
 pub mod proxy;
 pub mod proxy_protocol;
+pub mod reaper;
 pub mod redirect;
 pub mod retry;
 pub mod send_timeout;

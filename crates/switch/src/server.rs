@@ -502,14 +502,23 @@ fn serve_on(
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
     let configured = switch.cluster.load().config.proxy_protocol.clone();
+    // This worker's silent connections are closed by its own reaper (see [`crate::reaper`]).
+    let reaper = Arc::new(SilentReaper::default());
     for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
         endpoint.limits.bound_to(listener.local_addr()?);
         let proxied = configured.accepts_on(endpoint.configured());
-        let accepting = accept_loop(Arc::clone(&switch), listener, Arc::new(endpoint), proxied);
+        let accepting = accept_loop(
+            Arc::clone(&switch),
+            listener,
+            Arc::new(endpoint),
+            proxied,
+            Arc::clone(&reaper),
+        );
         tasks.push(tokio::spawn(accepting));
     }
+    tasks.push(tokio::spawn(reaper.run()));
     if primary {
         tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
             &switch,
@@ -581,11 +590,21 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
+/// A connection closed for sending nothing, with what counts it as open (see
+/// [`crate::reaper`]).
+type Silent = (
+    LazyStream,
+    OpenConnection,
+    Option<crate::connection_limits::ClientSlot>,
+);
+type SilentReaper = crate::reaper::Reaper<Silent>;
+
 async fn accept_loop(
     switch: Arc<Switch>,
     listener: Acceptor,
     endpoint: Arc<Endpoint>,
     proxied: bool,
+    reaper: Arc<SilentReaper>,
 ) {
     let mut stop = switch.shutdown.subscribe();
     let listening = match listener.local_addr() {
@@ -623,22 +642,24 @@ async fn accept_loop(
         let open = OpenConnection::new(&switch, &endpoint, slots);
         let switch = Arc::clone(&switch);
         let endpoint = Arc::clone(&endpoint);
+        let reaper = Arc::clone(&reaper);
         // Every future below that is not needed while a connection waits is boxed: the task
         // is allocated at the size of its largest state, so anything inline here (a TLS
         // handshake, a 429 answer, hyper's connection) would be paid by every idle client.
         tokio::spawn(async move {
-            let _open = open;
             let mut stream = stream;
             let Some(peer) = client_of(&switch, &mut stream, peer, listening, proxied).await else {
                 return;
             };
             // After a PROXY header: the limit counts the client it names, not the balancer.
-            let Ok(_client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
+            let Ok(client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
                 tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
                 let answer = endpoint.scheme() == "http";
                 return Box::pin(crate::connection_limits::turn_away(stream, answer)).await;
             };
-            serve_connection(&switch, stream, peer, &endpoint).await;
+            if let Some(silent) = serve_connection(&switch, stream, peer, &endpoint).await {
+                reaper.close((silent, open, client_slot));
+            }
         });
     }
 }
@@ -687,12 +708,14 @@ async fn client_of(
     }
 }
 
+/// Serves one client connection; a silent one (no bytes within `header_read`) comes back
+/// unclosed, for the worker's reaper.
 async fn serve_connection(
     switch: &Arc<Switch>,
     mut stream: LazyStream,
     client: crate::peer::Peer,
     endpoint: &Endpoint,
-) {
+) -> Option<LazyStream> {
     let peer = client.client;
     use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
     let (start, header_read) = {
@@ -707,11 +730,11 @@ async fn serve_connection(
         Ok(true) => {}
         Ok(false) => {
             tracing::debug!(%peer, "closing client connection: no request within header_read");
-            return;
+            return Some(stream);
         }
         Err(e) => {
             tracing::debug!(%peer, "client connection ended before a request: {e}");
-            return;
+            return None;
         }
     }
     let state = Arc::new(ConnState::of(Some(client)));
@@ -724,7 +747,7 @@ async fn serve_connection(
             let counters = endpoint.tls_counters.as_deref();
             let handshake = Box::pin(tls_handshake(io, tls, header_read, peer, counters));
             let Some(tls_stream) = handshake.await else {
-                return;
+                return None;
             };
             let protocol = negotiated(tls_stream.get_ref().1);
             let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
@@ -734,12 +757,13 @@ async fn serve_connection(
             let sniff = Box::pin(tokio::time::timeout(header_read, sniff_h2c(io)));
             let (protocol, io) = match sniff.await {
                 Ok(Ok(sniffed)) => sniffed,
-                _ => return,
+                _ => return None,
             };
             Box::pin(serve_http(switch, io, peer, state, protocol)).await;
         }
         None => Box::pin(serve_http(switch, io, peer, state, Protocol::Http1)).await,
     }
+    None
 }
 
 /// The server side of a TLS handshake, counted on the listener's `counters` once it ends

@@ -746,9 +746,7 @@ async fn serve_connection(
         Some(tls) => {
             let counters = endpoint.tls_counters.as_deref();
             let handshake = Box::pin(tls_handshake(io, tls, header_read, peer, counters));
-            let Some(tls_stream) = handshake.await else {
-                return None;
-            };
+            let tls_stream = handshake.await?;
             let protocol = negotiated(tls_stream.get_ref().1);
             let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
             Box::pin(serve_http(switch, tls_stream, peer, state, protocol)).await;

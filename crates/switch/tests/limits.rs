@@ -160,6 +160,36 @@ async fn a_silent_connection_gets_header_read_to_start_its_request() {
 }
 
 #[tokio::test]
+async fn a_burst_of_silent_connections_is_closed_and_uncounted() {
+    let a = Backend::start("a").await;
+    let sw = start_switch(&config_for(
+        &[&a],
+        "[timeouts]\nheader_read = \"300ms\"\n",
+    ))
+    .await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    // More than one of the reaper's batches, all timing out together.
+    let mut silent = Vec::new();
+    for _ in 0..100 {
+        silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    for stream in &mut silent {
+        let mut buf = [0u8; 64];
+        let end = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await;
+        assert!(
+            matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+            "closed, not timed out: {end:?}"
+        );
+    }
+    // Counted open until closed, and none left counted after.
+    wait_for_status(admin, "no connection counted open", |s| {
+        s["open_connections"] == 0
+    })
+    .await;
+    assert_eq!(get(addr, "/").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn idle_keep_alive_connection_is_closed() {
     let a = Backend::start("a").await;
     let sw = start_switch(&config_for(&[&a], "[timeouts]\nclient_idle = \"300ms\"\n")).await;

@@ -162,11 +162,7 @@ async fn a_silent_connection_gets_header_read_to_start_its_request() {
 #[tokio::test]
 async fn a_burst_of_silent_connections_is_closed_and_uncounted() {
     let a = Backend::start("a").await;
-    let sw = start_switch(&config_for(
-        &[&a],
-        "[timeouts]\nheader_read = \"300ms\"\n",
-    ))
-    .await;
+    let sw = start_switch(&config_for(&[&a], "[timeouts]\nheader_read = \"300ms\"\n")).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     // More than one of the reaper's batches, all timing out together.
     let mut silent = Vec::new();

@@ -48,7 +48,8 @@ impl<T: Send> Reaper<T> {
     }
 
     /// Sockets waiting to be closed.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    fn pending(&self) -> usize {
         self.pending.lock().map_or(0, |p| p.len())
     }
 

@@ -21,6 +21,17 @@ fn spawn_gets(
         .collect()
 }
 
+/// The switch shed `answer`: `503`, saying `says`.
+fn assert_shed(answer: &Answer, says: &str) {
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        answer.text()
+    );
+    assert!(answer.text().contains(says), "{}", answer.text());
+}
+
 fn admission<'a>(status: &'a serde_json::Value, node: &str) -> &'a serde_json::Value {
     &node_status(status, node)["admission"]
 }
@@ -63,18 +74,8 @@ async fn excess_requests_are_shed_at_once_and_counts_return_to_zero() {
         }
     }
     for answer in &shed {
-        assert_eq!(
-            answer.status,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "{}",
-            answer.text()
-        );
+        assert_shed(answer, "concurrency limit (2)");
         assert_eq!(answer.header("retry-after"), "20");
-        assert!(
-            answer.text().contains("concurrency limit (2)"),
-            "{}",
-            answer.text()
-        );
     }
     let metrics = get(admin, "/metrics").await.text();
     for line in [
@@ -175,17 +176,7 @@ async fn a_queued_request_gives_up_after_the_queue_timeout() {
     // its reader): the wait is the load's, and the request is shed at the queue timeout.
     node.release();
     let waited = waiting.await.unwrap();
-    assert_eq!(
-        waited.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{}",
-        waited.text()
-    );
-    assert!(
-        waited.text().contains("queue timeout (1s)"),
-        "{}",
-        waited.text()
-    );
+    assert_shed(&waited, "queue timeout (1s)");
     assert_eq!(waited.header("retry-after"), "1");
     let status = status_json(admin).await;
     assert_eq!(
@@ -208,17 +199,7 @@ async fn a_request_waiting_for_a_node_that_answers_nothing_is_shed_saying_so() {
     let held = tokio::spawn(async move { get(addr, "/hold").await });
     wait_until("the node holds a request", || node.held() == 1).await;
     let hung = get(addr, "/other").await;
-    assert_eq!(
-        hung.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{}",
-        hung.text()
-    );
-    assert!(
-        hung.text().contains("node n0 stopped answering"),
-        "{}",
-        hung.text()
-    );
+    assert_shed(&hung, "node n0 stopped answering");
     assert_eq!(hung.header("retry-after"), "1");
     let status = status_json(admin).await;
     assert_eq!(
@@ -389,17 +370,7 @@ async fn a_request_that_waited_out_one_queue_under_load_does_not_wait_in_another
         node.release();
     }
     let third = third.await.unwrap();
-    assert_eq!(
-        third.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{}",
-        third.text()
-    );
-    assert!(
-        third.text().contains("queue timeout (2s)"),
-        "{}",
-        third.text()
-    );
+    assert_shed(&third, "queue timeout (2s)");
     let status = status_json(admin).await;
     let timeouts: Vec<u64> = ["n0", "n1"]
         .iter()

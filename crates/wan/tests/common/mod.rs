@@ -189,13 +189,15 @@ pub fn min(v: &[f64]) -> f64 {
 }
 
 /// Extra milliseconds allowed above an emulated delay: scheduling on a loaded, shared 2-core
-/// machine (the router's own error is in its stats and the benchmark). Override with
-/// CAPSTAN_WAN_TEST_SLACK_MS.
+/// machine. On a quiet machine the median is 0.4–0.9 ms over; a busy CI run saw 3.6 ms, so the
+/// bound is 10 ms — wide enough for noise, narrow enough to catch a delay applied twice or per
+/// direction. The router's precision is a benchmark's claim (crates/wan/bench.sh), not a
+/// test's. Override with CAPSTAN_WAN_TEST_SLACK_MS.
 pub fn slack_ms() -> f64 {
     std::env::var("CAPSTAN_WAN_TEST_SLACK_MS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2.0)
+        .unwrap_or(10.0)
 }
 
 /// True when namespace `name` exists.

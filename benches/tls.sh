@@ -12,6 +12,8 @@
 #   ROUNDS=5 SECONDS_PER_RUN=15 THREADS=2 bash benches/tls.sh
 #   CAPSTAN=/path/to/capstan bash benches/tls.sh    # skip the build
 #   PROXIES="capstan-ecdsa nginx-ecdsa" SCENARIOS=h2 bash benches/tls.sh   # a subset
+#   CAPSTAN_B=/path/to/other/capstan PROXIES="capstan-ecdsa capstanb-ecdsa haproxy-ecdsa" \
+#     SCENARIOS=keep-alive bash benches/tls.sh   # A/B two builds, interleaved in every round
 #
 # Scenarios: keep-alive (wrk, HTTP/1.1 over TLS, persistent connections), handshake (wrk with
 # `Connection: close`: a full TLS handshake per request, wrk does not resume sessions) and h2
@@ -71,6 +73,7 @@ CONF
 # One Capstan, one HAProxy and one nginx per key type.
 declare -A port=([capstan-ecdsa]=18441 [haproxy-ecdsa]=18442 [capstan-rsa]=18443 [haproxy-rsa]=18444
                  [nginx-ecdsa]=18445 [nginx-rsa]=18446)
+[ -z "${CAPSTAN_B:-}" ] || port+=([capstanb-ecdsa]=18447 [capstanb-rsa]=18448)
 for kind in ecdsa rsa; do
   base=localhost; [ "$kind" = rsa ] && base=localhost-rsa
   cat "$pki/$base.pem" "$pki/$base.key" > "$work/$kind.pem"  # HAProxy's crt: chain and key
@@ -91,6 +94,9 @@ address = "127.0.0.1:19103"
 [[node]]
 address = "127.0.0.1:19104"
 CONF
+  if [ -n "${CAPSTAN_B:-}" ]; then
+    sed "s/:${port[capstan-$kind]}\"/:${port[capstanb-$kind]}\"/" "$work/capstan-$kind.toml" > "$work/capstanb-$kind.toml"
+  fi
   cat > "$work/haproxy-$kind.cfg" <<CONF
 global
   nbthread $THREADS
@@ -150,6 +156,10 @@ declare -A proxy_pid
 for kind in ecdsa rsa; do
   RUST_LOG=warn "$CAPSTAN" serve --threads "$THREADS" --config "$work/capstan-$kind.toml" &
   proxy_pid[capstan-$kind]=$!
+  if [ -n "${CAPSTAN_B:-}" ]; then
+    RUST_LOG=warn "$CAPSTAN_B" serve --threads "$THREADS" --config "$work/capstanb-$kind.toml" &
+    proxy_pid[capstanb-$kind]=$!
+  fi
   haproxy -f "$work/haproxy-$kind.cfg" &
   proxy_pid[haproxy-$kind]=$!
   nginx -c "$work/nginx-$kind.conf" &
@@ -170,6 +180,7 @@ clk_tck=$(getconf CLK_TCK)
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "capstan: $CAPSTAN${CAPSTAN_B:+; capstanb: $CAPSTAN_B}"
   echo "haproxy: $(haproxy -v | head -1)"
   echo "nginx: $(nginx -v 2>&1 | head -1)"
   echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version | head -1)"

@@ -948,8 +948,12 @@ impl Pending {
     }
 
     /// Runs the handling of the request with its notes in reach.
-    pub async fn scope<F: std::future::Future>(&self, handling: F) -> F::Output {
-        NOTES.scope(Arc::clone(&self.notes), handling).await
+    /// Not an `async fn`: that would hold `handling` twice (its argument and the scope).
+    pub fn scope<F: std::future::Future>(
+        &self,
+        handling: F,
+    ) -> tokio::task::futures::TaskLocalFuture<Arc<Notes>, F> {
+        NOTES.scope(Arc::clone(&self.notes), handling)
     }
 
     /// Wraps the response so that its line is written when its body ends.

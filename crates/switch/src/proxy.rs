@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use capstan_core::{hash_key, ClassId, HeaderLookup, NodeId, Outcome, RequestFacts, RequestInfo};
+use futures_util::future::Either;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
@@ -368,14 +369,14 @@ pub async fn handle(
     conn.request_started();
     let cluster = switch.cluster.load_full();
     let logged = crate::access_log::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
+    // One future awaited in one place, built in place: hyper moves this whole future into a
+    // box per request, and two awaits of the proxy path (logged or not) made it hold two
+    // copies (26 KB).
     let resp = match &logged {
-        None => proxy(&switch, &cluster, &conn, &peer, req).await,
-        Some(entry) => {
-            entry
-                .scope(proxy(&switch, &cluster, &conn, &peer, req))
-                .await
-        }
-    };
+        None => Either::Left(proxy(&switch, &cluster, &conn, &peer, req)),
+        Some(entry) => Either::Right(entry.scope(proxy(&switch, &cluster, &conn, &peer, req))),
+    }
+    .await;
     let resp = match resp {
         Ok(resp) => resp,
         Err(resp) => {
@@ -443,13 +444,15 @@ async fn proxy(
         te_trailers: crate::h2_nodes::wants_trailers(&parts.headers),
     };
     if let Some(tunnel) = tunnel {
-        return Err(crate::upgrade::pass(&forward, parts, peer, tunnel).await);
+        return Err(Box::pin(crate::upgrade::pass(&forward, parts, peer, tunnel)).await);
     }
     let cache = crate::caching::Route::of(switch, cluster, class, &parts);
     if let crate::caching::Route::Lookup = cache {
         // A hit never leaves the switch: the forwarding headers are added only on the way to
         // a node (see `caching::forwarded_headers`).
-        return crate::caching::serve(forward, parts, peer).await;
+        // Boxed, as the tunnel above: the cache path's future is several KB, and an unboxed
+        // one would be in every request's future, cached or not (see `handle`).
+        return Box::pin(crate::caching::serve(forward, parts, peer)).await;
     }
     if let crate::caching::Route::Purge = cache {
         return Err(crate::caching::client_purge(&forward, &parts, peer));
@@ -992,4 +995,20 @@ fn forward_response(
             on_end: Some(Box::new(SettleOnEnd(Some(placement)))),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of what an async fn with four owned arguments returns.
+    fn future_size<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// hyper moves every request's future into a box: a future that held the proxy path twice
+    /// (logged and unlogged) or the cache path inline was 26 KB, copied per request.
+    #[test]
+    fn the_request_future_stays_small() {
+        let size = future_size(super::handle as fn(_, _, _, _) -> _);
+        assert!(size <= 8 * 1024, "the request future is {size} bytes");
+    }
 }

@@ -10,6 +10,7 @@
 #
 #   bash benches/access_log.sh              # 3 rounds × 8 s per cell, 1 worker thread each
 #   ROUNDS=5 SECONDS_PER_RUN=10 bash benches/access_log.sh
+#   CAPSTAN=/path/to/capstan bash benches/access_log.sh    # skip the build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib.sh
@@ -31,8 +32,12 @@ if ! need nginx || ! need wrk; then
   fi
 fi
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
+if [ -n "${CAPSTAN:-}" ]; then  # a build to measure, instead of building this tree
+  capstan=$CAPSTAN
+else
+  cargo build --release --locked --quiet -p capstan-cli
+  capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
+fi
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()

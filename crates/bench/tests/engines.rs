@@ -306,7 +306,9 @@ async fn sessions_and_replay_run() {
     let r = run(c, None).await.unwrap();
     assert_eq!((r.offered, r.completed), (30, 30));
     assert!(t.elapsed() < Duration::from_secs(3));
-    assert!(r.duration_s < 0.8, "{}", r.duration_s);
+    // The log spans 2 s: at 4× it takes 0.5 s, unscaled 2 s; the bound leaves a busy machine
+    // room and still tells the two apart.
+    assert!(r.duration_s < 1.5, "{}", r.duration_s);
     o.shutdown().await;
 }
 

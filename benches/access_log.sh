@@ -32,12 +32,7 @@ if ! need nginx || ! need wrk; then
   fi
 fi
 
-if [ -n "${CAPSTAN:-}" ]; then  # a build to measure, instead of building this tree
-  capstan=$CAPSTAN
-else
-  cargo build --release --locked --quiet -p capstan-cli
-  capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
-fi
+capstan=$(capstan_binary)
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()

@@ -28,6 +28,8 @@
 # is stopped on exit (also on Ctrl-C / SIGTERM) and its temporary files are removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 here=$PWD/benches/cache
 
 ROUNDS=${1:-${ROUNDS:-3}}
@@ -94,10 +96,7 @@ for c in "${wanted[@]}"; do
 done
 export PATH=$PATH:/usr/sbin
 
-if [ -z "${CAPSTAN:-}" ]; then
-  cargo build --release --locked --quiet -p capstan-cli
-  CAPSTAN=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
-fi
+CAPSTAN=$(capstan_binary)
 [ -x "$CAPSTAN" ] || die "no capstan binary at $CAPSTAN"
 
 # The memory section's hungriest contender (Squid: a 4 KiB memory page per small object, and

@@ -43,8 +43,7 @@ PORTS=(19201 19202 19203 19204)
 LISTEN=18280
 ADMIN=18290
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=$TARGET_DIR/release/capstan
+capstan=$(capstan_binary)
 if [[ $PROXIES == *haproxy* ]] && ! command -v haproxy >/dev/null; then
   echo "note: haproxy is not installed (apt-get install haproxy); running Capstan alone" >&2
   PROXIES=capstan

@@ -11,7 +11,7 @@
 #
 #   bash benches/idle.sh
 #   N=10000 MODES="silent keepalive" PROXIES="capstan haproxy" bash benches/idle.sh
-#   CAPSTAN_BIN=/path/to/older/capstan bash benches/idle.sh   # measure another build, no cargo
+#   CAPSTAN=/path/to/older/capstan bash benches/idle.sh   # measure another build, no cargo (CAPSTAN_BIN too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib.sh
@@ -26,12 +26,8 @@ OUT=${OUT:-$TARGET_DIR/bench-idle}
 NODE=19301
 LISTEN=18380
 
-if [[ -n ${CAPSTAN_BIN:-} ]]; then
-  capstan=$CAPSTAN_BIN
-else
-  cargo build --release --locked --quiet -p capstan-cli
-  capstan=$TARGET_DIR/release/capstan
-fi
+CAPSTAN=${CAPSTAN:-${CAPSTAN_BIN:-}}
+capstan=$(capstan_binary)
 if [[ $PROXIES == *haproxy* ]] && ! command -v haproxy >/dev/null; then
   echo "note: haproxy is not installed (apt-get install haproxy); running Capstan alone" >&2
   PROXIES=capstan

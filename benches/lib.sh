@@ -10,6 +10,17 @@ wait_port() {
   exit 1
 }
 
+# The capstan binary to measure: $CAPSTAN when set (another build, or to skip the build),
+# otherwise this tree's release build, built now (cargo's output to stderr).
+capstan_binary() {
+  if [ -n "${CAPSTAN:-}" ]; then
+    echo "$CAPSTAN"
+  else
+    cargo build --release --locked --quiet -p capstan-cli >&2
+    echo "${CARGO_TARGET_DIR:-$PWD/target}/release/capstan"
+  fi
+}
+
 # CPU clock ticks (user + system) used so far by process $1 and its children (nginx workers).
 cpu_ticks() {
   local total=0 pid

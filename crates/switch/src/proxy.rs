@@ -23,17 +23,14 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::admission::{Permit, Shed};
 use crate::body::{OnEnd, ResponseBody, UpstreamBody};
 use crate::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::config::{Config, KeyKind, NodeProtocol};
+use crate::node_pool::Pooled;
 use crate::outlier::Verdict;
 use crate::server::{ConnState, Switch};
-
-pub type UpstreamClient = Client<crate::proxy_protocol::NodeConnector, UpstreamBody>;
 
 /// What an upstream client is built from; a reload that changes none of it keeps the pools.
 #[derive(Clone, Copy, PartialEq)]
@@ -43,13 +40,6 @@ pub(crate) struct ClientSettings {
     proxy_protocol: crate::proxy_protocol::SendVersion,
     /// [`crate::node_tls::TlsToNodes::fingerprint`]: new TLS settings, new pools.
     node_tls: u64,
-}
-
-thread_local! {
-    /// One pool per thread: each worker runs its own single-threaded runtime, and a connection
-    /// driven by one runtime is best used from that runtime.
-    static CLIENT: std::cell::RefCell<Option<(ClientSettings, UpstreamClient)>> =
-        const { std::cell::RefCell::new(None) };
 }
 
 impl ClientSettings {
@@ -71,39 +61,21 @@ pub(crate) struct UpstreamError {
     pub error: crate::body::BoxError,
 }
 
-/// Sends a request to `node` in its protocol: HTTP/1.1 through this thread's pooled keep-alive
-/// client for `config`, HTTP/2 over the node's shared connection ([`crate::h2_nodes`]).
+/// Sends a request to `node` in its protocol: HTTP/1.1 on a connection from this thread's
+/// pool ([`crate::node_pool`], which comes back with the response so the connection returns
+/// when the body ends), HTTP/2 over the node's shared connection ([`crate::h2_nodes`]).
 async fn send_upstream(
     cluster: &Cluster,
     node: &NodeRuntime,
     req: Request<UpstreamBody>,
-) -> Result<Response<Incoming>, UpstreamError> {
+) -> Result<(Response<Incoming>, Option<Pooled>), UpstreamError> {
     if node.config.protocol == NodeProtocol::H2 {
-        return crate::h2_nodes::send(cluster, node, req).await;
+        return crate::h2_nodes::send(cluster, node, req)
+            .await
+            .map(|resp| (resp, None));
     }
-    let settings = ClientSettings::of(cluster);
-    let sent = CLIENT.with(|cell| {
-        let mut cached = cell.borrow_mut();
-        if !matches!(&*cached, Some((s, _)) if *s == settings) {
-            *cached = Some((settings, make_client(cluster)));
-        }
-        let (_, client) = cached.as_ref().expect("just filled");
-        client.request(req)
-    });
-    sent.await.map_err(|e| UpstreamError {
-        connect: e.is_connect(),
-        error: Box::new(e),
-    })
-}
-
-/// A pooled keep-alive client to the nodes.
-fn make_client(cluster: &Cluster) -> UpstreamClient {
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder
-        .pool_max_idle_per_host(cluster.config.upstream.pool_max_idle_per_node)
-        .pool_idle_timeout(cluster.config.upstream.pool_idle_timeout)
-        .pool_timer(hyper_util::rt::TokioTimer::new());
-    builder.build(node_connector(cluster))
+    let (resp, pooled) = crate::node_pool::send(cluster, req).await?;
+    Ok((resp, Some(pooled)))
 }
 
 /// Connects to nodes for `cluster`: its connect timeout, PROXY protocol and TLS settings.
@@ -340,14 +312,18 @@ impl Placement {
     }
 }
 
-/// Settles a placement when the response body ends, and releases the connection's request.
-struct SettleOnEnd(Option<Placement>);
+/// Settles a placement when the response body ends, releases the client connection's
+/// request, and gives the node connection back to its pool if the body ended whole.
+struct SettleOnEnd(Option<Placement>, Option<Pooled>);
 
 impl OnEnd for SettleOnEnd {
     fn on_end(&mut self, completed: bool) {
         if let Some(mut p) = self.0.take() {
             p.settle(completed);
             p.conn.request_done();
+        }
+        if let (Some(pooled), true) = (self.1.take(), completed) {
+            pooled.release();
         }
     }
 }
@@ -687,12 +663,13 @@ impl Forward {
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
             let failure = match sent {
-                Ok(Ok(resp)) => {
+                Ok(Ok((resp, pooled))) => {
                     crate::access_log::note_first_byte();
                     self.head_arrived(node_id, resp.status(), took, &placement.permit, after);
                     return Ok(forward_response(
                         resp,
                         placement,
+                        pooled,
                         cluster,
                         self.class,
                         self.client_version,
@@ -971,6 +948,7 @@ fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
 fn forward_response(
     resp: Response<Incoming>,
     placement: Placement,
+    pooled: Option<Pooled>,
     cluster: &Cluster,
     class: ClassId,
     client_version: Version,
@@ -992,7 +970,7 @@ fn forward_response(
         parts,
         ResponseBody::Upstream {
             inner: body,
-            on_end: Some(Box::new(SettleOnEnd(Some(placement)))),
+            on_end: Some(Box::new(SettleOnEnd(Some(placement), pooled))),
         },
     )
 }

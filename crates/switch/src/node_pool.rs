@@ -1,0 +1,305 @@
+//! Keep-alive HTTP/1.1 connections to the nodes: one pool per worker thread, keyed by the
+//! node's authority (with PROXY protocol, by the client connection too, see
+//! [`crate::proxy_protocol::authority_for`]).
+//!
+//! A connection goes back to the pool when the response body it carried has ended: the
+//! [`Pooled`] handle rides in the response body's end hook, so no task is spawned per request
+//! to wait for the connection to become free (hyper-util's pooled client does that, and
+//! hashes, locks and boxes on every checkout). Checkout takes the most recently used
+//! connection that is ready for a request, so the warm ones are reused and the cold ones age
+//! out. An idle connection is closed after `upstream.pool_idle_timeout` (a sweeper task per
+//! pool, and at checkout), and at most `upstream.pool_max_idle_per_node` wait per key.
+//!
+//! A pooled connection the node closed while idle is noticed before use, and a request the
+//! connection never took (it closed as the request was handed over) is sent once more on a
+//! new connection. A request that reached the node and got no answer is not retried here:
+//! that is [`crate::proxy`]'s retry, which knows whether the request may be repeated.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use http::header::{self, HeaderValue};
+use http::uri::Authority;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use tower_service::Service;
+
+use crate::body::UpstreamBody;
+use crate::cluster::Cluster;
+use crate::proxy::{ClientSettings, UpstreamError};
+use crate::proxy_protocol::NodeConnector;
+
+type Sender = http1::SendRequest<UpstreamBody>;
+
+/// One worker thread's connections to HTTP/1.1 nodes.
+pub(crate) struct Pool {
+    settings: ClientSettings,
+    max_idle: usize,
+    idle_timeout: Duration,
+    connector: NodeConnector,
+    idle: Mutex<HashMap<Authority, Vec<Idle>>>,
+}
+
+/// A connection waiting for its next request.
+struct Idle {
+    sender: Sender,
+    since: Instant,
+}
+
+/// A connection lent to one request; it goes back to its pool through [`Pooled::release`]
+/// once the response has ended, and closes if dropped before that.
+pub(crate) struct Pooled {
+    sender: Sender,
+    key: Authority,
+    pool: Weak<Pool>,
+}
+
+impl Pooled {
+    /// The response ended whole: the connection may carry another request.
+    pub(crate) fn release(self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.put_back(self.key, self.sender);
+        }
+    }
+}
+
+thread_local! {
+    /// This worker's pool, for the settings it was made with; a reload that changes them
+    /// starts a new one (the old one's connections close as their requests end).
+    static POOL: std::cell::RefCell<Option<Arc<Pool>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// This thread's pool for `cluster`'s settings.
+fn pool_for(cluster: &Cluster) -> Arc<Pool> {
+    let settings = ClientSettings::of(cluster);
+    POOL.with(|cell| {
+        let mut current = cell.borrow_mut();
+        match &*current {
+            Some(pool) if pool.settings == settings => Arc::clone(pool),
+            _ => {
+                let pool = Arc::new(Pool::new(cluster, settings));
+                tokio::spawn(sweep(Arc::downgrade(&pool)));
+                *current = Some(Arc::clone(&pool));
+                pool
+            }
+        }
+    })
+}
+
+/// Sends `req` (its URI absolute, naming the node) on a pooled connection, or a new one.
+pub(crate) async fn send(
+    cluster: &Cluster,
+    mut req: Request<UpstreamBody>,
+) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
+    let pool = pool_for(cluster);
+    let target = prepare(&mut req);
+    let key = target
+        .authority()
+        .cloned()
+        .expect("requests to nodes name the node");
+    let (mut sender, reused) = match pool.checkout(&key) {
+        Some(sender) => (sender, true),
+        None => (pool.connect(&target).await?, false),
+    };
+    let resp = match sender.try_send_request(req).await {
+        Ok(resp) => resp,
+        Err(mut failed) => match failed.take_message() {
+            // The node closed the idle connection just as the request was handed over.
+            Some(unsent) if reused => {
+                sender = pool.connect(&target).await?;
+                sender.send_request(unsent).await.map_err(other)?
+            }
+            _ => return Err(other(failed.into_error())),
+        },
+    };
+    let pooled = Pooled {
+        sender,
+        key,
+        pool: Arc::downgrade(&pool),
+    };
+    Ok((resp, pooled))
+}
+
+/// Puts the request in the form an HTTP/1.1 origin server expects: origin-form target and a
+/// `Host` (from the node's address when the client sent none, as in HTTP/1.0). Returns the
+/// absolute URI it had, which says where to connect.
+fn prepare(req: &mut Request<UpstreamBody>) -> Uri {
+    let origin_form = match req.uri().path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    };
+    let target = std::mem::replace(req.uri_mut(), origin_form);
+    if !req.headers().contains_key(header::HOST) {
+        if let Some(host) = host_of(&target) {
+            req.headers_mut().insert(header::HOST, host);
+        }
+    }
+    target
+}
+
+/// `host[:port]` of an absolute URI (never its userinfo), the port left out when it is 80.
+fn host_of(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let value = match uri.port_u16() {
+        Some(port) if port != 80 => HeaderValue::from_str(&format!("{host}:{port}")),
+        _ => HeaderValue::from_str(host),
+    };
+    value.ok()
+}
+
+fn other(e: hyper::Error) -> UpstreamError {
+    UpstreamError {
+        connect: false,
+        error: Box::new(e),
+    }
+}
+
+impl Pool {
+    fn new(cluster: &Cluster, settings: ClientSettings) -> Pool {
+        let upstream = &cluster.config.upstream;
+        Pool {
+            settings,
+            max_idle: upstream.pool_max_idle_per_node,
+            idle_timeout: upstream.pool_idle_timeout,
+            connector: crate::proxy::node_connector(cluster),
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Authority, Vec<Idle>>> {
+        // A panic while holding the lock leaves only a list of connections behind: still
+        // usable.
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The most recently used connection to `key` that can take a request now. Closed and
+    /// expired ones are dropped on the way; one still finishing its last response (the end
+    /// of a body can reach the switch before the connection notices it is free) stays.
+    fn checkout(&self, key: &Authority) -> Option<Sender> {
+        let now = Instant::now();
+        let mut idle = self.lock();
+        let waiting = idle.get_mut(key)?;
+        let mut i = waiting.len();
+        while i > 0 {
+            i -= 1;
+            let entry = &waiting[i];
+            if entry.sender.is_closed() || now.duration_since(entry.since) >= self.idle_timeout {
+                waiting.remove(i);
+            } else if entry.sender.is_ready() {
+                return Some(waiting.remove(i).sender);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, key: Authority, sender: Sender) {
+        if sender.is_closed() || self.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.lock();
+        let waiting = idle.entry(key).or_default();
+        if waiting.len() >= self.max_idle {
+            // The least recently used makes room.
+            waiting.remove(0);
+        }
+        waiting.push(Idle {
+            sender,
+            since: Instant::now(),
+        });
+    }
+
+    /// A new connection (connect timeout, PROXY header, TLS: [`NodeConnector`]) whose HTTP/1.1
+    /// state machine runs in a task of its own.
+    async fn connect(&self, target: &Uri) -> Result<Sender, UpstreamError> {
+        let failed = |error| UpstreamError {
+            connect: true,
+            error,
+        };
+        let io = self
+            .connector
+            .clone()
+            .call(target.clone())
+            .await
+            .map_err(failed)?;
+        let (sender, connection) = http1::handshake(io)
+            .await
+            .map_err(|e| failed(Box::new(e)))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection to a node ended: {e}");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Drops the connections idle for longer than the timeout, and the keys left empty.
+    fn sweep(&self, now: Instant) {
+        let mut idle = self.lock();
+        idle.retain(|_, waiting| {
+            waiting.retain(|entry| {
+                !entry.sender.is_closed() && now.duration_since(entry.since) < self.idle_timeout
+            });
+            !waiting.is_empty()
+        });
+    }
+}
+
+/// Closes a pool's expired connections every half idle timeout, until the pool is gone.
+async fn sweep(pool: Weak<Pool>) {
+    let Some(period) = pool.upgrade().map(|p| (p.idle_timeout / 2).max(MIN_SWEEP)) else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        match pool.upgrade() {
+            Some(pool) => pool.sweep(Instant::now()),
+            None => return,
+        }
+    }
+}
+
+/// However short the idle timeout, the sweeper wakes no more often than this.
+const MIN_SWEEP: Duration = Duration::from_millis(50);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(uri: &str, host: Option<&str>) -> Request<UpstreamBody> {
+        let mut req = Request::new(UpstreamBody::Empty);
+        *req.uri_mut() = uri.parse().unwrap();
+        if let Some(host) = host {
+            req.headers_mut()
+                .insert(header::HOST, HeaderValue::from_str(host).unwrap());
+        }
+        req
+    }
+
+    #[test]
+    fn requests_go_out_in_origin_form_with_a_host() {
+        let mut req = request("http://10.0.0.1:8080/a/b?c=d", None);
+        let target = prepare(&mut req);
+        assert_eq!(target, "http://10.0.0.1:8080/a/b?c=d");
+        assert_eq!(req.uri(), "/a/b?c=d");
+        assert_eq!(req.headers()[header::HOST], "10.0.0.1:8080");
+    }
+
+    #[test]
+    fn the_clients_host_stays_and_userinfo_never_leaks() {
+        let mut req = request("http://1.2.3.4~5~6.7.8.9~80@10.0.0.1:8080/", Some("site"));
+        let target = prepare(&mut req);
+        assert_eq!(req.headers()[header::HOST], "site");
+        assert_eq!(
+            target.authority().unwrap().as_str(),
+            "1.2.3.4~5~6.7.8.9~80@10.0.0.1:8080"
+        );
+        let mut req = request("http://1.2.3.4~5~6.7.8.9~80@10.0.0.1/x", None);
+        prepare(&mut req);
+        assert_eq!(req.headers()[header::HOST], "10.0.0.1");
+        assert_eq!(req.uri(), "/x");
+    }
+}

@@ -103,26 +103,54 @@ static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection"
 /// `Trailer` stays: it is end to end (RFC 9110 §6.6.2), and hyper writes HTTP/1.1 trailers
 /// only for the fields a head's `Trailer` declares.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names finds the few present: cheaper than a hashed removal of each
+    // (this runs twice per request).
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|hop| *hop == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    if present & 1 != 0 {
+        remove_connection_options(headers);
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(*name);
+        }
+    }
+}
+
+/// Always hop by hop; `Connection` first.
+static HOP_BY_HOP: [&HeaderName; 8] = [
+    &header::CONNECTION,
+    &KEEP_ALIVE,
+    &PROXY_CONNECTION,
+    &header::TE,
+    &header::TRANSFER_ENCODING,
+    &header::UPGRADE,
+    &header::PROXY_AUTHENTICATE,
+    &header::PROXY_AUTHORIZATION,
+];
+
+/// Removes the fields the `Connection` header names. The usual options are not looked up:
+/// `close` names no field, and `Keep-Alive` is removed with the others.
+fn remove_connection_options(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        .filter(|name| {
+            !name.eq_ignore_ascii_case("close") && !name.eq_ignore_ascii_case("keep-alive")
+        })
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
     for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        &header::CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::TE,
-        &header::TRANSFER_ENCODING,
-        &header::UPGRADE,
-        &header::PROXY_AUTHENTICATE,
-        &header::PROXY_AUTHORIZATION,
-    ] {
         headers.remove(name);
     }
 }
@@ -137,19 +165,24 @@ fn via_value(version: Version) -> HeaderValue {
 
 /// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
 fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
-    let joined = match headers.get(name).map(HeaderValue::as_bytes) {
-        Some(existing) if !existing.is_empty() => {
+    match headers.entry(name) {
+        http::header::Entry::Occupied(mut present) if !present.get().is_empty() => {
+            let existing = present.get().as_bytes();
             let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
             joined.extend_from_slice(existing);
             joined.extend_from_slice(b", ");
             joined.extend_from_slice(value.as_bytes());
-            HeaderValue::from_bytes(&joined).ok()
+            if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+                present.insert(joined);
+            }
+        }
+        http::header::Entry::Occupied(mut empty) => {
+            empty.insert(value.clone());
         }
         // The common case: nothing to join, no allocation.
-        _ => Some(value.clone()),
-    };
-    if let Some(v) = joined {
-        headers.insert(name.clone(), v);
+        http::header::Entry::Vacant(absent) => {
+            absent.insert(value.clone());
+        }
     }
 }
 
@@ -988,5 +1021,71 @@ mod tests {
     fn the_request_future_stays_small() {
         let size = future_size(super::handle as fn(_, _, _, _) -> _);
         assert!(size <= 8 * 1024, "the request future is {size} bytes");
+    }
+
+    fn headers(fields: &[(&str, &str)]) -> super::HeaderMap {
+        let mut map = super::HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                super::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    /// The field names, sorted (a removal may reorder the rest).
+    fn names(map: &super::HeaderMap) -> Vec<&str> {
+        let mut names: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_go() {
+        let mut map = headers(&[
+            ("host", "a"),
+            ("connection", "close, X-Trace"),
+            ("connection", "Keep-Alive,x-other"),
+            ("keep-alive", "timeout=5"),
+            ("x-trace", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-authenticate", "Basic"),
+            ("trailer", "x-sum"),
+        ]);
+        super::strip_hop_by_hop(&mut map);
+        assert_eq!(names(&map), ["host", "trailer", "x-kept"]);
+    }
+
+    #[test]
+    fn end_to_end_fields_stay_untouched() {
+        let fields = [("host", "a"), ("content-length", "2"), ("via", "1.1 x")];
+        let mut map = headers(&fields);
+        super::strip_hop_by_hop(&mut map);
+        assert_eq!(map, headers(&fields));
+        let mut only_keep_alive = headers(&[("keep-alive", "timeout=5"), ("date", "x")]);
+        super::strip_hop_by_hop(&mut only_keep_alive);
+        assert_eq!(names(&only_keep_alive), ["date"]);
+    }
+
+    #[test]
+    fn list_fields_are_joined() {
+        let xff = super::HeaderName::from_static("x-forwarded-for");
+        let peer = super::HeaderValue::from_static("10.0.0.9");
+        let mut map = headers(&[("x-forwarded-for", "10.0.0.1")]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.1, 10.0.0.9");
+        let mut map = headers(&[("x-forwarded-for", "")]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.9");
+        let mut map = headers(&[]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.9");
     }
 }

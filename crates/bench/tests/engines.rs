@@ -79,7 +79,10 @@ async fn tiny_server(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_starts_the_offered_rate() {
     let (url, _) = tiny_server(|_| Duration::ZERO).await;
-    let c = cfg(url, 2000.0, 3.0);
+    let mut c = cfg(url, 2000.0, 3.0);
+    // The run ends as soon as nothing is pending; a generator that a busy machine held back
+    // still starts (and sees answered) every due request within this drain.
+    c.drain = Duration::from_secs(10);
     let r = run(c, None).await.unwrap();
     assert_eq!(r.offered, 6000);
     let started = r.started as f64;
@@ -115,8 +118,13 @@ async fn open_loop_keeps_offering_past_capacity() {
         2.0,
     );
     c.timeout = Duration::from_secs(2);
+    // Every due request is started within this drain, however far behind a busy machine
+    // kept the generator; the run ends once each has its answer or its 2 s timeout.
+    c.drain = Duration::from_secs(10);
     let r = run(c, None).await.unwrap();
     assert!(r.started as f64 > 0.95 * 4000.0, "started {}", r.started);
+    // The window's completions (the drain's are not in the rate): the modelled core serves no
+    // more than 200 a second, whatever the machine.
     assert!(r.completed_rps < 400.0, "completed {}/s", r.completed_rps);
     assert!(r.connect_attempts >= r.started);
     o.shutdown().await;
@@ -167,8 +175,18 @@ async fn a_stall_shows_in_corrected_but_not_uncorrected_p99() {
     c.timeout = Duration::from_secs(5);
     let r = run(c, None).await.unwrap();
     let l = &r.latency_ms;
+    // A sixth of the requests are due in the half second before the stall ends and wait for
+    // it: the corrected p99 is over 500 ms by construction. The uncorrected one leaves that
+    // wait out; it is on this machine's clock, so it is held against the corrected one (about
+    // 1 s) rather than an absolute bound: only the few requests in flight when the stall began
+    // are slow, unless the wait is counted in it.
     assert!(l.corrected.p99 > 500.0, "corrected {:?}", l.corrected);
-    assert!(l.uncorrected.p99 < 100.0, "uncorrected {:?}", l.uncorrected);
+    assert!(
+        l.uncorrected.p99 < 0.5 * l.corrected.p99,
+        "uncorrected {:?}, corrected {:?}",
+        l.uncorrected,
+        l.corrected
+    );
     assert!(r.cache.doc_hit_ratio > 0.99 && r.nodes["n1"] == r.completed);
 }
 
@@ -186,8 +204,11 @@ async fn open_keepalive_uses_its_connections_and_queues_the_rest() {
     let r = run(c, None).await.unwrap();
     assert_eq!(max.load(Ordering::SeqCst), 3);
     assert!(r.offered >= 1990, "offered {}", r.offered);
+    // 3 connections × at least 5 ms a request: at most 600 a second, a bound from the server.
     assert!(r.completed_rps < 800.0, "{}", r.completed_rps);
-    assert!(r.completed > 500, "{}", r.completed);
+    // How many they carried is this machine's speed (a benchmark's claim); the test asks only
+    // that each connection went round many times.
+    assert!(r.completed >= 3 * 20, "{}", r.completed);
     assert_eq!(r.errors_total, 0, "{:?}", r.errors);
     let l = &r.latency_ms;
     assert!(
@@ -305,10 +326,16 @@ async fn sessions_and_replay_run() {
     let t = Instant::now();
     let r = run(c, None).await.unwrap();
     assert_eq!((r.offered, r.completed), (30, 30));
-    assert!(t.elapsed() < Duration::from_secs(3));
-    // The log spans 2 s: at 4× it takes 0.5 s, unscaled 2 s; the bound leaves a busy machine
-    // room and still tells the two apart.
+    // The log spans 2 s: at 4× its schedule (the run's window) is 0.5 s, unscaled 2 s.
     assert!(r.duration_s < 1.5, "{}", r.duration_s);
+    // The requests were sent on that schedule, not all at once: the run lasted its window at
+    // least. (How much longer is this machine's business, not a bound here.)
+    assert!(
+        t.elapsed().as_secs_f64() >= r.duration_s,
+        "{:?} for a {} s window",
+        t.elapsed(),
+        r.duration_s
+    );
     o.shutdown().await;
 }
 
@@ -371,10 +398,12 @@ async fn connections_come_from_the_configured_source_addresses_in_turn() {
 /// of the latency statistics (a queue fills first). Here only those early requests are slow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_leaves_the_first_requests_out_of_the_latencies() {
+    // The early requests take a second at least; the counted ones are answered at once, so
+    // half a second is room for a busy machine's delays that still tells the two apart.
     let slow_until = Instant::now() + Duration::from_millis(500);
     let (url, _) = tiny_server(move |now| {
         if now < slow_until {
-            Duration::from_millis(80)
+            Duration::from_secs(1)
         } else {
             Duration::ZERO
         }
@@ -382,6 +411,8 @@ async fn settle_leaves_the_first_requests_out_of_the_latencies() {
     .await;
     let mut c = cfg(url, 100.0, 1.5);
     c.settle = Duration::from_millis(700);
+    // Until the slow ones are answered too (the run ends once nothing is pending).
+    c.drain = Duration::from_secs(10);
     let r = run(c, None).await.unwrap();
     let counted = r.latency_ms.corrected.count;
     assert!(r.completed >= 140, "{}", r.completed);
@@ -392,7 +423,7 @@ async fn settle_leaves_the_first_requests_out_of_the_latencies() {
         r.completed
     );
     assert!(
-        r.latency_ms.corrected.max < 80.0,
+        r.latency_ms.corrected.max < 500.0,
         "{:?}",
         r.latency_ms.corrected
     );

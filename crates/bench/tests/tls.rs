@@ -131,7 +131,9 @@ async fn https_connection_per_request_by_ip_san() {
     c.ca_pem = Some(CA.to_vec());
     let r = capstan_bench::run(c, None).await.unwrap();
     assert_eq!(r.errors_total, 0, "{:?}", r.errors);
-    assert!(r.completed >= 10, "{}", r.completed);
+    // Full handshakes for 600 ms: how many is this machine's speed; each client went round
+    // twice at least, and each time on a new connection.
+    assert!(r.completed >= 4, "{}", r.completed);
     assert_eq!(r.connections_opened, r.completed);
     assert_eq!(r.status.get("2xx"), Some(&r.completed));
 }

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-use support::{capstan, free_addr, spawn, Proc};
+use support::{capstan, free_addr, machine_busy, spawn, Proc};
 
 fn missing() -> Option<&'static str> {
     // SAFETY: geteuid(2) takes no arguments and cannot fail.
@@ -106,11 +106,21 @@ fn a_50ms_path_adds_two_round_trips_to_a_connection_per_request_get() {
     // the router adds (it never sends a packet early; late only adds more).
     let p50 = |r: &serde_json::Value| f(&r["latency_ms"]["corrected"]["p50"]);
     assert!(
-        p50(&wan) - p50(&direct) >= 80.0,
+        p50(&wan) >= 100.0,
         "p50 {} ms through the path, {} ms direct",
         p50(&wan),
         p50(&direct)
     );
+    // Against the direct run (two measured medians: not judged on a busy machine, which can
+    // slow either run by more than a round trip).
+    if !machine_busy() {
+        assert!(
+            p50(&wan) - p50(&direct) >= 80.0,
+            "p50 {} ms through the path, {} ms direct",
+            p50(&wan),
+            p50(&direct)
+        );
+    }
     assert!(
         f(&wan["connect_ms"]["p50"]) >= 45.0,
         "{}",
@@ -168,13 +178,22 @@ fn two_client_groups_cross_their_own_paths_in_one_run() {
     let names: Vec<&str> = paths.iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["near", "far"]);
     let p50 = |i: usize| f(&paths[i]["latency_ms"]["corrected"]["p50"]);
-    // Two round trips of 100 ms against two of 10 ms.
+    // Two round trips of 100 ms against two of 10 ms: each path's at least (the router never
+    // delivers early); their difference is two measured medians, not judged on a busy machine.
     assert!(
-        p50(1) - p50(0) >= 150.0,
+        p50(0) >= 20.0 && p50(1) >= 200.0,
         "near {} ms, far {} ms",
         p50(0),
         p50(1)
     );
+    if !machine_busy() {
+        assert!(
+            p50(1) - p50(0) >= 150.0,
+            "near {} ms, far {} ms",
+            p50(0),
+            p50(1)
+        );
+    }
     assert_ne!(paths[0]["clients"], paths[1]["clients"]);
     let completed: u64 = paths.iter().map(|p| p["completed"].as_u64().unwrap()).sum();
     assert_eq!(r["completed"].as_u64().unwrap(), completed);

@@ -635,11 +635,12 @@ fn validate_quick_matches_queueing_theory() {
             Some(why) => {
                 eprintln!("note: {name} is machine-limited ({why}); its errors are not judged")
             }
-            // What HTTP and wake-ups add is positive and well under the response itself.
-            None => assert!(
-                (0.0..50.0).contains(&overhead),
-                "{name}: overhead {overhead} ms"
-            ),
+            // What HTTP and wake-ups add is positive, and (an upper bound on this machine's
+            // clock, judged only when it is not busy) well under the response itself.
+            None => {
+                assert!(overhead >= 0.0, "{name}: overhead {overhead} ms");
+                assert!(busy || overhead < 50.0, "{name}: overhead {overhead} ms");
+            }
         }
         for p in points {
             let rho = p["rho"].as_f64().unwrap();

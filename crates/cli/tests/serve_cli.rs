@@ -330,7 +330,12 @@ fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     let (l, n) = (listen.to_string(), node_addr.to_string());
     let mut switch = spawn(&["serve", "--listen", &l, "--node", &n], listen);
     let in_flight = std::thread::spawn(move || get(listen, "/cgi-bin/cpu_med.cgi"));
-    std::thread::sleep(Duration::from_millis(200));
+    // In flight: at the node (its load report counts it for the 700 ms it runs), polled for.
+    eventually("the request at the node", || {
+        let rep: serde_json::Value =
+            serde_json::from_slice(&get(node_addr, "/_capstan/load").body).unwrap();
+        rep["active_requests"] == 1
+    });
     switch.signal("TERM");
     let reply = in_flight.join().unwrap();
     assert_eq!(reply.status, 200, "{}", reply.text());
@@ -353,6 +358,20 @@ fn sighup_reloads_and_a_bad_file_keeps_the_old_configuration() {
     };
     std::fs::write(&path, config("round-robin")).unwrap();
     let mut switch = spawn(&["serve", "--config", path.to_str().unwrap()], listen);
+    // The switch's log, read as it comes: a refused reload shows only there.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut stderr = switch.0.stderr.take().unwrap();
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = stderr.read(&mut buf) {
+                log.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
     let policy = || {
         let text = get(admin, "/status").text();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -364,12 +383,16 @@ fn sighup_reloads_and_a_bad_file_keeps_the_old_configuration() {
     eventually("the new policy", || policy() == "two-choices");
     std::fs::write(&path, "listen = [").unwrap();
     switch.signal("HUP");
-    std::thread::sleep(Duration::from_millis(300));
+    // Polled for in the log, not given a fixed pause: the reload was tried, and refused.
+    eventually("the bad reload refused", || {
+        log.lock().unwrap().contains("reload refused")
+    });
     assert_eq!(policy(), "two-choices");
     assert_eq!(get(listen, "/file500.html").status, 200);
     switch.signal("TERM");
     assert!(switch.wait_exit(Duration::from_secs(10)).unwrap().success());
-    let stderr = switch.stderr_text();
+    reader.join().unwrap();
+    let stderr = log.lock().unwrap().clone();
     assert!(stderr.contains("reload refused"), "{stderr}");
 }
 

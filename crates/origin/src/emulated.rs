@@ -476,19 +476,23 @@ mod tests {
     async fn precise_sleeps_end_at_their_deadline_in_order() {
         let timer = PreciseTimer::new();
         let t0 = Instant::now();
-        let (a, b) = tokio::join!(
+        // The earlier deadline is polled first: when this thread was held back past both
+        // deadlines, both are ready at once and it still resumes first, so only a timer that
+        // fired the later deadline first makes `a` come before `b`.
+        let (b, a) = tokio::join!(
+            biased;
             async {
-                timer.sleep_until(t0 + Duration::from_millis(30)).await;
+                timer.sleep_until(t0 + Duration::from_millis(10)).await;
                 Instant::now()
             },
             async {
-                timer.sleep_until(t0 + Duration::from_millis(10)).await;
+                timer.sleep_until(t0 + Duration::from_millis(30)).await;
                 Instant::now()
             }
         );
         assert!(b >= t0 + Duration::from_millis(10));
         assert!(a >= t0 + Duration::from_millis(30));
-        assert!(b < a);
+        assert!(b <= a);
         // A deadline in the past does not wait.
         timer.sleep_until(t0).await;
     }

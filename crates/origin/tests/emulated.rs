@@ -1,32 +1,89 @@
-//! The emulated node over real loopback HTTP. Timing bands are deliberately wide (this runs on a
-//! shared 2-core machine); precise timing claims live in the benchmarks.
+//! The emulated node over real loopback HTTP. What the model spends is checked in the node's
+//! own accounting (its busy seconds), which no scheduling delay can change; on the wall clock
+//! only what the code guarantees (a modelled wait never ends much before its deadline) is a
+//! hard bound, and shapes (two jobs finishing together, or one after the other) must show in
+//! one of three attempts. Precise timing claims live in the benchmarks.
 
 mod common;
 
+use std::future::Future;
+
 use common::*;
+
+/// Busy seconds since start of the node's CPU (per core) and disk, as its load report says.
+async fn busy(a: std::net::SocketAddr) -> (f64, f64) {
+    let all = &load(a).await["since_start"];
+    (
+        all["cpu_busy_s"].as_f64().unwrap(),
+        all["disk_busy_s"].as_f64().unwrap(),
+    )
+}
+
+/// Ok when `holds`, else the reason.
+fn ensure(holds: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if holds {
+        Ok(())
+    } else {
+        Err(why())
+    }
+}
+
+/// A shape on the wall clock (two jobs finishing together, or one after the other) is what the
+/// model gives when nothing else runs. A busy machine that holds this process back at the
+/// wrong moment spoils one attempt (a request that arrives 100 ms after its twin looks like
+/// first come first served); a wrong discipline spoils every attempt. So the shape must show
+/// in one of three.
+async fn in_one_of_three<Fut: Future<Output = Result<(), String>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> Fut,
+) {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match attempt().await {
+            Ok(()) => return,
+            Err(why) => seen.push(why),
+        }
+    }
+    panic!("{what}: not in any of three attempts: {seen:?}");
+}
+
+/// Ten times a demand: the most a wait for it may take on the wall clock here. A busy machine
+/// stretches waits by its scheduling delays; only a wait that does not end at its modelled
+/// completion (or a demand spent many times over) takes longer.
+const GENEROUS: f64 = 10.0;
 
 #[tokio::test]
 async fn cpu_med_alone_then_two_share_one_core() {
     let node = start(config()).await;
     let a = node.addr();
+    let (cpu0, _) = busy(a).await;
     let alone = get(a, "/cgi-bin/cpu_med.cgi").await;
     assert_eq!(alone.status, 200);
     let t1 = ms(alone.elapsed);
-    assert!((95.0..300.0).contains(&t1), "alone: {t1} ms");
-
-    let (x, y) = tokio::join!(
-        get(a, "/cgi-bin/cpu_med.cgi"),
-        get(a, "/cgi-bin/cpu_med.cgi")
-    );
-    let (tx, ty) = (ms(x.elapsed), ms(y.elapsed));
-    // Processor sharing: both finish together at about 200 ms, not 100 and 200.
-    for t in [tx, ty] {
-        assert!((190.0..450.0).contains(&t), "shared: {tx} / {ty} ms");
-    }
+    // 100 ms of CPU in the node's accounting; on the wall clock never (much) less.
+    let (cpu1, _) = busy(a).await;
     assert!(
-        (tx - ty).abs() < 60.0,
-        "PS finishes both together: {tx} / {ty}"
+        (cpu1 - cpu0 - 0.1).abs() < 1e-3,
+        "alone: {} s of CPU",
+        cpu1 - cpu0
     );
+    assert!((95.0..100.0 * GENEROUS).contains(&t1), "alone: {t1} ms");
+
+    // Processor sharing: both finish together at about 200 ms, not 100 and 200.
+    in_one_of_three("two jobs on one core finish together", || async move {
+        let (x, y) = tokio::join!(
+            get(a, "/cgi-bin/cpu_med.cgi"),
+            get(a, "/cgi-bin/cpu_med.cgi")
+        );
+        let (tx, ty) = (ms(x.elapsed), ms(y.elapsed));
+        // 200 ms of work on one core: the last ends 200 ms after the first began, at least.
+        assert!(tx.max(ty) >= 190.0, "shared: {tx} / {ty} ms");
+        ensure(
+            [tx, ty].iter().all(|t| (190.0..450.0).contains(t)) && (tx - ty).abs() < 60.0,
+            || format!("shared: {tx} / {ty} ms"),
+        )
+    })
+    .await;
     node.shutdown().await;
 }
 
@@ -36,13 +93,16 @@ async fn two_cores_run_two_jobs_in_parallel() {
     c.node.cores = 2;
     let node = start(c).await;
     let a = node.addr();
-    let (x, y) = tokio::join!(
-        get(a, "/cgi-bin/cpu_med.cgi"),
-        get(a, "/cgi-bin/cpu_med.cgi")
-    );
-    for t in [ms(x.elapsed), ms(y.elapsed)] {
-        assert!((95.0..180.0).contains(&t), "{t} ms");
-    }
+    in_one_of_three("two jobs on two cores end in about 100 ms", || async move {
+        let (x, y) = tokio::join!(
+            get(a, "/cgi-bin/cpu_med.cgi"),
+            get(a, "/cgi-bin/cpu_med.cgi")
+        );
+        let t = [ms(x.elapsed), ms(y.elapsed)];
+        assert!(t.iter().all(|&t| t >= 95.0), "{t:?} ms");
+        ensure(t.iter().all(|&t| t < 180.0), || format!("{t:?} ms"))
+    })
+    .await;
     node.shutdown().await;
 }
 
@@ -51,14 +111,26 @@ async fn disk_requests_queue_fcfs() {
     let node = start(config()).await;
     let a = node.addr();
     let path = "/cgi-bin/disk_load.cgi?file=/home/webston/apache/htdocs/file50k.html";
-    let (x, y) = tokio::join!(get(a, path), get(a, path));
-    assert_eq!((x.status, y.status), (200, 200));
-    let mut t = [ms(x.elapsed), ms(y.elapsed)];
-    t.sort_by(f64::total_cmp);
-    // FCFS: one is served in ~100 ms, the other waits for it and finishes at ~200 ms.
-    assert!((95.0..180.0).contains(&t[0]), "{t:?}");
-    assert!((190.0..450.0).contains(&t[1]), "{t:?}");
-    assert!(t[1] - t[0] > 70.0, "{t:?}");
+    in_one_of_three("the disk serves one, then the other", || async move {
+        let (_, disk0) = busy(a).await;
+        let (x, y) = tokio::join!(get(a, path), get(a, path));
+        assert_eq!((x.status, y.status), (200, 200));
+        let (_, disk1) = busy(a).await;
+        let mut t = [ms(x.elapsed), ms(y.elapsed)];
+        t.sort_by(f64::total_cmp);
+        // Each holds the disk about 100 ms (the node's accounting), the second after the first.
+        assert!(
+            (disk1 - disk0 - 0.2).abs() < 0.01,
+            "disk busy {} s",
+            disk1 - disk0
+        );
+        assert!(t[0] >= 95.0 && t[1] >= 190.0, "{t:?}");
+        // FCFS: one is served in ~100 ms, the other waits for it and finishes at ~200 ms.
+        ensure(t[0] < 180.0 && t[1] < 450.0 && t[1] - t[0] > 70.0, || {
+            format!("{t:?}")
+        })
+    })
+    .await;
     node.shutdown().await;
 }
 
@@ -84,8 +156,10 @@ async fn static_cache_hit_costs_no_disk_time_a_miss_does() {
     assert_eq!(after_hit, after_miss, "a hit must not touch the disk");
     assert_eq!(rep["cache"]["hits"], 1);
     assert_eq!(rep["cache"]["misses"], 1);
-    // The miss took its disk time on top of what the hit took.
-    assert!(ms(miss.elapsed) > ms(hit.elapsed) + 5.0);
+    // The miss waited out its disk time (a wait ends at most its lead, 2 ms, early). That the
+    // hit is the quicker is the accounting above, not the wall clock, which a busy machine
+    // stretches for either.
+    assert!(ms(miss.elapsed) > 15.779 - 2.0, "{:?}", miss.elapsed);
     node.shutdown().await;
 }
 
@@ -109,16 +183,33 @@ async fn half_speed_doubles_times() {
     let mut c = config();
     c.node.speed = 0.5;
     let slow = start(c).await;
-    let tf = ms(get(fast.addr(), "/cgi-bin/cpu_light.cgi").await.elapsed);
-    let ts = ms(get(slow.addr(), "/cgi-bin/cpu_light.cgi").await.elapsed);
-    assert!((38.0..150.0).contains(&tf), "speed 1: {tf} ms");
-    assert!((78.0..250.0).contains(&ts), "speed 0.5: {ts} ms");
-    assert!(ts / tf > 1.5 && ts / tf < 2.6, "ratio {}", ts / tf);
+    // The time each node's CPU and disk were busy, its own accounting: the wall clock would
+    // add whatever else the machine does.
+    let spent = |a| async move {
+        let before = busy(a).await;
+        let cpu = get(a, "/cgi-bin/cpu_light.cgi").await;
+        let between = busy(a).await;
+        let disk = get(a, "/cgi-bin/disk_load.cgi?file=/file500.html").await;
+        let after = busy(a).await;
+        assert_eq!((cpu.status, disk.status), (200, 200));
+        (ms(cpu.elapsed), between.0 - before.0, after.1 - between.1)
+    };
+    let (tf, cpu_f, disk_f) = spent(fast.addr()).await;
+    let (ts, cpu_s, disk_s) = spent(slow.addr()).await;
+    assert!((cpu_f - 0.040).abs() < 1e-3, "speed 1: {cpu_f} s of CPU");
+    assert!(
+        (cpu_s / cpu_f - 2.0).abs() < 0.01,
+        "CPU {cpu_f} vs {cpu_s} s"
+    );
     // The disk slows down too.
-    let p = "/cgi-bin/disk_load.cgi?file=/file500.html";
-    let df = ms(get(fast.addr(), p).await.elapsed);
-    let ds = ms(get(slow.addr(), p).await.elapsed);
-    assert!(ds / df > 1.5, "disk {df} vs {ds}");
+    assert!(disk_f > 0.0, "{disk_f}");
+    assert!(
+        (disk_s / disk_f - 2.0).abs() < 0.01,
+        "disk {disk_f} vs {disk_s} s"
+    );
+    // On the wall clock, the modelled times at least.
+    assert!((38.0..40.0 * GENEROUS).contains(&tf), "speed 1: {tf} ms");
+    assert!((78.0..80.0 * GENEROUS).contains(&ts), "speed 0.5: {ts} ms");
     fast.shutdown().await;
     slow.shutdown().await;
 }
@@ -143,12 +234,25 @@ async fn load_report_matches_the_work_sent() {
     let busy = all["cpu_busy_s"].as_f64().unwrap();
     assert!((busy - 1.2).abs() < 0.01, "cpu busy {busy}");
     assert_eq!(rep["served"], 12);
+    // Each request alone takes its 100 ms at least; a busy machine that bunches them (the
+    // schedule catches up after a stall, and they share the core) only adds.
     let mean = rep["mean_service_ms"].as_f64().unwrap();
-    assert!((99.0..200.0).contains(&mean), "mean service {mean}");
+    assert!(
+        (99.0..100.0 * GENEROUS).contains(&mean),
+        "mean service {mean}"
+    );
+    // The last interval's utilisation is its own busy time over its length; about half of
+    // it, give or take the requests a stall of this process moves into a neighbouring window.
     let last = &rep["interval"];
     let u = last["cpu_util"].as_f64().unwrap();
-    assert!((0.3..0.7).contains(&u), "interval cpu util {u}: {rep}");
-    assert!(last["length_s"].as_f64().unwrap() >= 1.0);
+    let length = last["length_s"].as_f64().unwrap();
+    assert!(length >= 1.0);
+    let own = last["cpu_busy_s"].as_f64().unwrap() / length;
+    assert!(
+        (u - own.min(1.0)).abs() < 1e-9,
+        "interval cpu util {u}: {rep}"
+    );
+    assert!((0.2..0.8).contains(&u), "interval cpu util {u}: {rep}");
     assert_eq!(rep["active_requests"], 0);
     assert_eq!(rep["resources"], "emulated");
     node.shutdown().await;
@@ -158,11 +262,23 @@ async fn load_report_matches_the_work_sent() {
 async fn active_requests_are_counted() {
     let node = start(config()).await;
     let a = node.addr();
-    let h = tokio::spawn(get(a, "/cgi-bin/cpu_med.cgi"));
-    tokio::time::sleep(std::time::Duration::from_millis(40)).await;
-    let rep = load(a).await;
-    assert_eq!(rep["active_requests"], 1, "{rep}");
-    h.await.unwrap();
+    // A second of CPU, so that polling cannot miss it in service.
+    let h = tokio::spawn(get(a, "/cgi-bin/demand.cgi?ms=1000"));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let rep = load(a).await;
+        if rep["active_requests"] == 1 {
+            break;
+        }
+        assert_eq!(rep["active_requests"], 0, "{rep}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never active: {rep}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(h.await.unwrap().status, 200);
+    assert_eq!(load(a).await["active_requests"], 0);
     node.shutdown().await;
 }
 
@@ -171,14 +287,28 @@ async fn secure_objects_pay_ssl_costs() {
     let node = start(config()).await;
     let a = node.addr();
     get(a, "/file5k.html").await; // warm the memory cache so both are hits
+                                  // CPU seconds each request cost, in the node's own accounting.
+    let (c0, _) = busy(a).await;
     let plain = get(a, "/file5k.html").await;
+    let (c1, _) = busy(a).await;
     let secure = get(a, "/secure/file5k.html").await;
+    let (c2, _) = busy(a).await;
     assert_eq!(secure.status, 200);
     assert_eq!(secure.body, plain.body);
     // RSA handshake alone is 6.6 ms of CPU.
-    assert!(ms(secure.elapsed) > ms(plain.elapsed) + 4.0);
+    let handshake = capstan_model::NodeParams::default().ssl.handshake_cpu_s();
+    assert!(
+        (c2 - c1) - (c1 - c0) >= handshake - 1e-6,
+        "plain {} s, secure {} s of CPU",
+        c1 - c0,
+        c2 - c1
+    );
     let cgi = get(a, "/secure/cgi-bin/cpu_light.cgi").await;
-    assert!(ms(cgi.elapsed) > 45.0);
+    assert_eq!(cgi.status, 200);
+    let (c3, _) = busy(a).await;
+    assert!(c3 - c2 >= 0.040 + handshake - 1e-6, "{} s", c3 - c2);
+    // The wall clock: its 40 ms of CGI at least.
+    assert!(ms(cgi.elapsed) > 38.0, "{:?}", cgi.elapsed);
     node.shutdown().await;
 }
 
@@ -295,21 +425,31 @@ async fn bad_config_is_refused() {
 async fn demand_cgi_spends_the_stated_demand_ps_or_fcfs() {
     let node = start(config()).await;
     let a = node.addr();
-    let ps = "/cgi-bin/demand.cgi?ms=100";
-    let (x, y) = tokio::join!(get(a, ps), get(a, ps));
-    assert_eq!((x.status, y.status), (200, 200));
-    let (tx, ty) = (ms(x.elapsed), ms(y.elapsed));
     // Processor sharing (the default): both finish together at about 200 ms.
-    assert!((tx - ty).abs() < 60.0 && tx > 190.0, "PS: {tx} / {ty}");
-    let fcfs = "/cgi-bin/demand.cgi?ms=100&queue=fcfs";
-    let (x, y) = tokio::join!(get(a, fcfs), get(a, fcfs));
-    let mut t = [ms(x.elapsed), ms(y.elapsed)];
-    t.sort_by(f64::total_cmp);
+    in_one_of_three("PS demands finish together", || async move {
+        let ps = "/cgi-bin/demand.cgi?ms=100";
+        let (x, y) = tokio::join!(get(a, ps), get(a, ps));
+        assert_eq!((x.status, y.status), (200, 200));
+        let (tx, ty) = (ms(x.elapsed), ms(y.elapsed));
+        assert!(tx.max(ty) >= 190.0, "PS: {tx} / {ty}");
+        ensure((tx - ty).abs() < 60.0 && tx.min(ty) > 190.0, || {
+            format!("PS: {tx} / {ty}")
+        })
+    })
+    .await;
     // First come first served on the one core: ~100 ms, then ~200 ms.
-    assert!(
-        (95.0..180.0).contains(&t[0]) && t[1] - t[0] > 70.0,
-        "FCFS: {t:?}"
-    );
+    in_one_of_three("FCFS demands end one after the other", || async move {
+        let fcfs = "/cgi-bin/demand.cgi?ms=100&queue=fcfs";
+        let (x, y) = tokio::join!(get(a, fcfs), get(a, fcfs));
+        assert_eq!((x.status, y.status), (200, 200));
+        let mut t = [ms(x.elapsed), ms(y.elapsed)];
+        t.sort_by(f64::total_cmp);
+        assert!(t[0] >= 95.0 && t[1] >= 190.0, "FCFS: {t:?}");
+        ensure(t[0] < 180.0 && t[1] - t[0] > 70.0, || {
+            format!("FCFS: {t:?}")
+        })
+    })
+    .await;
     // Exponential demands: mean 2 ms over 200 requests, as the node's CPU time counts them.
     let before = load(a).await["since_start"]["cpu_busy_s"].as_f64().unwrap();
     for _ in 0..200 {

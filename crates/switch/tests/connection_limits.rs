@@ -326,9 +326,11 @@ async fn a_client_that_stops_reading_is_disconnected_after_client_send() {
     let (node, released) = endless_node().await;
     let text = format!(
         "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
-         [timeouts]\nclient_send = \"300ms\"\nclient_idle = \"60s\"\n\
+         [timeouts]\nclient_send = \"1s\"\nclient_idle = \"60s\"\n\
          [[node]]\nname = \"n\"\naddress = \"{node}\"\n"
     );
+    // (client_send is a second, so that the status poll below sees the request under way
+    // before it is cut, on a busy machine too.)
     let sw = start_switch(&text).await;
     let admin = sw.admin_addr.unwrap();
     let socket = TcpSocket::new_v4().unwrap();

@@ -167,7 +167,10 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
 
 #[tokio::test]
 async fn a_connection_the_node_closed_while_idle_is_replaced() {
-    let node = CountingNode::start(Some(Duration::from_millis(100))).await;
+    // Half a second: a node that hangs up sooner could do so between the switch's connect and
+    // its request, when a busy machine holds this process back there (a request sent again
+    // on a second connection, counted below).
+    let node = CountingNode::start(Some(Duration::from_millis(500))).await;
     let switch = start_switch(&node.config("")).await;
     for round in 1..=3 {
         get_many(switch.listen_addrs[0], 1).await;

@@ -212,13 +212,15 @@ async fn a_request_waiting_for_a_node_that_answers_nothing_is_shed_saying_so() {
     assert_eq!(node.hits(), 1, "the shed request never reached the node");
 }
 
-/// Two nodes of one slot and one queue place each (300 ms), a request's key deciding its node.
+/// Two nodes of one slot and one queue place each (1 s), a request's key deciding its node.
+/// A request waits a queue timeout in each queue: long enough for the status polls to see it
+/// there on a busy machine.
 async fn two_nodes_of_one_slot() -> ([Backend; 2], capstan_switch::Running) {
     let nodes = [Backend::start("n0").await, Backend::start("n1").await];
     let text = config_for(
         &[&nodes[0], &nodes[1]],
         "[policy]\nname = \"consistent-hash\"\n\
-         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"300ms\"\n",
+         [admission]\nlimit = 1\nqueue = 1\nqueue_timeout = \"1s\"\n",
     );
     let sw = start_switch(&text).await;
     (nodes, sw)
@@ -395,11 +397,12 @@ async fn a_request_that_waited_out_one_queue_under_load_does_not_wait_in_another
 #[tokio::test]
 async fn clients_that_go_away_release_their_slots_and_places_in_the_queue() {
     let node = Backend::start("n0").await;
-    // The switch closes connections idle for 300 ms, in flight or queued alike: that is the
-    // client going away, seen from the switch.
+    // The switch closes connections idle for a second, in flight or queued alike: that is the
+    // client going away, seen from the switch. (Long enough for the status polls to see them
+    // in flight and queued first, on a busy machine.)
     let text = config_for(
         &[&node],
-        "[timeouts]\nclient_idle = \"300ms\"\n\
+        "[timeouts]\nclient_idle = \"1s\"\n\
          [admission]\nlimit = 1\nqueue = 5\nqueue_timeout = \"30s\"\n",
     );
     let sw = start_switch(&text).await;

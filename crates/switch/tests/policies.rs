@@ -3,7 +3,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use common::*;
 use hyper::StatusCode;
@@ -89,13 +88,17 @@ async fn lard_keeps_a_path_on_one_node_until_the_threshold() {
         let placed = placements(addr, &[path; 6]).await;
         assert_eq!(tally(&placed).len(), 1, "{path}: {placed:?}");
     }
-    // Many at once on one slow path: its node passes T_high, and the path moves.
+    // Many at once on one path, each held at its node until the end: its node passes T_high,
+    // and the path moves. Each is at a node before the next is sent, so the requests overlap
+    // however slowly this machine runs them.
+    let held = || nodes.iter().map(Backend::held).sum::<u64>();
     let mut tasks = Vec::new();
-    for _ in 0..8 {
-        tasks.push(tokio::spawn(async move {
-            get(addr, "/slow?ms=300").await.node()
-        }));
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    for i in 1..=8 {
+        tasks.push(tokio::spawn(async move { get(addr, "/hold").await.node() }));
+        wait_until("the request at a node", || held() == i).await;
+    }
+    for node in &nodes {
+        node.release();
     }
     let mut seen = HashMap::new();
     for t in tasks {
@@ -178,10 +181,14 @@ async fn least_connections_avoids_the_busy_node() {
     .await;
     let addr = sw.listen_addrs[0];
     let first = get(addr, "/").await.node();
+    // Three requests the nodes hold until the end: busy for as long as the test needs them.
     let slow: Vec<_> = (0..3)
-        .map(|_| tokio::spawn(async move { get(addr, "/slow?ms=600").await.node() }))
+        .map(|_| tokio::spawn(async move { get(addr, "/hold").await.node() }))
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("the three at the nodes", || {
+        nodes.iter().map(Backend::held).sum::<u64>() == 3
+    })
+    .await;
     let status = status_json(sw.admin_addr.unwrap()).await;
     let active: Vec<u64> = (0..2)
         .map(|i| status["nodes"][i]["active"].as_u64().unwrap())
@@ -194,6 +201,9 @@ async fn least_connections_avoids_the_busy_node() {
         "{quick:?} busy {busy}"
     );
     let _ = first;
+    for node in &nodes {
+        node.release();
+    }
     for t in slow {
         t.await.unwrap();
     }
@@ -207,8 +217,10 @@ async fn cap_load_skips_nodes_reporting_high_load() {
     nodes[1]
         .load_percent
         .store(97, std::sync::atomic::Ordering::Relaxed);
+    // Never silent here (the default is three intervals, 150 ms, which a busy machine can
+    // hold the gatherer back for): this test is about the load the nodes report.
     let extra = "[policy]\nname = \"cap-load\"\nmax_load = 0.9\n\
-                 [load]\npath = \"/_capstan/load\"\ninterval = \"50ms\"\n";
+                 [load]\npath = \"/_capstan/load\"\ninterval = \"50ms\"\nsilent_after = \"1h\"\n";
     let sw = start_switch(&config_for(&refs(&nodes), extra)).await;
     let admin = sw.admin_addr.unwrap();
     let addr = sw.listen_addrs[0];

@@ -25,8 +25,9 @@ struct Cli {
 /// Not a test: the entry point of the re-executed helper process.
 ///   CAPSTAN_WAN_HELPER=wan     — runs `capstan wan ARGS` (ARGS in CAPSTAN_WAN_HELPER_ARGS,
 ///                                separated by \x1f) and exits with its code;
-///   CAPSTAN_WAN_HELPER=connect — connects to $CAPSTAN_WAN_SERVER:$PORT and prints the
-///                                connect time in ms (a client command);
+///   CAPSTAN_WAN_HELPER=connect — connects to $CAPSTAN_WAN_SERVER:$PORT three times and
+///                                prints the shortest connect time in ms and the first
+///                                answer (a client command);
 ///   CAPSTAN_WAN_HELPER=listen  — listens on 0.0.0.0:$PORT and answers "hi" (a server command).
 #[test]
 fn helper() {
@@ -55,12 +56,19 @@ fn helper() {
                 .unwrap()
                 .parse()
                 .unwrap();
-            let start = Instant::now();
-            let mut s = TcpStream::connect((server, port())).unwrap();
-            let ms = start.elapsed().as_secs_f64() * 1e3;
-            let mut answer = String::new();
-            s.read_to_string(&mut answer).unwrap();
-            println!("connect_ms={ms:.3} answer={answer}");
+            // The shortest of three: this is an ordinary process, which a busy machine may
+            // keep from its core for a while during any one connect.
+            let mut best = f64::INFINITY;
+            let mut first = None;
+            for _ in 0..3 {
+                let start = Instant::now();
+                let mut s = TcpStream::connect((server, port())).unwrap();
+                best = best.min(start.elapsed().as_secs_f64() * 1e3);
+                let mut answer = String::new();
+                s.read_to_string(&mut answer).unwrap();
+                first.get_or_insert(answer);
+            }
+            println!("connect_ms={best:.3} answer={}", first.unwrap());
             std::process::exit(0);
         }
         "listen" => {
@@ -194,9 +202,11 @@ fn run_gives_the_command_the_server_address_and_adds_the_delay() {
         .parse()
         .unwrap();
     assert!(out.contains("answer=hello"), "{out}");
-    eprintln!("connect through a 100 ms RTT path: {ms:.3} ms");
-    // The client is an ordinary process here (not real-time like the other tests' threads), so
-    // on a loaded machine its own wake-ups add to the time; the bound above is generous.
+    eprintln!("connect through a 100 ms RTT path: {ms:.3} ms (the shortest of three)");
+    // Never shorter than the path's round trip. The client is an ordinary process here (not
+    // real-time like the other tests' threads), so on a loaded machine its own wake-ups add to
+    // the time: the upper bound is generous and holds the shortest of three connects, and it
+    // still tells a delay applied twice (200 ms) apart.
     assert!((100.0..=150.0).contains(&ms), "{ms} ms");
 }
 

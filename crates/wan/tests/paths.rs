@@ -102,9 +102,12 @@ fn ten_mbit_path_carries_bulk_tcp_at_its_rate() {
         r.paths[0].up
     );
     assert!((9.0..=10.05).contains(&wire), "wire rate {wire:.2} Mbit/s");
-    // 10 Mbit/s of 1500-byte IP packets carry 1448 bytes of TCP payload each: 9.65 Mbit/s.
+    // 10 Mbit/s of 1500-byte IP packets carry 1448 bytes of TCP payload each: 9.65 Mbit/s at
+    // most. The lower bound is wide: the end-to-end time includes the sender's and receiver's
+    // threads, which are not real-time and which a busy machine holds back; a rate applied
+    // twice would still fall under it (4.8 Mbit/s). The rate itself is the wire's, above.
     assert!(
-        (8.0..=9.66).contains(&goodput),
+        (6.0..=9.66).contains(&goodput),
         "goodput {goodput:.2} Mbit/s"
     );
     assert_eq!(
@@ -239,6 +242,9 @@ fn queue_limit_drops_the_tail_and_counts_it() {
     let addr = sink.local_addr().unwrap();
     let client = emu.clients(0)[0];
     capstan_wan::netns::spawn_in(&emu.client_ns(), move || {
+        // A burst: real-time, so that a busy machine cannot spread it out (the queue would
+        // drain a packet every 8 ms meanwhile, and fewer would be dropped).
+        realtime();
         let s = UdpSocket::bind((client, 0)).unwrap();
         for _ in 0..100 {
             s.send_to(&[0u8; 972], addr).unwrap();

@@ -184,6 +184,22 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
 }
 
+/// The 1-minute load average when it exceeds the cores: a pure timing claim (one measured
+/// duration against another) is not judged then. As `lab_cli.rs` does.
+pub fn machine_busy() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    match load {
+        Some(l) if l > cores => {
+            eprintln!("note: load average {l} > {cores} cores: timing bounds not judged");
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Waits until `check` holds, polling, at most 10 s.
 pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let started = Instant::now();

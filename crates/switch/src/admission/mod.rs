@@ -799,6 +799,14 @@ mod tests {
         let held = gate.admit(0, 0).await.unwrap();
         assert_eq!(gate.admit(0, 0).await.err(), Some(Shed::QueueTimeout));
         assert_eq!(gate.queued(), 0);
+        drop(held);
+        let status = gate.status();
+        assert_eq!((status.in_flight, status.queued), (0, 0));
+        assert_eq!(status.shed.queue_timeout, 1);
+        // The waiter that goes away waits at a gate whose queue timeout a thread held back by a
+        // busy machine cannot reach before the abort: it leaves because it was dropped.
+        let gate = fixed(1, 4, 60_000);
+        let held = gate.admit(0, 0).await.unwrap();
         let abandoned = {
             let gate = Arc::clone(&gate);
             tokio::spawn(async move { gate.admit(0, 0).await.is_ok() })
@@ -812,7 +820,7 @@ mod tests {
         drop(held);
         let status = gate.status();
         assert_eq!((status.in_flight, status.queued), (0, 0));
-        assert_eq!(status.shed.queue_timeout, 1);
+        assert_eq!(status.shed.queue_timeout, 0);
     }
 
     #[tokio::test]
@@ -826,7 +834,12 @@ mod tests {
         // A first-byte timeout is no answer either.
         gate.record(0, 1_000, &held, 3, false);
         assert_eq!(gate.admit(0, 4).await.err(), Some(Shed::Stalled));
-        // The node answered while the next one waited: the wait was the load's.
+        drop(held);
+        // The node answered while the next one waited: the wait was the load's. The answer
+        // must come before the wait ends, so this gate's queue timeout is long enough that a
+        // thread held back by a busy machine still gives it in time.
+        let gate = fixed(1, 4, 500);
+        let held = gate.admit(0, 1).await.unwrap();
         let waiting = {
             let gate = Arc::clone(&gate);
             tokio::spawn(async move { gate.admit(0, 5).await.err() })

@@ -339,6 +339,22 @@ pub async fn send(addr: SocketAddr, builder: hyper::http::request::Builder, body
     }
 }
 
+/// Stops `backend` and returns its address once nothing accepts connections there any more
+/// (polled, 10 s at most).
+pub async fn stop(backend: Backend) -> SocketAddr {
+    let addr = backend.addr;
+    drop(backend);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{addr} still accepts connections"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    addr
+}
+
 /// Counts of answers per node for the given paths, requested one after another.
 pub async fn placements(addr: SocketAddr, paths: &[&str]) -> Vec<(String, String)> {
     let mut out = Vec::new();

@@ -20,6 +20,7 @@ pub mod http2;
 pub mod io;
 pub mod listener;
 pub mod membership;
+pub mod node_clock;
 pub mod node_pool;
 pub mod node_tls;
 pub mod operation_metrics;

@@ -28,6 +28,7 @@ use tower_service::Service;
 
 use crate::body::UpstreamBody;
 use crate::cluster::Cluster;
+use crate::node_clock::NodeClock;
 use crate::proxy::{ClientSettings, UpstreamError};
 use crate::proxy_protocol::NodeConnector;
 
@@ -45,16 +46,23 @@ pub(crate) struct Pool {
     idle: Mutex<FxHashMap<Authority, Vec<Idle>>>,
 }
 
+/// A connection to a node: the handle requests go through, and the clock that times them at
+/// the socket ([`crate::node_clock`]).
+struct Conn {
+    sender: Sender,
+    clock: Option<Arc<NodeClock>>,
+}
+
 /// A connection waiting for its next request.
 struct Idle {
-    sender: Sender,
+    conn: Conn,
     since: Instant,
 }
 
 /// A connection lent to one request; it goes back to its pool through [`Pooled::release`]
 /// once the response has ended, and closes if dropped before that.
 pub(crate) struct Pooled {
-    sender: Sender,
+    conn: Conn,
     key: Authority,
     pool: Weak<Pool>,
 }
@@ -63,8 +71,14 @@ impl Pooled {
     /// The response ended whole: the connection may carry another request.
     pub(crate) fn release(self) {
         if let Some(pool) = self.pool.upgrade() {
-            pool.put_back(self.key, self.sender);
+            pool.put_back(self.key, self.conn);
         }
+    }
+
+    /// The node's latency for the request this connection carries, timed at the socket: from
+    /// its last bytes out to the answer's first bytes in.
+    pub(crate) fn node_latency_nanos(&self) -> Option<u64> {
+        self.conn.clock.as_ref()?.latency_nanos()
     }
 }
 
@@ -102,23 +116,23 @@ pub(crate) async fn send(
         .authority()
         .cloned()
         .expect("requests to nodes name the node");
-    let (mut sender, reused) = match pool.checkout(&key) {
-        Some(sender) => (sender, true),
+    let (mut conn, reused) = match pool.checkout(&key) {
+        Some(conn) => (conn, true),
         None => (pool.connect(&target).await?, false),
     };
-    let resp = match sender.try_send_request(req).await {
+    let resp = match conn.sender.try_send_request(req).await {
         Ok(resp) => resp,
         Err(mut failed) => match failed.take_message() {
             // The node closed the idle connection just as the request was handed over.
             Some(unsent) if reused => {
-                sender = pool.connect(&target).await?;
-                sender.send_request(unsent).await.map_err(other)?
+                conn = pool.connect(&target).await?;
+                conn.sender.send_request(unsent).await.map_err(other)?
             }
             _ => return Err(other(failed.into_error())),
         },
     };
     let pooled = Pooled {
-        sender,
+        conn,
         key,
         pool: Arc::downgrade(&pool),
     };
@@ -182,7 +196,7 @@ impl Pool {
     /// The most recently used connection to `key` that can take a request now. Closed and
     /// expired ones are dropped on the way; one still finishing its last response (the end
     /// of a body can reach the switch before the connection notices it is free) stays.
-    fn checkout(&self, key: &Authority) -> Option<Sender> {
+    fn checkout(&self, key: &Authority) -> Option<Conn> {
         let now = Instant::now();
         let mut idle = self.lock();
         let waiting = idle.get_mut(key)?;
@@ -190,17 +204,18 @@ impl Pool {
         while i > 0 {
             i -= 1;
             let entry = &waiting[i];
-            if entry.sender.is_closed() || now.duration_since(entry.since) >= self.idle_timeout {
+            let sender = &entry.conn.sender;
+            if sender.is_closed() || now.duration_since(entry.since) >= self.idle_timeout {
                 waiting.remove(i);
-            } else if entry.sender.is_ready() {
-                return Some(waiting.remove(i).sender);
+            } else if sender.is_ready() {
+                return Some(waiting.remove(i).conn);
             }
         }
         None
     }
 
-    fn put_back(&self, key: Authority, sender: Sender) {
-        if sender.is_closed() || self.max_idle == 0 {
+    fn put_back(&self, key: Authority, conn: Conn) {
+        if conn.sender.is_closed() || self.max_idle == 0 {
             return;
         }
         let mut idle = self.lock();
@@ -210,14 +225,14 @@ impl Pool {
             waiting.remove(0);
         }
         waiting.push(Idle {
-            sender,
+            conn,
             since: Instant::now(),
         });
     }
 
     /// A new connection (connect timeout, PROXY header, TLS: [`NodeConnector`]) whose HTTP/1.1
     /// state machine runs in a task of its own.
-    async fn connect(&self, target: &Uri) -> Result<Sender, UpstreamError> {
+    async fn connect(&self, target: &Uri) -> Result<Conn, UpstreamError> {
         let failed = |error| UpstreamError {
             connect: true,
             error,
@@ -228,6 +243,7 @@ impl Pool {
             .call(target.clone())
             .await
             .map_err(failed)?;
+        let clock = io.inner().clock().cloned();
         let (sender, connection) = http1::handshake(io)
             .await
             .map_err(|e| failed(Box::new(e)))?;
@@ -236,7 +252,7 @@ impl Pool {
                 tracing::debug!("connection to a node ended: {e}");
             }
         });
-        Ok(sender)
+        Ok(Conn { sender, clock })
     }
 
     /// Drops the connections idle for longer than the timeout, and the keys left empty.
@@ -244,7 +260,8 @@ impl Pool {
         let mut idle = self.lock();
         idle.retain(|_, waiting| {
             waiting.retain(|entry| {
-                !entry.sender.is_closed() && now.duration_since(entry.since) < self.idle_timeout
+                !entry.conn.sender.is_closed()
+                    && now.duration_since(entry.since) < self.idle_timeout
             });
             !waiting.is_empty()
         });

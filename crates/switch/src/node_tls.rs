@@ -26,12 +26,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::node_clock::{NodeClock, TimedTcp};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpStream;
 
 /// A node's `tls` table as written.
 #[derive(Debug, Deserialize)]
@@ -302,14 +302,14 @@ impl TlsToNodes {
 
 /// A connection to a node: plain TCP or TLS over it.
 pub enum NodeStream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Plain(TimedTcp),
+    Tls(Box<tokio_rustls::client::TlsStream<TimedTcp>>),
 }
 
 impl NodeStream {
     /// Runs the TLS handshake on `tcp` when `tls` says so. A certificate that does not verify
     /// fails here, as a connect error naming the cause.
-    pub async fn over(tcp: TcpStream, tls: Option<&NodeTls>) -> std::io::Result<NodeStream> {
+    pub async fn over(tcp: TimedTcp, tls: Option<&NodeTls>) -> std::io::Result<NodeStream> {
         let Some(tls) = tls else {
             return Ok(NodeStream::Plain(tcp));
         };
@@ -320,6 +320,16 @@ impl NodeStream {
                 e.kind(),
                 format!("TLS handshake failed: {e}"),
             )),
+        }
+    }
+}
+
+impl NodeStream {
+    /// The clock of the TCP connection underneath, when it is timed.
+    pub fn clock(&self) -> Option<&Arc<NodeClock>> {
+        match self {
+            NodeStream::Plain(tcp) => tcp.clock(),
+            NodeStream::Tls(tls) => tls.get_ref().0.clock(),
         }
     }
 }

@@ -698,7 +698,16 @@ impl Forward {
             let failure = match sent {
                 Ok(Ok((resp, pooled))) => {
                     crate::access_log::note_first_byte();
-                    self.head_arrived(node_id, resp.status(), took, &placement.permit, after);
+                    // The node's own latency when the socket timed it: the switch's time
+                    // around it says nothing of the node (crate::node_clock). The node answered
+                    // that long after the request went out.
+                    let latency = pooled
+                        .as_ref()
+                        .and_then(Pooled::node_latency_nanos)
+                        .map_or(took, |l| l.min(took));
+                    let answered = now + latency;
+                    let status = resp.status();
+                    self.head_arrived(node_id, status, latency, &placement.permit, answered);
                     return Ok(forward_response(
                         resp,
                         placement,

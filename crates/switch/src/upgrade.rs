@@ -296,10 +296,13 @@ async fn open_and_send(
         }
     }
     let tls = forward.cluster.node_tls.get(node.config.address);
-    let stream = match crate::node_tls::NodeStream::over(stream, tls).await {
-        Ok(stream) => stream,
-        Err(e) => return Err((FailureKind::Connect, e.to_string())),
-    };
+    let stream =
+        match crate::node_tls::NodeStream::over(crate::node_clock::TimedTcp::plain(stream), tls)
+            .await
+        {
+            Ok(stream) => stream,
+            Err(e) => return Err((FailureKind::Connect, e.to_string())),
+        };
     if let Some(notes) = crate::access_log::current_notes() {
         crate::access_log::note_connected(&notes);
     }

@@ -4,7 +4,8 @@
 //!
 //! - **A concurrency limit.** By default *adaptive* ([`limiter`]: Envoy's gradient controller,
 //!   the limit follows the node's latency against its unloaded latency, so it finds the node's
-//!   capacity without tuning); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
+//!   capacity without tuning; for HTTP/1.1 nodes the latency is timed at the socket,
+//!   [`crate::node_clock`], so the switch's own delays do not count as the node's); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
 //!   or `"off"` (no gate at all: every request goes straight to the node, as before).
 //! - **A bounded queue** (`queue`, per node) for requests that find the node at its limit,
 //!   shortest expected job first: waiters are ordered by their class's recent latency on the

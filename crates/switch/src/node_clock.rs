@@ -192,20 +192,34 @@ fn poll_read_timed(
         // SAFETY: `recvmsg` only writes into the unfilled part; exactly the `n` bytes it
         // reports are marked initialised below.
         let unfilled = unsafe { buf.unfilled_mut() };
+        let room = unfilled.len();
         let fd = tcp.as_raw_fd();
-        match tcp.try_io(Interest::READABLE, || recv_stamped(fd, unfilled)) {
-            Ok((n, stamp)) => {
-                // SAFETY: `recvmsg` wrote `n` bytes at the start of the unfilled part.
-                unsafe { buf.assume_init(n) };
-                buf.advance(n);
-                if n > 0 {
-                    clock.answered(stamp.unwrap_or_else(realtime_nanos));
-                }
-                return Poll::Ready(Ok(()));
+        // A read shorter than the room drained the socket: its readiness must be cleared, or
+        // the next read would be a syscall that only says so (tokio's own reads do the same).
+        // `try_io` clears it when the closure reports `WouldBlock`, so a short read is
+        // reported that way and its result carried out beside it.
+        let mut short = None;
+        let read = tcp.try_io(Interest::READABLE, || {
+            let (n, stamp) = recv_stamped(fd, unfilled)?;
+            if n > 0 && n < room {
+                short = Some((n, stamp));
+                return Err(io::ErrorKind::WouldBlock.into());
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Poll::Ready(Err(e)),
+            Ok((n, stamp))
+        });
+        let (n, stamp) = match (read, short) {
+            (_, Some(drained)) => drained,
+            (Ok(whole), None) => whole,
+            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            (Err(e), None) => return Poll::Ready(Err(e)),
+        };
+        // SAFETY: `recvmsg` wrote `n` bytes at the start of the unfilled part.
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        if n > 0 {
+            clock.answered(stamp.unwrap_or_else(realtime_nanos));
         }
+        return Poll::Ready(Ok(()));
     }
 }
 
@@ -330,6 +344,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A timed read that drained the socket clears its readiness (so no read syscall follows
+    /// only to find it empty); the bytes that come next must still wake the reader.
+    #[tokio::test]
+    async fn after_a_draining_timed_read_the_next_bytes_still_arrive() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go, mut told) = tokio::sync::mpsc::channel::<()>(1);
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 64];
+            conn.read(&mut request).await.unwrap();
+            conn.write_all(b"head").await.unwrap();
+            told.recv().await;
+            conn.write_all(b"body").await.unwrap();
+        });
+        let mut conn = TimedTcp::timed(TcpStream::connect(addr).await.unwrap());
+        conn.write_all(b"request").await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = conn.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"head");
+        assert!(conn.clock().unwrap().latency_nanos().is_some());
+        go.send(()).await.unwrap();
+        let wait = std::time::Duration::from_secs(10);
+        let n = tokio::time::timeout(wait, conn.read(&mut buf))
+            .await
+            .expect("the reader was never woken for the next bytes")
+            .unwrap();
+        assert_eq!(&buf[..n], b"body");
     }
 
     #[tokio::test]

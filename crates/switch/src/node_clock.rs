@@ -355,8 +355,8 @@ mod tests {
         let (go, mut told) = tokio::sync::mpsc::channel::<()>(1);
         tokio::spawn(async move {
             let (mut conn, _) = listener.accept().await.unwrap();
-            let mut request = [0u8; 64];
-            conn.read(&mut request).await.unwrap();
+            let mut request = [0u8; 7];
+            conn.read_exact(&mut request).await.unwrap();
             conn.write_all(b"head").await.unwrap();
             told.recv().await;
             conn.write_all(b"body").await.unwrap();

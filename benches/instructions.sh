@@ -99,16 +99,6 @@ backend be
   server s4 127.0.0.1:19104
 CONF
 
-# Waits up to a minute for port $1: a proxy under valgrind starts slowly.
-wait_port_slow() {
-  for _ in $(seq 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on port $1 (see $work/vg.log)" >&2
-  exit 1
-}
-
 # count PROXY MODE → instructions per request
 count() {
   local proxy=$1 mode=$2 out="$work/callgrind.out" vp plain tls url opts total
@@ -122,7 +112,7 @@ count() {
     *) echo "unknown proxy $proxy (capstan, haproxy)" >&2; exit 1 ;;
   esac
   vp=$!
-  wait_port_slow "$plain"
+  wait_port "$plain" 60  # a proxy under valgrind starts slowly
   case $mode in
     h1) url=http://127.0.0.1:$plain/1k.html; opts=(--h1) ;;
     h1tls) url=https://127.0.0.1:$tls/1k.html; opts=(--h1) ;;

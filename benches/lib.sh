@@ -1,8 +1,9 @@
 # Shell helpers the benchmark scripts share; `source benches/lib.sh` from the repo root.
 
-# Waits (up to 10 s) until something accepts on 127.0.0.1:$1; exits the script otherwise.
+# Waits (up to $2 seconds, default 10) until something accepts on 127.0.0.1:$1; exits the
+# script otherwise.
 wait_port() {
-  for _ in $(seq 200); do
+  for _ in $(seq $(( ${2:-10} * 20 ))); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.05
   done

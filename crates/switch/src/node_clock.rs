@@ -58,6 +58,13 @@ impl NodeClock {
         (sent != 0 && answered >= sent).then(|| answered - sent)
     }
 
+    /// The last answer's latency, and how long ago its first bytes arrived.
+    pub fn answer(&self) -> Option<(u64, u64)> {
+        let latency = self.latency_nanos()?;
+        let answered = self.answered_at.load(Ordering::Relaxed);
+        Some((latency, realtime_nanos().saturating_sub(answered)))
+    }
+
     /// The instants themselves: (sent, answered).
     pub fn instants(&self) -> (u64, u64) {
         (

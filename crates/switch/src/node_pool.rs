@@ -75,10 +75,10 @@ impl Pooled {
         }
     }
 
-    /// The node's latency for the request this connection carries, timed at the socket: from
-    /// its last bytes out to the answer's first bytes in.
-    pub(crate) fn node_latency_nanos(&self) -> Option<u64> {
-        self.conn.clock.as_ref()?.latency_nanos()
+    /// The node's latency for the request this connection carries, timed at the socket (from
+    /// its last bytes out to the answer's first bytes in), and how long ago the answer came.
+    pub(crate) fn node_answer(&self) -> Option<(u64, u64)> {
+        self.conn.clock.as_ref()?.answer()
     }
 }
 

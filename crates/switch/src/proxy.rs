@@ -715,13 +715,14 @@ impl Forward {
                 Ok(Ok((resp, pooled))) => {
                     crate::access_log::note_first_byte();
                     // The node's own latency when the socket timed it: the switch's time
-                    // around it says nothing of the node (crate::node_clock). The node answered
-                    // that long after the request went out.
-                    let latency = pooled
-                        .as_ref()
-                        .and_then(Pooled::node_latency_nanos)
-                        .map_or(took, |l| l.min(took));
-                    let answered = now + latency;
+                    // around it (connecting included) says nothing of the node
+                    // (crate::node_clock). Its answer came `ago` before the switch got to it.
+                    let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
+                        Some((latency, ago)) => {
+                            (latency.min(took), after.saturating_sub(ago).max(now))
+                        }
+                        None => (took, after),
+                    };
                     let status = resp.status();
                     self.head_arrived(node_id, status, latency, &placement.permit, answered);
                     return Ok(forward_response(

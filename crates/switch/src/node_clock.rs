@@ -13,7 +13,9 @@
 //! last write before the answer) and when the kernel received the answer's first bytes: a
 //! receive timestamp (`SO_TIMESTAMPNS`) taken on the network path, before the switch gets to
 //! read them. Their difference is the node's latency plus the network's, whatever the switch
-//! was busy with. Where the kernel gives no timestamp, the time of the read stands in.
+//! was busy with. (TCP reports the newest packet a read took: when the switch reads late and
+//! more of the answer has come by then, the latency counts up to that packet.) Where the
+//! kernel gives no timestamp, the time of the read stands in.
 
 use std::io;
 use std::mem::MaybeUninit;

@@ -26,12 +26,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::node_clock::{NodeClock, TimedTcp};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::{Deserialize, Serialize};
+
+use crate::node_clock::{NodeClock, TimedTcp};
 
 /// A node's `tls` table as written.
 #[derive(Debug, Deserialize)]
@@ -322,9 +323,7 @@ impl NodeStream {
             )),
         }
     }
-}
 
-impl NodeStream {
     /// The clock of the TCP connection underneath, when it is timed.
     pub fn clock(&self) -> Option<&Arc<NodeClock>> {
         match self {

@@ -136,8 +136,8 @@ static HOP_BY_HOP: [&HeaderName; 8] = [
     &header::PROXY_AUTHORIZATION,
 ];
 
-/// Where `name` is in [`HOP_BY_HOP`]: one match on the text (names are lower case), where
-/// comparing with each of the eight was ~1,000 instructions for a response's fields.
+/// Where `name` is in [`HOP_BY_HOP`]: one match on the text (names are lower case) rather
+/// than a comparison with each of the eight.
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
     match name.as_str() {
         "connection" => Some(0),

@@ -39,26 +39,9 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-chmod 755 "$work"  # the nginx workers run as another user
-mkdir -p "$work/www" "$work/logs"
+nginx_backends_conf "$work" 19101
+mkdir -p "$work/logs"
 chmod 777 "$work/logs"
-python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
-
-cat > "$work/backends.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backends.pid;
-error_log $work/backends.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:19101; root $work/www; }
-  server { listen 127.0.0.1:19102; root $work/www; }
-  server { listen 127.0.0.1:19103; root $work/www; }
-  server { listen 127.0.0.1:19104; root $work/www; }
-}
-CONF
 
 # nginx as the peer: the same proxy without and with its access log (buffered, as nginx
 # recommends for busy servers).

@@ -31,27 +31,10 @@ fi
 CAPSTAN=$(capstan_binary)
 pki=$PWD/examples/tls
 work=$(mktemp -d)
-chmod 755 "$work"  # the nginx workers run as another user
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-mkdir -p "$work/www"
-head -c 1024 /dev/zero | tr '\0' x > "$work/www/1k.html"
-cat > "$work/backends.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backends.pid;
-error_log $work/backends.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:19101; root $work/www; }
-  server { listen 127.0.0.1:19102; root $work/www; }
-  server { listen 127.0.0.1:19103; root $work/www; }
-  server { listen 127.0.0.1:19104; root $work/www; }
-}
-CONF
+nginx_backends_conf "$work" 19101
 nginx -c "$work/backends.conf" & pids+=($!)
 wait_port 19101
 

@@ -11,6 +11,31 @@ wait_port() {
   exit 1
 }
 
+# Four nginx back-ends on 127.0.0.1 ports $2 to $2+3, serving $1/www (where a 1 KB 1k.html is
+# written): writes $1/backends.conf, to start with `nginx -c "$1/backends.conf"`.
+nginx_backends_conf() {
+  local work=$1 first=$2 port
+  chmod 755 "$work"  # the nginx workers run as another user
+  mkdir -p "$work/www"
+  python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
+  {
+    cat <<CONF
+worker_processes 1;
+daemon off;
+pid $work/backends.pid;
+error_log $work/backends.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+CONF
+    for port in $(seq "$first" $((first + 3))); do
+      echo "  server { listen 127.0.0.1:$port; root $work/www; }"
+    done
+    echo "}"
+  } > "$work/backends.conf"
+}
+
 # The capstan binary to measure: $CAPSTAN when set (another build, or to skip the build),
 # otherwise this tree's release build, built now (cargo's output to stderr).
 capstan_binary() {

@@ -41,26 +41,8 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-chmod 755 "$work"  # the nginx workers run as another user
-mkdir -p "$work/www"
-python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
+nginx_backends_conf "$work" 19001
 : > "$work/www/empty.html"
-
-cat > "$work/backends.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backends.pid;
-error_log $work/backends.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:19001; root $work/www; }
-  server { listen 127.0.0.1:19002; root $work/www; }
-  server { listen 127.0.0.1:19003; root $work/www; }
-  server { listen 127.0.0.1:19004; root $work/www; }
-}
-CONF
 
 cat > "$work/haproxy.cfg" <<CONF
 global

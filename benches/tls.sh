@@ -47,25 +47,7 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-chmod 755 "$work"  # the nginx workers run as another user
-mkdir -p "$work/www"
-python3 -c "import sys; sys.stdout.write('x' * 1024)" > "$work/www/1k.html"
-
-cat > "$work/backends.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/backends.pid;
-error_log $work/backends.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:19101; root $work/www; }
-  server { listen 127.0.0.1:19102; root $work/www; }
-  server { listen 127.0.0.1:19103; root $work/www; }
-  server { listen 127.0.0.1:19104; root $work/www; }
-}
-CONF
+nginx_backends_conf "$work" 19101
 
 # One Capstan, one HAProxy and one nginx per key type.
 declare -A port=([capstan-ecdsa]=18441 [haproxy-ecdsa]=18442 [capstan-rsa]=18443 [haproxy-rsa]=18444

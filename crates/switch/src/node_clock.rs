@@ -68,7 +68,8 @@ impl NodeClock {
     }
 
     /// The instants themselves: (sent, answered).
-    pub fn instants(&self) -> (u64, u64) {
+    #[cfg(test)]
+    fn instants(&self) -> (u64, u64) {
         (
             self.sent_at.load(Ordering::Relaxed),
             self.answered_at.load(Ordering::Relaxed),
@@ -77,7 +78,7 @@ impl NodeClock {
 }
 
 /// Nanoseconds of the real-time clock, the one the kernel stamps received packets with.
-pub fn realtime_nanos() -> u64 {
+fn realtime_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
@@ -109,10 +110,6 @@ impl TimedTcp {
 
     pub fn clock(&self) -> Option<&Arc<NodeClock>> {
         self.clock.as_ref()
-    }
-
-    pub fn tcp(&self) -> &TcpStream {
-        &self.tcp
     }
 
     fn note_written(&self, result: &Poll<io::Result<usize>>) {

@@ -85,6 +85,44 @@ impl Body for UpstreamBody {
     }
 }
 
+/// A node's response body: read by hyper's client, or by the switch's own HTTP/1.1
+/// ([`crate::node_h1`]).
+pub enum NodeBody {
+    Hyper(Incoming),
+    H1(crate::node_h1::H1Body),
+}
+
+impl Body for NodeBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            NodeBody::Hyper(inner) => Pin::new(inner)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            NodeBody::H1(inner) => Pin::new(inner).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            NodeBody::Hyper(inner) => inner.is_end_stream(),
+            NodeBody::H1(inner) => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            NodeBody::Hyper(inner) => inner.size_hint(),
+            NodeBody::H1(inner) => inner.size_hint(),
+        }
+    }
+}
+
 /// Something to run once when a proxied response has ended (fully sent, failed or dropped).
 pub trait OnEnd: Send + Sync {
     fn on_end(&mut self, completed: bool);
@@ -96,7 +134,7 @@ pub enum ResponseBody {
     Full(Option<Bytes>),
     /// A node's response body, streamed through.
     Upstream {
-        inner: Incoming,
+        inner: NodeBody,
         on_end: Option<Box<dyn OnEnd>>,
     },
     /// A cache fill's body, shared with every client that asked for it.
@@ -157,7 +195,7 @@ impl Body for ResponseBody {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         this.finish(false);
-                        Poll::Ready(Some(Err(Box::new(e))))
+                        Poll::Ready(Some(Err(e)))
                     }
                     Poll::Ready(Some(Ok(frame))) => {
                         // hyper does not poll again after the last frame of a body whose length

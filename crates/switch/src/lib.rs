@@ -21,6 +21,7 @@ pub mod io;
 pub mod listener;
 pub mod membership;
 pub mod node_clock;
+mod node_h1;
 pub mod node_pool;
 pub mod node_tls;
 pub mod operation_metrics;

@@ -21,14 +21,17 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::uri::Authority;
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
+use hyper::body::Body;
 use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tower_service::Service;
 
-use crate::body::UpstreamBody;
+use crate::body::{NodeBody, UpstreamBody};
 use crate::cluster::Cluster;
 use crate::node_clock::NodeClock;
+use crate::node_h1::{self, H1Body, H1Conn, Home, NodeReplyError};
+use crate::node_tls::NodeStream;
 use crate::proxy::{ClientSettings, UpstreamError};
 use crate::proxy_protocol::NodeConnector;
 
@@ -40,29 +43,63 @@ pub(crate) struct Pool {
     max_idle: usize,
     idle_timeout: Duration,
     connector: NodeConnector,
-    /// Keyed by the node's address from the configuration, and with PROXY protocol the
-    /// client's addresses; a fast hash (SipHash of the key was 4 % of a request's
-    /// instructions), and the keys are at most as many as the connections.
-    idle: Mutex<FxHashMap<Authority, Vec<Idle>>>,
+    /// Connections hyper drives (requests with a body).
+    idle: IdleLists<Conn>,
+    /// Connections the switch drives itself ([`crate::node_h1`]: requests without a body).
+    idle_h1: IdleLists<H1Conn>,
 }
 
-/// A connection to a node: the handle requests go through, and the clock that times them at
-/// the socket ([`crate::node_clock`]).
+/// Idle connections of one kind, keyed by the node's address from the configuration, and
+/// with PROXY protocol the client's addresses; a fast hash (SipHash of the key was 4 % of a
+/// request's instructions), and the keys are at most as many as the connections.
+struct IdleLists<C>(Mutex<FxHashMap<Authority, Vec<Idle<C>>>>);
+
+/// A connection to a node driven by hyper: the handle requests go through, and the clock
+/// that times them at the socket ([`crate::node_clock`]).
 struct Conn {
     sender: Sender,
     clock: Option<Arc<NodeClock>>,
 }
 
 /// A connection waiting for its next request.
-struct Idle {
-    conn: Conn,
+struct Idle<C> {
+    conn: C,
     since: Instant,
 }
 
-/// A connection lent to one request; it goes back to its pool through [`Pooled::release`]
-/// once the response has ended, and closes if dropped before that.
+/// What the pool asks of an idle connection.
+trait Link {
+    /// The node closed it (or it can no longer be used): it is dropped.
+    fn closed(&mut self) -> bool;
+    /// It can take a request now (one still finishing its last response cannot yet).
+    fn ready(&self) -> bool;
+}
+
+impl Link for Conn {
+    fn closed(&mut self) -> bool {
+        self.sender.is_closed()
+    }
+    fn ready(&self) -> bool {
+        self.sender.is_ready()
+    }
+}
+
+impl Link for H1Conn {
+    fn closed(&mut self) -> bool {
+        !self.is_usable()
+    }
+    fn ready(&self) -> bool {
+        true
+    }
+}
+
+/// A request's hold on its node connection, and the clock that timed its answer. A
+/// hyper-driven connection goes back to its pool through [`Pooled::release`] once the
+/// response has ended, and closes if dropped before that; one the switch drives goes back
+/// from its body ([`crate::node_h1::H1Body`]).
 pub(crate) struct Pooled {
-    conn: Conn,
+    conn: Option<Conn>,
+    clock: Option<Arc<NodeClock>>,
     key: Authority,
     pool: Weak<Pool>,
 }
@@ -70,15 +107,15 @@ pub(crate) struct Pooled {
 impl Pooled {
     /// The response ended whole: the connection may carry another request.
     pub(crate) fn release(self) {
-        if let Some(pool) = self.pool.upgrade() {
-            pool.put_back(self.key, self.conn);
+        if let (Some(conn), Some(pool)) = (self.conn, self.pool.upgrade()) {
+            pool.idle.put_back(self.key, conn, pool.max_idle);
         }
     }
 
     /// The node's latency for the request this connection carries, timed at the socket (from
     /// its last bytes out to the answer's first bytes in), and how long ago the answer came.
     pub(crate) fn node_answer(&self) -> Option<(u64, u64)> {
-        self.conn.clock.as_ref()?.answer()
+        self.clock.as_ref()?.answer()
     }
 }
 
@@ -105,18 +142,23 @@ fn pool_for(cluster: &Cluster) -> Arc<Pool> {
     })
 }
 
-/// Sends `req` (its URI absolute, naming the node) on a pooled connection, or a new one.
+/// Sends `req` (its URI absolute, naming the node) on a pooled connection, or a new one. A
+/// request without a body goes by the switch's own HTTP/1.1 ([`crate::node_h1`]), others by
+/// hyper's.
 pub(crate) async fn send(
     cluster: &Cluster,
     mut req: Request<UpstreamBody>,
-) -> Result<(Response<Incoming>, Pooled), UpstreamError> {
+) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
     let pool = pool_for(cluster);
     let target = prepare(&mut req);
     let key = target
         .authority()
         .cloned()
         .expect("requests to nodes name the node");
-    let (mut conn, reused) = match pool.checkout(&key) {
+    if req.body().is_end_stream() {
+        return send_h1(pool, &target, key, &req).await;
+    }
+    let (mut conn, reused) = match pool.idle.checkout(&key, pool.idle_timeout) {
         Some(conn) => (conn, true),
         None => (pool.connect(&target).await?, false),
     };
@@ -132,11 +174,63 @@ pub(crate) async fn send(
         },
     };
     let pooled = Pooled {
-        conn,
+        clock: conn.clock.clone(),
+        conn: Some(conn),
         key,
         pool: Arc::downgrade(&pool),
     };
-    Ok((resp, pooled))
+    Ok((resp.map(NodeBody::Hyper), pooled))
+}
+
+/// [`send`] for a request without a body, on a connection the switch drives itself. A
+/// request a reused connection could not take (the node had closed it: the write failed, or
+/// it closed without a byte of answer) goes once more on a new connection, if its method is
+/// idempotent.
+async fn send_h1(
+    pool: Arc<Pool>,
+    target: &Uri,
+    key: Authority,
+    req: &Request<UpstreamBody>,
+) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
+    let head = node_h1::encode_head(req);
+    let (mut conn, reused) = match pool.idle_h1.checkout(&key, pool.idle_timeout) {
+        Some(conn) => (conn, true),
+        None => (pool.connect_h1(target).await?, false),
+    };
+    let mut answer = exchange(&mut conn, &head, req.method()).await;
+    if reused && answer.as_ref().is_err_and(NodeReplyError::never_taken) {
+        if req.method().is_idempotent() {
+            conn = pool.connect_h1(target).await?;
+            answer = exchange(&mut conn, &head, req.method()).await;
+        }
+    }
+    let head = answer.map_err(|e| UpstreamError {
+        connect: false,
+        error: Box::new(e),
+    })?;
+    let clock = conn.clock().cloned();
+    let home = Home {
+        pool: Arc::downgrade(&pool),
+        key: key.clone(),
+    };
+    let body = H1Body::new(conn, &head, home);
+    let pooled = Pooled {
+        conn: None,
+        clock,
+        key,
+        pool: Arc::downgrade(&pool),
+    };
+    Ok((Response::from_parts(head.parts, NodeBody::H1(body)), pooled))
+}
+
+/// Writes a request head and reads the answer's.
+async fn exchange(
+    conn: &mut H1Conn,
+    head: &[u8],
+    method: &http::Method,
+) -> Result<node_h1::Head, NodeReplyError> {
+    conn.send(head).await?;
+    conn.read_head(method).await
 }
 
 /// Puts the request in the form an HTTP/1.1 origin server expects: origin-form target and a
@@ -173,22 +267,15 @@ fn other(e: hyper::Error) -> UpstreamError {
     }
 }
 
-impl Pool {
-    fn new(cluster: &Cluster, settings: ClientSettings) -> Pool {
-        let upstream = &cluster.config.upstream;
-        Pool {
-            settings,
-            max_idle: upstream.pool_max_idle_per_node,
-            idle_timeout: upstream.pool_idle_timeout,
-            connector: crate::proxy::node_connector(cluster),
-            idle: Mutex::new(FxHashMap::default()),
-        }
+impl<C: Link> IdleLists<C> {
+    fn new() -> Self {
+        IdleLists(Mutex::new(FxHashMap::default()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<Authority, Vec<Idle>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, FxHashMap<Authority, Vec<Idle<C>>>> {
         // A panic while holding the lock leaves only a list of connections behind: still
         // usable.
-        self.idle
+        self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -196,31 +283,30 @@ impl Pool {
     /// The most recently used connection to `key` that can take a request now. Closed and
     /// expired ones are dropped on the way; one still finishing its last response (the end
     /// of a body can reach the switch before the connection notices it is free) stays.
-    fn checkout(&self, key: &Authority) -> Option<Conn> {
+    fn checkout(&self, key: &Authority, idle_timeout: Duration) -> Option<C> {
         let now = Instant::now();
         let mut idle = self.lock();
         let waiting = idle.get_mut(key)?;
         let mut i = waiting.len();
         while i > 0 {
             i -= 1;
-            let entry = &waiting[i];
-            let sender = &entry.conn.sender;
-            if sender.is_closed() || now.duration_since(entry.since) >= self.idle_timeout {
+            let entry = &mut waiting[i];
+            if now.duration_since(entry.since) >= idle_timeout || entry.conn.closed() {
                 waiting.remove(i);
-            } else if sender.is_ready() {
+            } else if entry.conn.ready() {
                 return Some(waiting.remove(i).conn);
             }
         }
         None
     }
 
-    fn put_back(&self, key: Authority, conn: Conn) {
-        if conn.sender.is_closed() || self.max_idle == 0 {
+    fn put_back(&self, key: Authority, mut conn: C, max_idle: usize) {
+        if max_idle == 0 || conn.closed() {
             return;
         }
         let mut idle = self.lock();
         let waiting = idle.entry(key).or_default();
-        if waiting.len() >= self.max_idle {
+        if waiting.len() >= max_idle {
             // The least recently used makes room.
             waiting.remove(0);
         }
@@ -230,23 +316,56 @@ impl Pool {
         });
     }
 
-    /// A new connection (connect timeout, PROXY header, TLS: [`NodeConnector`]) whose HTTP/1.1
-    /// state machine runs in a task of its own.
-    async fn connect(&self, target: &Uri) -> Result<Conn, UpstreamError> {
-        let failed = |error| UpstreamError {
-            connect: true,
-            error,
-        };
-        let io = self
-            .connector
+    /// Drops the connections idle for longer than the timeout, and the keys left empty.
+    fn sweep(&self, now: Instant, idle_timeout: Duration) {
+        let mut idle = self.lock();
+        idle.retain(|_, waiting| {
+            waiting.retain_mut(|entry| {
+                now.duration_since(entry.since) < idle_timeout && !entry.conn.closed()
+            });
+            !waiting.is_empty()
+        });
+    }
+}
+
+impl Pool {
+    fn new(cluster: &Cluster, settings: ClientSettings) -> Pool {
+        let upstream = &cluster.config.upstream;
+        Pool {
+            settings,
+            max_idle: upstream.pool_max_idle_per_node,
+            idle_timeout: upstream.pool_idle_timeout,
+            connector: crate::proxy::node_connector(cluster),
+            idle: IdleLists::new(),
+            idle_h1: IdleLists::new(),
+        }
+    }
+
+    /// A connection the switch drives itself, whose response has been read whole.
+    pub(crate) fn put_back_h1(&self, key: Authority, conn: H1Conn) {
+        self.idle_h1.put_back(key, conn, self.max_idle);
+    }
+
+    /// A new connection (connect timeout, PROXY header, TLS: [`NodeConnector`]).
+    async fn open(&self, target: &Uri) -> Result<TokioIo<NodeStream>, UpstreamError> {
+        self.connector
             .clone()
             .call(target.clone())
             .await
-            .map_err(failed)?;
+            .map_err(|error| UpstreamError {
+                connect: true,
+                error,
+            })
+    }
+
+    /// A new connection whose HTTP/1.1 state machine hyper runs in a task of its own.
+    async fn connect(&self, target: &Uri) -> Result<Conn, UpstreamError> {
+        let io = self.open(target).await?;
         let clock = io.inner().clock().cloned();
-        let (sender, connection) = http1::handshake(io)
-            .await
-            .map_err(|e| failed(Box::new(e)))?;
+        let (sender, connection) = http1::handshake(io).await.map_err(|e| UpstreamError {
+            connect: true,
+            error: Box::new(e),
+        })?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!("connection to a node ended: {e}");
@@ -255,16 +374,14 @@ impl Pool {
         Ok(Conn { sender, clock })
     }
 
-    /// Drops the connections idle for longer than the timeout, and the keys left empty.
+    /// A new connection the switch drives itself.
+    async fn connect_h1(&self, target: &Uri) -> Result<H1Conn, UpstreamError> {
+        Ok(H1Conn::new(self.open(target).await?.into_inner()))
+    }
+
     fn sweep(&self, now: Instant) {
-        let mut idle = self.lock();
-        idle.retain(|_, waiting| {
-            waiting.retain(|entry| {
-                !entry.conn.sender.is_closed()
-                    && now.duration_since(entry.since) < self.idle_timeout
-            });
-            !waiting.is_empty()
-        });
+        self.idle.sweep(now, self.idle_timeout);
+        self.idle_h1.sweep(now, self.idle_timeout);
     }
 }
 

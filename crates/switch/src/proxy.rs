@@ -25,7 +25,7 @@ use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use crate::admission::{Permit, Shed};
-use crate::body::{OnEnd, ResponseBody, UpstreamBody};
+use crate::body::{NodeBody, OnEnd, ResponseBody, UpstreamBody};
 use crate::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::config::{Config, KeyKind, NodeProtocol};
 use crate::node_pool::Pooled;
@@ -68,11 +68,11 @@ async fn send_upstream(
     cluster: &Cluster,
     node: &NodeRuntime,
     req: Request<UpstreamBody>,
-) -> Result<(Response<Incoming>, Option<Pooled>), UpstreamError> {
+) -> Result<(Response<NodeBody>, Option<Pooled>), UpstreamError> {
     if node.config.protocol == NodeProtocol::H2 {
         return crate::h2_nodes::send(cluster, node, req)
             .await
-            .map(|resp| (resp, None));
+            .map(|resp| (resp.map(NodeBody::Hyper), None));
     }
     let (resp, pooled) = crate::node_pool::send(cluster, req).await?;
     Ok((resp, Some(pooled)))
@@ -922,6 +922,9 @@ fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
         {
             return true;
         }
+        if let Some(reply) = err.downcast_ref::<crate::node_h1::NodeReplyError>() {
+            return reply.is_empty_reply();
+        }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
             return matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
@@ -1005,7 +1008,7 @@ fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn forward_response(
-    resp: Response<Incoming>,
+    resp: Response<NodeBody>,
     placement: Placement,
     pooled: Option<Pooled>,
     cluster: &Cluster,

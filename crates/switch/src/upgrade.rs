@@ -167,7 +167,7 @@ pub(crate) async fn pass(
         ResponseBody::Full(None)
     } else {
         ResponseBody::Upstream {
-            inner: body,
+            inner: crate::body::NodeBody::Hyper(body),
             on_end: None,
         }
     };

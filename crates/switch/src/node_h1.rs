@@ -135,6 +135,12 @@ impl H1Conn {
         )
     }
 
+    /// Lets go of the read buffer while the connection waits in the pool, as hyper (patched)
+    /// does for idle client connections: an idle connection holds no buffer.
+    pub(crate) fn release_buffer(&mut self) {
+        self.buf = BytesMut::new();
+    }
+
     /// Writes a request head (see [`encode_head`]).
     pub(crate) async fn send(&mut self, head: &[u8]) -> io::Result<()> {
         self.io.write_all(head).await?;

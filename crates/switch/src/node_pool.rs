@@ -2,13 +2,18 @@
 //! node's authority (with PROXY protocol, by the client connection too, see
 //! [`crate::proxy_protocol::authority_for`]).
 //!
+//! A request without a body goes by the switch's own HTTP/1.1 ([`crate::node_h1`]), in its
+//! own task; one with a body by hyper's client, whose connection runs in a task of its own.
+//! The two kinds of connection wait in separate lists.
+//!
 //! A connection goes back to the pool when the response body it carried has ended: the
-//! [`Pooled`] handle rides in the response body's end hook, so no task is spawned per request
-//! to wait for the connection to become free (hyper-util's pooled client does that, and
-//! hashes, locks and boxes on every checkout). Checkout takes the most recently used
-//! connection that is ready for a request, so the warm ones are reused and the cold ones age
-//! out. An idle connection is closed after `upstream.pool_idle_timeout` (a sweeper task per
-//! pool, and at checkout), and at most `upstream.pool_max_idle_per_node` wait per key.
+//! [`Pooled`] handle rides in the response body's end hook (with the switch's own codec, the
+//! body itself hands the connection back), so no task is spawned per request to wait for the
+//! connection to become free (hyper-util's pooled client does that, and hashes, locks and
+//! boxes on every checkout). Checkout takes the most recently used connection that is ready
+//! for a request, so the warm ones are reused and the cold ones age out. An idle connection
+//! is closed after `upstream.pool_idle_timeout` (a sweeper task per pool, and at checkout),
+//! and at most `upstream.pool_max_idle_per_node` of each kind wait per key.
 //!
 //! A pooled connection the node closed while idle is noticed before use, and a request the
 //! connection never took (it closed as the request was handed over) is sent once more on a
@@ -342,7 +347,8 @@ impl Pool {
     }
 
     /// A connection the switch drives itself, whose response has been read whole.
-    pub(crate) fn put_back_h1(&self, key: Authority, conn: H1Conn) {
+    pub(crate) fn put_back_h1(&self, key: Authority, mut conn: H1Conn) {
+        conn.release_buffer();
         self.idle_h1.put_back(key, conn, self.max_idle);
     }
 

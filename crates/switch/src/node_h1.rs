@@ -250,8 +250,10 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, NodeR
             let (name, value) = unsafe { span.assume_init_read() };
             let name = HeaderName::from_bytes(&block[name.0..name.1])
                 .map_err(|_| NodeReplyError::Malformed("invalid field name".into()))?;
-            let value = HeaderValue::from_maybe_shared(block.slice(value.0..value.1))
-                .map_err(|_| NodeReplyError::Malformed("invalid field value".into()))?;
+            // SAFETY: httparse admits in a field value exactly the bytes a `HeaderValue` may
+            // hold (HTAB, 0x20–0x7E, 0x80–0xFF: no CR, LF, NUL or DEL), as hyper relies on.
+            let value =
+                unsafe { HeaderValue::from_maybe_shared_unchecked(block.slice(value.0..value.1)) };
             headers.append(name, value);
         }
         let (framing, mut reusable) = framing_of(status, method, version, &mut headers)?;
@@ -640,6 +642,24 @@ mod tests {
             head_of("HTTP/1.1 101 Switching Protocols\r\n\r\n", &Method::GET),
             Err(NodeReplyError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn field_values_hold_what_a_header_value_may_and_nothing_else() {
+        let ok = b"HTTP/1.1 200 OK\r\nX-V: caf\xc3\xa9\tx \r\nContent-Length: 0\r\n\r\n";
+        let head = parse_head(&mut BytesMut::from(&ok[..]), &Method::GET);
+        let value = head.unwrap().unwrap().parts.headers["x-v"].clone();
+        assert_eq!(value.as_bytes(), b"caf\xc3\xa9\tx");
+        for bad in [&b"X-V: a\x7fb"[..], b"X-V: a\x00b", b"X-V: a\rb"] {
+            let mut text = b"HTTP/1.1 200 OK\r\n".to_vec();
+            text.extend_from_slice(bad);
+            text.extend_from_slice(b"\r\n\r\n");
+            let parsed = parse_head(&mut BytesMut::from(&text[..]), &Method::GET);
+            assert!(
+                matches!(parsed, Err(NodeReplyError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -203,11 +203,10 @@ async fn send_h1(
         None => (pool.connect_h1(target).await?, false),
     };
     let mut answer = exchange(&mut conn, &head, req.method()).await;
-    if reused && answer.as_ref().is_err_and(NodeReplyError::never_taken) {
-        if req.method().is_idempotent() {
-            conn = pool.connect_h1(target).await?;
-            answer = exchange(&mut conn, &head, req.method()).await;
-        }
+    let lost = answer.as_ref().is_err_and(NodeReplyError::never_taken);
+    if reused && lost && req.method().is_idempotent() {
+        conn = pool.connect_h1(target).await?;
+        answer = exchange(&mut conn, &head, req.method()).await;
     }
     let head = answer.map_err(|e| UpstreamError {
         connect: false,

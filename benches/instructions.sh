@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# User-space instructions per request through Capstan (and HAProxy beside it), counted by
+# User-space instructions per request through Capstan (and HAProxy or nginx beside it), counted by
 # callgrind: deterministic to about 0.1 % between runs, where wall-clock time on this shared
 # machine varies by ±15 %. Kernel time is not counted: check syscalls per request with strace
 # when a change touches I/O.
@@ -10,10 +10,12 @@
 #   bash benches/instructions.sh                     # h1, h2 through Capstan and HAProxy
 #   MODES=h2 N=5000 bash benches/instructions.sh
 #   PROXIES=capstan CAPSTAN=/path/to/capstan bash benches/instructions.sh
+#   PROXIES="capstan nginx" MODES=h2 bash benches/instructions.sh   # nginx 1.22, one process
 #
 # Modes: h1 (plain HTTP/1.1 keep-alive), h1tls (HTTP/1.1 over TLS 1.3), h2 (HTTP/2 over TLS,
-# 10 streams per connection). Both proxies use one worker thread and the committed ECDSA test
-# certificate.
+# 10 streams per connection). Every proxy uses one worker thread (nginx: no master process, so
+# valgrind sees the worker; it starts slowly under valgrind, minutes for three modes) and the
+# committed ECDSA test certificate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib.sh
@@ -82,6 +84,37 @@ backend be
   server s4 127.0.0.1:19104
 CONF
 
+# nginx in one process (no master), so valgrind sees the worker; the tls.sh proxy's settings.
+cat > "$work/nginx.conf" <<CONF
+master_process off;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 10000000;
+  upstream be {
+    server 127.0.0.1:19101;
+    server 127.0.0.1:19102;
+    server 127.0.0.1:19103;
+    server 127.0.0.1:19104;
+    keepalive 256;
+  }
+  server {
+    listen 127.0.0.1:18454;
+    listen 127.0.0.1:18455 ssl http2;
+    ssl_certificate $pki/localhost.pem;
+    ssl_certificate_key $pki/localhost.key;
+    location / {
+      proxy_pass http://be;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+CONF
+
 # count PROXY MODE → instructions per request
 count() {
   local proxy=$1 mode=$2 out="$work/callgrind.out" vp plain tls url opts total
@@ -92,7 +125,10 @@ count() {
     haproxy) plain=18452; tls=18453
              valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
                haproxy -f "$work/haproxy.cfg" >"$work/vg.log" 2>&1 & ;;
-    *) echo "unknown proxy $proxy (capstan, haproxy)" >&2; exit 1 ;;
+    nginx)   plain=18454; tls=18455
+             valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+               nginx -c "$work/nginx.conf" >"$work/vg.log" 2>&1 & ;;
+    *) echo "unknown proxy $proxy (capstan, haproxy, nginx)" >&2; exit 1 ;;
   esac
   vp=$!
   wait_port "$plain" 60  # a proxy under valgrind starts slowly

@@ -14,6 +14,7 @@
 #   PROXIES="capstan-ecdsa nginx-ecdsa" SCENARIOS=h2 bash benches/tls.sh   # a subset
 #   CAPSTAN_B=/path/to/other/capstan PROXIES="capstan-ecdsa capstanb-ecdsa haproxy-ecdsa" \
 #     SCENARIOS=keep-alive bash benches/tls.sh   # A/B two builds, interleaved in every round
+#   python3 benches/paired_ratios.py run1/runs.tsv run2/runs.tsv   # per-round ratios, pooled
 #
 # Scenarios: keep-alive (wrk, HTTP/1.1 over TLS, persistent connections), handshake (wrk with
 # `Connection: close`: a full TLS handshake per request, wrk does not resume sessions) and h2

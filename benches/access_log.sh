@@ -56,20 +56,10 @@ events { worker_connections 8192; }
 http {
   $log
   keepalive_requests 10000000;
-  upstream be {
-    server 127.0.0.1:19101;
-    server 127.0.0.1:19102;
-    server 127.0.0.1:19103;
-    server 127.0.0.1:19104;
-    keepalive 256;
-  }
+  $(nginx_upstream 19101)
   server {
     listen 127.0.0.1:$port;
-    location / {
-      proxy_pass http://be;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
+    $(nginx_proxy_location)
   }
 }
 CONF

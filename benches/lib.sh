@@ -36,6 +36,22 @@ CONF
   } > "$work/backends.conf"
 }
 
+# An nginx proxy's way to the four back-ends from FIRST_PORT on, to paste into a config: the
+# `upstream be` block (keep-alive connections, as every proxy in these benches has) for its
+# `http` block, and the `location` for its `server` block.
+nginx_upstream() {
+  local first=$1 port
+  echo "upstream be {"
+  for port in $(seq "$first" $((first + 3))); do
+    echo "    server 127.0.0.1:$port;"
+  done
+  echo "    keepalive 256;"
+  echo "  }"
+}
+nginx_proxy_location() {
+  echo 'location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }'
+}
+
 # The capstan binary to measure: $CAPSTAN when set (another build, or to skip the build),
 # otherwise this tree's release build, built now (cargo's output to stderr).
 capstan_binary() {

@@ -108,23 +108,13 @@ events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 10000000;
-  upstream be {
-    server 127.0.0.1:19101;
-    server 127.0.0.1:19102;
-    server 127.0.0.1:19103;
-    server 127.0.0.1:19104;
-    keepalive 256;
-  }
+  $(nginx_upstream 19101)
   server {
     listen 127.0.0.1:${port[nginx-$kind]} ssl http2;
     ssl_certificate $pki/$base.pem;
     ssl_certificate_key $pki/$base.key;
     ssl_protocols TLSv1.2 TLSv1.3;
-    location / {
-      proxy_pass http://be;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
+    $(nginx_proxy_location)
   }
 }
 CONF

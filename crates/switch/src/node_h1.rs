@@ -804,6 +804,52 @@ mod tests {
         ));
     }
 
+    /// Whatever a node sends, parsing and decoding end in a value or an error, never a panic
+    /// or a loop: valid answers with bytes flipped, cut or repeated, decoded at every cut.
+    #[test]
+    fn mangled_answers_never_panic() {
+        let answers: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+            b"HTTP/1.0 304 Not Modified\r\nConnection: keep-alive, close\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 1, 1\r\n\r\nzz",
+        ];
+        let alphabet = b"\r\n:;, 0123456789abcdefzHTP/\x00\x7f\xff";
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..4000 {
+            let mut bytes = answers[round % answers.len()].to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() as usize) % bytes.len().max(1);
+                let byte = alphabet[(next() as usize) % alphabet.len()];
+                match next() % 3 {
+                    0 => {
+                        let last = bytes.len() - 1;
+                        bytes[at.min(last)] = byte;
+                    }
+                    1 => bytes.truncate(at),
+                    _ => bytes.insert(at, byte),
+                }
+                if bytes.is_empty() {
+                    bytes.push(b'H');
+                }
+            }
+            let mut buf = BytesMut::from(&bytes[..]);
+            if let Ok(Some(head)) = parse_head(&mut buf, &Method::GET) {
+                if head.framing == Framing::Chunked {
+                    let rest = buf.to_vec();
+                    let _ = decode_all(&rest, 1 + (next() as usize) % 7);
+                }
+            }
+            let _ = decode_all(&bytes, 1 + (next() as usize) % 7);
+        }
+    }
+
     #[test]
     fn a_request_head_is_written_in_origin_form_without_transfer_encoding() {
         let req = Request::builder()

@@ -72,7 +72,7 @@ capstan_config() {
   {
     echo "listen = [\"127.0.0.1:$port\"]"
     echo "$log"
-    for p in 19101 19102 19103 19104; do printf '[[node]]\naddress = "127.0.0.1:%s"\n' "$p"; done
+    capstan_nodes 19101
   } > "$work/$name.toml"
 }
 capstan_config capstan-off 18190 ""

@@ -50,14 +50,7 @@ cert = "$pki/localhost.pem"
 key = "$pki/localhost.key"
 [timeouts]
 client_idle = "60s"
-[[node]]
-address = "127.0.0.1:19101"
-[[node]]
-address = "127.0.0.1:19102"
-[[node]]
-address = "127.0.0.1:19103"
-[[node]]
-address = "127.0.0.1:19104"
+$(capstan_nodes 19101)
 CONF
 cat "$pki/localhost.pem" "$pki/localhost.key" > "$work/ecdsa.pem"
 cat > "$work/haproxy.cfg" <<CONF
@@ -78,10 +71,7 @@ frontend tls
 backend be
   balance roundrobin
   http-reuse always
-  server s1 127.0.0.1:19101
-  server s2 127.0.0.1:19102
-  server s3 127.0.0.1:19103
-  server s4 127.0.0.1:19104
+$(haproxy_servers 19101)
 CONF
 
 # nginx in one process (no master), so valgrind sees the worker; the tls.sh proxy's settings.

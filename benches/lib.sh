@@ -48,6 +48,20 @@ nginx_upstream() {
   echo "    keepalive 256;"
   echo "  }"
 }
+# The same four back-ends as `[[node]]` tables of a Capstan configuration, and as the `server`
+# lines of an HAProxy backend.
+capstan_nodes() {
+  local first=$1 port
+  for port in $(seq "$first" $((first + 3))); do
+    printf '[[node]]\naddress = "127.0.0.1:%s"\n' "$port"
+  done
+}
+haproxy_servers() {
+  local first=$1 port
+  for port in $(seq "$first" $((first + 3))); do
+    echo "  server s$((port - first + 1)) 127.0.0.1:$port"
+  done
+}
 nginx_proxy_location() {
   echo 'location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }'
 }

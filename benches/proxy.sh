@@ -60,10 +60,7 @@ frontend fe
 backend be
   balance roundrobin
   http-reuse always
-  server s1 127.0.0.1:19001
-  server s2 127.0.0.1:19002
-  server s3 127.0.0.1:19003
-  server s4 127.0.0.1:19004
+$(haproxy_servers 19001)
 CONF
 
 cat > "$work/nginx-proxy.conf" <<CONF
@@ -75,20 +72,10 @@ events { worker_connections 8192; }
 http {
   access_log off;
   keepalive_requests 10000000;
-  upstream be {
-    server 127.0.0.1:19001;
-    server 127.0.0.1:19002;
-    server 127.0.0.1:19003;
-    server 127.0.0.1:19004;
-    keepalive 256;
-  }
+  $(nginx_upstream 19001)
   server {
     listen 127.0.0.1:18082;
-    location / {
-      proxy_pass http://be;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
+    $(nginx_proxy_location)
   }
 }
 CONF

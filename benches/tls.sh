@@ -65,14 +65,7 @@ cert = "$pki/$base.pem"
 key = "$pki/$base.key"
 [timeouts]
 client_idle = "60s"
-[[node]]
-address = "127.0.0.1:19101"
-[[node]]
-address = "127.0.0.1:19102"
-[[node]]
-address = "127.0.0.1:19103"
-[[node]]
-address = "127.0.0.1:19104"
+$(capstan_nodes 19101)
 CONF
   if [ -n "${CAPSTAN_B:-}" ]; then
     sed "s/:${port[capstan-$kind]}\"/:${port[capstanb-$kind]}\"/" "$work/capstan-$kind.toml" > "$work/capstanb-$kind.toml"
@@ -94,10 +87,7 @@ frontend fe
 backend be
   balance roundrobin
   http-reuse always
-  server s1 127.0.0.1:19101
-  server s2 127.0.0.1:19102
-  server s3 127.0.0.1:19103
-  server s4 127.0.0.1:19104
+$(haproxy_servers 19101)
 CONF
   cat > "$work/nginx-$kind.conf" <<CONF
 worker_processes $THREADS;

@@ -13,19 +13,18 @@
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::Authority;
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::body::BoxError;
 use crate::node_clock::NodeClock;
-use crate::node_pool::Pool;
+use crate::node_pool::Home;
 use crate::node_tls::NodeStream;
 
 /// Header fields a response head may carry, as hyper allows.
@@ -84,7 +83,8 @@ impl NodeReplyError {
     }
 }
 
-fn is_reset(e: &io::Error) -> bool {
+/// The peer reset or aborted the connection, or it broke under a write.
+pub(crate) fn is_reset(e: &io::Error) -> bool {
     use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
     matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe)
 }
@@ -477,15 +477,10 @@ fn decode_trailers(state: &mut Chunks, buf: &mut BytesMut) -> Result<Decoded, No
     Ok(Decoded::Trailers(trailers))
 }
 
-/// Where a finished connection goes back to.
-pub(crate) struct Home {
-    pub pool: Weak<Pool>,
-    pub key: Authority,
-}
-
 /// A node's response body, read from its connection as the client takes it.
 pub struct H1Body {
     conn: Option<H1Conn>,
+    /// `Empty` once the body has been read whole.
     framing: Framing,
     /// Bytes of a `Length` body still to come.
     left: u64,
@@ -521,9 +516,7 @@ impl H1Body {
             return;
         };
         if self.reusable && conn.buf.is_empty() {
-            if let Some(pool) = home.pool.upgrade() {
-                pool.put_back_h1(home.key, conn);
-            }
+            home.take_back(conn);
         }
     }
 
@@ -570,12 +563,12 @@ impl H1Body {
                 Framing::Length(_) | Framing::Close => {}
             }
             if ready!(conn.poll_fill(cx)).map_err(|e| Box::new(e) as BoxError)? == 0 {
-                if self.framing == Framing::Close {
-                    self.conn = None;
-                    return Poll::Ready(None);
-                }
                 self.conn = None;
-                return Poll::Ready(Some(Err(Box::new(NodeReplyError::BodyCut))));
+                // Only a body delimited by the close ends there.
+                return Poll::Ready(match self.framing {
+                    Framing::Close => None,
+                    _ => Some(Err(Box::new(NodeReplyError::BodyCut))),
+                });
             }
         }
     }

@@ -35,7 +35,7 @@ use tower_service::Service;
 use crate::body::{NodeBody, UpstreamBody};
 use crate::cluster::Cluster;
 use crate::node_clock::NodeClock;
-use crate::node_h1::{self, H1Body, H1Conn, Home, NodeReplyError};
+use crate::node_h1::{self, H1Body, H1Conn, NodeReplyError};
 use crate::node_tls::NodeStream;
 use crate::proxy::{ClientSettings, UpstreamError};
 use crate::proxy_protocol::NodeConnector;
@@ -103,17 +103,33 @@ impl Link for H1Conn {
 /// response has ended, and closes if dropped before that; one the switch drives goes back
 /// from its body ([`crate::node_h1::H1Body`]).
 pub(crate) struct Pooled {
-    conn: Option<Conn>,
+    /// A hyper-driven connection, and where it goes back to.
+    hyper: Option<(Conn, Home)>,
     clock: Option<Arc<NodeClock>>,
-    key: Authority,
+}
+
+/// Where a connection goes back to once its response has ended.
+pub(crate) struct Home {
     pool: Weak<Pool>,
+    key: Authority,
+}
+
+impl Home {
+    /// A connection the switch drives itself, its answer read whole.
+    pub(crate) fn take_back(self, conn: H1Conn) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.put_back_h1(self.key, conn);
+        }
+    }
 }
 
 impl Pooled {
     /// The response ended whole: the connection may carry another request.
     pub(crate) fn release(self) {
-        if let (Some(conn), Some(pool)) = (self.conn, self.pool.upgrade()) {
-            pool.idle.put_back(self.key, conn, pool.max_idle);
+        if let Some((conn, home)) = self.hyper {
+            if let Some(pool) = home.pool.upgrade() {
+                pool.idle.put_back(home.key, conn, pool.max_idle);
+            }
         }
     }
 
@@ -178,11 +194,13 @@ pub(crate) async fn send(
             _ => return Err(other(failed.into_error())),
         },
     };
+    let home = Home {
+        pool: Arc::downgrade(&pool),
+        key,
+    };
     let pooled = Pooled {
         clock: conn.clock.clone(),
-        conn: Some(conn),
-        key,
-        pool: Arc::downgrade(&pool),
+        hyper: Some((conn, home)),
     };
     Ok((resp.map(NodeBody::Hyper), pooled))
 }
@@ -212,18 +230,15 @@ async fn send_h1(
         connect: false,
         error: Box::new(e),
     })?;
-    let clock = conn.clock().cloned();
+    let pooled = Pooled {
+        hyper: None,
+        clock: conn.clock().cloned(),
+    };
     let home = Home {
         pool: Arc::downgrade(&pool),
-        key: key.clone(),
+        key,
     };
     let body = H1Body::new(conn, &head, home);
-    let pooled = Pooled {
-        conn: None,
-        clock,
-        key,
-        pool: Arc::downgrade(&pool),
-    };
     Ok((Response::from_parts(head.parts, NodeBody::H1(body)), pooled))
 }
 
@@ -346,7 +361,7 @@ impl Pool {
     }
 
     /// A connection the switch drives itself, whose response has been read whole.
-    pub(crate) fn put_back_h1(&self, key: Authority, mut conn: H1Conn) {
+    fn put_back_h1(&self, key: Authority, mut conn: H1Conn) {
         conn.release_buffer();
         self.idle_h1.put_back(key, conn, self.max_idle);
     }

@@ -926,8 +926,7 @@ fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
             return reply.is_empty_reply();
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
-            return matches!(io.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
+            return crate::node_h1::is_reset(io);
         }
         cause = err.source();
     }

@@ -32,18 +32,28 @@ fn agent(extra: &[&str]) -> Agent {
 impl Agent {
     /// The agent's report; a failure says whether the agent is still running and what it said.
     fn report(&mut self) -> LoadReport {
-        // One reset connection is asked again, and said: seen once in CI on a busy machine,
-        // with the agent running on and answering the next request. A second one fails.
-        let asked = try_http(self.addr, "GET", "/_capstan/load").or_else(|e| {
-            if e.kind() != std::io::ErrorKind::ConnectionReset {
-                return Err(e);
+        // A reset or refused connection is asked again, polled for up to 10 s while the agent
+        // runs, and said: CI saw a reset and then a refusal on a busy machine, the agent still
+        // running. One that lasts fails with the agent's state and stderr.
+        let started = Instant::now();
+        let asked = loop {
+            match try_http(self.addr, "GET", "/_capstan/load") {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionRefused
+                    ) && started.elapsed() < Duration::from_secs(10)
+                        && matches!(self.proc.0.try_wait(), Ok(None)) =>
+                {
+                    eprintln!(
+                        "note: GET /_capstan/load on {}: {e}; asking again",
+                        self.addr
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other,
             }
-            eprintln!(
-                "note: GET /_capstan/load on {}: {e}; asking again",
-                self.addr
-            );
-            try_http(self.addr, "GET", "/_capstan/load")
-        });
+        };
         let r = match asked {
             Ok(r) => r,
             Err(e) => {

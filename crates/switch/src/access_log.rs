@@ -582,7 +582,14 @@ impl DateCache {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .subsec_millis();
-        let _ = write!(line, ".{millis:03}Z");
+        let digit = |n: u32| b'0' + (n % 10) as u8;
+        line.extend_from_slice(&[
+            b'.',
+            digit(millis / 100),
+            digit(millis / 10),
+            digit(millis),
+            b'Z',
+        ]);
     }
 }
 
@@ -616,12 +623,33 @@ fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     line.extend_from_slice(r.method.as_str().as_bytes());
     line.push(b' ');
     push_target(line, &r.uri);
-    let _ = write!(line, " {:?}\" {} ", r.version, r.status);
+    line.push(b' ');
+    line.extend_from_slice(version_name(r.version));
+    line.extend_from_slice(b"\" ");
+    push_number(line, r.status);
+    line.push(b' ');
     if r.bytes == 0 {
         line.push(b'-');
     } else {
-        let _ = write!(line, "{}", r.bytes);
+        push_number(line, r.bytes);
     }
+}
+
+/// `HTTP/1.1`, as `Version`'s `Debug` writes it.
+fn version_name(version: Version) -> &'static [u8] {
+    match version {
+        Version::HTTP_09 => b"HTTP/0.9",
+        Version::HTTP_10 => b"HTTP/1.0",
+        Version::HTTP_11 => b"HTTP/1.1",
+        Version::HTTP_2 => b"HTTP/2.0",
+        Version::HTTP_3 => b"HTTP/3.0",
+        _ => b"HTTP/?",
+    }
+}
+
+/// A number in decimal, without `fmt`'s machinery (it is on every logged request's path).
+fn push_number(line: &mut Vec<u8>, n: impl itoa::Integer) {
+    line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
@@ -635,8 +663,14 @@ fn push_target(line: &mut Vec<u8>, uri: &Uri) {
         (None, Some(authority)) => authority.as_str(),
         (None, None) => "/",
     };
+    let plain = |b: u8| b.is_ascii_graphic() && b != b'"' && b != b'\\';
+    // Nearly every target needs no escaping: one copy.
+    if target.bytes().all(plain) {
+        line.extend_from_slice(target.as_bytes());
+        return;
+    }
     for b in target.bytes() {
-        if b.is_ascii_graphic() && b != b'"' && b != b'\\' {
+        if plain(b) {
             line.push(b);
         } else {
             line.extend_from_slice(&[
@@ -655,6 +689,14 @@ fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
         line.push(b'-');
         return;
     };
+    // Nearly every value needs no escaping: one copy.
+    if value
+        .iter()
+        .all(|&b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        line.extend_from_slice(value);
+        return;
+    }
     for &b in value {
         match b {
             b'"' => line.extend_from_slice(b"\\\""),
@@ -717,17 +759,26 @@ fn text(value: &Option<HeaderValue>) -> Option<&[u8]> {
 /// written directly (readers that compare lines keep working).
 fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     let t = &r.timings;
-    let _ = write!(line, "{{\"bytes\":{},\"cache\":", r.bytes);
+    line.extend_from_slice(b"{\"bytes\":");
+    push_number(line, r.bytes);
+    line.extend_from_slice(b",\"cache\":");
     push_json_text(line, text(&r.cache_status));
     line.extend_from_slice(b",\"class\":");
     push_json_text(line, text(&r.class));
     line.extend_from_slice(b",\"client\":");
     push_json_text(line, Some(r.client.as_bytes()));
     match r.client_port {
-        Some(port) => _ = write!(line, ",\"client_port\":{port}"),
+        Some(port) => {
+            line.extend_from_slice(b",\"client_port\":");
+            push_number(line, port);
+        }
         None => line.extend_from_slice(b",\"client_port\":null"),
     }
-    let _ = write!(line, ",\"completed\":{},\"decision\":", r.completed);
+    line.extend_from_slice(if r.completed {
+        b",\"completed\":true,\"decision\":"
+    } else {
+        b",\"completed\":false,\"decision\":"
+    });
     push_json_str(line, r.decision);
     line.extend_from_slice(b",\"host\":");
     push_json_text(line, text(&r.host));
@@ -748,13 +799,17 @@ fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     push_json_text(line, text(&r.node));
     line.extend_from_slice(b",\"referer\":");
     push_json_text(line, text(&r.referer));
-    let _ = write!(line, ",\"status\":{},\"target\":", r.status);
+    line.extend_from_slice(b",\"status\":");
+    push_number(line, r.status);
+    line.extend_from_slice(b",\"target\":");
     push_json_target(line, &r.uri);
     line.extend_from_slice(b",\"time\":\"");
     dates.push_iso(line, r.time);
     line.extend_from_slice(b"\",\"user_agent\":");
     push_json_text(line, text(&r.user_agent));
-    let _ = write!(line, ",\"version\":\"{:?}\"}}", r.version);
+    line.extend_from_slice(b",\"version\":\"");
+    line.extend_from_slice(version_name(r.version));
+    line.extend_from_slice(b"\"}");
 }
 
 /// The target as `Uri` displays it: a path and query (nearly always, written as is) or an
@@ -895,6 +950,15 @@ pub(crate) async fn with_notes<F: std::future::Future>(
     }
 }
 
+/// Runs the handling of a request with its notes in reach.
+/// Not an `async fn`: that would hold `handling` twice (its argument and the scope).
+pub fn noting<F: std::future::Future>(
+    notes: Arc<Notes>,
+    handling: F,
+) -> tokio::task::futures::TaskLocalFuture<Arc<Notes>, F> {
+    NOTES.scope(notes, handling)
+}
+
 /// A new connection to the node was established for this request.
 pub(crate) fn note_connected(notes: &Notes) {
     notes.with(|n, at| n.connect = Some(at));
@@ -903,7 +967,9 @@ pub(crate) fn note_connected(notes: &Notes) {
 /// A request being logged: what its head said, and its notes.
 pub struct Pending {
     log: Arc<AccessLog>,
-    notes: Arc<Notes>,
+    /// Only JSON lines say what happened inside the proxy and when; for the other formats no
+    /// notes are taken and no clock is read but the date's.
+    notes: Option<Arc<Notes>>,
     time: SystemTime,
     client: HeaderValue,
     client_port: Option<u16>,
@@ -925,19 +991,25 @@ impl Pending {
         req: &Request<B>,
     ) -> Option<Pending> {
         let log = log.filter(|log| log.sampled())?;
-        let start = Instant::now();
         let headers = req.headers();
         // Only what the format writes is held (each is a reference on hyper's read buffer).
         let json = log.format == LogFormat::Json;
         let with_agent = json || log.format == LogFormat::Combined;
         let wanted = |name, wanted: bool| wanted.then(|| headers.get(name).cloned()).flatten();
+        let (notes, since_accept) = if json {
+            let start = Instant::now();
+            let since_accept = conn.peer.as_ref().map(|p| start - p.accepted);
+            (Some(Notes::fresh(start)), since_accept)
+        } else {
+            (None, None)
+        };
         Some(Pending {
             log: Arc::clone(log),
-            notes: Notes::fresh(start),
+            notes,
             time: SystemTime::now(),
             client: client.clone(),
             client_port: conn.peer.as_ref().map(|p| p.client.port()),
-            since_accept: conn.peer.as_ref().map(|p| start - p.accepted),
+            since_accept,
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
@@ -947,13 +1019,10 @@ impl Pending {
         })
     }
 
-    /// Runs the handling of the request with its notes in reach.
-    /// Not an `async fn`: that would hold `handling` twice (its argument and the scope).
-    pub fn scope<F: std::future::Future>(
-        &self,
-        handling: F,
-    ) -> tokio::task::futures::TaskLocalFuture<Arc<Notes>, F> {
-        NOTES.scope(Arc::clone(&self.notes), handling)
+    /// The notes the handling of this request is to take (`None`: its line says nothing they
+    /// would hold); run it with [`noting`].
+    pub fn notes(&self) -> Option<&Arc<Notes>> {
+        self.notes.as_ref()
     }
 
     /// Wraps the response so that its line is written when its body ends.
@@ -983,10 +1052,16 @@ impl Pending {
     }
 
     fn finish(self, status: u16, bytes: u64, completed: bool, cache_status: Option<HeaderValue>) {
-        let end = self.notes.start.elapsed();
-        let noted = match self.notes.noted.lock() {
-            Ok(mut noted) => std::mem::take(&mut *noted),
-            Err(_) => Noted::default(),
+        let (noted, end) = match &self.notes {
+            Some(notes) => {
+                let end = notes.start.elapsed();
+                let noted = match notes.noted.lock() {
+                    Ok(mut noted) => std::mem::take(&mut *noted),
+                    Err(_) => Noted::default(),
+                };
+                (noted, Some(end))
+            }
+            None => (Noted::default(), None),
         };
         let decision = noted
             .decision
@@ -1018,11 +1093,13 @@ impl Pending {
                 sent: noted.sent,
                 connect: noted.connect,
                 first_byte: noted.first_byte,
-                end: Some(end),
+                end,
             },
         };
         self.log.log(&record);
-        Notes::recycle(self.notes);
+        if let Some(notes) = self.notes {
+            Notes::recycle(notes);
+        }
     }
 }
 
@@ -1149,6 +1226,28 @@ mod tests {
             String::from_utf8(line).unwrap(),
             "127.0.0.1 - - [10/Oct/2000:13:55:36 +0000] \"GET /a%20b?x=1 HTTP/1.1\" 200 2326 \
              \"-\" \"say \\\"hi\\\"\"\n"
+        );
+    }
+
+    #[test]
+    fn fields_that_could_break_the_line_are_escaped() {
+        let mut r = record();
+        r.uri = Uri::try_from(&b"/caf\xc3\xa9?a={b}"[..]).unwrap();
+        r.referer = Some(HeaderValue::from_static("http://x/"));
+        r.user_agent = Some(HeaderValue::from_bytes(b"a\\b\tc\xe9").unwrap());
+        let mut line = Vec::new();
+        format_record(
+            &r,
+            LogFormat::Combined,
+            &mut DateCache::default(),
+            &mut line,
+        );
+        let line = String::from_utf8(line).unwrap();
+        assert!(
+            line.contains(
+                "\"GET /caf%C3%A9?a={b} HTTP/1.1\" 200 2326 \"http://x/\" \"a\\\\b\\x09c\\xE9\"\n"
+            ),
+            "{line}"
         );
     }
 

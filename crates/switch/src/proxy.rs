@@ -397,9 +397,13 @@ pub async fn handle(
     // One future awaited in one place, built in place: hyper moves this whole future into a
     // box per request, and two awaits of the proxy path (logged or not) made it hold two
     // copies (26 KB).
-    let resp = match &logged {
+    let notes = logged.as_ref().and_then(|entry| entry.notes().cloned());
+    let resp = match notes {
         None => Either::Left(proxy(&switch, &cluster, &conn, &peer, req)),
-        Some(entry) => Either::Right(entry.scope(proxy(&switch, &cluster, &conn, &peer, req))),
+        Some(notes) => Either::Right(crate::access_log::noting(
+            notes,
+            proxy(&switch, &cluster, &conn, &peer, req),
+        )),
     }
     .await;
     let resp = match resp {

@@ -664,8 +664,9 @@ fn push_target(line: &mut Vec<u8>, uri: &Uri) {
         (None, None) => "/",
     };
     let plain = |b: u8| b.is_ascii_graphic() && b != b'"' && b != b'\\';
-    // Nearly every target needs no escaping: one copy.
-    if target.bytes().all(plain) {
+    // Nearly every target needs no escaping: one copy (the check is a fold rather than `all`
+    // so that the compiler can test many bytes at once).
+    if target.bytes().fold(true, |ok, b| ok & plain(b)) {
         line.extend_from_slice(target.as_bytes());
         return;
     }
@@ -689,11 +690,9 @@ fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
         line.push(b'-');
         return;
     };
-    // Nearly every value needs no escaping: one copy.
-    if value
-        .iter()
-        .all(|&b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
-    {
+    // Nearly every value needs no escaping: one copy (a fold, as in `push_target`).
+    let plain = |b: u8| matches!(b, b' '..=b'~') & (b != b'"') & (b != b'\\');
+    if value.iter().fold(true, |ok, &b| ok & plain(b)) {
         line.extend_from_slice(value);
         return;
     }
@@ -970,16 +969,9 @@ pub struct Pending {
     /// Only JSON lines say what happened inside the proxy and when; for the other formats no
     /// notes are taken and no clock is read but the date's.
     notes: Option<Arc<Notes>>,
-    time: SystemTime,
-    client: HeaderValue,
-    client_port: Option<u16>,
-    since_accept: Option<Duration>,
-    method: Method,
-    uri: Uri,
-    version: Version,
-    host: Option<HeaderValue>,
-    referer: Option<HeaderValue>,
-    user_agent: Option<HeaderValue>,
+    /// The line as far as the request head tells it; the rest is filled in where it lies
+    /// when the response ends.
+    record: Record,
 }
 
 impl Pending {
@@ -991,11 +983,7 @@ impl Pending {
         req: &Request<B>,
     ) -> Option<Pending> {
         let log = log.filter(|log| log.sampled())?;
-        let headers = req.headers();
-        // Only what the format writes is held (each is a reference on hyper's read buffer).
         let json = log.format == LogFormat::Json;
-        let with_agent = json || log.format == LogFormat::Combined;
-        let wanted = |name, wanted: bool| wanted.then(|| headers.get(name).cloned()).flatten();
         let (notes, since_accept) = if json {
             let start = Instant::now();
             let since_accept = conn.peer.as_ref().map(|p| start - p.accepted);
@@ -1003,19 +991,33 @@ impl Pending {
         } else {
             (None, None)
         };
-        Some(Pending {
-            log: Arc::clone(log),
-            notes,
+        let (host, referer, user_agent) = logged_headers(req.headers(), log.format);
+        let record = Record {
             time: SystemTime::now(),
             client: client.clone(),
             client_port: conn.peer.as_ref().map(|p| p.client.port()),
-            since_accept,
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
-            host: wanted(header::HOST, json),
-            referer: wanted(header::REFERER, with_agent),
-            user_agent: wanted(header::USER_AGENT, with_agent),
+            host,
+            referer,
+            user_agent,
+            status: 0,
+            bytes: 0,
+            completed: false,
+            class: None,
+            node: None,
+            decision: "switch",
+            cache_status: None,
+            timings: Timings {
+                since_accept,
+                ..Timings::default()
+            },
+        };
+        Some(Pending {
+            log: Arc::clone(log),
+            notes,
+            record,
         })
     }
 
@@ -1051,56 +1053,73 @@ impl Pending {
         Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
     }
 
-    fn finish(self, status: u16, bytes: u64, completed: bool, cache_status: Option<HeaderValue>) {
-        let (noted, end) = match &self.notes {
-            Some(notes) => {
-                let end = notes.start.elapsed();
-                let noted = match notes.noted.lock() {
-                    Ok(mut noted) => std::mem::take(&mut *noted),
-                    Err(_) => Noted::default(),
-                };
-                (noted, Some(end))
+    /// Completes the line and logs it.
+    fn finish(
+        &mut self,
+        status: u16,
+        bytes: u64,
+        completed: bool,
+        cache_status: Option<HeaderValue>,
+    ) {
+        let record = &mut self.record;
+        record.status = status;
+        record.bytes = bytes;
+        record.completed = completed;
+        let mut decision = None;
+        if let Some(notes) = self.notes.take() {
+            record.timings.end = Some(notes.start.elapsed());
+            if let Ok(mut noted) = notes.noted.lock() {
+                let noted = std::mem::take(&mut *noted);
+                record.class = noted.class;
+                record.node = noted.node;
+                decision = noted.decision;
+                let t = &mut record.timings;
+                (t.dispatch, t.sent, t.connect, t.first_byte) =
+                    (noted.dispatch, noted.sent, noted.connect, noted.first_byte);
             }
-            None => (Noted::default(), None),
-        };
-        let decision = noted
-            .decision
-            .unwrap_or(match (&noted.node, &cache_status) {
-                (Some(_), _) => "forward",
-                (None, Some(_)) => "cache",
-                (None, None) => "switch",
-            });
-        let record = Record {
-            time: self.time,
-            client: self.client,
-            client_port: self.client_port,
-            method: self.method,
-            uri: self.uri,
-            version: self.version,
-            host: self.host,
-            referer: self.referer,
-            user_agent: self.user_agent,
-            status,
-            bytes,
-            completed,
-            class: noted.class,
-            node: noted.node,
-            decision,
-            cache_status,
-            timings: Timings {
-                since_accept: self.since_accept,
-                dispatch: noted.dispatch,
-                sent: noted.sent,
-                connect: noted.connect,
-                first_byte: noted.first_byte,
-                end,
-            },
-        };
-        self.log.log(&record);
-        if let Some(notes) = self.notes {
             Notes::recycle(notes);
         }
+        record.decision = decision.unwrap_or(match (&record.node, &cache_status) {
+            (Some(_), _) => "forward",
+            (None, Some(_)) => "cache",
+            (None, None) => "switch",
+        });
+        record.cache_status = cache_status;
+        self.log.log(record);
     }
+}
+
+/// The request's `Host`, `Referer` and `User-Agent`, those the format writes (each a reference
+/// on hyper's read buffer), found in one pass over the fields: cheaper than three lookups for
+/// the few fields most requests carry. The first of repeated fields, as `HeaderMap::get` gives.
+fn logged_headers(
+    headers: &http::HeaderMap,
+    format: LogFormat,
+) -> (
+    Option<HeaderValue>,
+    Option<HeaderValue>,
+    Option<HeaderValue>,
+) {
+    let (mut host, mut referer, mut user_agent) = (None, None, None);
+    if format == LogFormat::Common {
+        return (host, referer, user_agent);
+    }
+    let json = format == LogFormat::Json;
+    for (name, value) in headers {
+        let slot = if *name == header::REFERER {
+            &mut referer
+        } else if *name == header::USER_AGENT {
+            &mut user_agent
+        } else if json && *name == header::HOST {
+            &mut host
+        } else {
+            continue;
+        };
+        if slot.is_none() {
+            *slot = Some(value.clone());
+        }
+    }
+    (host, referer, user_agent)
 }
 
 /// A response body that counts what it sends and logs the request when it ends (or is
@@ -1145,8 +1164,10 @@ impl LoggedBody {
     }
 
     fn finish(&mut self, completed: bool) {
-        if let Some(pending) = self.pending.take() {
+        if let Some(pending) = &mut self.pending {
             pending.finish(self.status, self.bytes, completed, self.cache_status.take());
+            // Lets go of the head's values (hyper's read buffer) now, in place.
+            self.pending = None;
         }
     }
 
@@ -1248,6 +1269,30 @@ mod tests {
                 "\"GET /caf%C3%A9?a={b} HTTP/1.1\" 200 2326 \"http://x/\" \"a\\\\b\\x09c\\xE9\"\n"
             ),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn only_the_fields_a_format_writes_are_held_the_first_of_repeats() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("example.com"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("first"));
+        headers.append(header::USER_AGENT, HeaderValue::from_static("second"));
+        headers.insert(header::REFERER, HeaderValue::from_static("http://r/"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let (host, referer, agent) = logged_headers(&headers, LogFormat::Combined);
+        assert_eq!(
+            (host, referer.unwrap(), agent.unwrap()),
+            (None, "http://r/".parse().unwrap(), "first".parse().unwrap())
+        );
+        let (host, _, agent) = logged_headers(&headers, LogFormat::Json);
+        assert_eq!(
+            (host.unwrap(), agent.unwrap()),
+            ("example.com".parse().unwrap(), "first".parse().unwrap())
+        );
+        assert_eq!(
+            logged_headers(&headers, LogFormat::Common),
+            (None, None, None)
         );
     }
 

@@ -14,7 +14,8 @@
 //!
 //! What happens deep in the proxy (the class, the node picked, when the request went out and
 //! when its head came back) is noted through a task-local [`Notes`], so the proxy's functions
-//! need no extra parameters and cost one thread-local lookup when the request is not logged.
+//! need no extra parameters and cost one thread-local lookup when the request is not logged;
+//! only JSON lines write them, so Common and Combined lines take none.
 //! The request's head values (URI, `Host`, `Referer`, `User-Agent`: reference-counted views of
 //! hyper's read buffer) are held until the response ends and let go as soon as the line is
 //! formatted, so the connection's buffer is free again before its next request is read. Each
@@ -963,8 +964,16 @@ pub(crate) fn note_connected(notes: &Notes) {
     notes.with(|n, at| n.connect = Some(at));
 }
 
-/// A request being logged: what its head said, and its notes.
+/// A request being logged, from its head until its response is attached: the box that will
+/// be the response's [`LoggedBody`], taken from this thread's spares and filled in place, so
+/// that the line's record is never moved (the request future holds a pointer). Dropped before
+/// a response was attached, it writes the line with [`CLIENT_GONE`].
 pub struct Pending {
+    body: Option<Box<LoggedBody>>,
+}
+
+/// One line on its way: what the request head said, and its notes.
+struct Line {
     log: Arc<AccessLog>,
     /// Only JSON lines say what happened inside the proxy and when; for the other formats no
     /// notes are taken and no clock is read but the date's.
@@ -1014,45 +1023,58 @@ impl Pending {
                 ..Timings::default()
             },
         };
-        Some(Pending {
+        let mut body = SPARE_BODIES
+            .try_with(|spares| spares.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Box::new(LoggedBody::empty()));
+        body.line = Some(Line {
             log: Arc::clone(log),
             notes,
             record,
-        })
+        });
+        Some(Pending { body: Some(body) })
     }
 
     /// The notes the handling of this request is to take (`None`: its line says nothing they
     /// would hold); run it with [`noting`].
     pub fn notes(&self) -> Option<&Arc<Notes>> {
-        self.notes.as_ref()
+        let line = self.body.as_ref()?.line.as_ref()?;
+        line.notes.as_ref()
     }
 
     /// Wraps the response so that its line is written when its body ends.
-    pub fn attach(self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
+    pub fn attach(mut self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
         let (parts, body) = resp.into_parts();
-        let cache_status = parts.headers.get(&crate::caching::CACHE_STATUS).cloned();
-        let logged = LoggedBody {
-            expected: body.size_hint().exact(),
-            inner: body,
-            bytes: 0,
-            status: parts.status.as_u16(),
-            cache_status,
-            pending: Some(self),
+        let Some(mut logged) = self.body.take() else {
+            return Response::from_parts(parts, body);
         };
-        let spare = SPARE_BODIES
-            .try_with(|spares| spares.borrow_mut().pop())
-            .ok()
-            .flatten();
-        let logged = match spare {
-            Some(mut spare) => {
-                *spare = logged;
-                spare
-            }
-            None => Box::new(logged),
-        };
+        logged.expected = body.size_hint().exact();
+        logged.inner = body;
+        logged.status = parts.status.as_u16();
+        logged.cache_status = parts.headers.get(&crate::caching::CACHE_STATUS).cloned();
         Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
     }
+}
 
+/// The status logged for a request dropped before its answer began: its client went away (an
+/// HTTP/2 stream reset, a connection closed by a deadline or at shutdown). nginx's code for it.
+pub const CLIENT_GONE: u16 = 499;
+
+impl Drop for Pending {
+    /// The request was abandoned before a response was attached: its line says 499.
+    fn drop(&mut self) {
+        if let Some(mut body) = self.body.take() {
+            if let Some(line) = &mut body.line {
+                line.finish(CLIENT_GONE, 0, false, None);
+            }
+            body.line = None;
+            LoggedBody::recycle(body);
+        }
+    }
+}
+
+impl Line {
     /// Completes the line and logs it.
     fn finish(
         &mut self,
@@ -1132,7 +1154,7 @@ pub struct LoggedBody {
     bytes: u64,
     status: u16,
     cache_status: Option<HeaderValue>,
-    pending: Option<Pending>,
+    line: Option<Line>,
 }
 
 thread_local! {
@@ -1144,17 +1166,21 @@ thread_local! {
 }
 
 impl LoggedBody {
-    /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
-    /// response's own body ends as it would have), and keeps the allocation for a later one.
-    pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
-        *logged = LoggedBody {
+    fn empty() -> LoggedBody {
+        LoggedBody {
             inner: ResponseBody::Full(None),
             expected: None,
             bytes: 0,
             status: 0,
             cache_status: None,
-            pending: None,
-        };
+            line: None,
+        }
+    }
+
+    /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
+    /// response's own body ends as it would have), and keeps the allocation for a later one.
+    pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
+        *logged = LoggedBody::empty();
         let _ = SPARE_BODIES.try_with(|spares| {
             let mut spares = spares.borrow_mut();
             if spares.len() < MAX_SPARE_NOTES {
@@ -1164,10 +1190,10 @@ impl LoggedBody {
     }
 
     fn finish(&mut self, completed: bool) {
-        if let Some(pending) = &mut self.pending {
-            pending.finish(self.status, self.bytes, completed, self.cache_status.take());
+        if let Some(line) = &mut self.line {
+            line.finish(self.status, self.bytes, completed, self.cache_status.take());
             // Lets go of the head's values (hyper's read buffer) now, in place.
-            self.pending = None;
+            self.line = None;
         }
     }
 

@@ -356,3 +356,51 @@ async fn a_line_says_nothing_of_the_request_before() {
         }
     }
 }
+
+/// An HTTP/2 client that resets its stream before the answer began gets a line with nginx's
+/// 499 (client closed request), and the connection's next stream is logged as usual.
+#[tokio::test]
+async fn a_request_its_client_abandoned_is_logged_499() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let a = Backend::start("a").await;
+    let path = log_path("abandoned.log");
+    let text = format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+         [access_log]\npath = {path:?}\nformat = \"combined\"\n\
+         [[listener]]\naddress = \"127.0.0.1:0\"\nh2c = true\n\
+         [[node]]\nname = \"a\"\naddress = \"{}\"\n",
+        a.addr
+    );
+    let sw = start_switch(&text).await;
+    let (admin, h2c) = (sw.admin_addr.unwrap(), sw.listen_addrs[1]);
+    let tcp = tokio::net::TcpStream::connect(h2c).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let get = |path: &str| {
+        hyper::Request::get(format!("http://x{path}"))
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap()
+    };
+    let waiting = tokio::spawn(sender.send_request(get("/slow?ms=30000")));
+    wait_for_status(admin, "the slow request at the node", |s| {
+        node_status(s, "a")["active"] == 1
+    })
+    .await;
+    // Dropping the response future resets the stream (CANCEL).
+    waiting.abort();
+    let lines = wait_for_lines(&path, 1).await;
+    assert!(
+        lines[0].contains("\"GET /slow?ms=30000 HTTP/2.0\" 499 -"),
+        "{lines:?}"
+    );
+    let resp = sender.send_request(get("/fine")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let lines = wait_for_lines(&path, 2).await;
+    assert!(
+        lines[1].contains("\"GET /fine HTTP/2.0\" 200 "),
+        "{lines:?}"
+    );
+}

@@ -11,6 +11,8 @@
 #   MODES=h2 N=5000 bash benches/instructions.sh
 #   PROXIES=capstan CAPSTAN=/path/to/capstan bash benches/instructions.sh
 #   PROXIES="capstan nginx" MODES=h2 bash benches/instructions.sh   # nginx 1.22, one process
+#   ACCESS_LOG=combined PROXIES=capstan MODES=h1 bash benches/instructions.sh   # Capstan with an
+#                                    # access log file (common, combined or json): the log's cost
 #
 # Modes: h1 (plain HTTP/1.1 keep-alive), h1tls (HTTP/1.1 over TLS 1.3), h2 (HTTP/2 over TLS,
 # 10 streams per connection). Every proxy uses one worker thread (nginx: no master process, so
@@ -52,6 +54,9 @@ key = "$pki/localhost.key"
 client_idle = "60s"
 $(capstan_nodes 19101)
 CONF
+if [ -n "${ACCESS_LOG:-}" ]; then
+  printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/access.log" "$ACCESS_LOG" >> "$work/capstan.toml"
+fi
 cat "$pki/localhost.pem" "$pki/localhost.key" > "$work/ecdsa.pem"
 cat > "$work/haproxy.cfg" <<CONF
 global

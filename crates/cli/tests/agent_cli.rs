@@ -35,25 +35,26 @@ impl Agent {
         // A reset or refused connection is asked again, polled for up to 10 s while the agent
         // runs, and said: CI saw a reset and then a refusal on a busy machine, the agent still
         // running. One that lasts fails with the agent's state and stderr.
-        let started = Instant::now();
-        let asked = loop {
+        let mut last_refusal = None;
+        let answered = poll_within(Duration::from_secs(10), || {
             match try_http(self.addr, "GET", "/_capstan/load") {
                 Err(e)
                     if matches!(
                         e.kind(),
                         std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionRefused
-                    ) && started.elapsed() < Duration::from_secs(10)
-                        && matches!(self.proc.0.try_wait(), Ok(None)) =>
+                    ) && matches!(self.proc.0.try_wait(), Ok(None)) =>
                 {
                     eprintln!(
                         "note: GET /_capstan/load on {}: {e}; asking again",
                         self.addr
                     );
-                    std::thread::sleep(Duration::from_millis(50));
+                    last_refusal = Some(e);
+                    None
                 }
-                other => break other,
+                other => Some(other),
             }
-        };
+        });
+        let asked = answered.unwrap_or_else(|| Err(last_refusal.expect("asked at least once")));
         let r = match asked {
             Ok(r) => r,
             Err(e) => {
@@ -88,13 +89,20 @@ impl Agent {
 }
 
 /// Polls `check` until it gives a value, at most `limit`.
-fn poll<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+fn poll<T>(what: &str, limit: Duration, check: impl FnMut() -> Option<T>) -> T {
+    poll_within(limit, check).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// Polls `check` until it gives a value; `None` once `limit` has passed without one.
+fn poll_within<T>(limit: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let started = Instant::now();
     loop {
         if let Some(v) = check() {
-            return v;
+            return Some(v);
         }
-        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        if started.elapsed() >= limit {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }

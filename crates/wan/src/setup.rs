@@ -220,7 +220,7 @@ fn plan_state(config: &WanConfig, name: Option<&str>, pid: u32, server_ns: bool)
             format!("cwan-{pid}-{k}"),
         ),
     };
-    let base = free_subnet(pid)?;
+    let base = free_subnet(pid, k)?;
     let addr = |host: u32| Ipv4Addr::from(u32::from(base) + host).to_string();
     let mut next = 2;
     let mut paths = Vec::new();
@@ -243,7 +243,12 @@ fn plan_state(config: &WanConfig, name: Option<&str>, pid: u32, server_ns: bool)
 }
 
 /// A /24 of 198.18.0.0/15 that no live set-up and no route or address here uses.
-fn free_subnet(pid: u32) -> Result<Ipv4Addr> {
+///
+/// The search starts at a different /24 for each set-up a process makes (`made`), so a new one
+/// does not reuse the subnet of one just removed: the host's sockets of that run (a TCP FIN
+/// still being retransmitted to a client address) would reach the new namespace, be answered
+/// with a reset, and show up in its path counters.
+fn free_subnet(pid: u32, made: u32) -> Result<Ipv4Addr> {
     let mut taken: Vec<(u32, u32)> = live_states()
         .iter()
         .filter_map(|s| parse_prefix(&s.subnet))
@@ -261,7 +266,7 @@ fn free_subnet(pid: u32) -> Result<Ipv4Addr> {
     }
     let pool = u32::from(Ipv4Addr::new(198, 18, 0, 0));
     for i in 0..512 {
-        let candidate = pool + ((pid + i) % 512) * 256;
+        let candidate = pool + (pid.wrapping_add(made).wrapping_add(i) % 512) * 256;
         let overlaps = taken.iter().any(|&(net, len)| {
             let mask = |l: u32| if l == 0 { 0 } else { u32::MAX << (32 - l) };
             let m = mask(len.min(24));

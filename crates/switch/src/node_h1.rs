@@ -183,22 +183,39 @@ impl H1Conn {
 /// The head of `req` in HTTP/1.1 (its URI already in origin form, its `Host` set: see
 /// [`crate::node_pool`]), for a request without a body.
 pub(crate) fn encode_head<B>(req: &Request<B>) -> Vec<u8> {
-    let headers = req.headers();
     let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let mut out = Vec::with_capacity(32 + target.len() + headers.len() * 32);
-    out.extend_from_slice(req.method().as_str().as_bytes());
+    encode_head_parts(req.method(), target, req.headers(), &[])
+}
+
+/// The head of a request without a body from its parts: `target` in origin form, the fields
+/// of `headers` and then `added`, which replace any field of the same name in `headers`.
+/// Borrowing the fields lets a request that may be retried keep them for the retry.
+pub(crate) fn encode_head_parts(
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    added: &[(&HeaderName, &HeaderValue)],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + target.len() + (headers.len() + added.len()) * 32);
+    out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
-        // A body this request does not have is never announced as chunked.
-        if name == header::TRANSFER_ENCODING {
-            continue;
-        }
+    let mut push = |name: &HeaderName, value: &HeaderValue| {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    };
+    for (name, value) in headers {
+        // A body this request does not have is never announced as chunked.
+        if name == header::TRANSFER_ENCODING || added.iter().any(|(added, _)| *added == name) {
+            continue;
+        }
+        push(name, value);
+    }
+    for (name, value) in added {
+        push(name, value);
     }
     out.extend_from_slice(b"\r\n");
     out

@@ -23,9 +23,9 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
 use hyper::body::Body;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -177,7 +177,8 @@ pub(crate) async fn send(
         .cloned()
         .expect("requests to nodes name the node");
     if req.body().is_end_stream() {
-        return send_h1(pool, &target, key, &req).await;
+        let head = node_h1::encode_head(&req);
+        return send_h1(pool, &target, key, &head, req.method()).await;
     }
     let (mut conn, reused) = match pool.idle.checkout(&key, pool.idle_timeout) {
         Some(conn) => (conn, true),
@@ -205,6 +206,52 @@ pub(crate) async fn send(
     Ok((resp.map(NodeBody::Hyper), pooled))
 }
 
+/// The head of a request without a body to the HTTP/1.1 node `target` names (an absolute
+/// URI), made as [`send`] makes it from a request, but from borrowed fields: a request that
+/// may be retried keeps its fields for the retry instead of sending a copy. The target goes
+/// in origin form, `Host` comes from `target` when the client sent none, and with
+/// `te_trailers` the head says `TE: trailers` (see [`crate::h2_nodes::accept_trailers`]).
+pub(crate) fn bodiless_head(
+    method: &Method,
+    target: &Uri,
+    headers: &HeaderMap,
+    te_trailers: bool,
+) -> Vec<u8> {
+    let origin_form = target.path_and_query().map_or("/", |pq| pq.as_str());
+    let host = (!headers.contains_key(header::HOST))
+        .then(|| host_of(target))
+        .flatten();
+    let trailers = HeaderValue::from_static("trailers");
+    let te = HeaderValue::from_static("te");
+    let mut added: [(&HeaderName, &HeaderValue); 3] = [(&header::HOST, &trailers); 3];
+    let mut count = 0;
+    if let Some(host) = &host {
+        added[count] = (&header::HOST, host);
+        count += 1;
+    }
+    if te_trailers {
+        added[count] = (&header::TE, &trailers);
+        added[count + 1] = (&header::CONNECTION, &te);
+        count += 2;
+    }
+    node_h1::encode_head_parts(method, origin_form, headers, &added[..count])
+}
+
+/// Sends the head of a request without a body (see [`bodiless_head`]) to the HTTP/1.1 node
+/// `target` names, on a pooled connection or a new one.
+pub(crate) async fn send_bodiless(
+    cluster: &Cluster,
+    target: &Uri,
+    head: &[u8],
+    method: &Method,
+) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
+    let key = target
+        .authority()
+        .cloned()
+        .expect("requests to nodes name the node");
+    send_h1(pool_for(cluster), target, key, head, method).await
+}
+
 /// [`send`] for a request without a body, on a connection the switch drives itself. A
 /// request a reused connection could not take (the node had closed it: the write failed, or
 /// it closed without a byte of answer) goes once more on a new connection, if its method is
@@ -213,18 +260,18 @@ async fn send_h1(
     pool: Arc<Pool>,
     target: &Uri,
     key: Authority,
-    req: &Request<UpstreamBody>,
+    head: &[u8],
+    method: &Method,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
-    let head = node_h1::encode_head(req);
     let (mut conn, reused) = match pool.idle_h1.checkout(&key, pool.idle_timeout) {
         Some(conn) => (conn, true),
         None => (pool.connect_h1(target).await?, false),
     };
-    let mut answer = exchange(&mut conn, &head, req.method()).await;
+    let mut answer = exchange(&mut conn, head, method).await;
     let lost = answer.as_ref().is_err_and(NodeReplyError::never_taken);
-    if reused && lost && req.method().is_idempotent() {
+    if reused && lost && method.is_idempotent() {
         conn = pool.connect_h1(target).await?;
-        answer = exchange(&mut conn, &head, req.method()).await;
+        answer = exchange(&mut conn, head, method).await;
     }
     let head = answer.map_err(|e| UpstreamError {
         connect: false,
@@ -458,5 +505,41 @@ mod tests {
         prepare(&mut req);
         assert_eq!(req.headers()[header::HOST], "10.0.0.1");
         assert_eq!(req.uri(), "/x");
+    }
+
+    /// The head built from borrowed fields is byte for byte the one [`send`] writes for the
+    /// same request made whole (Host from the target or the client's, trailers asked for).
+    #[test]
+    fn a_bodiless_head_from_borrowed_fields_is_the_prepared_requests() {
+        for (uri, host, te_trailers) in [
+            ("http://10.0.0.1:8080/a/b?c=d", None, false),
+            ("http://10.0.0.1/", Some("site"), true),
+            ("http://1.2.3.4~5~6.7.8.9~80@10.0.0.1:81/x", None, true),
+        ] {
+            let mut req = request(uri, host);
+            req.headers_mut()
+                .insert("x-forwarded-for", HeaderValue::from_static("192.0.2.7"));
+            req.headers_mut().insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+            let target: Uri = uri.parse().unwrap();
+            let borrowed = bodiless_head(&Method::GET, &target, req.headers(), te_trailers);
+            if te_trailers {
+                crate::h2_nodes::accept_trailers(&mut req, crate::config::NodeProtocol::Http1);
+            }
+            prepare(&mut req);
+            let whole = node_h1::encode_head(&req);
+            let (borrowed, whole) = (String::from_utf8(borrowed), String::from_utf8(whole));
+            let (borrowed, whole) = (borrowed.unwrap(), whole.unwrap());
+            let sorted = |head: &str| {
+                let mut lines: Vec<String> = head.lines().map(str::to_string).collect();
+                lines[1..].sort();
+                lines
+            };
+            // The same fields (the order of added ones may differ), the same request line.
+            assert_eq!(sorted(&borrowed), sorted(&whole), "{uri}");
+            assert!(borrowed.ends_with("\r\n\r\n") && !borrowed.contains("transfer-encoding"));
+        }
     }
 }

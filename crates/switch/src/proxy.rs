@@ -23,6 +23,7 @@ use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::time::error::Elapsed;
 
 use crate::admission::{Permit, Shed};
 use crate::body::{NodeBody, OnEnd, ResponseBody, UpstreamBody};
@@ -701,17 +702,12 @@ impl Forward {
             let now = switch.epoch.now_nanos();
             let mut placement = self.place(node_id, now, permit);
             let keep_for_retry = retryable && attempt == 0;
-            let attempt_headers = if keep_for_retry {
-                headers.clone()
-            } else {
-                std::mem::take(&mut headers)
-            };
             let up_body = body.take().unwrap_or(UpstreamBody::Empty);
-            let up_req = self.upstream_request(node, attempt_headers, up_body);
-            crate::access_log::note_sent();
             let first_byte = cluster.first_byte[self.class];
             let wait = first_byte.min(time_left);
-            let sent = tokio::time::timeout(wait, send_upstream(cluster, node, up_req)).await;
+            let sent = self
+                .send_attempt(node, &mut headers, up_body, keep_for_retry, wait)
+                .await;
             let after = switch.epoch.now_nanos();
             let took = after.saturating_sub(now);
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
@@ -960,14 +956,11 @@ impl Forward {
         headers: HeaderMap,
         body: UpstreamBody,
     ) -> Request<UpstreamBody> {
-        let send = self.cluster.config.proxy_protocol.send;
-        let authority = match &self.conn.peer {
-            Some(peer) if send != crate::proxy_protocol::SendVersion::Off => {
-                crate::proxy_protocol::authority_for(&node.authority, peer.client, peer.local)
-            }
-            _ => node.authority.clone(),
-        };
-        let mut req = upstream_request(&self.method, headers, authority, &self.pq, body);
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.node_uri(node);
+        *req.version_mut() = Version::HTTP_11;
+        *req.headers_mut() = headers;
         if node.config.protocol == NodeProtocol::H2 {
             crate::h2_nodes::adapt_request(&mut req, node.config.tls.is_some());
         }
@@ -976,29 +969,62 @@ impl Forward {
         }
         req
     }
+
+    /// Sends the request to `node`, waiting at most `wait` for the head of its answer.
+    /// `headers` stay for a retry when `keep_for_retry`.
+    async fn send_attempt(
+        &self,
+        node: &NodeRuntime,
+        headers: &mut HeaderMap,
+        body: UpstreamBody,
+        keep_for_retry: bool,
+        wait: std::time::Duration,
+    ) -> Result<Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>, Elapsed> {
+        let cluster = &self.cluster;
+        if node.config.protocol == NodeProtocol::Http1 && body.is_end_stream() {
+            // Most requests: the head is encoded from the fields where they are, so a retry
+            // needs no copy of them.
+            let target = self.node_uri(node);
+            let head =
+                crate::node_pool::bodiless_head(&self.method, &target, headers, self.te_trailers);
+            crate::access_log::note_sent();
+            let sending = crate::node_pool::send_bodiless(cluster, &target, &head, &self.method);
+            let sent = tokio::time::timeout(wait, sending).await;
+            return sent.map(|sent| sent.map(|(resp, pooled)| (resp, Some(pooled))));
+        }
+        let attempt_headers = if keep_for_retry {
+            headers.clone()
+        } else {
+            std::mem::take(headers)
+        };
+        let up_req = self.upstream_request(node, attempt_headers, body);
+        crate::access_log::note_sent();
+        tokio::time::timeout(wait, send_upstream(cluster, node, up_req)).await
+    }
+
+    /// The URI the request has at `node`, which says where to connect. With PROXY protocol to
+    /// nodes its authority carries the client's addresses
+    /// (see [`crate::proxy_protocol::authority_for`]).
+    fn node_uri(&self, node: &NodeRuntime) -> Uri {
+        let send = self.cluster.config.proxy_protocol.send;
+        let authority = match &self.conn.peer {
+            Some(peer) if send != crate::proxy_protocol::SendVersion::Off => {
+                crate::proxy_protocol::authority_for(&node.authority, peer.client, peer.local)
+            }
+            _ => node.authority.clone(),
+        };
+        absolute_uri(authority, &self.pq)
+    }
 }
 
-/// The request as sent to a node at `authority`: HTTP/1.1, the client's method, target and
-/// (rewritten) headers.
-fn upstream_request(
-    method: &Method,
-    headers: HeaderMap,
-    authority: http::uri::Authority,
-    pq: &PathAndQuery,
-    body: UpstreamBody,
-) -> Request<UpstreamBody> {
-    let uri = Uri::builder()
+/// The absolute URI of the client's target at a node at `authority`.
+fn absolute_uri(authority: http::uri::Authority, pq: &PathAndQuery) -> Uri {
+    Uri::builder()
         .scheme(Scheme::HTTP)
         .authority(authority)
         .path_and_query(pq.clone())
         .build()
-        .expect("scheme, authority and path are valid");
-    let mut req = Request::new(body);
-    *req.method_mut() = method.clone();
-    *req.uri_mut() = uri;
-    *req.version_mut() = Version::HTTP_11;
-    *req.headers_mut() = headers;
-    req
+        .expect("scheme, authority and path are valid")
 }
 
 /// The innermost cause of an error, which is the part worth showing.

@@ -6,7 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::*;
@@ -18,6 +18,8 @@ use tokio::io::AsyncReadExt;
 struct Hangup {
     addr: SocketAddr,
     requests: Arc<AtomicU64>,
+    /// What it read of each request.
+    heads: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -32,13 +34,16 @@ impl Hangup {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&requests);
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let (counted, read) = (Arc::clone(&requests), Arc::clone(&heads));
         let task = tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
+                let (counted, read) = (Arc::clone(&counted), Arc::clone(&read));
                 tokio::spawn(async move {
                     let mut buf = [0u8; 4096];
-                    if matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {
+                    if let Ok(n @ 1..) = stream.read(&mut buf).await {
+                        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                        read.lock().unwrap().push(head);
                         counted.fetch_add(1, Ordering::Relaxed);
                     }
                     if reset {
@@ -51,6 +56,7 @@ impl Hangup {
         Hangup {
             addr,
             requests,
+            heads,
             task,
         }
     }
@@ -103,6 +109,66 @@ async fn gets_are_retried_when_a_node_closes_or_resets_without_answering() {
         );
         assert!(metrics.contains(&line), "{line} in\n{metrics}");
     }
+}
+
+/// A retried request is sent again whole: the node that answers it sees the head the first
+/// node was sent.
+#[tokio::test]
+async fn a_retried_get_reaches_the_next_node_with_the_same_head() {
+    let hangup = Hangup::start(false).await;
+    let b = Backend::start("b").await;
+    let sw = start_switch(&config(&hangup, &b, "")).await;
+    let addr = sw.listen_addrs[0];
+    // The fields of a head, names in lower case, sorted: the order may differ.
+    let fields = |head: &str| {
+        let mut lines: Vec<String> = head
+            .lines()
+            .skip(1)
+            .filter(|l| !l.is_empty())
+            .map(|l| match l.split_once(": ") {
+                Some((name, value)) => format!("{}: {value}", name.to_ascii_lowercase()),
+                None => l.to_string(),
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let mut retried = 0;
+    for i in 0..4 {
+        let req = Request::builder()
+            .uri(format!("/headers?{i}"))
+            .header("x-trace", "t-1")
+            .header("user-agent", "retry-test");
+        let a = send(addr, req, Bytes::new()).await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text());
+        let seen_by_b = a.text();
+        let first_try = hangup
+            .heads
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|h| h.starts_with(&format!("GET /headers?{i} HTTP/1.1\r\n")))
+            .cloned();
+        let Some(first_try) = first_try else { continue };
+        retried += 1;
+        assert_eq!(
+            fields(&first_try),
+            fields(&seen_by_b),
+            "{first_try}\n{seen_by_b}"
+        );
+        let head = fields(&seen_by_b);
+        for field in ["x-trace: t-1", "user-agent: retry-test"] {
+            assert!(head.iter().any(|l| l == field), "{field} in {head:?}");
+        }
+        for name in ["host:", "x-forwarded-for:"] {
+            let n = head.iter().filter(|l| l.starts_with(name)).count();
+            assert_eq!(n, 1, "one {name} in {head:?}");
+        }
+    }
+    assert!(
+        retried >= 2,
+        "round robin sent some first to the node that hangs up"
+    );
 }
 
 #[tokio::test]

@@ -6,11 +6,20 @@
 # Four nginx back-ends serve a 1 KB file. wrk drives each proxy in turn, every round visiting
 # every proxy once so that noise from the shared machine spreads evenly; the summary shows
 # medians over the rounds, each configuration's throughput relative to the same proxy without a
-# log, and the proxy's CPU time per request (from /proc, user + system).
+# log, and the proxy's CPU time per request (from /proc, user + system). Then the same ratios
+# taken within each round (a logging proxy against the same proxy without a log, measured
+# seconds apart), whose median and range are steadier than a ratio of medians on a shared
+# machine. Odd rounds visit the proxies in order, even rounds in reverse, so that drift during
+# a round favours neither side. `capstan-off-b` is a second Capstan without a log, the same
+# binary and configuration as `capstan-off`: its ratio to `capstan-off` is what the machine's
+# noise alone makes of two equal proxies, and the paired base of a logging Capstan is the
+# geometric mean of the two.
 #
 #   bash benches/access_log.sh              # 3 rounds × 8 s per cell, 1 worker thread each
 #   ROUNDS=5 SECONDS_PER_RUN=10 bash benches/access_log.sh
 #   CAPSTAN=/path/to/capstan bash benches/access_log.sh    # skip the build
+#   PROXIES="capstan-off capstan-combined" SCENARIOS=keep-alive ROUNDS=20 SECONDS_PER_RUN=3 \
+#     bash benches/access_log.sh            # many short paired rounds of one comparison
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib.sh
@@ -76,13 +85,14 @@ capstan_config() {
   } > "$work/$name.toml"
 }
 capstan_config capstan-off 18190 ""
+capstan_config capstan-off-b 18195 ""
 capstan_config capstan-combined 18191 "$(printf '[access_log]\npath = "%s"\nformat = "combined"' "$work/logs/combined.log")"
 capstan_config capstan-json 18194 "$(printf '[access_log]\npath = "%s"\nformat = "json"' "$work/logs/json.log")"
 
 nginx -c "$work/backends.conf" & pids+=($!)
 for p in 19101 19102 19103 19104; do wait_port $p; done
 declare -A proxy_pid
-for name in capstan-off capstan-combined capstan-json; do
+for name in capstan-off capstan-off-b capstan-combined capstan-json; do
   RUST_LOG=warn "$capstan" serve --threads "$THREADS" --config "$work/$name.toml" &
   proxy_pid[$name]=$!
 done
@@ -91,18 +101,37 @@ for name in nginx-off nginx-combined; do
   proxy_pid[$name]=$!
 done
 pids+=("${proxy_pid[@]}")
-for p in 18190 18191 18192 18193 18194; do wait_port $p; done
+for p in 18190 18191 18192 18193 18194 18195; do wait_port $p; done
 
-proxies=("capstan-off:18190" "capstan-combined:18191" "capstan-json:18194" "nginx-off:18192" "nginx-combined:18193")
+all_proxies=("capstan-off:18190" "capstan-off-b:18195" "capstan-combined:18191" "capstan-json:18194" "nginx-off:18192" "nginx-combined:18193")
+all_scenarios=("keep-alive:/1k.html:" "close:/1k.html:Connection: close")
+# PROXIES and SCENARIOS pick by name (default: all).
+pick() {
+  local wanted=$1; shift
+  local item
+  for item in "$@"; do
+    if [ -z "$wanted" ] || [[ " $wanted " == *" ${item%%:*} "* ]]; then echo "$item"; fi
+  done
+}
+mapfile -t proxies < <(pick "${PROXIES:-}" "${all_proxies[@]}")
+mapfile -t scenarios < <(pick "${SCENARIOS:-}" "${all_scenarios[@]}")
+if [ "${#proxies[@]}" = 0 ] || [ "${#scenarios[@]}" = 0 ]; then
+  echo "PROXIES must name some of: capstan-off capstan-off-b capstan-combined capstan-json nginx-off nginx-combined;" \
+    "SCENARIOS some of: keep-alive close" >&2
+  exit 2
+fi
 clk_tck=$(getconf CLK_TCK)
-scenarios=("keep-alive:/1k.html:" "close:/1k.html:Connection: close")
 
 results="$OUT/runs.tsv"
 printf 'round\tscenario\tproxy\trps\tp50_ms\tp99_ms\terrors\tcpu_us_per_req\n' > "$results"
 for round in $(seq "$ROUNDS"); do
   for scenario in "${scenarios[@]}"; do
     IFS=: read -r sname path header <<<"$scenario"
-    for proxy in "${proxies[@]}"; do
+    order=("${proxies[@]}")
+    if [ $((round % 2)) = 0 ]; then
+      for ((i = ${#proxies[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${proxies[i]}; done
+    fi
+    for proxy in "${order[@]}"; do
       pname=${proxy%%:*}; port=${proxy##*:}
       args=(-t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency)
       [ -n "$header" ] && args+=(-H "$header")
@@ -132,7 +161,44 @@ for scenario in dict.fromkeys(r["scenario"] for r in rows):
         med[proxy]["hi"] = max(float(r["rps"]) for r in cell)
         med[proxy]["errors"] = sum(int(r["errors"]) for r in cell)
     for proxy, m in med.items():
-        base = med[proxy.split("-")[0] + "-off"]["rps"]
-        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['lo']:.0f}–{m['hi']:.0f} | {m['rps'] / base:.3f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.1f} | {m['errors']} |")
+        base = med.get(proxy.split("-")[0] + "-off")
+        versus = f"{m['rps'] / base['rps']:.3f}" if base else "–"
+        print(f"| {scenario} | {proxy} | {m['rps']:.0f} | {m['lo']:.0f}–{m['hi']:.0f} | {versus} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us_per_req']:.1f} | {m['errors']} |")
+# Within each round: a logging proxy against the same proxy without a log (for Capstan the
+# geometric mean of its two copies without one, when both ran), and the second copy against
+# the first (the noise floor).
+cells = {(r["round"], r["scenario"], r["proxy"]): r for r in rows}
+def base_of(rnd, scenario, proxy):
+    if proxy == "capstan-off-b":
+        names = ["capstan-off"]
+    elif proxy.startswith("capstan-"):
+        names = ["capstan-off", "capstan-off-b"]
+    else:
+        names = [proxy.split("-")[0] + "-off"]
+    found = [cells[(rnd, scenario, n)] for n in names if (rnd, scenario, n) in cells]
+    found = [b for b in found if b["proxy"] != proxy and float(b["rps"]) > 0 and float(b["cpu_us_per_req"]) > 0]
+    if not found:
+        return None
+    geo = lambda key: statistics.geometric_mean(float(b[key]) for b in found)
+    return geo("rps"), geo("cpu_us_per_req")
+paired = {}
+for (rnd, scenario, proxy), r in cells.items():
+    if proxy in ("capstan-off", "nginx-off"):
+        continue
+    base = base_of(rnd, scenario, proxy)
+    if base is None:
+        continue
+    pair = paired.setdefault((scenario, proxy), ([], []))
+    pair[0].append(float(r["rps"]) / base[0])
+    pair[1].append(float(r["cpu_us_per_req"]) / base[1])
+if paired:
+    print("\nPaired within each round, against the same proxy without a log (capstan-off-b: against")
+    print("capstan-off, the noise floor):\n")
+    print("| scenario | proxy | rounds | req/s ratio, median (range) | geometric mean | CPU/req ratio, median (range) | geometric mean |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for (scenario, proxy), (rate, cpu) in paired.items():
+        rate.sort(); cpu.sort()
+        print(f"| {scenario} | {proxy} | {len(rate)} | {statistics.median(rate):.3f} ({rate[0]:.3f}–{rate[-1]:.3f}) | {statistics.geometric_mean(rate):.3f} "
+              f"| {statistics.median(cpu):.3f} ({cpu[0]:.3f}–{cpu[-1]:.3f}) | {statistics.geometric_mean(cpu):.3f} |")
 PY
 echo "raw runs: $results" >&2

@@ -223,6 +223,8 @@ pub(crate) fn bodiless_head(
         .flatten();
     let trailers = HeaderValue::from_static("trailers");
     let te = HeaderValue::from_static("te");
+    // At most three fields are added; the first `count` entries are them (the rest fill the
+    // array and are never read), so no list is allocated per request.
     let mut added: [(&HeaderName, &HeaderValue); 3] = [(&header::HOST, &trailers); 3];
     let mut count = 0;
     if let Some(host) = &host {
@@ -507,8 +509,9 @@ mod tests {
         assert_eq!(req.uri(), "/x");
     }
 
-    /// The head built from borrowed fields is byte for byte the one [`send`] writes for the
-    /// same request made whole (Host from the target or the client's, trailers asked for).
+    /// The head built from borrowed fields has the request line and the fields [`send`] writes
+    /// for the same request made whole (Host from the target or the client's, trailers asked
+    /// for); only the order of the fields the switch adds may differ.
     #[test]
     fn a_bodiless_head_from_borrowed_fields_is_the_prepared_requests() {
         for (uri, host, te_trailers) in [

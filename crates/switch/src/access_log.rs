@@ -1065,10 +1065,8 @@ impl Drop for Pending {
     /// The request was abandoned before a response was attached: its line says 499.
     fn drop(&mut self) {
         if let Some(mut body) = self.body.take() {
-            if let Some(line) = &mut body.line {
-                line.finish(CLIENT_GONE, 0, false, None);
-            }
-            body.line = None;
+            body.status = CLIENT_GONE;
+            body.finish(false);
             LoggedBody::recycle(body);
         }
     }

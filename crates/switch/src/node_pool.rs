@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Method, Request, Response, Uri};
-use hyper::body::Body;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
@@ -163,23 +162,16 @@ fn pool_for(cluster: &Cluster) -> Arc<Pool> {
     })
 }
 
-/// Sends `req` (its URI absolute, naming the node) on a pooled connection, or a new one. A
-/// request without a body goes by the switch's own HTTP/1.1 ([`crate::node_h1`]), others by
-/// hyper's.
+/// Sends `req` (its URI absolute, naming the node) by hyper's HTTP/1.1 client, on a pooled
+/// connection or a new one. Requests without a body go by the switch's own HTTP/1.1 instead
+/// ([`send_bodiless`]).
 pub(crate) async fn send(
     cluster: &Cluster,
     mut req: Request<UpstreamBody>,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
     let pool = pool_for(cluster);
     let target = prepare(&mut req);
-    let key = target
-        .authority()
-        .cloned()
-        .expect("requests to nodes name the node");
-    if req.body().is_end_stream() {
-        let head = node_h1::encode_head(&req);
-        return send_h1(pool, &target, key, &head, req.method()).await;
-    }
+    let key = pool_key(&target);
     let (mut conn, reused) = match pool.idle.checkout(&key, pool.idle_timeout) {
         Some(conn) => (conn, true),
         None => (pool.connect(&target).await?, false),
@@ -236,7 +228,15 @@ pub(crate) fn bodiless_head(
         added[count + 1] = (&header::CONNECTION, &te);
         count += 2;
     }
-    node_h1::encode_head_parts(method, origin_form, headers, &added[..count])
+    node_h1::encode_head(method, origin_form, headers, &added[..count])
+}
+
+/// The pool's key for a request to the absolute URI `target`: its authority.
+fn pool_key(target: &Uri) -> Authority {
+    target
+        .authority()
+        .cloned()
+        .expect("requests to nodes name the node")
 }
 
 /// Sends the head of a request without a body (see [`bodiless_head`]) to the HTTP/1.1 node
@@ -247,14 +247,10 @@ pub(crate) async fn send_bodiless(
     head: &[u8],
     method: &Method,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
-    let key = target
-        .authority()
-        .cloned()
-        .expect("requests to nodes name the node");
-    send_h1(pool_for(cluster), target, key, head, method).await
+    send_h1(pool_for(cluster), target, pool_key(target), head, method).await
 }
 
-/// [`send`] for a request without a body, on a connection the switch drives itself. A
+/// [`send_bodiless`] on a connection the switch drives itself. A
 /// request a reused connection could not take (the node had closed it: the write failed, or
 /// it closed without a byte of answer) goes once more on a new connection, if its method is
 /// idempotent.
@@ -532,7 +528,8 @@ mod tests {
                 crate::h2_nodes::accept_trailers(&mut req, crate::config::NodeProtocol::Http1);
             }
             prepare(&mut req);
-            let whole = node_h1::encode_head(&req);
+            let origin_form = req.uri().path_and_query().unwrap().as_str();
+            let whole = node_h1::encode_head(req.method(), origin_form, req.headers(), &[]);
             let (borrowed, whole) = (String::from_utf8(borrowed), String::from_utf8(whole));
             let (borrowed, whole) = (borrowed.unwrap(), whole.unwrap());
             let sorted = |head: &str| {

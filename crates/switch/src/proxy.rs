@@ -1013,18 +1013,13 @@ impl Forward {
             }
             _ => node.authority.clone(),
         };
-        absolute_uri(authority, &self.pq)
+        Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority)
+            .path_and_query(self.pq.clone())
+            .build()
+            .expect("scheme, authority and path are valid")
     }
-}
-
-/// The absolute URI of the client's target at a node at `authority`.
-fn absolute_uri(authority: http::uri::Authority, pq: &PathAndQuery) -> Uri {
-    Uri::builder()
-        .scheme(Scheme::HTTP)
-        .authority(authority)
-        .path_and_query(pq.clone())
-        .build()
-        .expect("scheme, authority and path are valid")
 }
 
 /// The innermost cause of an error, which is the part worth showing.

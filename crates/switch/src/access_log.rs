@@ -2,25 +2,27 @@
 //! `capstan bench --replay`) or as JSON lines with the request's timings, class, policy
 //! decision, node, status, bytes and cache status.
 //!
-//! Built as nginx's buffered log is: the line is formatted when the response ends, by the thread
-//! that served it, into that thread's buffer in this log (a thread-local; the CLF and ISO dates
-//! are formatted once per second per thread, JSON is written directly). A buffer that reaches
-//! 64 KiB (or `buffer` lines) goes to the writer thread in one channel send; the writer also
-//! takes every thread's buffer each [`FLUSH_INTERVAL`], so a quiet thread's lines reach the file
-//! within that time. At most `buffer` lines wait in the channel; past it a full buffer's lines
-//! are dropped and counted (`capstan_access_log_dropped_total`) rather than making a worker wait
-//! for the disk. Dropping the [`AccessLog`] writes everything queued and buffered. `SIGUSR1`
-//! asks the writer to reopen the file (logrotate's `postrotate`).
+//! Built as nginx's buffered log is: each line is written by the thread that served the
+//! request, into that thread's buffer in this log (a thread-local; the CLF and ISO dates are
+//! formatted once per second per thread). A Common or Combined line is formatted when the
+//! request head arrives, but for the status and byte count, put in when the response ends; a
+//! JSON line, which also says what the proxy did and when, is formatted at the end. A buffer that
+//! reaches 64 KiB (or `buffer` lines) goes to the writer thread in one channel send; the writer
+//! also takes every thread's buffer each [`FLUSH_INTERVAL`], so a quiet thread's lines reach the
+//! file within that time. At most `buffer` lines wait in the channel; past it a full buffer's
+//! lines are dropped and counted (`capstan_access_log_dropped_total`) rather than making a
+//! worker wait for the disk. Dropping the [`AccessLog`] writes everything queued and buffered.
+//! `SIGUSR1` asks the writer to reopen the file (logrotate's `postrotate`).
 //!
 //! What happens deep in the proxy (the class, the node picked, when the request went out and
 //! when its head came back) is noted through a task-local [`Notes`], so the proxy's functions
 //! need no extra parameters and cost one thread-local lookup when the request is not logged;
 //! only JSON lines write them, so Common and Combined lines take none.
-//! The request's head values (URI, `Host`, `Referer`, `User-Agent`: reference-counted views of
-//! hyper's read buffer) are held until the response ends and let go as soon as the line is
-//! formatted, so the connection's buffer is free again before its next request is read. Each
-//! thread keeps finished requests' notes and logged-body boxes for its next requests, so a
-//! logged request allocates nothing in steady state (`tests/access_log_alloc.rs` counts).
+//! A Common or Combined line holds none of the request's head values, and a JSON line holds its
+//! URI, `Host`, `Referer` and `User-Agent` (reference-counted views of hyper's read buffer) only
+//! until the response ends, so the connection's buffer is free again before its next request is
+//! read. Each thread keeps finished requests' notes and logged-body boxes for its next requests,
+//! so a logged request allocates nothing in steady state (`tests/access_log_alloc.rs` counts).
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -170,26 +172,17 @@ struct Chunk {
 /// The mutex is uncontended but for the instant of a sweep (two atomic operations a line,
 /// no system call); it is what lets the writer take a buffer whose thread has gone quiet.
 struct Slot {
-    buffer: Mutex<SlotBuffer>,
+    chunk: Mutex<Chunk>,
     /// The log has closed: a thread drops this slot at its next registration.
     closed: AtomicBool,
-}
-
-struct SlotBuffer {
-    chunk: Chunk,
-    /// The current second's dates, formatted once per second per thread.
-    dates: DateCache,
 }
 
 impl Slot {
     fn new(capacity: usize) -> Slot {
         Slot {
-            buffer: Mutex::new(SlotBuffer {
-                chunk: Chunk {
-                    bytes: Vec::with_capacity(capacity),
-                    lines: 0,
-                },
-                dates: DateCache::default(),
+            chunk: Mutex::new(Chunk {
+                bytes: Vec::with_capacity(capacity),
+                lines: 0,
             }),
             closed: AtomicBool::new(false),
         }
@@ -204,6 +197,20 @@ thread_local! {
     /// This thread's slot in each open log, by the log's id (a process usually has one log;
     /// tests start many).
     static SLOTS: RefCell<Vec<(u64, Arc<Slot>)>> = const { RefCell::new(Vec::new()) };
+
+    /// The current second's dates, formatted once per second per thread.
+    static DATES: RefCell<DateCache> = RefCell::new(DateCache::default());
+}
+
+/// Runs `use_dates` with this thread's date cache (a fresh one on a thread whose thread-locals
+/// are already gone).
+fn with_dates<T>(use_dates: impl FnOnce(&mut DateCache) -> T) -> T {
+    let mut use_dates = Some(use_dates);
+    let done = DATES.try_with(|dates| {
+        let use_dates = use_dates.take().expect("called once");
+        use_dates(&mut dates.borrow_mut())
+    });
+    done.unwrap_or_else(|_| (use_dates.take().expect("not called"))(&mut DateCache::default()))
 }
 
 /// Tells logs apart in [`SLOTS`].
@@ -221,6 +228,30 @@ struct Shared {
     written: AtomicU64,
     handed_over: AtomicU64,
     reopen: AtomicBool,
+    /// Written buffers, emptied, for the threads' next chunks and the writer's sweeps: in
+    /// steady state no buffer is allocated (nor its memory touched for the first time).
+    spare_buffers: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Emptied buffers kept for reuse at most.
+const MAX_SPARE_BUFFERS: usize = 8;
+
+impl Shared {
+    /// An empty buffer with room for a chunk: a spare one when there is one.
+    fn empty_buffer(&self, capacity: usize) -> Vec<u8> {
+        lock(&self.spare_buffers)
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Keeps a written buffer for reuse (or frees it when enough are kept).
+    fn give_back(&self, mut buffer: Vec<u8>) {
+        buffer.clear();
+        let mut spares = lock(&self.spare_buffers);
+        if spares.len() < MAX_SPARE_BUFFERS {
+            spares.push(buffer);
+        }
+    }
 }
 
 /// The running access log: the threads' buffers, the channel to the writer and its counters.
@@ -257,6 +288,7 @@ impl AccessLog {
             written: AtomicU64::new(0),
             handed_over: AtomicU64::new(0),
             reopen: AtomicBool::new(false),
+            spare_buffers: Mutex::new(Vec::new()),
         });
         // Each chunk holds a line at least, so `queue_limit` chunks bound the channel too.
         let (sender, receiver) = sync_channel(config.buffer.clamp(1, 1024));
@@ -291,12 +323,29 @@ impl AccessLog {
 
     /// Formats the record's line into this thread's buffer; never waits for the disk.
     pub fn log(&self, record: &Record) {
-        let appended = SLOTS.try_with(|slots| {
-            let mut slots = slots.borrow_mut();
-            self.append_to(self.slot_of_this_thread(&mut slots), record);
+        self.append(|line| with_dates(|dates| format_record(record, self.format, dates, line)));
+    }
+
+    /// Logs a Common or Combined line whose request part (up to the status) and rest (after
+    /// the byte count, with the line break) were formatted when the request head arrived.
+    fn log_text(&self, request_part: &[u8], status: u16, bytes: u64, rest: &[u8]) {
+        self.append(|line| {
+            line.extend_from_slice(request_part);
+            push_response_part(line, status, bytes);
+            line.extend_from_slice(rest);
         });
-        if appended.is_err() {
-            self.append_to(&self.shared.fallback, record);
+    }
+
+    /// Appends one line, written by `write`, to this thread's buffer.
+    fn append(&self, write: impl FnOnce(&mut Vec<u8>)) {
+        let mut write = Some(write);
+        let _ = SLOTS.try_with(|slots| {
+            let mut slots = slots.borrow_mut();
+            let write = write.take().expect("called once");
+            self.append_to(self.slot_of_this_thread(&mut slots), write);
+        });
+        if let Some(write) = write {
+            self.append_to(&self.shared.fallback, write);
         }
     }
 
@@ -312,14 +361,14 @@ impl AccessLog {
         &slots[slots.len() - 1].1
     }
 
-    fn append_to(&self, slot: &Slot, record: &Record) {
-        let mut buffer = lock(&slot.buffer);
-        let SlotBuffer { chunk, dates } = &mut *buffer;
-        format_record(record, self.format, dates, &mut chunk.bytes);
+    fn append_to(&self, slot: &Slot, write: impl FnOnce(&mut Vec<u8>)) {
+        let mut chunk = lock(&slot.chunk);
+        let chunk = &mut *chunk;
+        write(&mut chunk.bytes);
         chunk.lines += 1;
         if chunk.bytes.len() >= CHUNK_BYTES || chunk.lines >= self.chunk_lines {
             let fresh = Chunk {
-                bytes: Vec::with_capacity(self.chunk_capacity),
+                bytes: self.shared.empty_buffer(self.chunk_capacity),
                 lines: 0,
             };
             // Still under the slot's lock: the writer's sweep, which takes the lock, then
@@ -437,8 +486,6 @@ struct Writer {
     failed: bool,
     /// Chunks taken in a sweep, written once no lock is held (kept for its capacity).
     taken: Vec<Chunk>,
-    /// Emptied buffers given to the slots a sweep empties, so that sweeps allocate nothing.
-    spares: Vec<Vec<u8>>,
     chunk_capacity: usize,
 }
 
@@ -449,7 +496,6 @@ impl Writer {
             shared,
             failed: false,
             taken: Vec::new(),
-            spares: Vec::new(),
             chunk_capacity,
         }
     }
@@ -484,20 +530,17 @@ impl Writer {
         // Workers take the list's lock only to add their slot, once per thread.
         let mut slots = lock(&self.shared.slots);
         for slot in slots.iter() {
-            let mut buffer = lock(&slot.buffer);
+            let mut chunk = lock(&slot.chunk);
             // A chunk this thread handed over is in the channel by now (it sends under this
             // lock): it goes first, so that each thread's lines stay in order.
             while let Ok(chunk) = receiver.try_recv() {
                 self.shared.queued.fetch_sub(chunk.lines, Ordering::Relaxed);
                 self.taken.push(chunk);
             }
-            if buffer.chunk.lines > 0 {
-                let bytes = self
-                    .spares
-                    .pop()
-                    .unwrap_or_else(|| Vec::with_capacity(self.chunk_capacity));
+            if chunk.lines > 0 {
+                let bytes = self.shared.empty_buffer(self.chunk_capacity);
                 let fresh = Chunk { bytes, lines: 0 };
-                self.taken.push(std::mem::replace(&mut buffer.chunk, fresh));
+                self.taken.push(std::mem::replace(&mut *chunk, fresh));
             }
             if closing {
                 slot.closed.store(true, Ordering::Relaxed);
@@ -514,7 +557,7 @@ impl Writer {
         self.taken = taken;
     }
 
-    fn write(&mut self, mut chunk: Chunk) {
+    fn write(&mut self, chunk: Chunk) {
         match self.sink.write_all(&chunk.bytes) {
             Ok(()) => {
                 self.shared
@@ -528,10 +571,7 @@ impl Writer {
             }
             Err(_) => {}
         }
-        if self.spares.len() < 4 {
-            chunk.bytes.clear();
-            self.spares.push(chunk.bytes);
-        }
+        self.shared.give_back(chunk.bytes);
     }
 }
 
@@ -539,17 +579,23 @@ impl Writer {
 /// `2000-10-10T13:55:36` (ISO 8601, for JSON, to which the milliseconds are added).
 #[derive(Default)]
 pub struct DateCache {
-    second: Option<i64>,
+    /// The second the dates are of, from its start to the next one's (compared as they are:
+    /// cheaper than taking the seconds since the epoch of every request's time).
+    second: Option<(SystemTime, SystemTime)>,
     clf: Vec<u8>,
     iso: Vec<u8>,
 }
 
 impl DateCache {
     fn refresh(&mut self, time: SystemTime) {
-        let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-        if self.second == Some(secs) {
-            return;
+        if let Some((start, end)) = self.second {
+            if start <= time && time < end {
+                return;
+            }
         }
+        let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let start = UNIX_EPOCH + Duration::from_secs(secs);
+        let secs = secs as i64;
         const MONTHS: [&str; 12] = [
             "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
         ];
@@ -567,7 +613,7 @@ impl DateCache {
             self.iso,
             "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}"
         );
-        self.second = Some(secs);
+        self.second = Some((start, start + Duration::from_secs(1)));
     }
 
     fn clf(&mut self, time: SystemTime) -> &[u8] {
@@ -605,11 +651,7 @@ pub fn format_record(
         LogFormat::Common => format_common(record, dates, line),
         LogFormat::Combined => {
             format_common(record, dates, line);
-            line.extend_from_slice(b" \"");
-            push_quoted(line, record.referer.as_ref().map(HeaderValue::as_bytes));
-            line.extend_from_slice(b"\" \"");
-            push_quoted(line, record.user_agent.as_ref().map(HeaderValue::as_bytes));
-            line.push(b'"');
+            push_combined_part(line, text(&record.referer), text(&record.user_agent));
         }
         LogFormat::Json => format_json(record, dates, line),
     }
@@ -617,23 +659,66 @@ pub fn format_record(
 }
 
 fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
-    push_quoted(line, Some(r.client.as_bytes()));
+    let target = RequestTarget {
+        method: &r.method,
+        uri: &r.uri,
+        version: r.version,
+    };
+    push_request_part(line, r.client.as_bytes(), dates.clf(r.time), target);
+    push_response_part(line, r.status, r.bytes);
+}
+
+/// What a Common line says of the request line.
+#[derive(Clone, Copy)]
+struct RequestTarget<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    version: Version,
+}
+
+/// A Common line up to its status: `client - - [date] "method target version" `. The client is
+/// an IP address the switch wrote (from the socket or a PROXY header): nothing to escape.
+fn push_request_part(line: &mut Vec<u8>, client: &[u8], date: &[u8], request: RequestTarget) {
+    debug_assert!(
+        all_plain(client, b'!'),
+        "a client address needs no escaping"
+    );
+    line.extend_from_slice(client);
     line.extend_from_slice(b" - - [");
-    line.extend_from_slice(dates.clf(r.time));
+    line.extend_from_slice(date);
     line.extend_from_slice(b"] \"");
-    line.extend_from_slice(r.method.as_str().as_bytes());
+    line.extend_from_slice(request.method.as_str().as_bytes());
     line.push(b' ');
-    push_target(line, &r.uri);
+    push_target(line, request.uri);
     line.push(b' ');
-    line.extend_from_slice(version_name(r.version));
+    line.extend_from_slice(version_name(request.version));
     line.extend_from_slice(b"\" ");
-    push_number(line, r.status);
-    line.push(b' ');
-    if r.bytes == 0 {
+}
+
+/// `status bytes` (`-` for no bytes), the part of a Common line known only at the end.
+fn push_response_part(line: &mut Vec<u8>, status: u16, bytes: u64) {
+    if (100..1000).contains(&status) {
+        // Every status hyper lets through has three digits.
+        let digit = |n: u16| b'0' + (n % 10) as u8;
+        line.extend_from_slice(&[digit(status / 100), digit(status / 10), digit(status), b' ']);
+    } else {
+        push_number(line, status);
+        line.push(b' ');
+    }
+    if bytes == 0 {
         line.push(b'-');
     } else {
-        push_number(line, r.bytes);
+        push_number(line, bytes);
     }
+}
+
+/// What Combined adds to Common: ` "referer" "user-agent"`.
+fn push_combined_part(line: &mut Vec<u8>, referer: Option<&[u8]>, user_agent: Option<&[u8]>) {
+    line.extend_from_slice(b" \"");
+    push_quoted(line, referer);
+    line.extend_from_slice(b"\" \"");
+    push_quoted(line, user_agent);
+    line.push(b'"');
 }
 
 /// `HTTP/1.1`, as `Version`'s `Debug` writes it.
@@ -664,15 +749,13 @@ fn push_target(line: &mut Vec<u8>, uri: &Uri) {
         (None, Some(authority)) => authority.as_str(),
         (None, None) => "/",
     };
-    let plain = |b: u8| b.is_ascii_graphic() && b != b'"' && b != b'\\';
-    // Nearly every target needs no escaping: one copy (the check is a fold rather than `all`
-    // so that the compiler can test many bytes at once).
-    if target.bytes().fold(true, |ok, b| ok & plain(b)) {
+    // Nearly every target needs no escaping: one copy.
+    if all_plain(target.as_bytes(), b'!') {
         line.extend_from_slice(target.as_bytes());
         return;
     }
     for b in target.bytes() {
-        if plain(b) {
+        if is_plain(b, b'!') {
             line.push(b);
         } else {
             line.extend_from_slice(&[
@@ -684,6 +767,41 @@ fn push_target(line: &mut Vec<u8>, uri: &Uri) {
     }
 }
 
+/// A byte a field may hold as it is: printable ASCII from `low` (a space is allowed in a quoted
+/// field, not in the target), but for the quote and the backslash.
+fn is_plain(b: u8, low: u8) -> bool {
+    (b >= low) & (b <= b'~') & (b != b'"') & (b != b'\\')
+}
+
+/// Whether every byte [`is_plain`], eight at a time in a `u64` (the last eight overlapping the
+/// ones before when the length is not a multiple of eight); a shorter field byte by byte.
+fn all_plain(bytes: &[u8], low: u8) -> bool {
+    let Some(last) = bytes.len().checked_sub(8) else {
+        return bytes.iter().all(|&b| is_plain(b, low));
+    };
+    let word = |eight: &[u8]| u64::from_le_bytes(eight.try_into().expect("8 bytes"));
+    let mut bad = not_plain_bytes(word(&bytes[last..]), low);
+    for eight in bytes.chunks_exact(8) {
+        bad |= not_plain_bytes(word(eight), low);
+    }
+    bad == 0
+}
+
+/// Not zero when a byte of `word` is not [`is_plain`]. Once no byte has its top bit set (the
+/// first term), each further term is exact, as carries and borrows between bytes start only
+/// at a byte that is out of range (the tests of Anderson's "Bit Twiddling Hacks").
+fn not_plain_bytes(word: u64, low: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const TOPS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & TOPS;
+    let above_ascii = word & TOPS;
+    let below_low = word.wrapping_sub(ONES * u64::from(low)) & TOPS;
+    let delete = word.wrapping_add(ONES) & TOPS;
+    let quote = has_zero(word ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(word ^ (ONES * u64::from(b'\\')));
+    above_ascii | below_low | delete | quote | backslash
+}
+
 /// A header value inside a quoted field, escaped as Apache does (`\"`, `\\`, `\xHH`);
 /// `-` when absent.
 fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
@@ -691,9 +809,8 @@ fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
         line.push(b'-');
         return;
     };
-    // Nearly every value needs no escaping: one copy (a fold, as in `push_target`).
-    let plain = |b: u8| matches!(b, b' '..=b'~') & (b != b'"') & (b != b'\\');
-    if value.iter().fold(true, |ok, &b| ok & plain(b)) {
+    // Nearly every value needs no escaping: one copy.
+    if all_plain(value, b' ') {
         line.extend_from_slice(value);
         return;
     }
@@ -972,15 +1089,48 @@ pub struct Pending {
     body: Option<Box<LoggedBody>>,
 }
 
-/// One line on its way: what the request head said, and its notes.
-struct Line {
-    log: Arc<AccessLog>,
-    /// Only JSON lines say what happened inside the proxy and when; for the other formats no
-    /// notes are taken and no clock is read but the date's.
-    notes: Option<Arc<Notes>>,
-    /// The line as far as the request head tells it; the rest is filled in where it lies
-    /// when the response ends.
-    record: Record,
+/// A Common or Combined line formatted when its request head arrived, but for the status and
+/// the byte count: `text[..split]` goes before them, `text[split..]` after. Kept with a spare
+/// body for its room.
+#[derive(Default)]
+struct HeadText {
+    text: Vec<u8>,
+    split: usize,
+}
+
+/// A head text longer than this (a long URL or user agent) is not kept for the next request.
+const MAX_KEPT_HEAD_TEXT: usize = 4096;
+
+impl HeadText {
+    /// Formats what the request head, which arrived at `time`, tells of a Common or Combined
+    /// line.
+    fn format<B>(
+        &mut self,
+        format: LogFormat,
+        time: SystemTime,
+        client: &HeaderValue,
+        req: &Request<B>,
+    ) {
+        let request = RequestTarget {
+            method: req.method(),
+            uri: req.uri(),
+            version: req.version(),
+        };
+        self.text.clear();
+        with_dates(|dates| {
+            push_request_part(&mut self.text, client.as_bytes(), dates.clf(time), request)
+        });
+        self.split = self.text.len();
+        if format == LogFormat::Combined {
+            let (_, referer, user_agent) = logged_headers(req.headers(), format);
+            let (referer, user_agent) = (
+                referer.map(HeaderValue::as_bytes),
+                user_agent.map(HeaderValue::as_bytes),
+            );
+            push_combined_part(&mut self.text, referer, user_agent);
+        }
+        self.text.push(b'\n');
+    }
 }
 
 impl Pending {
@@ -992,55 +1142,28 @@ impl Pending {
         req: &Request<B>,
     ) -> Option<Pending> {
         let log = log.filter(|log| log.sampled())?;
-        let json = log.format == LogFormat::Json;
-        let (notes, since_accept) = if json {
-            let start = Instant::now();
-            let since_accept = conn.peer.as_ref().map(|p| start - p.accepted);
-            (Some(Notes::fresh(start)), since_accept)
-        } else {
-            (None, None)
-        };
-        let (host, referer, user_agent) = logged_headers(req.headers(), log.format);
-        let record = Record {
-            time: SystemTime::now(),
-            client: client.clone(),
-            client_port: conn.peer.as_ref().map(|p| p.client.port()),
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            host,
-            referer,
-            user_agent,
-            status: 0,
-            bytes: 0,
-            completed: false,
-            class: None,
-            node: None,
-            decision: "switch",
-            cache_status: None,
-            timings: Timings {
-                since_accept,
-                ..Timings::default()
-            },
-        };
         let mut body = SPARE_BODIES
             .try_with(|spares| spares.borrow_mut().pop())
             .ok()
             .flatten()
             .unwrap_or_else(|| Box::new(LoggedBody::empty()));
-        body.line = Some(Line {
-            log: Arc::clone(log),
-            notes,
-            record,
-        });
+        // Set field by field: the body is large (a JSON record's room), and building it whole
+        // would copy all of it.
+        if log.format == LogFormat::Json {
+            let start = Instant::now();
+            body.record = Some(json_record(conn, client, req, start));
+            body.notes = Some(Notes::fresh(start));
+        } else {
+            body.head.format(log.format, SystemTime::now(), client, req);
+        }
+        body.log = Some(Arc::clone(log));
         Some(Pending { body: Some(body) })
     }
 
     /// The notes the handling of this request is to take (`None`: its line says nothing they
     /// would hold); run it with [`noting`].
     pub fn notes(&self) -> Option<&Arc<Notes>> {
-        let line = self.body.as_ref()?.line.as_ref()?;
-        line.notes.as_ref()
+        self.body.as_ref()?.notes.as_ref()
     }
 
     /// Wraps the response so that its line is written when its body ends.
@@ -1052,7 +1175,11 @@ impl Pending {
         logged.expected = body.size_hint().exact();
         logged.inner = body;
         logged.status = parts.status.as_u16();
-        logged.cache_status = parts.headers.get(&crate::caching::CACHE_STATUS).cloned();
+        // Only a JSON line says how the cache answered (a lookup of a field by a name that is
+        // not a standard one costs a hash).
+        if logged.record.is_some() {
+            logged.cache_status = parts.headers.get(&crate::caching::CACHE_STATUS).cloned();
+        }
         Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
     }
 }
@@ -1072,41 +1199,72 @@ impl Drop for Pending {
     }
 }
 
-impl Line {
-    /// Completes the line and logs it.
-    fn finish(
-        &mut self,
-        status: u16,
-        bytes: u64,
-        completed: bool,
-        cache_status: Option<HeaderValue>,
-    ) {
-        let record = &mut self.record;
-        record.status = status;
-        record.bytes = bytes;
-        record.completed = completed;
-        let mut decision = None;
-        if let Some(notes) = self.notes.take() {
-            record.timings.end = Some(notes.start.elapsed());
-            if let Ok(mut noted) = notes.noted.lock() {
-                let noted = std::mem::take(&mut *noted);
-                record.class = noted.class;
-                record.node = noted.node;
-                decision = noted.decision;
-                let t = &mut record.timings;
-                (t.dispatch, t.sent, t.connect, t.first_byte) =
-                    (noted.dispatch, noted.sent, noted.connect, noted.first_byte);
-            }
-            Notes::recycle(notes);
-        }
-        record.decision = decision.unwrap_or(match (&record.node, &cache_status) {
-            (Some(_), _) => "forward",
-            (None, Some(_)) => "cache",
-            (None, None) => "switch",
-        });
-        record.cache_status = cache_status;
-        self.log.log(record);
+/// A JSON line's record as far as the request head tells it.
+fn json_record<B>(
+    conn: &ConnState,
+    client: &HeaderValue,
+    req: &Request<B>,
+    start: Instant,
+) -> Record {
+    let since_accept = conn.peer.as_ref().map(|p| start - p.accepted);
+    let (host, referer, user_agent) = logged_headers(req.headers(), LogFormat::Json);
+    Record {
+        time: SystemTime::now(),
+        client: client.clone(),
+        client_port: conn.peer.as_ref().map(|p| p.client.port()),
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        host: host.cloned(),
+        referer: referer.cloned(),
+        user_agent: user_agent.cloned(),
+        status: 0,
+        bytes: 0,
+        completed: false,
+        class: None,
+        node: None,
+        decision: "switch",
+        cache_status: None,
+        timings: Timings {
+            since_accept,
+            ..Timings::default()
+        },
     }
+}
+
+/// How a response ended, as its line tells it.
+struct End {
+    status: u16,
+    bytes: u64,
+    completed: bool,
+    cache_status: Option<HeaderValue>,
+}
+
+/// Fills in what a JSON record learns when the response ends.
+fn complete_record(record: &mut Record, notes: Option<Arc<Notes>>, end: End) {
+    record.status = end.status;
+    record.bytes = end.bytes;
+    record.completed = end.completed;
+    let mut decision = None;
+    if let Some(notes) = notes {
+        record.timings.end = Some(notes.start.elapsed());
+        if let Ok(mut noted) = notes.noted.lock() {
+            let noted = std::mem::take(&mut *noted);
+            record.class = noted.class;
+            record.node = noted.node;
+            decision = noted.decision;
+            let t = &mut record.timings;
+            (t.dispatch, t.sent, t.connect, t.first_byte) =
+                (noted.dispatch, noted.sent, noted.connect, noted.first_byte);
+        }
+        Notes::recycle(notes);
+    }
+    record.decision = decision.unwrap_or(match (&record.node, &end.cache_status) {
+        (Some(_), _) => "forward",
+        (None, Some(_)) => "cache",
+        (None, None) => "switch",
+    });
+    record.cache_status = end.cache_status;
 }
 
 /// The request's `Host`, `Referer` and `User-Agent`, those the format writes (each a reference
@@ -1116,9 +1274,9 @@ fn logged_headers(
     headers: &http::HeaderMap,
     format: LogFormat,
 ) -> (
-    Option<HeaderValue>,
-    Option<HeaderValue>,
-    Option<HeaderValue>,
+    Option<&HeaderValue>,
+    Option<&HeaderValue>,
+    Option<&HeaderValue>,
 ) {
     let (mut host, mut referer, mut user_agent) = (None, None, None);
     if format == LogFormat::Common {
@@ -1136,7 +1294,7 @@ fn logged_headers(
             continue;
         };
         if slot.is_none() {
-            *slot = Some(value.clone());
+            *slot = Some(value);
         }
     }
     (host, referer, user_agent)
@@ -1152,7 +1310,16 @@ pub struct LoggedBody {
     bytes: u64,
     status: u16,
     cache_status: Option<HeaderValue>,
-    line: Option<Line>,
+    /// Where the line goes; `None` once it is written (or when the body is a spare).
+    log: Option<Arc<AccessLog>>,
+    /// Only JSON lines say what happened inside the proxy and when; for the other formats no
+    /// notes are taken and no clock is read but the date's.
+    notes: Option<Arc<Notes>>,
+    /// A Common or Combined line, formatted at the head (so that no header value is held).
+    head: HeadText,
+    /// A JSON line as far as the request head tells it; the rest is filled in where it lies
+    /// when the response ends.
+    record: Option<Record>,
 }
 
 thread_local! {
@@ -1171,14 +1338,28 @@ impl LoggedBody {
             bytes: 0,
             status: 0,
             cache_status: None,
-            line: None,
+            log: None,
+            notes: None,
+            head: HeadText::default(),
+            record: None,
         }
     }
 
     /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
     /// response's own body ends as it would have), and keeps the allocation for a later one.
+    /// Field by field, as [`Pending::begin`] fills it: the body is large.
     pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
-        *logged = LoggedBody::empty();
+        logged.finish(logged.completed());
+        logged.inner = ResponseBody::Full(None);
+        logged.expected = None;
+        logged.bytes = 0;
+        logged.status = 0;
+        logged.cache_status = None;
+        logged.notes = None;
+        logged.record = None;
+        if logged.head.text.capacity() > MAX_KEPT_HEAD_TEXT {
+            logged.head = HeadText::default();
+        }
         let _ = SPARE_BODIES.try_with(|spares| {
             let mut spares = spares.borrow_mut();
             if spares.len() < MAX_SPARE_NOTES {
@@ -1187,12 +1368,35 @@ impl LoggedBody {
         });
     }
 
+    /// Writes the line, unless it is written already: the head's text with the status and
+    /// byte count, or the JSON record with what the proxy noted.
     fn finish(&mut self, completed: bool) {
-        if let Some(line) = &mut self.line {
-            line.finish(self.status, self.bytes, completed, self.cache_status.take());
-            // Lets go of the head's values (hyper's read buffer) now, in place.
-            self.line = None;
+        let Some(log) = self.log.take() else {
+            return;
+        };
+        match &mut self.record {
+            None => {
+                let (request_part, rest) = self.head.text.split_at(self.head.split);
+                log.log_text(request_part, self.status, self.bytes, rest);
+            }
+            Some(record) => {
+                let end = End {
+                    status: self.status,
+                    bytes: self.bytes,
+                    completed,
+                    cache_status: self.cache_status.take(),
+                };
+                complete_record(record, self.notes.take(), end);
+                log.log(record);
+                // Lets go of the head's values (hyper's read buffer) now, in place.
+                self.record = None;
+            }
         }
+    }
+
+    /// Whether the whole body went out (or was empty).
+    fn completed(&self) -> bool {
+        self.inner.is_end_stream() || self.expected == Some(self.bytes)
     }
 
     pub fn poll_frame(
@@ -1227,8 +1431,7 @@ impl LoggedBody {
 
 impl Drop for LoggedBody {
     fn drop(&mut self) {
-        let completed = self.inner.is_end_stream() || self.expected == Some(self.bytes);
-        self.finish(completed);
+        self.finish(self.completed());
     }
 }
 
@@ -1304,20 +1507,99 @@ mod tests {
         headers.append(header::USER_AGENT, HeaderValue::from_static("second"));
         headers.insert(header::REFERER, HeaderValue::from_static("http://r/"));
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let text = |value: Option<&HeaderValue>| value.map(|v| v.to_str().unwrap().to_owned());
         let (host, referer, agent) = logged_headers(&headers, LogFormat::Combined);
         assert_eq!(
-            (host, referer.unwrap(), agent.unwrap()),
-            (None, "http://r/".parse().unwrap(), "first".parse().unwrap())
+            (text(host), text(referer), text(agent)),
+            (None, Some("http://r/".into()), Some("first".into()))
         );
         let (host, _, agent) = logged_headers(&headers, LogFormat::Json);
         assert_eq!(
-            (host.unwrap(), agent.unwrap()),
-            ("example.com".parse().unwrap(), "first".parse().unwrap())
+            (text(host), text(agent)),
+            (Some("example.com".into()), Some("first".into()))
         );
         assert_eq!(
             logged_headers(&headers, LogFormat::Common),
             (None, None, None)
         );
+    }
+
+    /// A line formatted at the head and completed at the end is the line `format_record` gives
+    /// for the same request and response.
+    #[test]
+    fn a_line_formatted_at_the_head_is_the_records_line() {
+        let odd_agent = HeaderValue::from_bytes(b"a\\b\tc\xe9 \"q\"").unwrap();
+        for format in [LogFormat::Common, LogFormat::Combined] {
+            for (target, agent, bytes) in [
+                ("/a%20b?x=1", Some(HeaderValue::from_static("curl/8")), 2326),
+                ("/caf\u{e9}?a={b}", Some(odd_agent.clone()), 0),
+                ("*", None, 17),
+            ] {
+                let mut r = record();
+                r.uri = Uri::try_from(target.as_bytes()).unwrap();
+                r.user_agent = agent.clone();
+                r.referer = Some(HeaderValue::from_static("http://x/"));
+                r.bytes = bytes;
+                let mut req = Request::builder().method(Method::GET).uri(r.uri.clone());
+                for (name, value) in [(header::REFERER, &r.referer), (header::USER_AGENT, &agent)] {
+                    if let Some(value) = value {
+                        req = req.header(name, value);
+                    }
+                }
+                let req = req.body(()).unwrap();
+                let mut head = HeadText::default();
+                head.format(format, r.time, &r.client, &req);
+                let mut whole = Vec::new();
+                format_record(&r, format, &mut DateCache::default(), &mut whole);
+                let mut joined = head.text[..head.split].to_vec();
+                push_response_part(&mut joined, r.status, r.bytes);
+                joined.extend_from_slice(&head.text[head.split..]);
+                assert_eq!(
+                    String::from_utf8_lossy(&joined),
+                    String::from_utf8_lossy(&whole),
+                    "{format:?} {target}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_response_part_is_status_then_bytes() {
+        for (status, bytes, text) in [
+            (100, 0, "100 -"),
+            (404, 9, "404 9"),
+            (499, 0, "499 -"),
+            (999, 12_345_678_901, "999 12345678901"),
+            (7, 1, "7 1"),
+        ] {
+            let mut line = Vec::new();
+            push_response_part(&mut line, status, bytes);
+            assert_eq!(String::from_utf8(line).unwrap(), text);
+        }
+    }
+
+    /// The block-wise check agrees with the byte-wise one for every byte at every place.
+    #[test]
+    fn the_fast_plain_check_is_the_byte_check() {
+        for low in [b' ', b'!'] {
+            for len in [1, 7, 8, 9, 15, 16, 17, 33] {
+                // Plain neighbours at the edges of the range, and beside the excluded bytes.
+                for around in [b'a', low, b'~', b'!', b'#', b'[', b']'] {
+                    for place in 0..len {
+                        for b in 0..=255u8 {
+                            let mut bytes = vec![around; len];
+                            bytes[place] = b;
+                            assert_eq!(
+                                all_plain(&bytes, low),
+                                is_plain(b, low),
+                                "{low} {around} {len} {place} {b}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(all_plain(b"", b' '));
     }
 
     #[test]

@@ -129,8 +129,8 @@ fn log_file(name: &str) -> PathBuf {
 }
 
 /// Allocations a logged request may add: none in steady state (its notes and the body wrapper
-/// that counts its bytes are reused; the writer reuses its buffers; a full 64 KiB buffer costs
-/// a new one per some hundred lines). Before lines were formatted on the workers it was 4
+/// that counts its bytes are reused; a full 64 KiB buffer is replaced by one the writer has
+/// written and given back). Before lines were formatted on the workers it was 4
 /// (Combined: two for the notes and the wrapper, two because the head values held for 20 ms
 /// made hyper allocate fresh read buffers) and 60 (JSON: a `serde_json::Value`).
 const ALLOWED_PER_LOGGED_REQUEST: f64 = 0.5;

@@ -272,9 +272,8 @@ pub struct AccessLog {
 }
 
 impl AccessLog {
-    /// Opens the file (so that a bad path fails at start) and starts the writer thread.
+    /// Starts the writer thread, which opens the file (a bad path fails here, at start).
     pub fn open(config: &AccessLogConfig) -> anyhow::Result<AccessLog> {
-        let sink = Sink::open(&config.path)?;
         let queue_limit = config.buffer.max(1) as u64;
         let chunk_lines = queue_limit.min(CHUNK_BYTES as u64);
         // A line is rarely longer than 512 bytes; the last one may pass the mark.
@@ -292,12 +291,28 @@ impl AccessLog {
         });
         // Each chunk holds a line at least, so `queue_limit` chunks bound the channel too.
         let (sender, receiver) = sync_channel(config.buffer.clamp(1, 1024));
+        let (opened_sender, opened) = sync_channel(1);
         let writer = {
             let shared = Arc::clone(&shared);
+            let path = config.path.clone();
             std::thread::Builder::new()
                 .name("capstan-access-log".into())
-                .spawn(move || Writer::new(sink, shared, chunk_capacity).run(&receiver))?
+                .spawn(move || {
+                    own_descriptor_table();
+                    match Sink::open(&path) {
+                        Ok(sink) => {
+                            let _ = opened_sender.send(Ok(()));
+                            Writer::new(sink, shared, chunk_capacity).run(&receiver);
+                        }
+                        Err(e) => {
+                            let _ = opened_sender.send(Err(e));
+                        }
+                    }
+                })?
         };
+        opened
+            .recv()
+            .map_err(|_| anyhow::anyhow!("access log: the writer thread did not start"))??;
         Ok(AccessLog {
             id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
             format: config.format,
@@ -424,6 +439,32 @@ impl Drop for AccessLog {
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
         }
+    }
+}
+
+/// Gives the writer thread a descriptor table of its own, holding only standard input, output
+/// and error, before it opens the log. The workers' table is then theirs alone: with a single
+/// worker, the kernel takes its faster path for a descriptor table nobody shares on each of
+/// the worker's socket calls (it costed about 1 % of a one-worker switch's CPU), and the writer
+/// holds no client or node socket open. Where the kernel lacks `close_range` (before 5.9) the
+/// table stays shared, which only costs that 1 %.
+fn own_descriptor_table() {
+    // SAFETY: `close_range` with `CLOSE_RANGE_UNSHARE` first gives this thread a private copy of
+    // the descriptor table, then closes descriptors 3 and up in that copy only: the process's
+    // table, which every other thread keeps using, is untouched, and nothing in this new thread
+    // owns any of the closed descriptors (it opens its log file afterwards).
+    let rc = unsafe {
+        libc::close_range(
+            3,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_UNSHARE as libc::c_int,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(
+            "access log: writer shares the descriptor table: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
@@ -1739,6 +1780,43 @@ mod tests {
 
     /// A thread that logs one line and then nothing reaches the file anyway: the writer takes
     /// its buffer at the next sweep.
+    /// The open descriptors of each of this process's threads, by thread name.
+    fn descriptors_by_thread() -> Vec<(String, Vec<(u32, std::path::PathBuf)>)> {
+        let mut threads = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap() {
+            let task = task.unwrap().path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
+            let Ok(entries) = std::fs::read_dir(task.join("fd")) else {
+                continue; // the thread has just exited
+            };
+            let fds = entries
+                .filter_map(|e| {
+                    let e = e.ok()?;
+                    let fd = e.file_name().to_str()?.parse().ok()?;
+                    Some((fd, std::fs::read_link(e.path()).ok()?))
+                })
+                .collect();
+            threads.push((name.trim().to_string(), fds));
+        }
+        threads
+    }
+
+    #[test]
+    fn the_writer_alone_holds_the_log_in_a_descriptor_table_of_its_own() {
+        let (path, _log) = temp_log("own-table.log", 16);
+        let path = path.canonicalize().unwrap();
+        let holders: Vec<_> = descriptors_by_thread()
+            .into_iter()
+            .filter(|(_, fds)| fds.iter().any(|(_, target)| *target == path))
+            .collect();
+        assert!(!holders.is_empty(), "no thread holds {}", path.display());
+        for (name, fds) in holders {
+            assert!(name.starts_with("capstan-access"), "{name} holds the log");
+            let others: Vec<_> = fds.iter().filter(|(fd, t)| *fd > 2 && *t != path).collect();
+            assert!(others.is_empty(), "the writer holds more: {others:?}");
+        }
+    }
+
     #[test]
     fn a_buffer_not_full_reaches_the_file_while_the_log_runs() {
         let (path, log) = temp_log("quiet.log", 16_384);

@@ -31,15 +31,7 @@ THREADS=${THREADS:-1}
 CONNECTIONS=${CONNECTIONS:-50}
 OUT=${OUT:-${CARGO_TARGET_DIR:-target}/bench-access-log}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need wrk; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
-  else
-    echo "needs nginx and wrk (apt-get install nginx wrk)" >&2
-    exit 1
-  fi
-fi
+need_packages nginx wrk
 
 capstan=$(capstan_binary)
 mkdir -p "$OUT"

@@ -66,6 +66,19 @@ nginx_proxy_location() {
   echo 'location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection ""; }'
 }
 
+# Makes sure the named commands exist (each a Debian package of that name): as root, installs
+# the missing ones with apt-get; otherwise says what to install and exits the script.
+need_packages() {
+  local missing=() tool
+  for tool in "$@"; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  [ "${#missing[@]}" = 0 ] && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "needs ${missing[*]} (apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 # The capstan binary to measure: $CAPSTAN when set (another build, or to skip the build),
 # otherwise this tree's release build, built now (cargo's output to stderr).
 capstan_binary() {

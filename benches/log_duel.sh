@@ -27,15 +27,7 @@ CONNECTIONS=${CONNECTIONS:-50}
 PAIRS=${PAIRS:-"off:off-b off:combined combined:off"}
 OUT=${OUT:-${CARGO_TARGET_DIR:-target}/bench-log-duel}
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need nginx || ! need wrk; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx wrk >/dev/null
-  else
-    echo "needs nginx and wrk (apt-get install nginx wrk)" >&2
-    exit 1
-  fi
-fi
+need_packages nginx wrk
 cpus=$(nproc)
 if [ "$cpus" -lt 2 ]; then
   echo "needs 2 CPUs at least (the switches on one, the load on the others)" >&2

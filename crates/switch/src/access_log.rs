@@ -445,9 +445,10 @@ impl Drop for AccessLog {
 /// Gives the writer thread a descriptor table of its own, holding only standard input, output
 /// and error, before it opens the log. The workers' table is then theirs alone: with a single
 /// worker, the kernel takes its faster path for a descriptor table nobody shares on each of
-/// the worker's socket calls (it costed about 1 % of a one-worker switch's CPU), and the writer
-/// holds no client or node socket open. Where the kernel lacks `close_range` (before 5.9) the
-/// table stays shared, which only costs that 1 %.
+/// the worker's socket calls (a second thread, even an idle one, cost a one-worker switch about
+/// 1 % of its CPU, this in part; BENCHMARKS.md), and the writer holds no client or node socket
+/// open. Where the kernel lacks `close_range` (before 5.9) the table stays shared, which costs
+/// only that.
 fn own_descriptor_table() {
     // SAFETY: `close_range` with `CLOSE_RANGE_UNSHARE` first gives this thread a private copy of
     // the descriptor table, then closes descriptors 3 and up in that copy only: the process's
@@ -705,7 +706,8 @@ fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
         uri: &r.uri,
         version: r.version,
     };
-    push_request_part(line, r.client.as_bytes(), dates.clf(r.time), target);
+    push_quoted(line, Some(r.client.as_bytes()));
+    push_request_part(line, dates.clf(r.time), target);
     push_response_part(line, r.status, r.bytes);
 }
 
@@ -717,14 +719,8 @@ struct RequestTarget<'a> {
     version: Version,
 }
 
-/// A Common line up to its status: `client - - [date] "method target version" `. The client is
-/// an IP address the switch wrote (from the socket or a PROXY header): nothing to escape.
-fn push_request_part(line: &mut Vec<u8>, client: &[u8], date: &[u8], request: RequestTarget) {
-    debug_assert!(
-        all_plain(client, b'!'),
-        "a client address needs no escaping"
-    );
-    line.extend_from_slice(client);
+/// A Common line from after the client to its status: ` - - [date] "method target version" `.
+fn push_request_part(line: &mut Vec<u8>, date: &[u8], request: RequestTarget) {
     line.extend_from_slice(b" - - [");
     line.extend_from_slice(date);
     line.extend_from_slice(b"] \"");
@@ -1158,9 +1154,11 @@ impl HeadText {
             version: req.version(),
         };
         self.text.clear();
-        with_dates(|dates| {
-            push_request_part(&mut self.text, client.as_bytes(), dates.clf(time), request)
-        });
+        // The client is the address the switch wrote itself (from the socket or a PROXY
+        // header), so it needs no escaping check, which a `Record`'s client gets.
+        debug_assert!(all_plain(client.as_bytes(), b'!'), "{client:?}");
+        self.text.extend_from_slice(client.as_bytes());
+        with_dates(|dates| push_request_part(&mut self.text, dates.clf(time), request));
         self.split = self.text.len();
         if format == LogFormat::Combined {
             let (_, referer, user_agent) = logged_headers(req.headers(), format);

@@ -701,34 +701,27 @@ pub fn format_record(
 }
 
 fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
-    let target = RequestTarget {
-        method: &r.method,
-        uri: &r.uri,
-        version: r.version,
-    };
     push_quoted(line, Some(r.client.as_bytes()));
-    push_request_part(line, dates.clf(r.time), target);
+    push_request_part(line, dates.clf(r.time), &r.method, &r.uri, r.version);
     push_response_part(line, r.status, r.bytes);
 }
 
-/// What a Common line says of the request line.
-#[derive(Clone, Copy)]
-struct RequestTarget<'a> {
-    method: &'a Method,
-    uri: &'a Uri,
-    version: Version,
-}
-
 /// A Common line from after the client to its status: ` - - [date] "method target version" `.
-fn push_request_part(line: &mut Vec<u8>, date: &[u8], request: RequestTarget) {
+fn push_request_part(
+    line: &mut Vec<u8>,
+    date: &[u8],
+    method: &Method,
+    uri: &Uri,
+    version: Version,
+) {
     line.extend_from_slice(b" - - [");
     line.extend_from_slice(date);
     line.extend_from_slice(b"] \"");
-    line.extend_from_slice(request.method.as_str().as_bytes());
+    line.extend_from_slice(method.as_str().as_bytes());
     line.push(b' ');
-    push_target(line, request.uri);
+    push_target(line, uri);
     line.push(b' ');
-    line.extend_from_slice(version_name(request.version));
+    line.extend_from_slice(version_name(version));
     line.extend_from_slice(b"\" ");
 }
 
@@ -1148,17 +1141,15 @@ impl HeadText {
         client: &HeaderValue,
         req: &Request<B>,
     ) {
-        let request = RequestTarget {
-            method: req.method(),
-            uri: req.uri(),
-            version: req.version(),
-        };
         self.text.clear();
         // The client is the address the switch wrote itself (from the socket or a PROXY
         // header), so it needs no escaping check, which a `Record`'s client gets.
         debug_assert!(all_plain(client.as_bytes(), b'!'), "{client:?}");
         self.text.extend_from_slice(client.as_bytes());
-        with_dates(|dates| push_request_part(&mut self.text, dates.clf(time), request));
+        with_dates(|dates| {
+            let date = dates.clf(time);
+            push_request_part(&mut self.text, date, req.method(), req.uri(), req.version())
+        });
         self.split = self.text.len();
         if format == LogFormat::Combined {
             let (_, referer, user_agent) = logged_headers(req.headers(), format);
@@ -1448,7 +1439,7 @@ impl LoggedBody {
                 if let Some(data) = frame.data_ref() {
                     self.bytes += data.len() as u64;
                 }
-                if self.inner.is_end_stream() || self.expected == Some(self.bytes) {
+                if self.completed() {
                     self.finish(true);
                 }
             }

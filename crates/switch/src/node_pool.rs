@@ -250,10 +250,9 @@ pub(crate) async fn send_bodiless(
     send_h1(pool_for(cluster), target, pool_key(target), head, method).await
 }
 
-/// [`send_bodiless`] on a connection the switch drives itself. A
-/// request a reused connection could not take (the node had closed it: the write failed, or
-/// it closed without a byte of answer) goes once more on a new connection, if its method is
-/// idempotent.
+/// [`send_bodiless`] on a connection the switch drives itself. A request a reused connection
+/// could not take (the node had closed it: the write failed, or it closed without a byte of
+/// answer) goes once more on a new connection, if its method is idempotent.
 async fn send_h1(
     pool: Arc<Pool>,
     target: &Uri,

@@ -235,12 +235,6 @@ async fn a_listener_can_have_its_own_per_client_limit() {
     assert_eq!(listener_field(&status, 1, "rejected_per_client"), 1);
 }
 
-/// A port free now, for a listener that must be named in the configuration.
-fn free_port() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap()
-}
-
 /// A request behind a PROXY v1 line naming `client` as the source.
 async fn proxied(to: SocketAddr, client: &str, close: bool) -> (TcpStream, String) {
     let mut stream = TcpStream::connect(to).await.unwrap();
@@ -257,7 +251,9 @@ async fn proxied(to: SocketAddr, client: &str, close: bool) -> (TcpStream, Strin
 #[tokio::test]
 async fn behind_a_trusted_balancer_the_limit_counts_the_declared_client() {
     let a = Backend::start("a").await;
-    let listen = free_port();
+    // Held for the switch: its listener binds there with address reuse.
+    let reserved = DeadAddr::new();
+    let listen = reserved.addr();
     let text = format!(
         "listen = [\"{listen}\"]\nadmin = \"127.0.0.1:0\"\n\
          [limits]\nmax_connections_per_client = 1\n\

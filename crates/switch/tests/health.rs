@@ -12,12 +12,6 @@ use bytes::Bytes;
 use common::*;
 use hyper::{Request, StatusCode};
 
-/// An address nothing listens on.
-fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
 /// Checks often enough for a short test, with room for a busy machine: three slow answers in
 /// a row would be needed to take a healthy node out.
 const CHECKS: &str = "[health]\ncheck_path = \"/_check\"\ncheck_interval = \"200ms\"\n\
@@ -26,10 +20,10 @@ const CHECKS: &str = "[health]\ncheck_path = \"/_check\"\ncheck_interval = \"200
 #[tokio::test]
 async fn failing_checks_take_a_node_out_and_passing_ones_bring_it_back() {
     let nodes = cluster(3).await;
+    let dead_addr = DeadAddr::new();
     let mut text = config_for(&refs(&nodes), CHECKS);
     text.push_str(&format!(
-        "[[node]]\nname = \"dead\"\naddress = \"{}\"\n",
-        closed_port()
+        "[[node]]\nname = \"dead\"\naddress = \"{dead_addr}\"\n"
     ));
     let sw = start_switch(&text).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());

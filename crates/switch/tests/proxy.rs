@@ -193,7 +193,7 @@ async fn backed_off_node_returns_after_the_backoff() {
         status_json(sw.admin_addr.unwrap()).await["nodes"][1]["available"],
         false
     );
-    let _revived = Backend::start_on(dead_addr, "b").await;
+    let _revived = Backend::start_on(dead_addr.addr(), "b").await;
     wait_for_status(sw.admin_addr.unwrap(), "b's back-off to end", |s| {
         s["nodes"][1]["available"] == true
     })

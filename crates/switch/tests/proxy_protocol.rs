@@ -121,12 +121,6 @@ async fn a_node_gets_a_v1_line_when_asked() {
     assert_eq!(&header, b"PROXY ");
 }
 
-/// A port free now, for a listener that must be named in the configuration.
-fn free_port() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap()
-}
-
 fn log_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("capstan-proxy-proto-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -147,7 +141,9 @@ fn accepting_config(listen: SocketAddr, node: SocketAddr, trusted: &str, log: &P
 #[tokio::test]
 async fn a_trusted_balancers_v1_and_v2_headers_name_the_client() {
     let a = Backend::start("a").await;
-    let listen = free_port();
+    // Held for the switch: its listener binds there with address reuse.
+    let reserved = DeadAddr::new();
+    let listen = reserved.addr();
     let log = log_path("trusted.log");
     let sw = start_switch(&accepting_config(listen, a.addr, "\"127.0.0.0/8\"", &log)).await;
     let v1 = raw_exchange(
@@ -196,7 +192,9 @@ async fn rejected(admin: SocketAddr, reason: &str) -> String {
 #[tokio::test]
 async fn untrusted_senders_and_malformed_headers_are_closed_and_counted() {
     let a = Backend::start("a").await;
-    let listen = free_port();
+    // Held for the switch: its listener binds there with address reuse.
+    let reserved = DeadAddr::new();
+    let listen = reserved.addr();
     let log = log_path("untrusted.log");
     let sw = start_switch(&accepting_config(listen, a.addr, "\"10.0.0.0/8\"", &log)).await;
     let admin = sw.admin_addr.unwrap();
@@ -209,7 +207,9 @@ async fn untrusted_senders_and_malformed_headers_are_closed_and_counted() {
     assert_eq!(rejected(admin, "untrusted").await, "1");
     assert_eq!(a.hits(), 0);
 
-    let listen = free_port();
+    // Held for the switch: its listener binds there with address reuse.
+    let reserved = DeadAddr::new();
+    let listen = reserved.addr();
     let log = log_path("malformed.log");
     let sw = start_switch(&accepting_config(listen, a.addr, "\"127.0.0.1\"", &log)).await;
     let admin = sw.admin_addr.unwrap();

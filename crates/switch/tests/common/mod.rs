@@ -339,20 +339,68 @@ pub async fn send(addr: SocketAddr, builder: hyper::http::request::Builder, body
     }
 }
 
-/// Stops `backend` and returns its address once nothing accepts connections there any more
-/// (polled, 10 s at most).
-pub async fn stop(backend: Backend) -> SocketAddr {
+/// A loopback address that refuses connections for as long as this lives: a socket bound to
+/// it that never listens. A port merely closed is soon handed out again, to the next
+/// `bind(0)` of a test running beside this one or of the switch under test itself (which then
+/// forwards to its own listener, in a loop that ends in 503s); the kernel gives a port that is
+/// bound to neither `bind(0)` nor a connection's source port. A listener that allows address
+/// reuse still may listen there (a back-end revived with [`Backend::start_on`], or a switch
+/// whose configuration names the port), so it also reserves a port for one.
+pub struct DeadAddr {
+    addr: SocketAddr,
+    _holder: socket2::Socket,
+}
+
+impl DeadAddr {
+    /// A fresh port on 127.0.0.1 that nothing listens on.
+    pub fn new() -> DeadAddr {
+        Self::hold("127.0.0.1:0".parse().unwrap()).expect("a loopback port can be bound")
+    }
+
+    /// Binds `addr` without listening; fails while something still listens there.
+    fn hold(addr: SocketAddr) -> std::io::Result<DeadAddr> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            None,
+        )?;
+        // The stopped back-end's closed connections may linger in TIME_WAIT on the port.
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())?;
+        let addr = socket.local_addr()?.as_socket().expect("an IP address");
+        Ok(DeadAddr {
+            addr,
+            _holder: socket,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl std::fmt::Display for DeadAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.addr.fmt(f)
+    }
+}
+
+/// Stops `backend` and holds its address dead (polled until its listener has closed, 10 s at
+/// most).
+pub async fn stop(backend: Backend) -> DeadAddr {
     let addr = backend.addr;
     drop(backend);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while tokio::net::TcpStream::connect(addr).await.is_ok() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{addr} still accepts connections"
-        );
+    loop {
+        match DeadAddr::hold(addr) {
+            Ok(dead) => return dead,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "{addr} is still listened on: {e}"
+            ),
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    addr
 }
 
 /// Counts of answers per node for the given paths, requested one after another.

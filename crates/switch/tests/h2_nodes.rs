@@ -746,10 +746,7 @@ async fn a_reload_switches_a_node_to_h2() {
 /// (as for HTTP/1.1 nodes), or, with none left, gets a 502 naming the cause.
 #[tokio::test]
 async fn a_refused_h2_connection_is_retried_elsewhere_or_a_502() {
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
+    let closed = DeadAddr::new();
     let (addr, _node) = h2_node(None).await;
     let sw = start_switch(&format!(
         "listen = [\"127.0.0.1:0\"]\n[policy]\nname = \"round-robin\"\n\

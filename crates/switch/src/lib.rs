@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod connection_limits;
 pub mod cork;
+pub mod forwarding_loop;
 pub mod gather;
 pub mod h2_nodes;
 pub mod health;

@@ -238,7 +238,8 @@ pub fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody>
     resp
 }
 
-/// Why a request is refused before it reaches any node.
+/// Why a request is refused before it reaches any node: a limit it exceeds, or a forwarding
+/// loop it has gone round ([`crate::forwarding_loop`]).
 fn check_limits(req: &Request<Incoming>, config: &Config) -> Option<Response<ResponseBody>> {
     let limits = &config.limits;
     let target_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
@@ -262,10 +263,11 @@ fn check_limits(req: &Request<Incoming>, config: &Config) -> Option<Response<Res
             ),
         ));
     }
-    let header_bytes: usize = headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
+    let (mut header_bytes, mut has_via) = (0, false);
+    for (name, value) in headers {
+        header_bytes += name.as_str().len() + value.len() + 4;
+        has_via |= name == header::VIA;
+    }
     if header_bytes > limits.max_header_bytes {
         return Some(error_response(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -274,6 +276,11 @@ fn check_limits(req: &Request<Incoming>, config: &Config) -> Option<Response<Res
                 limits.max_header_bytes
             ),
         ));
+    }
+    if has_via {
+        if let Some(looped) = crate::forwarding_loop::check(headers) {
+            return Some(looped);
+        }
     }
     if limits.max_body_bytes > 0 {
         if let Some(len) = declared_length(headers) {

@@ -173,6 +173,47 @@ async fn single_dead_node_gives_502_then_503_once_backed_off() {
     assert_eq!(status["nodes"][0]["available"], false);
 }
 
+/// A node whose address is the switch's own listener: the request goes round until the `Via`
+/// hop limit, and the client gets 508 naming the loop (not a 503 once a queue timed out); every
+/// switch on the way back added its `Via`.
+#[tokio::test]
+async fn a_node_that_leads_back_to_the_switch_gets_508_loop_detected() {
+    let reserved = DeadAddr::new();
+    let listen = reserved.addr();
+    let sw = start_switch(&format!(
+        "listen = [\"{listen}\"]\n[[node]]\nname = \"itself\"\naddress = \"{listen}\"\n"
+    ))
+    .await;
+    let ans = get(sw.listen_addrs[0], "/").await;
+    assert_eq!(ans.status, StatusCode::LOOP_DETECTED, "{}", ans.text());
+    assert!(ans.text().contains("forwarding loop"), "{}", ans.text());
+    assert_eq!(
+        capstan_switch::forwarding_loop::capstan_hops(&ans.headers),
+        capstan_switch::forwarding_loop::MAX_HOPS,
+        "{:?}",
+        ans.headers
+    );
+}
+
+/// Switches in a chain are not a loop: each adds its `Via`, and the request gets through.
+#[tokio::test]
+async fn chained_switches_are_not_a_loop() {
+    let b = Backend::start("b").await;
+    let inner = start_switch(&config_for(&[&b], "")).await;
+    let outer = start_switch(&format!(
+        "listen = [\"127.0.0.1:0\"]\n[[node]]\nname = \"inner\"\naddress = \"{}\"\n",
+        inner.listen_addrs[0]
+    ))
+    .await;
+    let ans = get(outer.listen_addrs[0], "/headers").await;
+    assert_eq!(ans.status, StatusCode::OK, "{}", ans.text());
+    assert!(
+        ans.text().contains("via: 1.1 capstan, 1.1 capstan\n"),
+        "{}",
+        ans.text()
+    );
+}
+
 #[tokio::test]
 async fn backed_off_node_returns_after_the_backoff() {
     let a = Backend::start("a").await;

@@ -155,7 +155,7 @@ fn check_only(args: &ServeArgs, config: &Config) -> anyhow::Result<()> {
                 .with_context(|| format!("access_log.path: cannot open {}", log.path))?;
         }
     }
-    if let Some(warning) = config.admin_exposure_warning() {
+    for warning in config.warnings() {
         eprintln!("warning: {warning}");
     }
     match &args.config {

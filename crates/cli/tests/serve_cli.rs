@@ -443,6 +443,33 @@ fn token_file(name: &str, token: &str) -> std::path::PathBuf {
     path
 }
 
+/// A node at the switch's own listener (a forwarding loop) is called out; one elsewhere is not.
+#[test]
+fn a_node_at_the_switchs_own_listener_is_warned_about() {
+    let out = run(&[
+        "serve",
+        "--dry-run",
+        "--listen",
+        "0.0.0.0:8080",
+        "--node",
+        "127.0.0.1:8080",
+        "--node",
+        "127.0.0.1:8081",
+    ]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let warnings: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stdout}");
+    assert!(
+        warnings[0]
+            .contains("its address 127.0.0.1:8080 is this switch's own listener 0.0.0.0:8080"),
+        "{stdout}"
+    );
+}
+
 /// An admin address beyond loopback without a token is called out; with one it is not.
 #[test]
 fn an_exposed_admin_without_a_token_is_warned_about() {

@@ -798,6 +798,14 @@ impl Config {
         Ok(())
     }
 
+    /// Settings that work but are likely mistakes: `capstan check` prints them, the switch
+    /// logs them when it starts and on every reload.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.admin_exposure_warning().into_iter().collect();
+        all.extend(self.self_addressed_node_warnings());
+        all
+    }
+
     pub fn classifier(&self) -> Result<Classifier, ClassifierError> {
         Classifier::new(&self.classes, &self.rules, &self.default_class)
     }
@@ -888,6 +896,9 @@ impl Config {
                 };
                 let _ = writeln!(out, "  {:<16} protocol h2: {how}", "");
             }
+        }
+        for warning in self.self_addressed_node_warnings() {
+            let _ = writeln!(out, "warning   {warning}");
         }
         let _ = writeln!(
             out,

@@ -11,12 +11,17 @@
 //! configure, and switches may still be chained (no real deployment stacks eight).
 //!
 //! The check costs nothing on a request without `Via`: [`crate::proxy`] notes whether the
-//! field is present in the pass over the header fields its limits make anyway.
+//! field is present in the pass over the header fields its limits make anyway. The plainest
+//! case, a node at one of the switch's own listeners, is also found in the configuration
+//! ([`Config::self_addressed_node_warnings`]): `capstan check` prints it, the switch logs it.
+
+use std::net::SocketAddr;
 
 use http::header::{self, HeaderMap};
 use http::{Response, StatusCode};
 
 use crate::body::ResponseBody;
+use crate::config::Config;
 use crate::proxy::error_response;
 
 /// Capstan hops in `Via` at which a request is taken for a loop.
@@ -55,6 +60,41 @@ fn received_by(entry: &[u8]) -> Option<&[u8]> {
         .nth(1)
 }
 
+impl Config {
+    /// One line per node whose address is one of this switch's own listeners: every request
+    /// sent there would come back (and be answered 508).
+    pub fn self_addressed_node_warnings(&self) -> Vec<String> {
+        let listeners: Vec<SocketAddr> = self
+            .listen
+            .iter()
+            .copied()
+            .chain(self.listeners.iter().map(|l| l.address))
+            .collect();
+        self.nodes
+            .iter()
+            .filter_map(|node| {
+                let listener = listeners.iter().find(|l| reaches(node.address, **l))?;
+                Some(format!(
+                    "node {}: its address {} is this switch's own listener {listener}: \
+                     every request sent there would come back (answered 508 Loop Detected)",
+                    node.name, node.address
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Whether connecting to `node` reaches `listener` on this host: the same address, or the
+/// same port on a loopback or unspecified address while the listener takes every address.
+fn reaches(node: SocketAddr, listener: SocketAddr) -> bool {
+    if node.port() != listener.port() {
+        return false;
+    }
+    let local = |ip: std::net::IpAddr| ip.to_canonical().is_loopback() || ip.is_unspecified();
+    node.ip().to_canonical() == listener.ip().to_canonical()
+        || (listener.ip().is_unspecified() && local(node.ip()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +125,19 @@ mod tests {
     fn other_proxies_and_look_alikes_are_not_counted() {
         let headers = via(&["1.1 capstan-edge, 1.1 squid (capstan), capstan, 1.1 Capstan"]);
         assert_eq!(capstan_hops(&headers), 0);
+    }
+
+    #[test]
+    fn a_node_at_one_of_the_listeners_is_found() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(reaches(at("127.0.0.1:80"), at("127.0.0.1:80")));
+        assert!(reaches(at("127.0.0.1:80"), at("0.0.0.0:80")));
+        assert!(reaches(at("[::1]:80"), at("[::]:80")));
+        assert!(reaches(at("[::ffff:127.0.0.1]:80"), at("127.0.0.1:80")));
+        assert!(!reaches(at("127.0.0.1:81"), at("127.0.0.1:80")));
+        assert!(!reaches(at("127.0.0.2:80"), at("127.0.0.1:80")));
+        // Another host's port 80 is not this switch, whatever the switch listens on.
+        assert!(!reaches(at("10.0.0.5:80"), at("0.0.0.0:80")));
     }
 
     #[test]

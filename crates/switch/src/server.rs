@@ -67,7 +67,7 @@ impl Switch {
             .await
             .map_err(|e| format!("reload failed: {e}"))?;
         let config = loaded.map_err(|e| e.to_string())?;
-        if let Some(warning) = config.admin_exposure_warning() {
+        for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
         let mut note = String::new();
@@ -439,7 +439,7 @@ impl Switch {
     /// A switch for a validated configuration, not yet serving.
     pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
         config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-        if let Some(warning) = config.admin_exposure_warning() {
+        for warning in config.warnings() {
             tracing::warn!("{warning}");
         }
         let max_connections = config.limits.max_connections;

@@ -489,6 +489,75 @@ async fn concurrent_misses_make_one_node_request() {
     assert_eq!(collapsed, 99);
 }
 
+/// A response the cache may not store is the request's own: requests that joined its fill
+/// while it was in flight do not get it, but ask the node themselves.
+#[tokio::test]
+async fn a_response_the_cache_may_not_store_is_not_shared_with_coalesced_requests() {
+    let origin = Origin::start().await;
+    for (path, cache_control) in [
+        ("/private", "private, max-age=60"),
+        ("/nostore", "no-store"),
+    ] {
+        let mut held = Script::ok("for one client", &[("cache-control", cache_control)]);
+        held.hold = true;
+        origin.script(path, held);
+    }
+    let sw = switch_with_cache(&origin, "").await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let mut joined = 0;
+    for path in ["/private", "/nostore"] {
+        let tasks: Vec<_> = (0..5)
+            .map(|_| tokio::spawn(async move { get(addr, path).await }))
+            .collect();
+        joined += 4;
+        let poll = Poll::new("4 requests to join the fill");
+        while status_json(admin).await["cache"]["coalesced"] != joined {
+            poll.next().await;
+        }
+        origin.release();
+        for t in tasks {
+            let a = t.await.unwrap();
+            assert_eq!(a.status, StatusCode::OK, "{path}");
+            assert!(
+                !cache_status(&a).contains("collapsed"),
+                "{path}: {}",
+                cache_status(&a)
+            );
+        }
+        assert_eq!(origin.hits(path), 5, "{path}: every request asked the node");
+    }
+}
+
+/// A request with `Authorization` never takes the response of another request's fill.
+#[tokio::test]
+async fn a_request_with_credentials_does_not_join_another_requests_fill() {
+    let origin = Origin::start().await;
+    let mut held = Script::ok("shared", &[("cache-control", "max-age=60")]);
+    held.hold = true;
+    origin.script("/page", held);
+    let sw = switch_with_cache(&origin, "").await;
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    let anonymous = tokio::spawn(async move { get(addr, "/page").await });
+    origin.wait_hits("/page", 1).await;
+    let authorized =
+        tokio::spawn(
+            async move { get_with(addr, "/page", &[("authorization", "Bearer t")]).await },
+        );
+    // It went to the node itself (which holds it like the first) rather than joining.
+    origin.wait_hits("/page", 2).await;
+    assert_eq!(status_json(admin).await["cache"]["coalesced"], 0);
+    origin.release();
+    for t in [anonymous, authorized] {
+        let a = t.await.unwrap();
+        assert_eq!(a.text(), "shared");
+        assert!(
+            !cache_status(&a).contains("collapsed"),
+            "{}",
+            cache_status(&a)
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_waiter_gets_bytes_before_the_node_has_finished_sending() {
     let origin = Origin::start().await;

@@ -30,14 +30,28 @@ pub const PASS_WINDOW: u64 = 1 << 20;
 /// What the fill turned out to carry, for each reader's `Cache-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FillOutcome {
-    /// The node's response, stored (or being stored) when `stored`.
-    Fetched { stored: bool },
+    /// The node's response, stored (or being stored) when `stored`. Only a `shareable` one
+    /// (RFC 9111 lets a shared cache store it; it may be too large to) goes to the readers that
+    /// joined the fill: a response the cache may not store — `private`, `no-store`, to a
+    /// request with `Authorization` — is the leader's alone, and the others ask the node
+    /// themselves (as Varnish's waiting list does with an uncacheable object).
+    Fetched { stored: bool, shareable: bool },
     /// A stale entry the node confirmed with `304 Not Modified`.
     Revalidated,
     /// A stale entry served because the node failed (`stale-if-error`).
     StaleOnError,
     /// The switch's own error (no node answered).
     Error,
+}
+
+impl FillOutcome {
+    /// Whether a reader other than the one that started the fill may take this response.
+    pub fn shareable(self) -> bool {
+        match self {
+            FillOutcome::Fetched { shareable, .. } => shareable,
+            FillOutcome::Revalidated | FillOutcome::StaleOnError | FillOutcome::Error => true,
+        }
+    }
 }
 
 /// The response head every reader starts from.
@@ -328,7 +342,10 @@ mod tests {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
             vary: None,
-            outcome: FillOutcome::Fetched { stored: false },
+            outcome: FillOutcome::Fetched {
+                stored: false,
+                shareable: true,
+            },
             ttl: None,
         }
     }

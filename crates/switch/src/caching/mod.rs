@@ -448,7 +448,10 @@ async fn through_fill(
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     let fill_key = key.fill_key();
-    let joined = cfg.coalesce.then(|| {
+    // A request with credentials takes no one else's response (RFC 9111 §3.5: what a shared
+    // cache may give it is decided against a stored response, which a fill is not yet).
+    let may_join = cfg.coalesce && !parts.headers.contains_key(header::AUTHORIZATION);
+    let joined = may_join.then(|| {
         let fills = layer.fills();
         fills
             .get(&fill_key)
@@ -494,7 +497,7 @@ async fn through_fill(
 
 fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
     match head.outcome {
-        FillOutcome::Fetched { stored } => {
+        FillOutcome::Fetched { stored, .. } => {
             let mut s = CacheStatus::forward(fwd_kind, stored, false, None);
             s.fwd_status = Some(head.status.as_u16());
             s.ttl = head.ttl;
@@ -525,6 +528,19 @@ async fn follow(
         drop(reader);
         return pass(forward, parts, peer, fwd_kind, Some("coalesce-timeout")).await;
     };
+    if !head.outcome.shareable() {
+        drop(reader);
+        bump(
+            &forward
+                .switch
+                .cache
+                .as_ref()
+                .expect("cached")
+                .counters
+                .passes,
+        );
+        return pass(forward, parts, peer, fwd_kind, Some("uncachable")).await;
+    }
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
         rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
     });
@@ -823,8 +839,8 @@ async fn stream_and_store(
         rules,
     );
     let vary = rfc::vary_key(&parts.headers, client_headers);
-    let mut storing =
-        verdict.is_ok() && vary.is_some() && declared.is_none_or(|len| len <= cfg.max_object.0);
+    let shareable = verdict.is_ok() && vary.is_some();
+    let mut storing = shareable && declared.is_none_or(|len| len <= cfg.max_object.0);
     if !storing {
         bump(&layer.counters.uncachable);
     }
@@ -840,7 +856,10 @@ async fn stream_and_store(
             status: parts.status,
             headers: parts.headers.clone(),
             vary: vary.clone(),
-            outcome: FillOutcome::Fetched { stored: storing },
+            outcome: FillOutcome::Fetched {
+                stored: storing,
+                shareable,
+            },
             ttl: storing.then(|| ttl_of(&times, response_time)),
         },
         storing,

@@ -530,15 +530,8 @@ async fn follow(
     };
     if !head.outcome.shareable() {
         drop(reader);
-        bump(
-            &forward
-                .switch
-                .cache
-                .as_ref()
-                .expect("cached")
-                .counters
-                .passes,
-        );
+        let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+        bump(&layer.counters.passes);
         return pass(forward, parts, peer, fwd_kind, Some("uncachable")).await;
     }
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {

@@ -1006,7 +1006,10 @@ impl Forward {
         };
         let up_req = self.upstream_request(node, attempt_headers, body);
         crate::access_log::note_sent();
-        tokio::time::timeout(wait, send_upstream(cluster, node, up_req)).await
+        // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
+        // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
+        // moved into hyper's box per request) for the rarer case.
+        tokio::time::timeout(wait, Box::pin(send_upstream(cluster, node, up_req))).await
     }
 
     /// The URI the request has at `node`, which says where to connect. With PROXY protocol to

@@ -342,8 +342,8 @@ pub async fn send(addr: SocketAddr, builder: hyper::http::request::Builder, body
 /// A loopback address that refuses connections for as long as this lives: a socket bound to
 /// it that never listens. A port merely closed is soon handed out again, to the next
 /// `bind(0)` of a test running beside this one or of the switch under test itself (which then
-/// forwards to its own listener, in a loop that ends in 503s); the kernel gives a port that is
-/// bound to neither `bind(0)` nor a connection's source port. A listener that allows address
+/// forwards to its own listener: a forwarding loop, now answered 508); the kernel hands a bound
+/// port neither to `bind(0)` nor to a connection as its source port. A listener that allows address
 /// reuse still may listen there (a back-end revived with [`Backend::start_on`], or a switch
 /// whose configuration names the port), so it also reserves a port for one.
 pub struct DeadAddr {

@@ -8,13 +8,16 @@
 //! writes speculatively for the same reason. Here a socket is read and written directly until a
 //! call would block; only then is it handed to tokio, which registers it and waits for readiness.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+use crate::socket_calls;
 
 /// A listening socket whose accepted connections are not yet registered with the event loop.
 pub struct Acceptor {
@@ -149,10 +152,7 @@ impl LazyStream {
         &mut self,
         cx: &mut Context<'_>,
         direct: impl FnOnce(&mio::net::TcpStream) -> io::Result<T>,
-        through_tokio: impl FnOnce(
-            Pin<&mut tokio::net::TcpStream>,
-            &mut Context<'_>,
-        ) -> Poll<io::Result<T>>,
+        through_tokio: impl FnOnce(&tokio::net::TcpStream, &mut Context<'_>) -> Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
         if let LazyStream::Direct(s) = self {
             match direct(s) {
@@ -161,7 +161,7 @@ impl LazyStream {
             }
         }
         match self.registered() {
-            Ok(s) => through_tokio(Pin::new(s), cx),
+            Ok(s) => through_tokio(s, cx),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -187,7 +187,7 @@ impl AsyncRead for LazyStream {
             // SAFETY: `recv` only writes into the slice (it never de-initialises bytes), and
             // `assume_init` below covers exactly the `n` bytes it wrote.
             let unfilled = unsafe { buf.unfilled_mut() };
-            match socket2::SockRef::from(&*s).recv(unfilled) {
+            match socket_calls::recv(s.as_fd(), unfilled) {
                 Ok(n) => {
                     // SAFETY: the kernel initialised the first `n` bytes of the unfilled part.
                     unsafe { buf.assume_init(n) };
@@ -199,7 +199,7 @@ impl AsyncRead for LazyStream {
             }
         }
         match this.registered() {
-            Ok(s) => Pin::new(s).poll_read(cx, buf),
+            Ok(s) => socket_calls::poll_read(s, cx, buf),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -211,8 +211,11 @@ impl AsyncWrite for LazyStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.get_mut()
-            .poll_with(cx, |mut s| s.write(buf), |s, cx| s.poll_write(cx, buf))
+        self.get_mut().poll_with(
+            cx,
+            |s| socket_calls::send(s.as_fd(), buf),
+            |s, cx| socket_calls::poll_write(s, cx, buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -222,8 +225,8 @@ impl AsyncWrite for LazyStream {
     ) -> Poll<io::Result<usize>> {
         self.get_mut().poll_with(
             cx,
-            |mut s| s.write_vectored(bufs),
-            |s, cx| s.poll_write_vectored(cx, bufs),
+            |s| socket_calls::writev(s.as_fd(), bufs),
+            |s, cx| socket_calls::poll_write_vectored(s, cx, bufs),
         )
     }
 

@@ -35,6 +35,7 @@ pub mod redirect;
 pub mod retry;
 pub mod send_timeout;
 pub mod server;
+pub mod socket_calls;
 pub mod strict;
 pub mod tls;
 pub mod tls_metrics;

@@ -19,15 +19,17 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::socket_calls;
 
 /// When the last request on a connection went out and its answer came in, nanoseconds of the
 /// real-time clock (the kernel's receive timestamps are on it); 0: not yet.
@@ -142,7 +144,10 @@ fn enable_receive_timestamps(fd: RawFd) -> io::Result<()> {
 
 /// One `recvmsg` into `into`: the bytes read and the kernel's receive timestamp of the last
 /// of them, when it gave one.
-fn recv_stamped(fd: RawFd, into: &mut [MaybeUninit<u8>]) -> io::Result<(usize, Option<u64>)> {
+fn recv_stamped(
+    fd: BorrowedFd<'_>,
+    into: &mut [MaybeUninit<u8>],
+) -> io::Result<(usize, Option<u64>)> {
     let mut iov = libc::iovec {
         iov_base: into.as_mut_ptr().cast(),
         iov_len: into.len(),
@@ -155,9 +160,19 @@ fn recv_stamped(fd: RawFd, into: &mut [MaybeUninit<u8>]) -> io::Result<(usize, O
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // `syscall` rather than glibc's `recvmsg`, a cancellation point (crate::socket_calls says
+    // why).
     // SAFETY: `msg` points to one iovec over `into` (writable, `into.len()` bytes) and to
-    // `control` (writable, `msg_controllen` bytes); all three outlive the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    // `control` (writable, `msg_controllen` bytes); all three outlive the call, and `fd` is an
+    // open socket borrowed for it.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_recvmsg,
+            fd.as_raw_fd(),
+            &mut msg as *mut libc::msghdr,
+            0,
+        )
+    };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -193,40 +208,12 @@ fn poll_read_timed(
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
 ) -> Poll<io::Result<()>> {
-    loop {
-        ready!(tcp.poll_read_ready(cx))?;
-        // SAFETY: `recvmsg` only writes into the unfilled part; exactly the `n` bytes it
-        // reports are marked initialised below.
-        let unfilled = unsafe { buf.unfilled_mut() };
-        let room = unfilled.len();
-        let fd = tcp.as_raw_fd();
-        // A read shorter than the room drained the socket: its readiness must be cleared, or
-        // the next read would be a syscall that only says so (tokio's own reads do the same).
-        // `try_io` clears it when the closure reports `WouldBlock`, so a short read is
-        // reported that way and its result carried out beside it.
-        let mut short = None;
-        let read = tcp.try_io(Interest::READABLE, || {
-            let (n, stamp) = recv_stamped(fd, unfilled)?;
-            if n > 0 && n < room {
-                short = Some((n, stamp));
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok((n, stamp))
-        });
-        let (n, stamp) = match (read, short) {
-            (_, Some(drained)) => drained,
-            (Ok(whole), None) => whole,
-            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            (Err(e), None) => return Poll::Ready(Err(e)),
-        };
-        // SAFETY: `recvmsg` wrote `n` bytes at the start of the unfilled part.
-        unsafe { buf.assume_init(n) };
-        buf.advance(n);
-        if n > 0 {
-            clock.answered(stamp.unwrap_or_else(realtime_nanos));
-        }
-        return Poll::Ready(Ok(()));
+    let before = buf.filled().len();
+    let stamp = ready!(socket_calls::poll_read_by(tcp, cx, buf, recv_stamped))?;
+    if buf.filled().len() > before {
+        clock.answered(stamp.unwrap_or_else(realtime_nanos));
     }
+    Poll::Ready(Ok(()))
 }
 
 impl AsyncRead for TimedTcp {
@@ -238,7 +225,7 @@ impl AsyncRead for TimedTcp {
         let this = self.get_mut();
         match &this.clock {
             Some(clock) if clock.awaiting() => poll_read_timed(&this.tcp, clock, cx, buf),
-            _ => Pin::new(&mut this.tcp).poll_read(cx, buf),
+            _ => socket_calls::poll_read(&this.tcp, cx, buf),
         }
     }
 }
@@ -250,7 +237,7 @@ impl AsyncWrite for TimedTcp {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let result = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        let result = socket_calls::poll_write(&this.tcp, cx, buf);
         this.note_written(&result);
         result
     }
@@ -261,7 +248,7 @@ impl AsyncWrite for TimedTcp {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let result = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        let result = socket_calls::poll_write_vectored(&this.tcp, cx, bufs);
         this.note_written(&result);
         result
     }

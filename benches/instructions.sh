@@ -13,6 +13,8 @@
 #   PROXIES="capstan nginx" MODES=h2 bash benches/instructions.sh   # nginx 1.22, one process
 #   ACCESS_LOG=combined PROXIES=capstan MODES=h1 bash benches/instructions.sh   # Capstan with an
 #                                    # access log file (common, combined or json): the log's cost
+#   PROFILES=/tmp/prof bash benches/instructions.sh  # keeps each count's callgrind output there
+#                                    # (PROXY-MODE[-LOG].N.out, for callgrind_annotate)
 #
 # Modes: h1 (plain HTTP/1.1 keep-alive), h1tls (HTTP/1.1 over TLS 1.3), h2 (HTTP/2 over TLS,
 # 10 streams per connection). Every proxy uses one worker thread (nginx: no master process, so
@@ -131,6 +133,10 @@ count() {
   callgrind_control -d "$vp" >/dev/null 2>&1
   kill "$vp"; wait "$vp" 2>/dev/null || true
   total=$(cat "$out"* | awk '/^totals:/ {s += $2} END {print s}')
+  if [ -n "${PROFILES:-}" ]; then
+    mkdir -p "$PROFILES"
+    for f in "$out"*; do cp "$f" "$PROFILES/$proxy-$mode${ACCESS_LOG:+-$ACCESS_LOG}${f#"$out"}.out"; done
+  fi
   rm -f "$out"*
   echo $(( total / N ))
 }

@@ -105,3 +105,42 @@ cpu_ticks() {
 wrk_row() {
   python3 benches/wrk_row.py "$@"
 }
+
+# A CPU quota for the processes being compared, so that they, not the load generators and
+# back-ends, are the bottleneck: on a 2-core machine one core of load could not saturate one
+# core of switches (2026-11-28: the load core 97 % busy, the switches' 92 %), and two unsaturated
+# switches split the requests by chance (0.59-1.55 between equal ones). Prints the file to write
+# a pid into to put it under the quota (a cgroup of $1 CPUs, over a 10 ms period so that a
+# throttled process waits 10 ms at most), or nothing where cgroups cannot be made (not root, no
+# cpu controller). `cpu_quota_remove FILE` takes it down.
+cpu_quota_group() {
+  local share=$1 dir quota period=10000
+  quota=$(python3 -c "print(int($share * $period))")
+  if [ -w /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    dir=/sys/fs/cgroup/cpu/capstan-bench-$$
+    mkdir -p "$dir" && echo "$period" > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us" &&
+      echo "$dir/cgroup.procs"
+  elif [ -w /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+    dir=/sys/fs/cgroup/capstan-bench-$$
+    echo +cpu > /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    mkdir -p "$dir" && echo "$quota $period" > "$dir/cpu.max" && echo "$dir/cgroup.procs"
+  fi
+}
+cpu_quota_remove() {
+  local procs=$1 dir pid
+  [ -n "$procs" ] || return 0
+  dir=$(dirname "$procs")
+  # A cgroup with processes in it cannot be removed: move any left to the root group.
+  for pid in $(cat "$procs" 2>/dev/null); do echo "$pid" > "$(dirname "$dir")/cgroup.procs" 2>/dev/null || true; done
+  rmdir "$dir" 2>/dev/null || true
+}
+
+# CPU time (ns) every thread of the processes $@ has run (from schedstat: finer than ticks).
+cpu_ns() {
+  local pid total=0 ns
+  for pid in "$@"; do
+    ns=$(cat /proc/"$pid"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}')
+    total=$((total + ${ns:-0}))
+  done
+  echo "$total"
+}

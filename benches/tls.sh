@@ -15,6 +15,8 @@
 #   CAPSTAN_B=/path/to/other/capstan PROXIES="capstan-ecdsa capstanb-ecdsa haproxy-ecdsa" \
 #     SCENARIOS=keep-alive bash benches/tls.sh   # A/B two builds, interleaved in every round
 #   python3 benches/paired_ratios.py run1/runs.tsv run2/runs.tsv   # per-round ratios, pooled
+#   DUEL="capstan-ecdsa:haproxy-ecdsa capstan-rsa:haproxy-rsa" SCENARIOS=keep-alive \
+#     bash benches/tls.sh   # each pair at once on one core under one CPU quota (benches/tls_duel.sh)
 #
 # Scenarios: keep-alive (wrk, HTTP/1.1 over TLS, persistent connections), handshake (wrk with
 # `Connection: close`: a full TLS handshake per request, wrk does not resume sessions) and h2
@@ -145,6 +147,11 @@ clk_tck=$(getconf CLK_TCK)
   echo "nginx: $(nginx -v 2>&1 | head -1)"
   echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version | head -1)"
 } > "$OUT/run-info.txt"
+
+if [ -n "${DUEL:-}" ]; then
+  # shellcheck source=benches/tls_duel.sh
+  source benches/tls_duel.sh
+fi
 
 results="$OUT/runs.tsv"
 printf 'round\tscenario\tproxy\trps\tlatency_ms\tp99_ms\terrors\tcpu_us_per_req\n' > "$results"

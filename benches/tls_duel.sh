@@ -7,12 +7,18 @@
 #
 #   DUEL="capstan-ecdsa:haproxy-ecdsa capstan-rsa:haproxy-rsa" SCENARIOS=keep-alive bash benches/tls.sh
 #   DUEL=capstan-ecdsa:nginx-ecdsa SCENARIOS=h2 ROUNDS=12 SECONDS_PER_RUN=4 bash benches/tls.sh
+#   RATE=8000 DUEL=capstan-ecdsa:haproxy-ecdsa SCENARIOS="keep-alive h2" bash benches/tls.sh
 #
-# PROXY_CPU (default 0.5) is the pair's quota in cores. Needs root (cgroup cpu controller,
-# taskset) and 2 CPUs. Rows of $OUT/duels.tsv: round, scenario, A, B, A's and B's requests,
-# A's and B's CPU ns per request (every thread and child process).
+# PROXY_CPU (default 0.25) is the pair's quota in cores: on a 2-core machine, one core of TLS
+# load saturates about a quarter of a core of proxies (each round says how much of the quota
+# the pair used). With RATE=N, each proxy instead gets N requests/s from h2load (`--rps`; no
+# quota, not the handshake scenario), and the CPU per request compares the two below
+# saturation. Needs root (cgroup cpu controller, taskset) and 2 CPUs. Rows of
+# $OUT/duels.tsv: round, scenario, A, B, A's and B's requests, A's and B's CPU ns per request
+# (every thread and child process).
 
-PROXY_CPU=${PROXY_CPU:-0.5}
+PROXY_CPU=${PROXY_CPU:-0.25}
+RATE=${RATE:-}
 cpus=$(nproc)
 if [ "$cpus" -lt 2 ]; then
   echo "DUEL needs 2 CPUs at least (the proxies on one, the load on the others)" >&2
@@ -28,19 +34,25 @@ for pair in "${pairs[@]}"; do
   done
 done
 
-quota=$(cpu_quota_group "$PROXY_CPU")
-if [ -z "$quota" ]; then
-  echo "DUEL needs a CPU quota (root and a cgroup cpu controller)" >&2
+quota=""
+if [ -z "$RATE" ]; then
+  quota=$(cpu_quota_group "$PROXY_CPU")
+  if [ -z "$quota" ]; then
+    echo "DUEL needs a CPU quota (root and a cgroup cpu controller), or RATE=N" >&2
+    exit 1
+  fi
+  trap 'cleanup; cpu_quota_remove "$quota"' EXIT
+elif [[ " ${scenarios[*]} " == *" handshake "* ]]; then
+  echo "RATE: h2load cannot open a connection per request; drop the handshake scenario" >&2
   exit 1
 fi
-trap 'cleanup; cpu_quota_remove "$quota"' EXIT
 
 # A proxy's processes: the one started and its children (nginx's workers).
 processes_of() { echo "$1" $(pgrep -P "$1" || true); }
 for name in "${!proxy_pid[@]}"; do
   for pid in $(processes_of "${proxy_pid[$name]}"); do
     taskset -a -p -c "$proxy_cpu" "$pid" >/dev/null
-    echo "$pid" > "$quota"
+    [ -z "$quota" ] || echo "$pid" > "$quota"
   done
 done
 # The back-ends and whatever the load generators start run on the other cores.
@@ -58,6 +70,15 @@ cpu_ns_of() {
 # Starts scenario $1's load against proxy $2 in the background, its output to file $3.
 start_load() {
   local url="https://localhost:${port[$2]}/1k.html"
+  if [ -n "$RATE" ]; then
+    case $1 in
+      keep-alive) taskset -c "$load_cpus" h2load --h1 -t1 -c"$CONNECTIONS" --rps="$((RATE / CONNECTIONS))" \
+                    -D"$SECONDS_PER_RUN" "$url" > "$3" & ;;
+      h2) taskset -c "$load_cpus" h2load -t1 -c10 -m10 --rps="$((RATE / 10))" -D"$SECONDS_PER_RUN" "$url" > "$3" & ;;
+      *) echo "unknown scenario $1 with RATE" >&2; exit 1 ;;
+    esac
+    return
+  fi
   case $1 in
     keep-alive) taskset -c "$load_cpus" wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" "$url" > "$3" & ;;
     handshake) taskset -c "$load_cpus" wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" -H "Connection: close" "$url" > "$3" & ;;
@@ -92,7 +113,7 @@ duel_round() {
     spent_total=$((spent_total + spent))
     cpu[$i]=$((spent / requests[i]))
   done
-  python3 -c "print(f'  the two proxies used {$spent_total / ($SECONDS_PER_RUN * 1e9):.2f} CPU of $PROXY_CPU')" >&2
+  python3 -c "print(f'  the two proxies used {$spent_total / ($SECONDS_PER_RUN * 1e9):.2f} CPU of ${quota:+$PROXY_CPU}${quota:-1}')" >&2
   if [ "${names[0]}" = "$a" ]; then
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$scenario" "$a" "$b" \
       "${requests[0]}" "${requests[1]}" "${cpu[0]}" "${cpu[1]}"
@@ -113,11 +134,13 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/run-info.txt"
 
-python3 - "$OUT/duels.tsv" "$ROUNDS" "$SECONDS_PER_RUN" "$PROXY_CPU" <<'PY' | tee "$OUT/duel-summary.md"
+how="under a $PROXY_CPU CPU quota"
+[ -z "$RATE" ] || how="each offered $RATE requests/s (h2load --rps), no quota"
+python3 - "$OUT/duels.tsv" "$ROUNDS" "$SECONDS_PER_RUN" "$how" <<'PY' | tee "$OUT/duel-summary.md"
 import math, statistics, sys
 rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines() if line]
-print(f"\n{sys.argv[2]} rounds × {sys.argv[3]} s, the two proxies of a pair at once on one core "
-      f"under a {sys.argv[4]} CPU quota\n")
+print(f"\n{sys.argv[2]} rounds × {sys.argv[3]} s, the two proxies of a pair at once on one core, "
+      f"{sys.argv[4]}\n")
 print("| scenario | A:B | rounds | A's req/s ÷ B's, median (range) | A's CPU/req ÷ B's, median (range) | mean ± s.e. |")
 print("|---|---|---:|---:|---:|---:|")
 for key in dict.fromkeys((r[1], r[2] + ":" + r[3]) for r in rows):

@@ -82,7 +82,7 @@ fn defer_accept(listener: &std::net::TcpListener, seconds: i32) -> io::Result<()
 /// A client connection, used directly until a read or write would block, then through tokio.
 pub enum LazyStream {
     Direct(mio::net::TcpStream),
-    Registered(tokio::net::TcpStream),
+    Registered(AsyncFd<mio::net::TcpStream>),
     /// Only while switching from one to the other, or after registration failed.
     Gone,
 }
@@ -91,7 +91,7 @@ impl LazyStream {
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         match self {
             LazyStream::Direct(s) => s.set_nodelay(on),
-            LazyStream::Registered(s) => s.set_nodelay(on),
+            LazyStream::Registered(s) => s.get_ref().set_nodelay(on),
             LazyStream::Gone => Ok(()),
         }
     }
@@ -112,7 +112,8 @@ impl LazyStream {
         }
         let stream = self.registered()?;
         match tokio::time::timeout(limit, stream.readable()).await {
-            Ok(ready) => ready.map(|()| true),
+            // The guard is dropped without clearing: the bytes are there for the first read.
+            Ok(ready) => ready.map(|_guard| true),
             Err(_elapsed) => Ok(false),
         }
     }
@@ -121,7 +122,7 @@ impl LazyStream {
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             LazyStream::Direct(s) => s.local_addr(),
-            LazyStream::Registered(s) => s.local_addr(),
+            LazyStream::Registered(s) => s.get_ref().local_addr(),
             LazyStream::Gone => Err(io::Error::new(
                 io::ErrorKind::NotConnected,
                 "the socket is gone",
@@ -130,12 +131,12 @@ impl LazyStream {
     }
 
     /// Registers the socket with the event loop (once), so that it can wait for readiness.
-    fn registered(&mut self) -> io::Result<&mut tokio::net::TcpStream> {
+    fn registered(&mut self) -> io::Result<&AsyncFd<mio::net::TcpStream>> {
         if let LazyStream::Direct(_) = self {
             let LazyStream::Direct(direct) = std::mem::replace(self, LazyStream::Gone) else {
                 unreachable!("matched just above")
             };
-            *self = LazyStream::Registered(tokio::net::TcpStream::from_std(direct.into())?);
+            *self = LazyStream::Registered(socket_calls::register(direct)?);
         }
         match self {
             LazyStream::Registered(s) => Ok(s),
@@ -152,7 +153,10 @@ impl LazyStream {
         &mut self,
         cx: &mut Context<'_>,
         direct: impl FnOnce(&mio::net::TcpStream) -> io::Result<T>,
-        through_tokio: impl FnOnce(&tokio::net::TcpStream, &mut Context<'_>) -> Poll<io::Result<T>>,
+        through_tokio: impl FnOnce(
+            &AsyncFd<mio::net::TcpStream>,
+            &mut Context<'_>,
+        ) -> Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
         if let LazyStream::Direct(s) = self {
             match direct(s) {
@@ -239,10 +243,12 @@ impl AsyncWrite for LazyStream {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             LazyStream::Direct(s) => Poll::Ready(s.shutdown(std::net::Shutdown::Write)),
-            LazyStream::Registered(s) => Pin::new(s).poll_shutdown(cx),
+            LazyStream::Registered(s) => {
+                Poll::Ready(s.get_ref().shutdown(std::net::Shutdown::Write))
+            }
             LazyStream::Gone => Poll::Ready(Ok(())),
         }
     }

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -86,28 +87,32 @@ fn realtime_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// A TCP connection to a node, with a [`NodeClock`] when it is timed.
+/// A TCP connection to a node, with a [`NodeClock`] when it is timed. Read and written by
+/// [`socket_calls`], past glibc's wrappers.
 pub struct TimedTcp {
-    tcp: TcpStream,
+    tcp: AsyncFd<std::net::TcpStream>,
     clock: Option<Arc<NodeClock>>,
 }
 
 impl TimedTcp {
     /// A connection nobody times (a WebSocket's, a health check's).
-    pub fn plain(tcp: TcpStream) -> Self {
-        TimedTcp { tcp, clock: None }
+    pub fn plain(tcp: TcpStream) -> io::Result<Self> {
+        Ok(TimedTcp {
+            tcp: socket_calls::register(tcp.into_std()?)?,
+            clock: None,
+        })
     }
 
     /// A connection whose requests are timed; with receive timestamps when the kernel has
     /// them.
-    pub fn timed(tcp: TcpStream) -> Self {
+    pub fn timed(tcp: TcpStream) -> io::Result<Self> {
         if let Err(e) = enable_receive_timestamps(tcp.as_raw_fd()) {
             tracing::debug!("no receive timestamps on a node connection ({e}); reads are timed");
         }
-        TimedTcp {
-            tcp,
+        Ok(TimedTcp {
+            tcp: socket_calls::register(tcp.into_std()?)?,
             clock: Some(Arc::new(NodeClock::default())),
-        }
+        })
     }
 
     pub fn clock(&self) -> Option<&Arc<NodeClock>> {
@@ -203,7 +208,7 @@ fn timestamp_in(msg: &libc::msghdr) -> Option<u64> {
 
 /// Reads the first bytes of an answer with their receive timestamp.
 fn poll_read_timed(
-    tcp: &TcpStream,
+    tcp: &AsyncFd<std::net::TcpStream>,
     clock: &NodeClock,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -254,15 +259,16 @@ impl AsyncWrite for TimedTcp {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        true
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // TCP sockets have no user-space buffer to flush.
+        Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.tcp.get_ref().shutdown(std::net::Shutdown::Write))
     }
 }
 
@@ -299,7 +305,7 @@ mod tests {
     #[tokio::test]
     async fn the_answer_is_timed_when_it_arrived_not_when_it_was_read() {
         let (addr, go, mut answered) = node().await;
-        let mut conn = TimedTcp::timed(TcpStream::connect(addr).await.unwrap());
+        let mut conn = TimedTcp::timed(TcpStream::connect(addr).await.unwrap()).unwrap();
         let clock = Arc::clone(conn.clock().unwrap());
         // The kernel turns receive timestamps on for the whole host a moment after the first
         // socket asks (a deferred static key), so the first answers may come unstamped: then
@@ -354,7 +360,7 @@ mod tests {
             told.recv().await;
             conn.write_all(b"body").await.unwrap();
         });
-        let mut conn = TimedTcp::timed(TcpStream::connect(addr).await.unwrap());
+        let mut conn = TimedTcp::timed(TcpStream::connect(addr).await.unwrap()).unwrap();
         conn.write_all(b"request").await.unwrap();
         let mut buf = [0u8; 16];
         let n = conn.read(&mut buf).await.unwrap();
@@ -372,7 +378,7 @@ mod tests {
     #[tokio::test]
     async fn an_untimed_connection_has_no_clock_and_reads_as_usual() {
         let (addr, go, mut answered) = node().await;
-        let mut conn = TimedTcp::plain(TcpStream::connect(addr).await.unwrap());
+        let mut conn = TimedTcp::plain(TcpStream::connect(addr).await.unwrap()).unwrap();
         assert!(conn.clock().is_none());
         conn.write_all(b"request").await.unwrap();
         go.send(()).await.unwrap();

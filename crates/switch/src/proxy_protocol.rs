@@ -407,7 +407,7 @@ impl tower_service::Service<Uri> for NodeConnector {
             if let Some(header) = header {
                 io.inner_mut().write_all(&header).await?;
             }
-            let tcp = crate::node_clock::TimedTcp::timed(io.into_inner());
+            let tcp = crate::node_clock::TimedTcp::timed(io.into_inner())?;
             let stream = crate::node_tls::NodeStream::over(tcp, tls.as_ref()).await?;
             if let Some(notes) = notes {
                 crate::access_log::note_connected(&notes);

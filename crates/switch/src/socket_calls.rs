@@ -8,19 +8,44 @@
 //! instructions per request of a one-worker switch with an access log). The switch never
 //! cancels a thread, so that work buys nothing; rustix issues the system call itself.
 //!
-//! The `poll_*` functions wait for readiness through tokio as [`TcpStream`]'s own
-//! `AsyncRead`/`AsyncWrite` do, including their shortcut: a transfer shorter than asked for
-//! means the socket is drained (or full), so its readiness is cleared at once rather than
-//! found out by one more call that would block.
+//! The `poll_*` functions wait for readiness through tokio ([`AsyncFd`]) as [`TcpStream`]'s
+//! own `AsyncRead`/`AsyncWrite` do, including their shortcut: a read or a `send` shorter than
+//! asked for means the socket is drained (or full), so its readiness is cleared at once rather
+//! than found out by one more call that would block.
+//!
+//! [`TcpStream`]: tokio::net::TcpStream
 
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::task::{ready, Context, Poll};
 
 use rustix::net::{RecvFlags, SendFlags};
+use tokio::io::unix::AsyncFd;
 use tokio::io::{Interest, ReadBuf};
-use tokio::net::TcpStream;
+
+/// A socket type that owns its descriptor, which stays the same for the value's life.
+///
+/// # Safety
+///
+/// The descriptor `as_raw_fd` gives must be owned by the value: open until it is dropped, and
+/// never replaced meanwhile.
+pub unsafe trait OwnedSocket: AsRawFd + AsFd {}
+
+// SAFETY: both own their socket's descriptor and close it when dropped.
+unsafe impl OwnedSocket for std::net::TcpStream {}
+// SAFETY: as above.
+unsafe impl OwnedSocket for mio::net::TcpStream {}
+
+/// A socket registered with the event loop for reading and writing.
+pub fn register<S: OwnedSocket>(socket: S) -> io::Result<AsyncFd<S>> {
+    // SAFETY: the `AsyncFd` owns `socket`, whose descriptor stays open and the same until the
+    // `AsyncFd` is dropped (deregistering it first; `OwnedSocket`'s promise): it is only ever
+    // borrowed (`get_ref`) for calls on the socket, never replaced or closed apart.
+    let registered =
+        unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE | Interest::WRITABLE) };
+    Ok(registered?)
+}
 
 /// One `recv` into `into`: the bytes read (0 at the end of the stream).
 pub fn recv(fd: BorrowedFd<'_>, into: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
@@ -38,109 +63,98 @@ pub fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     Ok(rustix::io::writev(fd, bufs)?)
 }
 
-/// Reads into `buf` once `tcp` is readable, with `read`, which returns the bytes it read and
-/// what else it learnt (a receive timestamp, say).
-pub fn poll_read_by<T>(
-    tcp: &TcpStream,
+/// Reads into `buf` once `socket` is readable, with `read`, which returns the bytes it read
+/// and what else it learnt (a receive timestamp, say).
+pub fn poll_read_by<S: AsRawFd + AsFd, T>(
+    socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
     mut read: impl FnMut(BorrowedFd<'_>, &mut [MaybeUninit<u8>]) -> io::Result<(usize, T)>,
 ) -> Poll<io::Result<T>> {
     loop {
-        ready!(tcp.poll_read_ready(cx))?;
+        let mut readiness = ready!(socket.poll_read_ready(cx))?;
         // SAFETY: the kernel only writes into the unfilled part (it never de-initialises
         // bytes), and exactly the `n` bytes `read` reports are marked initialised below.
         let unfilled = unsafe { buf.unfilled_mut() };
         let room = unfilled.len();
-        // `try_io` clears the readiness when the closure reports `WouldBlock`, so a short read
-        // is reported that way and its result carried out beside it.
-        let mut short = None;
-        let result = tcp.try_io(Interest::READABLE, || {
-            let (n, learnt) = read(tcp.as_fd(), unfilled)?;
-            if n > 0 && n < room {
-                short = Some((n, learnt));
-                return Err(io::ErrorKind::WouldBlock.into());
+        match read(socket.get_ref().as_fd(), unfilled) {
+            Ok((n, learnt)) => {
+                if n > 0 && n < room {
+                    readiness.clear_ready();
+                }
+                // SAFETY: `read` wrote `n` bytes at the start of the unfilled part.
+                unsafe { buf.assume_init(n) };
+                buf.advance(n);
+                return Poll::Ready(Ok(learnt));
             }
-            Ok((n, learnt))
-        });
-        let (n, learnt) = match (result, short) {
-            (_, Some(drained)) => drained,
-            (Ok(whole), None) => whole,
-            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            (Err(e), None) => return Poll::Ready(Err(e)),
-        };
-        // SAFETY: `read` wrote `n` bytes at the start of the unfilled part.
-        unsafe { buf.assume_init(n) };
-        buf.advance(n);
-        return Poll::Ready(Ok(learnt));
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => readiness.clear_ready(),
+            Err(e) => return Poll::Ready(Err(e)),
+        }
     }
 }
 
-/// [`TcpStream`]'s `poll_read`, by [`recv`].
-pub fn poll_read(
-    tcp: &TcpStream,
+/// `AsyncRead::poll_read` of a socket, by [`recv`].
+pub fn poll_read<S: AsRawFd + AsFd>(
+    socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
 ) -> Poll<io::Result<()>> {
-    poll_read_by(tcp, cx, buf, |fd, into| Ok((recv(fd, into)?, ())))
+    poll_read_by(socket, cx, buf, |fd, into| Ok((recv(fd, into)?, ())))
 }
 
-/// Writes with `write` (which is given the socket) once `tcp` is writable; `len` is what it
-/// is asked to write.
-fn poll_write_by(
-    tcp: &TcpStream,
+/// `AsyncWrite::poll_write` of a socket, by [`send`].
+pub fn poll_write<S: AsRawFd + AsFd>(
+    socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
-    len: usize,
-    write: impl Fn(BorrowedFd<'_>) -> io::Result<usize>,
+    bytes: &[u8],
 ) -> Poll<io::Result<usize>> {
     loop {
-        ready!(tcp.poll_write_ready(cx))?;
-        let mut short = None;
-        let result = tcp.try_io(Interest::WRITABLE, || {
-            let n = write(tcp.as_fd())?;
-            if n > 0 && n < len {
-                short = Some(n);
-                return Err(io::ErrorKind::WouldBlock.into());
+        let mut readiness = ready!(socket.poll_write_ready(cx))?;
+        match send(socket.get_ref().as_fd(), bytes) {
+            Ok(n) => {
+                if n > 0 && n < bytes.len() {
+                    readiness.clear_ready();
+                }
+                return Poll::Ready(Ok(n));
             }
-            Ok(n)
-        });
-        return Poll::Ready(match (result, short) {
-            (_, Some(partial)) => Ok(partial),
-            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            (result, None) => result,
-        });
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => readiness.clear_ready(),
+            Err(e) => return Poll::Ready(Err(e)),
+        }
     }
 }
 
-/// [`TcpStream`]'s `poll_write`, by [`send`].
-pub fn poll_write(tcp: &TcpStream, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<io::Result<usize>> {
-    poll_write_by(tcp, cx, bytes.len(), |fd| send(fd, bytes))
-}
-
-/// [`TcpStream`]'s `poll_write_vectored`, by [`writev`].
-pub fn poll_write_vectored(
-    tcp: &TcpStream,
+/// `AsyncWrite::poll_write_vectored` of a socket, by [`writev`]. As tokio's, it takes a short
+/// write as no sign of a full socket (adding up the buffers' lengths would cost more than it
+/// saves).
+pub fn poll_write_vectored<S: AsRawFd + AsFd>(
+    socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     bufs: &[IoSlice<'_>],
 ) -> Poll<io::Result<usize>> {
-    let len = bufs.iter().map(|b| b.len()).sum();
-    poll_write_by(tcp, cx, len, |fd| writev(fd, bufs))
+    loop {
+        let mut readiness = ready!(socket.poll_write_ready(cx))?;
+        match writev(socket.get_ref().as_fd(), bufs) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => readiness.clear_ready(),
+            written => return Poll::Ready(written),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::future::poll_fn;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
-    async fn pair() -> (TcpStream, TcpStream) {
+    /// A connected pair of sockets, registered as the switch registers its own.
+    async fn pair() -> (AsyncFd<std::net::TcpStream>, AsyncFd<std::net::TcpStream>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (server, _) = listener.accept().await.unwrap();
-        (client, server)
+        let register = |s: TcpStream| register(s.into_std().unwrap()).unwrap();
+        (register(client), register(server))
     }
 
     #[tokio::test]
@@ -170,7 +184,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_waits_for_bytes_and_sees_the_end() {
-        let (mut client, server) = pair().await;
+        let (client, server) = pair().await;
         let reader = tokio::spawn(async move {
             let mut room = [0u8; 8];
             let mut buf = ReadBuf::new(&mut room);
@@ -186,12 +200,51 @@ mod tests {
         });
         tokio::task::yield_now().await;
         poll_fn(|cx| poll_write(&client, cx, b"hi")).await.unwrap();
-        client.shutdown().await.unwrap();
+        client
+            .get_ref()
+            .shutdown(std::net::Shutdown::Write)
+            .unwrap();
         let (first, at_end) = reader.await.unwrap();
         assert_eq!(first, b"hi");
         assert_eq!(at_end, 0, "the peer's shutdown reads as the end");
-        let mut rest = Vec::new();
-        assert_eq!(client.read_to_end(&mut rest).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_socket_waits_until_the_peer_reads() {
+        let (client, server) = pair().await;
+        let chunk = vec![b'x'; 256 * 1024];
+        // Write until the kernel's buffers are full and a write has to wait.
+        let mut sent = 0;
+        loop {
+            let write = poll_fn(|cx| match poll_write(&client, cx, &chunk) {
+                Poll::Pending => Poll::Ready(None),
+                done => done.map(Some),
+            });
+            match write.await {
+                Some(n) => sent += n.unwrap(),
+                None => break,
+            }
+        }
+        let writer =
+            tokio::spawn(
+                async move { poll_fn(|cx| poll_write(&client, cx, b"end")).await.unwrap() },
+            );
+        let mut received = 0;
+        let mut room = vec![0u8; 64 * 1024];
+        while received < sent + 3 {
+            let mut buf = ReadBuf::new(&mut room);
+            poll_fn(|cx| poll_read(&server, cx, &mut buf))
+                .await
+                .unwrap();
+            assert!(!buf.filled().is_empty(), "the stream ended early");
+            received += buf.filled().len();
+        }
+        assert_eq!(
+            writer.await.unwrap(),
+            3,
+            "the waiting write went out once there was room"
+        );
+        assert_eq!(received, sent + 3);
     }
 
     #[tokio::test]

@@ -296,13 +296,14 @@ async fn open_and_send(
         }
     }
     let tls = forward.cluster.node_tls.get(node.config.address);
-    let stream =
-        match crate::node_tls::NodeStream::over(crate::node_clock::TimedTcp::plain(stream), tls)
-            .await
-        {
-            Ok(stream) => stream,
-            Err(e) => return Err((FailureKind::Connect, e.to_string())),
-        };
+    let tcp = match crate::node_clock::TimedTcp::plain(stream) {
+        Ok(tcp) => tcp,
+        Err(e) => return Err((FailureKind::Connect, e.to_string())),
+    };
+    let stream = match crate::node_tls::NodeStream::over(tcp, tls).await {
+        Ok(stream) => stream,
+        Err(e) => return Err((FailureKind::Connect, e.to_string())),
+    };
     if let Some(notes) = crate::access_log::current_notes() {
         crate::access_log::note_connected(&notes);
     }

@@ -35,7 +35,9 @@ for pair in "${pairs[@]}"; do
 done
 
 quota=""
+limit=1  # what the pair may use: the quota, or else the whole core
 if [ -z "$RATE" ]; then
+  limit=$PROXY_CPU
   quota=$(cpu_quota_group "$PROXY_CPU")
   if [ -z "$quota" ]; then
     echo "DUEL needs a CPU quota (root and a cgroup cpu controller), or RATE=N" >&2
@@ -113,7 +115,7 @@ duel_round() {
     spent_total=$((spent_total + spent))
     cpu[$i]=$((spent / requests[i]))
   done
-  python3 -c "print(f'  the two proxies used {$spent_total / ($SECONDS_PER_RUN * 1e9):.2f} CPU of ${quota:+$PROXY_CPU}${quota:-1}')" >&2
+  python3 -c "print(f'  the two proxies used {$spent_total / ($SECONDS_PER_RUN * 1e9):.2f} CPU of $limit')" >&2
   if [ "${names[0]}" = "$a" ]; then
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$scenario" "$a" "$b" \
       "${requests[0]}" "${requests[1]}" "${cpu[0]}" "${cpu[1]}"

@@ -144,3 +144,17 @@ cpu_ns() {
   done
   echo "$total"
 }
+
+# For a duel: sets proxy_cpu (the last CPU, for the two contenders) and load_cpus (the others,
+# for the load and the back-ends); exits unless there are 2 CPUs at least. $1 names the
+# contenders in the message.
+duel_cpus() {
+  local cpus
+  cpus=$(nproc)
+  if [ "$cpus" -lt 2 ]; then
+    echo "needs 2 CPUs at least (the $1 on one, the load on the others)" >&2
+    exit 1
+  fi
+  proxy_cpu=$((cpus - 1))
+  load_cpus="0-$((cpus - 2))"
+}

@@ -31,13 +31,7 @@ SWITCH_CPU=${SWITCH_CPU-0.6}
 OUT=${OUT:-${CARGO_TARGET_DIR:-target}/bench-log-duel}
 
 need_packages nginx wrk
-cpus=$(nproc)
-if [ "$cpus" -lt 2 ]; then
-  echo "needs 2 CPUs at least (the switches on one, the load on the others)" >&2
-  exit 1
-fi
-proxy_cpu=$((cpus - 1))
-load_cpus="0-$((cpus - 2))"
+duel_cpus switches
 
 capstan=$(capstan_binary)
 mkdir -p "$OUT"

@@ -19,13 +19,7 @@
 
 PROXY_CPU=${PROXY_CPU:-0.25}
 RATE=${RATE:-}
-cpus=$(nproc)
-if [ "$cpus" -lt 2 ]; then
-  echo "DUEL needs 2 CPUs at least (the proxies on one, the load on the others)" >&2
-  exit 1
-fi
-proxy_cpu=$((cpus - 1))
-load_cpus="0-$((cpus - 2))"
+duel_cpus proxies
 
 read -r -a pairs <<< "$DUEL"
 for pair in "${pairs[@]}"; do

@@ -118,8 +118,9 @@ pub struct Cluster {
 /// Binding port 0 and letting it go can give the same port twice in a row, and the kernel also
 /// hands its ephemeral ports to outgoing connections, so ports come from below the usual
 /// ephemeral range (32768 and up), starting at a place that differs per process, and each one is
-/// checked by binding it. Another process could still take it in between; the switch then fails to
-/// start and the lab says so.
+/// checked by binding it. Another process could still take it in between (another lab running
+/// beside this one, say); a node or switch that then finds its port taken is started again on
+/// other ports ([`on_fresh_ports`]).
 pub fn free_loopback_port() -> std::io::Result<SocketAddr> {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;
@@ -141,6 +142,23 @@ pub fn free_loopback_port() -> std::io::Result<SocketAddr> {
 
 fn free_port() -> Result<SocketAddr, LabError> {
     free_loopback_port().map_err(|e| LabError::Run(format!("no free port: {e}")))
+}
+
+/// Starts a process on ports picked by [`free_port`] with `start`, again on other ports (up to
+/// four more times) when another process took one of them between the pick and the bind.
+async fn on_fresh_ports<T, F: std::future::Future<Output = Result<T, LabError>>>(
+    mut start: impl FnMut() -> F,
+) -> Result<T, LabError> {
+    let mut attempt = 0;
+    loop {
+        match start().await {
+            // The failed process has exited and is dropped with the error.
+            Err(LabError::Run(e)) if e.contains("Address already in use") && attempt < 4 => {
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
 }
 
 /// The node's `capstan origin` command line.
@@ -277,6 +295,29 @@ fn start_node(
     }
 }
 
+/// [`start_node`] (on a blocking thread: it waits for the node's first lines), again on another
+/// report port when the one picked was taken meanwhile.
+async fn start_node_on_fresh_ports(
+    exe: &Path,
+    spec: &NodeSpec,
+    args: &NodeArgs,
+    tls: Option<ClusterTls>,
+    log_dir: &Path,
+) -> Result<(SocketAddr, SocketAddr, Proc), LabError> {
+    on_fresh_ports(|| {
+        let (exe, spec, args) = (exe.to_path_buf(), spec.clone(), args.clone());
+        let (tls, log_dir) = (tls.clone(), log_dir.to_path_buf());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                start_node(&exe, &spec, &args, tls.as_ref(), &log_dir)
+            })
+            .await
+            .map_err(|e| LabError::Run(e.to_string()))?
+        }
+    })
+    .await
+}
+
 /// Starts the nodes in parallel (each takes a moment to build its tree); the first failure
 /// is the error, and the nodes already started are stopped with it.
 async fn start_nodes(
@@ -295,8 +336,9 @@ async fn start_nodes(
             log_dir.to_path_buf(),
         );
         let node_tls = tls.filter(|t| t.to_nodes).cloned();
-        handles.push(tokio::task::spawn_blocking(move || {
-            start_node(&exe, &spec, &args, node_tls.as_ref(), &dir).map(|(a, r, p)| (spec, a, r, p))
+        handles.push(tokio::spawn(async move {
+            let started = start_node_on_fresh_ports(&exe, &spec, &args, node_tls, &dir).await;
+            started.map(|(a, r, p)| (spec, a, r, p))
         }));
     }
     let mut nodes = Vec::new();
@@ -327,7 +369,7 @@ pub async fn start(
     exe: &Path,
     specs: &[NodeSpec],
     args: &NodeArgs,
-    mut switch_config: toml::Table,
+    switch_config: toml::Table,
     switch_threads: usize,
     tls: Option<&ClusterTls>,
     log_dir: &Path,
@@ -335,6 +377,41 @@ pub async fn start(
     std::fs::create_dir_all(log_dir)
         .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
     let (nodes, reports) = start_nodes(exe, specs, args, tls, log_dir).await?;
+    let switch_config = &switch_config;
+    let (switch, listen, admin, tls_listen) = on_fresh_ports(|| async {
+        start_switch(
+            exe,
+            switch_config.clone(),
+            switch_threads,
+            tls,
+            &nodes,
+            &reports,
+            log_dir,
+        )
+        .await
+    })
+    .await?;
+    Ok(Cluster {
+        nodes,
+        reports,
+        switch,
+        listen,
+        admin,
+        tls_listen,
+    })
+}
+
+/// Starts the switch in front of `nodes` on fresh ports: its process, listener, admin and TLS
+/// listener addresses.
+async fn start_switch(
+    exe: &Path,
+    mut switch_config: toml::Table,
+    switch_threads: usize,
+    tls: Option<&ClusterTls>,
+    nodes: &[(NodeSpec, SocketAddr, Proc)],
+    reports: &[SocketAddr],
+    log_dir: &Path,
+) -> Result<(Proc, SocketAddr, SocketAddr, Option<SocketAddr>), LabError> {
     let listen = free_port()?;
     let admin = free_port()?;
     switch_config.insert(
@@ -346,7 +423,7 @@ pub async fn start(
         Some(t) => Some(add_tls_listener(&mut switch_config, t)?),
         None => None,
     };
-    switch_config.insert("node".into(), node_tables(&nodes, &reports, tls));
+    switch_config.insert("node".into(), node_tables(nodes, reports, tls));
     let path = log_dir.join("switch.toml");
     std::fs::write(
         &path,
@@ -371,17 +448,10 @@ pub async fn start(
         name: "switch".into(),
         log,
     };
-    let mut ready: Vec<SocketAddr> = reports.clone();
+    let mut ready: Vec<SocketAddr> = reports.to_vec();
     ready.extend([listen].into_iter().chain(tls_listen));
     wait_for_switch(&mut switch, admin, &ready).await?;
-    Ok(Cluster {
-        nodes,
-        reports,
-        switch,
-        listen,
-        admin,
-        tls_listen,
-    })
+    Ok((switch, listen, admin, tls_listen))
 }
 
 /// The switch's `[[node]]` tables: each node's address, its report address and, when the
@@ -596,6 +666,49 @@ pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
+    use super::{on_fresh_ports, LabError};
+    use std::cell::Cell;
+
+    #[tokio::test]
+    async fn a_port_taken_meanwhile_is_tried_again_on_others_a_few_times() {
+        let taken = || {
+            LabError::Run(
+                "node2 exited (exit status: 1): capstan: cannot listen on \
+            127.0.0.1:22036: Address already in use (os error 98)"
+                    .into(),
+            )
+        };
+        let tries = Cell::new(0);
+        let started = on_fresh_ports(|| async {
+            tries.set(tries.get() + 1);
+            if tries.get() < 3 {
+                Err(taken())
+            } else {
+                Ok(tries.get())
+            }
+        })
+        .await;
+        assert_eq!(started.unwrap(), 3, "started on the third ports");
+
+        tries.set(0);
+        let given_up = on_fresh_ports(|| async {
+            tries.set(tries.get() + 1);
+            Err::<(), _>(taken())
+        })
+        .await;
+        assert!(given_up.is_err());
+        assert_eq!(tries.get(), 5, "one try and four more");
+
+        tries.set(0);
+        let other = on_fresh_ports(|| async {
+            tries.set(tries.get() + 1);
+            Err::<(), _>(LabError::Run("node1 exited: bad --tree".into()))
+        })
+        .await;
+        assert!(matches!(other, Err(LabError::Run(e)) if e.contains("bad --tree")));
+        assert_eq!(tries.get(), 1, "another failure is not tried again");
+    }
+
     #[test]
     fn own_cpu_time_is_readable_and_grows() {
         let a = super::cpu_seconds(None).expect("/proc/self/stat");

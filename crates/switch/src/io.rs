@@ -7,6 +7,7 @@
 //! and the response fits in the send buffer, so neither call buys anything. HAProxy reads and
 //! writes speculatively for the same reason. Here a socket is read and written directly until a
 //! call would block; only then is it handed to tokio, which registers it and waits for readiness.
+//! Either way the calls are [`socket_calls`]' own system calls, not glibc's wrappers.
 
 use std::io;
 use std::net::SocketAddr;

@@ -37,7 +37,8 @@ unsafe impl OwnedSocket for std::net::TcpStream {}
 // SAFETY: as above.
 unsafe impl OwnedSocket for mio::net::TcpStream {}
 
-/// A socket registered with the event loop for reading and writing.
+/// A socket registered with the event loop for reading and writing. It must be in non-blocking
+/// mode already (as `mio`'s are, and those `tokio::net::TcpStream::into_std` gives).
 pub fn register<S: OwnedSocket>(socket: S) -> io::Result<AsyncFd<S>> {
     // SAFETY: the `AsyncFd` owns `socket`, whose descriptor stays open and the same until the
     // `AsyncFd` is dropped (deregistering it first; `OwnedSocket`'s promise): it is only ever

@@ -103,17 +103,19 @@ pub fn poll_read<S: AsRawFd + AsFd>(
     poll_read_by(socket, cx, buf, |fd, into| Ok((recv(fd, into)?, ())))
 }
 
-/// `AsyncWrite::poll_write` of a socket, by [`send`].
-pub fn poll_write<S: AsRawFd + AsFd>(
+/// Writes with `write` once `socket` is writable; a write that `full` takes as a sign of a
+/// full socket clears its readiness.
+fn poll_write_by<S: AsRawFd + AsFd>(
     socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
-    bytes: &[u8],
+    write: impl Fn(BorrowedFd<'_>) -> io::Result<usize>,
+    full: impl Fn(usize) -> bool,
 ) -> Poll<io::Result<usize>> {
     loop {
         let mut readiness = ready!(socket.poll_write_ready(cx))?;
-        match send(socket.get_ref().as_fd(), bytes) {
+        match write(socket.get_ref().as_fd()) {
             Ok(n) => {
-                if n > 0 && n < bytes.len() {
+                if full(n) {
                     readiness.clear_ready();
                 }
                 return Poll::Ready(Ok(n));
@@ -124,6 +126,20 @@ pub fn poll_write<S: AsRawFd + AsFd>(
     }
 }
 
+/// `AsyncWrite::poll_write` of a socket, by [`send`].
+pub fn poll_write<S: AsRawFd + AsFd>(
+    socket: &AsyncFd<S>,
+    cx: &mut Context<'_>,
+    bytes: &[u8],
+) -> Poll<io::Result<usize>> {
+    poll_write_by(
+        socket,
+        cx,
+        |fd| send(fd, bytes),
+        |n| n > 0 && n < bytes.len(),
+    )
+}
+
 /// `AsyncWrite::poll_write_vectored` of a socket, by [`writev`]. As tokio's, it takes a short
 /// write as no sign of a full socket (adding up the buffers' lengths would cost more than it
 /// saves).
@@ -132,13 +148,7 @@ pub fn poll_write_vectored<S: AsRawFd + AsFd>(
     cx: &mut Context<'_>,
     bufs: &[IoSlice<'_>],
 ) -> Poll<io::Result<usize>> {
-    loop {
-        let mut readiness = ready!(socket.poll_write_ready(cx))?;
-        match writev(socket.get_ref().as_fd(), bufs) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => readiness.clear_ready(),
-            written => return Poll::Ready(written),
-        }
-    }
+    poll_write_by(socket, cx, |fd| writev(fd, bufs), |_| false)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replay speed of `capstan sim cache` for crates/sim/BENCH-sim.md. Usage:
+# Replay speed of `capstan sim cache` for crates/sim/BENCHMARKS.md. Usage:
 #   bash crates/sim/bench-cache.sh [BIN]     (BIN default target/release/capstan; RUNS=5;
 #                                            OBJECTS=100000 REQUESTS=5000000 ALPHA=0.8)
 # Each run replays one generated trace through every policy at the six default cache sizes on

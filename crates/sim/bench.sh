@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Performance numbers for crates/sim/BENCH-sim.md. Usage:
+# Performance numbers for crates/sim/BENCHMARKS.md. Usage:
 #   bash crates/sim/bench.sh [BIN] [what...]   (BIN default target/release/capstan;
 #                                              what: single matrix scaling scale; default the
 #                                              first three)

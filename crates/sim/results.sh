@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates crates/sim/RESULTS.md: runs every scenario with the seven default policies (three
+# Regenerates crates/sim/BENCHMARKS-papers.md: runs every scenario with the seven default policies (three
 # seeds, 8 nodes, 200 new clients/s, 10 simulated minutes), the T_gat sweeps of the paper's
 # Figure 3 (publishing and commerce, with CAP, RAN and RR as flat baselines), the node-count and
 # arrival-rate sweeps of its Table 1 ranges, and the commerce variants that explain why CAP is not
-# best here; then renders crates/sim/RESULTS.template.md with the numbers into RESULTS.md.
+# best here; then renders crates/sim/BENCHMARKS-papers.template.md with the numbers into BENCHMARKS-papers.md.
 # Usage: bash crates/sim/results.sh [OUT_DIR] (default out/sim).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +42,6 @@ variant cache-all --set node.cache_fraction=1.0
 variant zipf-0.6 --set workload.zipf-alpha=0.6
 variant ssl-x10-cache-all --set node.ssl.rsa_kbit_per_s=3.85 \
   --set node.ssl.des3_kbit_per_s=4688.6 --set node.cache_fraction=1.0
-$bin sim results-md --template crates/sim/RESULTS.template.md --results "$out" \
-  --out crates/sim/RESULTS.md
-echo "wrote crates/sim/RESULTS.md from $out"
+$bin sim results-md --template crates/sim/BENCHMARKS-papers.template.md --results "$out" \
+  --out crates/sim/BENCHMARKS-papers.md
+echo "wrote crates/sim/BENCHMARKS-papers.md from $out"

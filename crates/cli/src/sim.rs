@@ -48,7 +48,7 @@ capstan sim commerce --tgat-sweep 0,1,2,5,10,20 --policies random,round-robin --
 capstan sim commerce --nodes-sweep 2,4,8,16,32 --policies cap,lard,round-robin --out out/nodes\n  \
 capstan sim commerce --rate-sweep 100,150,200,250,300 --out out/rate\n  \
 capstan sim commerce --set workload.zipf-alpha=0.6 --set node.cache_fraction=0.05 --out out/v\n  \
-capstan sim results-md --template crates/sim/RESULTS.template.md --results out/sim\n  \
+capstan sim results-md --template crates/sim/BENCHMARKS-papers.template.md --results out/sim\n  \
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
 capstan sim sweb-skewed --out out/sweb-skewed  # SWEB §4.2: round robin vs file locality vs sweb\n  \
 capstan sim sweb-sizes --replications 3 --out out/sweb-sizes\n  \
@@ -112,7 +112,7 @@ pub struct SimArgs {
     /// Override one scenario field, TOML syntax with a dotted path (repeatable), e.g.
     /// `--set workload.zipf-alpha=0.6`, `--set node.cache_fraction=0.05`,
     /// `--set node.ssl.rsa_kbit_per_s=3.85`, `--set costs.db-disk-ms=40` (fields: see the
-    /// scenario TOML format in crates/sim/RESULTS.md).
+    /// scenario TOML format in crates/sim/BENCHMARKS-papers.md).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     overrides: Vec<String>,
     /// Worker threads: replications (and policies) run in parallel, one run per thread at a
@@ -500,14 +500,14 @@ enum SimCommand {
     // No doc comment here: it would replace CacheArgs's about and long_about (with its TRACE
     // FORMATS section) in `capstan sim cache --help`.
     Cache(Box<CacheArgs>),
-    /// Render a markdown file (crates/sim/RESULTS.md) from a template and results directories.
+    /// Render a markdown file (crates/sim/BENCHMARKS-papers.md) from a template and results directories.
     ResultsMd(ResultsMdArgs),
 }
 
 #[derive(Args, Debug)]
 #[command(
     long_about = "Render markdown from a template whose {{...}} directives are replaced by tables and numbers read from the JSON files of `capstan sim ... --out DIR` runs under --results:\n  {{table DIR}}            policy table of DIR/results.json\n  {{tgat DIR}}             T_gat table (WRR_num, WRR_time and the flat baselines)\n  {{sweep DIR}}            p90 per policy and value of DIR/sweep.json\n  {{p90 DIR POLICY}}       one number (also mean, hit, cpu, disk; le DIR POLICY MS)\n  {{text FILE}}            a file's trimmed text\n\nA directive naming a missing file, policy or field is an error (exit 1).",
-    after_help = "Example:\n  capstan sim results-md --template crates/sim/RESULTS.template.md \\\n      --results out/sim --out crates/sim/RESULTS.md"
+    after_help = "Example:\n  capstan sim results-md --template crates/sim/BENCHMARKS-papers.template.md \\\n      --results out/sim --out crates/sim/BENCHMARKS-papers.md"
 )]
 pub struct ResultsMdArgs {
     /// The template (markdown with {{...}} directives).

@@ -10,7 +10,7 @@
 //! - [`queueing`]: the same event core on textbook queues, for validation.
 //! - [`report`]: the HTML report with SVG plots.
 //! - [`sweep`], [`sweep_report`]: node-count and arrival-rate sweeps (CAP Table 1's ranges).
-//! - [`results_md`]: renders `RESULTS.md` from a template and the runs' JSON files.
+//! - [`results_md`]: renders `BENCHMARKS-papers.md` from a template and the runs' JSON files.
 //! - [`sweb`]: `capstan sim sweb-skewed` and `sweb-sizes` — SWEB's experiments (IPPS '96, §4)
 //!   on a model of its cluster (local disks, NFS, DNS rotation, redirection, loadd every 2 s).
 //! - [`cache`]: `capstan sim cache` — the HTTP cache's eviction policies (the switch's own code)

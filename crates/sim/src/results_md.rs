@@ -1,4 +1,4 @@
-//! Renders `crates/sim/RESULTS.md` from a hand-written template and the JSON files of the runs
+//! Renders `crates/sim/BENCHMARKS-papers.md` from a hand-written template and the JSON files of the runs
 //! (`capstan sim results-md`), so the measured tables are never copied by hand.
 //!
 //! The template is markdown with directives in double braces; each is replaced by what it names,

@@ -1,4 +1,4 @@
-//! Node-count and arrival-rate sweeps (CAP Table 1's ranges) in quick form, and the RESULTS.md
+//! Node-count and arrival-rate sweeps (CAP Table 1's ranges) in quick form, and the BENCHMARKS-papers.md
 //! generator on a small results set.
 
 use capstan_sim::sweep::{run_sweep, Axis};

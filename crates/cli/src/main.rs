@@ -1,5 +1,9 @@
 //! `capstan`: the web switch, and the lab to measure it.
 
+// The argument structs' doc comments are clap's `--help` text, written for a terminal: their
+// `[:port]`, `[[phase]]` and `<temp dir>` are meant literally, not as rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

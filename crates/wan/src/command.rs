@@ -1,6 +1,10 @@
 //! `capstan wan run | up | down | stats`: arguments and what each subcommand does. The `capstan`
 //! binary only forwards to [`main`], so this crate's tests can drive the commands themselves.
 
+// The argument structs' doc comments are clap's `--help` text: `ge:P,R[,LOSS_BAD[,LOSS_GOOD]]`
+// is meant literally, not as a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

@@ -6,7 +6,7 @@
 //! budget. The replay keeps a resident bit per object so a hit is known without asking the
 //! policy, as the store knows from its own table.
 //!
-//! Belady's MIN is the offline reference: see [`belady`].
+//! Belady's MIN is the offline reference: see the sibling module `belady`.
 
 use std::collections::BTreeSet;
 

@@ -33,10 +33,11 @@ use capstan_sim::queueing::{erlang_c_response, mean_response, mmc_mean_response,
 use capstan_workload::{ArrivalKind, Dist};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
-use crate::results::{round, Versions};
-use crate::runner::versions;
-use crate::{LabError, Observer};
+use crate::model::error::LabError;
+use crate::model::results::{round, Versions};
+use crate::procs::cluster::{self, Cluster, NodeArgs, NodeSpec};
+use crate::run::plan::versions;
+use crate::run::plan::Observer;
 use capstan_report::{escape, Chart, Page, Series};
 
 /// Mean CPU demand per server, ms: short enough for hundreds of jobs in a quick window, long
@@ -319,7 +320,7 @@ pub async fn run(
     let load_before = load_average();
     let say = |m: String| {
         if let Some(f) = &observer {
-            f(crate::Event::Message(m))
+            f(crate::run::plan::Event::Message(m))
         }
     };
     let mut cases = Vec::new();

@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::experiment::Experiment;
-use crate::results::{LabResults, RunRecord, SeriesResult};
+use crate::model::experiment::Experiment;
+use crate::model::results::{LabResults, RunRecord, SeriesResult};
 
 /// The paper's S-Client connect timeout T (§5.2).
 const PAPER_T_S: f64 = 0.5;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::LabError;
+use crate::model::error::LabError;
 
 /// One node's resources as the lab starts it.
 #[derive(Debug, Clone, PartialEq)]
@@ -629,7 +629,6 @@ pub struct TlsCounts {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SwitchNode {
     pub name: String,
-    pub served: u64,
     pub classes: std::collections::BTreeMap<String, u64>,
     /// The weight the policy uses now: configured, or derived from gathered state (WRR).
     #[serde(default)]

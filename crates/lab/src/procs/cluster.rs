@@ -120,7 +120,7 @@ pub struct Cluster {
 /// ephemeral range (32768 and up), starting at a place that differs per process, and each one is
 /// checked by binding it. Another process could still take it in between (another lab running
 /// beside this one, say); a node or switch that then finds its port taken is started again on
-/// other ports ([`on_fresh_ports`]).
+/// other ports (`on_fresh_ports`).
 pub fn free_loopback_port() -> std::io::Result<SocketAddr> {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;

@@ -1,7 +1,7 @@
 //! Layer 4, reports: the findings a policy experiment concludes with, the summary tables, and
 //! `index.html` (SVG plots) beside `results.json`, for policy, cache and WAN experiments.
 //!
-//! May use: [`crate::model`], [`crate::procs`], [`crate::run`]. Inside it, `experiment` (the
+//! May use: [`crate::model`], [`crate::procs`], [`crate::run`](mod@crate::run). Inside it, `experiment` (the
 //! policy experiment's report) uses `figures` and `sclient`.
 
 pub(crate) mod cache;

@@ -15,7 +15,7 @@ use crate::model::results::*;
 use crate::procs::cluster::{self, Cluster, NodeArgs};
 use crate::run::plan::{filelist, versions, Event, Observer, Options, Plan, SeriesPlan};
 
-/// Runs the plan and returns the results (findings are added by [`crate::report`]).
+/// Runs the plan and returns the results (findings are added by [`crate::conclude`]).
 pub async fn run(
     plan: &Plan,
     o: &Options,

@@ -8,7 +8,7 @@
 //! closed-loop clients and think time, the same policy rows with their parameters, T_gat and the
 //! switch's classes. Beside the lab ([`Shape::AsLab`]) each level also runs as the lab ran it:
 //! its window, the generator's own request sequence, a drained warm-up, and the HTTP path the lab
-//! measured on its cluster ([`crate::http_path`]). What the simulator has no model of — the
+//! measured on its cluster ([`crate::run::http_path`]). What the simulator has no model of — the
 //! switch's and generator's CPU on shared cores, timer lateness — is left out, so the comparison
 //! shows it.
 
@@ -270,7 +270,7 @@ impl CachedFileModel {
 /// How the simulator runs the plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shape {
-    /// The model alone (`--engine sim`): windows of at least [`MIN_WINDOW_S`], each client its
+    /// The model alone (`--engine sim`): windows of at least `MIN_WINDOW_S`, each client its
     /// own request stream, no HTTP path.
     Model,
     /// Beside the lab (`--engine both`): each level as the lab runs it — the lab's window, the

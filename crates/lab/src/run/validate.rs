@@ -186,7 +186,7 @@ pub struct Schedule {
     /// A first, unmeasured run at utilisation 0.5: connection pools fill and the node's timers
     /// learn their wake-up lead (see `capstan origin`'s emulation) before anything is measured.
     pub warm: Duration,
-    /// The near-zero-load run (utilisation [`PROBE_RHO`], constant demands) that measures the
+    /// The near-zero-load run (utilisation `PROBE_RHO`, constant demands) that measures the
     /// fixed overhead.
     pub probe: Duration,
 }
@@ -310,7 +310,7 @@ pub fn verdict(error_pct: f64, noise_pct: f64) -> &'static str {
     }
 }
 
-/// Runs every case and returns the results (write them with [`write`]).
+/// Runs every case and returns the results (write them with [`crate::write_validation`]).
 pub async fn run(
     o: &ValidateOptions,
     observer: Option<Observer>,

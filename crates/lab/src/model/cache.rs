@@ -1,6 +1,7 @@
 //! A cache experiment's schema: the experiment file (built-ins, contenders, the thesis's rows)
 //! and its results (`results.json`: per contender the Web Polygraph result, the surrogate
-//! metrics sampled while it ran, the better performer per phase and metric).
+//! metrics sampled while it ran, the better performer per phase and metric). Running is in
+//! [`crate::run::cache`], the report in [`crate::report::cache`].
 
 use std::path::PathBuf;
 
@@ -438,4 +439,28 @@ pub struct Surrogates {
     /// The block devices whose `/proc/diskstats` counters the disk rates sum.
     #[serde(default)]
     pub disk_devices: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capstan_contender_names_its_eviction_policy() {
+        assert_eq!(capstan_policy("capstan"), Some("lru"));
+        assert_eq!(capstan_policy("capstan-gdsf"), Some("gdsf"));
+        assert_eq!(capstan_policy("capstan-s3-fifo"), Some("s3-fifo"));
+        for not in ["capstan-", "capstan-fifo", "capstangdsf", "varnish", "gdsf"] {
+            assert_eq!(capstan_policy(not), None, "{not}");
+        }
+        assert!(check_contender("trafficserver").is_ok());
+        assert!(check_contender("capstan-lfu-da").is_ok());
+        let why = check_contender("capstan-arc").unwrap_err();
+        assert!(
+            why.contains("\"capstan-arc\"")
+                && why.contains("capstan-POLICY")
+                && why.contains("sieve"),
+            "{why}"
+        );
+    }
 }

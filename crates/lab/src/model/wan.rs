@@ -21,6 +21,9 @@
 //!
 //! Everything runs on this machine: the server in the root network namespace listening on
 //! `0.0.0.0`, the load generator in `capstan wan`'s client namespace. Needs root.
+//!
+//! This module holds the schema: the experiment file, the options, and the results
+//! (`results.json`). Running is in [`crate::run::wan`], the report in [`crate::report::wan`].
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
-//! A WAN experiment's report: the summary table, findings in words (with the paper's numbers
-//! beside ours), and `index.html` with plots of throughput, open connections and processes
+//! A WAN experiment's report: the summary table, and `index.html` (with the findings the run
+//! concluded, see `run::wan::findings`) with plots of throughput, open connections and processes
 //! against the varied setting, and of the connections over time in each contender's last run.
 
 use std::fmt::Write as _;

@@ -10,12 +10,13 @@
 //! Server's runtime files and span) that is removed afterwards; every process is stopped
 //! (SIGTERM, then SIGKILL) when its run ends, also on errors and Ctrl-C.
 //!
-//! The report: per contender and phase the offered rate, throughput, DHR and BHR beside the
-//! offered hit ratio, hit and miss response times, errors, the proxy's CPU time and memory, and
-//! the thesis's own numbers (Table 4.6 and §4.4) beside ours; the better performer per phase
-//! and metric beside the thesis's call ([`verdicts`]); and the proxies' CPU,
-//! memory and disk I/O sampled every second ([`surrogates`]); hit and miss
-//! response-time CDFs and response time against offered rate ([`plots`]).
+//! The run computes the verdicts and findings; the report ([`crate::report::cache`]) shows per
+//! contender and phase the offered rate, throughput, DHR and BHR beside the offered hit ratio,
+//! hit and miss response times, errors, the proxy's CPU time and memory, and the thesis's own
+//! numbers (Table 4.6 and §4.4) beside ours; the better performer per phase and metric beside
+//! the thesis's call ([`verdicts`]); and the proxies' CPU, memory and disk I/O sampled every
+//! second ([`surrogates`]); hit and miss response-time CDFs and response time against offered
+//! rate ([`plots`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -537,28 +538,4 @@ fn against_thesis(r: &CacheResults, ran: &[&ContenderResult]) -> Vec<String> {
         ));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_capstan_contender_names_its_eviction_policy() {
-        assert_eq!(capstan_policy("capstan"), Some("lru"));
-        assert_eq!(capstan_policy("capstan-gdsf"), Some("gdsf"));
-        assert_eq!(capstan_policy("capstan-s3-fifo"), Some("s3-fifo"));
-        for not in ["capstan-", "capstan-fifo", "capstangdsf", "varnish", "gdsf"] {
-            assert_eq!(capstan_policy(not), None, "{not}");
-        }
-        assert!(check_contender("trafficserver").is_ok());
-        assert!(check_contender("capstan-lfu-da").is_ok());
-        let why = check_contender("capstan-arc").unwrap_err();
-        assert!(
-            why.contains("\"capstan-arc\"")
-                && why.contains("capstan-POLICY")
-                && why.contains("sieve"),
-            "{why}"
-        );
-    }
 }

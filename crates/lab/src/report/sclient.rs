@@ -1,7 +1,8 @@
 //! Report parts of the Banga & Druschel experiments (`sclient-overload`, Figs. 6–7;
 //! `sclient-bursty`, Fig. 8): per level the S-Clients' sockets, connection attempts and
 //! abandoned attempts per second beside D/T, throughput relative to the peak, and the paper's
-//! numbers beside ours. Kept apart from `report.rs`, which calls [`findings`] and [`html`].
+//! numbers beside ours. Kept apart from `experiment.rs` (the policy experiment's report), which
+//! calls [`findings`] and [`html`].
 
 use std::fmt::Write as _;
 

@@ -152,16 +152,16 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .experiment
         .clone()
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
-    let other_room = capstan_lab::cache::CacheExperiment::find(&name).is_some()
-        || capstan_lab::wan::WanExperiment::find(&name).is_some()
+    let other_room = capstan_lab::CacheExperiment::find(&name).is_some()
+        || capstan_lab::WanExperiment::find(&name).is_some()
         || name == "validate";
     if other_room && (args.secure_tls.is_some() || args.real_nodes) {
         bail!("--secure-tls and --real-nodes apply to the switch experiments, not to {name}");
     }
-    if let Some(exp) = capstan_lab::cache::CacheExperiment::find(&name) {
+    if let Some(exp) = capstan_lab::CacheExperiment::find(&name) {
         return run_cache(&args, exp?);
     }
-    if let Some(exp) = capstan_lab::wan::WanExperiment::find(&name) {
+    if let Some(exp) = capstan_lab::WanExperiment::find(&name) {
         return run_wan(&args, exp?);
     }
     if args.full || !args.contenders.is_empty() {
@@ -175,7 +175,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let exp = Experiment::load(&name)?.with_overrides(args.secure_tls, args.real_nodes)?;
     let worlds: capstan_lab::Worlds = args.engine.parse().map_err(anyhow::Error::msg)?;
     if worlds != capstan_lab::Worlds::Live {
-        capstan_lab::simulate::check(&exp)?;
+        capstan_lab::check_sim(&exp)?;
     }
     let exe = std::env::current_exe().context("cannot find the capstan binary")?;
     let opts = Options {
@@ -194,10 +194,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     // the live part starts. Alone it runs the model alone; beside the lab it runs again after
     // the live runs, with the HTTP path they measured.
     if worlds != capstan_lab::Worlds::Live {
-        let world = capstan_lab::simulate::run(&plan, capstan_lab::simulate::Shape::Model)?;
+        let world = capstan_lab::simulate(&plan, capstan_lab::SimShape::Model)?;
         if worlds == capstan_lab::Worlds::Sim {
-            let mut results = capstan_lab::simulate::sim_only_results(&plan, &opts, world);
-            capstan_lab::report::conclude(&mut results, &exp);
+            let mut results = capstan_lab::sim_only_results(&plan, &opts, world);
+            capstan_lab::conclude(&mut results, &exp);
             return finish(&results, &args);
         }
     }
@@ -219,10 +219,10 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
             .as_ref()
             .map(|p| p.path())
             .unwrap_or_default();
-        let world = capstan_lab::simulate::run(&plan, capstan_lab::simulate::Shape::AsLab(path))?;
-        capstan_lab::simulate::attach(&mut results, world);
+        let world = capstan_lab::simulate(&plan, capstan_lab::SimShape::AsLab(path))?;
+        capstan_lab::attach_sim(&mut results, world);
     }
-    capstan_lab::report::conclude(&mut results, &exp);
+    capstan_lab::conclude(&mut results, &exp);
     finish(&results, &args)
 }
 
@@ -249,9 +249,9 @@ fn until_interrupted<T, E: Into<anyhow::Error>>(
 
 /// Writes the report and prints the summary.
 fn finish(results: &capstan_lab::LabResults, args: &LabArgs) -> anyhow::Result<()> {
-    let path = capstan_lab::report::write(results, &args.out)?;
+    let path = capstan_lab::write_report(results, &args.out)?;
     println!("{} — {}", results.title, results.figure);
-    print!("{}", capstan_lab::report::summary_table(results));
+    print!("{}", capstan_lab::summary_table(results));
     for a in &results.agreement {
         println!(
             "lab vs simulator, {}: {} ({})",
@@ -286,17 +286,17 @@ fn validate(args: &LabArgs) -> anyhow::Result<()> {
     if !args.policies.is_empty() || args.nodes.is_some() || args.repetitions.is_some() {
         bail!("lab validate takes only --quick, --seed and --out (its cases fix policy and nodes)");
     }
-    let opts = capstan_lab::validate::ValidateOptions {
+    let opts = capstan_lab::ValidateOptions {
         quick: args.quick,
         seed: args.seed.unwrap_or(1),
         exe: std::env::current_exe().context("cannot find the capstan binary")?,
         work_dir: args.out.join("logs"),
         command: command_line(),
     };
-    let schedule = capstan_lab::validate::Schedule::new(args.quick);
+    let schedule = capstan_lab::Schedule::new(args.quick);
     eprintln!(
         "capstan lab validate: {} cases × {} utilisations, about {:.0} s",
-        capstan_lab::validate::CASES.len(),
+        capstan_lab::CASES.len(),
         schedule.rhos.len(),
         schedule.estimate_s()
     );
@@ -305,9 +305,9 @@ fn validate(args: &LabArgs) -> anyhow::Result<()> {
             eprintln!("{m}");
         }
     });
-    let results = until_interrupted(capstan_lab::validate::run(&opts, Some(observer)))?;
-    let path = capstan_lab::validate::write(&results, &args.out)?;
-    print!("{}", capstan_lab::validate::summary_table(&results));
+    let results = until_interrupted(capstan_lab::run_validation(&opts, Some(observer)))?;
+    let path = capstan_lab::write_validation(&results, &args.out)?;
+    print!("{}", capstan_lab::validation_summary_table(&results));
     println!("report: {}", path.display());
     println!("data:   {}", args.out.join("validation.json").display());
     let verdicts: Vec<&str> = results
@@ -335,8 +335,8 @@ fn validate(args: &LabArgs) -> anyhow::Result<()> {
 }
 
 /// A cache experiment: each contender in turn, a table per phase, the report.
-fn run_cache(args: &LabArgs, exp: capstan_lab::cache::CacheExperiment) -> anyhow::Result<()> {
-    use capstan_lab::cache::{CacheOptions, Mode};
+fn run_cache(args: &LabArgs, exp: capstan_lab::CacheExperiment) -> anyhow::Result<()> {
+    use capstan_lab::{CacheMode as Mode, CacheOptions};
     let mode = match (args.quick, args.full) {
         (true, _) => Mode::Quick,
         (_, true) => Mode::Full,
@@ -351,17 +351,17 @@ fn run_cache(args: &LabArgs, exp: capstan_lab::cache::CacheExperiment) -> anyhow
     };
     eprintln!("capstan lab: {} — {} ({mode:?})", exp.name, exp.figure);
     let say = |m: String| eprintln!("  {m}");
-    let results = until_interrupted(capstan_lab::cache::run_cache(&exp, &opts, &say))?;
-    let path = capstan_lab::cache::write_report(&results, &args.out)?;
+    let results = until_interrupted(capstan_lab::run_cache(&exp, &opts, &say))?;
+    let path = capstan_lab::write_cache_report(&results, &args.out)?;
     let heading = format!("{} — {}", results.title, results.figure);
-    let table = capstan_lab::cache::summary_table(&results);
+    let table = capstan_lab::cache_summary_table(&results);
     print_summary(&heading, &table, &results.findings, &path, &args.out);
     Ok(())
 }
 
 /// A WAN experiment: each contender at each level behind the delay router, the report.
-fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Result<()> {
-    use capstan_lab::wan::{Mode, WanOptions};
+fn run_wan(args: &LabArgs, exp: capstan_lab::WanExperiment) -> anyhow::Result<()> {
+    use capstan_lab::{WanMode as Mode, WanOptions};
     if args.full {
         bail!("--full applies to the cache experiments; a WAN experiment without --quick runs all its levels");
     }
@@ -371,7 +371,7 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
         Mode::Default
     };
     for c in &args.contenders {
-        capstan_lab::wan::check_contender(c).map_err(anyhow::Error::msg)?;
+        capstan_lab::check_wan_contender(c).map_err(anyhow::Error::msg)?;
     }
     let opts = WanOptions {
         mode,
@@ -393,10 +393,10 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::wan::WanExperiment) -> anyhow::Resu
         runs as f64 * (run_s + 5.0)
     );
     let say = |m: String| eprintln!("  {m}");
-    let results = until_interrupted(capstan_lab::wan::run_wan(&exp, &opts, &say))?;
-    let path = capstan_lab::wan::write_report(&results, &args.out)?;
+    let results = until_interrupted(capstan_lab::run_wan(&exp, &opts, &say))?;
+    let path = capstan_lab::write_wan_report(&results, &args.out)?;
     let heading = format!("{} — {}", results.title, results.figure);
-    let table = capstan_lab::wan::summary_table(&results);
+    let table = capstan_lab::wan_summary_table(&results);
     print_summary(&heading, &table, &results.findings, &path, &args.out);
     Ok(())
 }
@@ -431,15 +431,15 @@ fn list() {
         "validate"
     );
     println!("Cache experiments (capstan lab NAME [--quick | --full] [--contenders C1,C2]):");
-    for (name, text) in capstan_lab::cache::BUILTIN_CACHE {
-        match capstan_lab::cache::CacheExperiment::parse(text, name) {
+    for (name, text) in capstan_lab::BUILTIN_CACHE {
+        match capstan_lab::CacheExperiment::parse(text, name) {
             Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
             Err(e) => println!("  {name:<17} (broken: {e})"),
         }
     }
     println!("WAN experiments (root; capstan lab NAME [--quick] [--contenders C1,C2]):");
-    for (name, text) in capstan_lab::wan::BUILTIN_WAN {
-        match capstan_lab::wan::WanExperiment::parse(text, name) {
+    for (name, text) in capstan_lab::BUILTIN_WAN {
+        match capstan_lab::WanExperiment::parse(text, name) {
             Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
             Err(e) => println!("  {name:<17} (broken: {e})"),
         }
@@ -471,7 +471,7 @@ fn observer(bar: ProgressBar, x: &'static str) -> capstan_lab::Observer {
         } => {
             let s = format!(
                 "{label} @ {} {x}{}",
-                capstan_lab::runner::fmt_level(level),
+                capstan_lab::fmt_level(level),
                 if repetition > 0 {
                     format!(" (rep {})", repetition + 1)
                 } else {

@@ -667,7 +667,7 @@ fn validate_quick_matches_queueing_theory() {
             // an error no busy machine explains (off by a factor of two, say a unit or a ρ
             // wrongly computed) fails the test.
             if limited.is_none() {
-                let expected = capstan_lab::validate::verdict(err, noise);
+                let expected = capstan_lab::testing::verdict(err, noise);
                 assert_eq!(p["verdict"], expected, "{name} ρ {rho}: {p}");
             }
             if limited.is_none() && noise <= 25.0 && !busy {

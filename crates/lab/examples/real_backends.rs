@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use capstan_lab::servers::{tcp_counts, write_tree, RunningServer, ServerKind, ServerSpec};
+use capstan_lab::testing::{tcp_counts, write_tree, RunningServer, ServerKind, ServerSpec};
 use capstan_workload::tree::{DocTree, TreeKind};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             docroot: docroot.clone(),
             listen: SocketAddr::from((
                 [0, 0, 0, 0],
-                capstan_lab::cluster::free_loopback_port()?.port(),
+                capstan_lab::testing::free_loopback_port()?.port(),
             )),
             workers: if kind == ServerKind::Apache2 { 152 } else { 2 },
             backlog: 1024,

@@ -3,9 +3,14 @@
 //! load level, and writes a report (`index.html` with inline SVG plots, `results.json`).
 //!
 //! Cache experiments (`cache-mixed-inc`, `cache-best-effort`) run Web Polygraph workloads
-//! against Capstan's cache, Varnish and Traffic Server instead ([`cache`]); WAN experiments
+//! against Capstan's cache, Varnish and Traffic Server instead ([`run_cache`]); WAN experiments
 //! (`wan-delay`, `wan-loss`, `wan-mix`) put the load behind `capstan wan`'s delay router in
-//! front of emulated nodes, the switch, apache2 and nginx ([`wan`]).
+//! front of emulated nodes, the switch, apache2 and nginx ([`run_wan`]).
+//!
+//! The modules form four layers, each using only those below it: `model` (experiment and
+//! result schema, the papers' rows) → `procs` (cluster, servers, daemons) → `run` (runner,
+//! secure clients, HTTP path, simulation, validation, cache and WAN experiments) → `report`.
+//! All are private; what the CLI uses is re-exported here.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), capstan_lab::LabError> {
@@ -14,42 +19,45 @@
 //! let opts = Options { quick: true, exe: "target/release/capstan".into(), work_dir: "lab-report/logs".into(), ..Default::default() };
 //! let plan = Plan::new(&exp, &opts)?;
 //! let mut results = capstan_lab::run(&plan, &opts, None).await?;
-//! capstan_lab::report::conclude(&mut results, &exp);
-//! capstan_lab::report::write(&results, std::path::Path::new("lab-report"))?;
+//! capstan_lab::conclude(&mut results, &exp);
+//! capstan_lab::write_report(&results, std::path::Path::new("lab-report"))?;
 //! # Ok(()) }
 //! ```
 
-pub mod cache;
-pub mod cache_plots;
-pub mod cache_surrogates;
-pub mod cache_verdicts;
-pub mod cluster;
-pub mod experiment;
-pub mod figures;
-pub mod http_path;
-pub mod report;
-pub mod report_sclient;
-pub mod results;
-pub mod runner;
-pub mod secure;
-pub mod servers;
-pub mod simulate;
-pub mod validate;
-pub mod wan;
+mod model;
+mod procs;
+mod report;
+mod run;
 
-pub use experiment::{Experiment, BUILTIN, DEFAULT};
-pub use results::LabResults;
-pub use runner::{run, Event, Observer, Options, Plan};
-pub use simulate::Worlds;
+pub use model::cache::{CacheExperiment, CacheOptions, Mode as CacheMode, BUILTIN_CACHE};
+pub use model::error::LabError;
+pub use model::experiment::{Experiment, BUILTIN, DEFAULT};
+pub use model::results::{fmt_level, LabResults};
+pub use model::wan::{
+    check_contender as check_wan_contender, Mode as WanMode, WanExperiment, WanOptions, BUILTIN_WAN,
+};
+pub use report::cache::{summary_table as cache_summary_table, write_report as write_cache_report};
+pub use report::experiment::{conclude, summary_table, write as write_report};
+pub use report::wan::{summary_table as wan_summary_table, write_report as write_wan_report};
+pub use run::cache::run_cache;
+pub use run::plan::{Event, Observer, Options, Plan, Worlds};
+pub use run::runner::run;
+pub use run::simulate::{
+    attach as attach_sim, check as check_sim, run as simulate, sim_only_results, Shape as SimShape,
+};
+pub use run::validate::{
+    run as run_validation, summary_table as validation_summary_table, write as write_validation,
+    Schedule, ValidateOptions, CASES,
+};
+pub use run::wan::run_wan;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LabError {
-    /// A bad experiment file or override.
-    #[error("{0}")]
-    Experiment(String),
-    /// A node, the switch or the load generator failed.
-    #[error("{0}")]
-    Run(String),
-    #[error("{0}")]
-    Report(String),
+/// What only tests and examples use: the lab's process helpers and the validation's verdict.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::procs::cluster::free_loopback_port;
+    pub use crate::procs::servers::{
+        ensure_installed, tcp_counts, write_tree, RunningServer, ServerKind, ServerSpec,
+        APACHE_START_SERVERS,
+    };
+    pub use crate::run::validate::verdict;
 }

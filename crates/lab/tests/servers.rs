@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use capstan_lab::servers::{
+use capstan_lab::testing::{
     ensure_installed, tcp_counts, write_tree, RunningServer, ServerKind, ServerSpec,
     APACHE_START_SERVERS,
 };
@@ -55,7 +55,7 @@ impl Drop for Scratch {
 }
 
 fn spec(kind: ServerKind, docroot: &Path, workers: u32) -> ServerSpec {
-    let port = capstan_lab::cluster::free_loopback_port().unwrap().port();
+    let port = capstan_lab::testing::free_loopback_port().unwrap().port();
     ServerSpec {
         kind,
         docroot: docroot.to_path_buf(),

@@ -7,8 +7,8 @@
 //!
 //! The utilisation of each quarter-interval tick is added up as busy seconds, so the report's
 //! windows are the same time-weighted averages an origin's are, over the same window rule
-//! ([`crate::load::LoadStats`]). The report describes the last tick (at most a quarter interval
-//! ago), not the instant it is asked for.
+//! (`LoadStats` in the private `load` module). The report describes the last tick (at most a
+//! quarter interval ago), not the instant it is asked for.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

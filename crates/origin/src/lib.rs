@@ -419,7 +419,7 @@ async fn accept_loop(
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
-                    let slot = idle.and_then(|p| processes::ProcessSlot::take(&node, p));
+                    let slot = idle.and_then(|p| node.take_process(p));
                     let node = node.clone();
                     serve_connection(stream, move |req| service::handle(node.clone(), req, false), slot);
                 }

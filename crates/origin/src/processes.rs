@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::service::{Node, Res};
+use crate::emulated::Emulated;
 
 /// The node's processes and the listening socket whose backlog holds the connections waiting
 /// for one.
@@ -86,11 +86,11 @@ impl Processes {
 
     /// Adds `delta` (±1) processes in use and resizes the node's file cache to match, under
     /// one lock so that concurrent opens and closes leave the cache at the right size.
-    fn change(&self, res: &Res, delta: i64) {
+    fn change(&self, memory: Option<&Emulated>, delta: i64) {
         let mut in_use = lock(&self.in_use);
         *in_use = in_use.saturating_add_signed(delta);
         self.max_in_use.fetch_max(*in_use, Ordering::Relaxed);
-        if let Res::Emulated(e) = res {
+        if let Some(e) = memory {
             e.reserve_memory(*in_use * self.memory_per_process);
         }
     }
@@ -111,28 +111,33 @@ impl Drop for ListenerWatch {
 
 /// A process serving one connection; dropping it frees the process and its memory.
 pub struct ProcessSlot {
-    node: Arc<Node>,
+    processes: Arc<Processes>,
+    /// The emulated node whose file cache gives up the process's memory (none on a real node).
+    memory: Option<Arc<Emulated>>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl ProcessSlot {
-    /// The idle process holding `permit` takes a newly accepted connection.
-    pub fn take(node: &Arc<Node>, permit: OwnedSemaphorePermit) -> Option<ProcessSlot> {
-        let processes = node.processes.as_ref()?;
+    /// The idle process holding `permit` takes a newly accepted connection; its memory comes
+    /// out of `memory`'s file cache.
+    pub fn take(
+        processes: &Arc<Processes>,
+        memory: Option<Arc<Emulated>>,
+        permit: OwnedSemaphorePermit,
+    ) -> ProcessSlot {
         processes.accepted.fetch_add(1, Ordering::Relaxed);
-        processes.change(&node.res, 1);
-        Some(ProcessSlot {
-            node: node.clone(),
+        processes.change(memory.as_deref(), 1);
+        ProcessSlot {
+            processes: processes.clone(),
+            memory,
             _permit: permit,
-        })
+        }
     }
 }
 
 impl Drop for ProcessSlot {
     fn drop(&mut self) {
-        if let Some(p) = &self.node.processes {
-            p.change(&self.node.res, -1);
-        }
+        self.processes.change(self.memory.as_deref(), -1);
     }
 }
 

@@ -16,7 +16,7 @@ use http_body_util::Full;
 
 use crate::emulated::Emulated;
 use crate::load::{Busy, Kind, LoadStats};
-use crate::processes::Processes;
+use crate::processes::{ProcessSlot, Processes};
 use crate::real::{materialize, Real};
 use crate::{OriginConfig, OriginError, Resources};
 
@@ -68,6 +68,17 @@ type Resp = Response<Full<Bytes>>;
 const FIXED_MAX_AGE: u64 = 86_400;
 
 impl Node {
+    /// In process-per-connection mode, the idle process holding `permit` takes a newly
+    /// accepted connection (its memory comes out of an emulated node's file cache).
+    pub fn take_process(&self, permit: tokio::sync::OwnedSemaphorePermit) -> Option<ProcessSlot> {
+        let processes = self.processes.as_ref()?;
+        let memory = match &self.res {
+            Res::Emulated(e) => Some(e.clone()),
+            Res::Real(_) => None,
+        };
+        Some(ProcessSlot::take(processes, memory, permit))
+    }
+
     pub async fn build(
         config: OriginConfig,
         tree: DocTree,

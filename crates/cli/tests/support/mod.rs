@@ -21,7 +21,7 @@ pub fn repo_root() -> PathBuf {
 
 /// A free loopback port, never the same one twice in this process.
 pub fn free_addr() -> SocketAddr {
-    capstan_lab::cluster::free_loopback_port().expect("a free loopback port")
+    capstan_lab::testing::free_loopback_port().expect("a free loopback port")
 }
 
 /// A child process killed when dropped.

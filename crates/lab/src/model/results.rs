@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use capstan_sim::closed::HttpPath;
 use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "capstan-lab/1";
@@ -46,11 +47,11 @@ pub struct LabResults {
     /// With both worlds: the HTTP path measured on the cluster before the runs, which the
     /// simulator's run models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub http_path: Option<crate::http_path::HttpPathProbe>,
+    pub http_path: Option<crate::model::results::HttpPathProbe>,
     /// Jones thesis Figs. 6–8 views: per-node CPU and disk, each node alone, gain against
     /// clients per node.
     #[serde(default)]
-    pub figures: crate::figures::JonesFigures,
+    pub figures: crate::model::paper::JonesFigures,
 }
 
 fn live() -> String {
@@ -376,4 +377,87 @@ pub fn mean_stdev(xs: &[f64]) -> (f64, f64) {
 pub fn round(x: f64, digits: i32) -> f64 {
     let f = 10f64.powi(digits);
     (x * f).round() / f
+}
+
+/// Each level's runs averaged over repetitions.
+pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
+    levels
+        .iter()
+        .map(|&level| {
+            let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
+            let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
+            let (m, sd) = mean_stdev(&tp);
+            let avg = |f: &dyn Fn(&RunRecord) -> f64| {
+                mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
+            };
+            Point {
+                level,
+                runs: rs.len(),
+                throughput_mean: round(m, 2),
+                throughput_stdev: round(sd, 2),
+                mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
+                p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
+                p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
+                p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
+                errors: rs.iter().map(|r| r.errors).sum(),
+                util_min: round(avg(&|r| r.util_min), 4),
+                util_max: round(avg(&|r| r.util_max), 4),
+            }
+        })
+        .collect()
+}
+
+pub fn fmt_level(l: f64) -> String {
+    if l.fract() == 0.0 {
+        format!("{l:.0}")
+    } else {
+        format!("{l}")
+    }
+}
+
+/// One probed file: its size, the lab's mean response and the model's time for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathSample {
+    pub path: String,
+    pub bytes: u64,
+    pub requests: u64,
+    pub lab_mean_ms: f64,
+    pub model_ms: f64,
+}
+
+/// What the probe found, and the path the simulator was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HttpPathProbe {
+    pub small: PathSample,
+    pub large: PathSample,
+    /// Fixed part per request, ms.
+    pub fixed_ms: f64,
+    /// Part per megabyte (10^6 bytes) of answer, ms.
+    pub per_mb_ms: f64,
+}
+
+impl HttpPathProbe {
+    /// The path as the simulator takes it.
+    pub fn path(&self) -> HttpPath {
+        HttpPath {
+            fixed_s: self.fixed_ms / 1e3,
+            per_byte_s: self.per_mb_ms / 1e9,
+        }
+    }
+
+    /// A line for the console and the report.
+    pub fn summary(&self) -> String {
+        format!(
+            "HTTP path measured on the cluster: {:.2} ms per request + {:.2} ms per MB \
+             ({} B: {:.2} ms in the lab vs {:.2} ms modelled; {} B: {:.2} vs {:.2} ms)",
+            self.fixed_ms,
+            self.per_mb_ms,
+            self.small.bytes,
+            self.small.lab_mean_ms,
+            self.small.model_ms,
+            self.large.bytes,
+            self.large.lab_mean_ms,
+            self.large.model_ms,
+        )
+    }
 }

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use capstan_workload::tree::DocTree;
 
-use super::{Sample, WanExperiment};
-use crate::cache::{tree_cpu, version, Daemon};
-use crate::cluster::{free_loopback_port, get, load_report};
-use crate::servers::{self, RunningServer, ServerKind, ServerSpec};
+use crate::model::wan::{Sample, WanExperiment};
+use crate::procs::cluster::{free_loopback_port, get, load_report};
+use crate::procs::daemon::{tree_cpu, version, Daemon};
+use crate::procs::servers::{self, RunningServer, ServerKind, ServerSpec};
 
 /// Why a contender did not start.
 pub(super) enum NotStarted {

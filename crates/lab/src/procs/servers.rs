@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # fn f() -> Result<(), capstan_lab::LabError> {
-//! use capstan_lab::servers::{write_tree, RunningServer, ServerKind, ServerSpec};
+//! use capstan_lab::testing::{write_tree, RunningServer, ServerKind, ServerSpec};
 //! use capstan_workload::tree::{DocTree, TreeKind};
 //! let tree = DocTree::generate(TreeKind::Cap, 1, Some(2000)).unwrap();
 //! write_tree(&tree, "/srv/cap".as_ref())?;
@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use capstan_workload::tree::DocTree;
 
-use crate::LabError;
+use crate::model::error::LabError;
 
 /// Prefork processes Apache starts with (its default; fewer when `workers` is smaller).
 pub const APACHE_START_SERVERS: u32 = 5;

@@ -14,12 +14,11 @@
 use std::time::Duration;
 
 use capstan_bench::{BenchConfig, Engine, Source, Target};
-use capstan_sim::closed::HttpPath;
-use serde::{Deserialize, Serialize};
 
-use crate::cluster::Cluster;
-use crate::runner::{Plan, SeriesPlan};
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::results::{HttpPathProbe, PathSample};
+use crate::procs::cluster::Cluster;
+use crate::run::plan::{Plan, SeriesPlan};
 
 /// The largest file the probe fetches: big enough for the per-byte part to show, small enough
 /// to stay in a node's memory cache and to be fetched often in a second.
@@ -28,53 +27,6 @@ const LARGE_FILE_MAX: u64 = 1 << 20;
 const WARM: Duration = Duration::from_millis(400);
 const MEASURE: Duration = Duration::from_millis(1200);
 
-/// One probed file: its size, the lab's mean response and the model's time for it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PathSample {
-    pub path: String,
-    pub bytes: u64,
-    pub requests: u64,
-    pub lab_mean_ms: f64,
-    pub model_ms: f64,
-}
-
-/// What the probe found, and the path the simulator was given.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HttpPathProbe {
-    pub small: PathSample,
-    pub large: PathSample,
-    /// Fixed part per request, ms.
-    pub fixed_ms: f64,
-    /// Part per megabyte (10^6 bytes) of answer, ms.
-    pub per_mb_ms: f64,
-}
-
-impl HttpPathProbe {
-    /// The path as the simulator takes it.
-    pub fn path(&self) -> HttpPath {
-        HttpPath {
-            fixed_s: self.fixed_ms / 1e3,
-            per_byte_s: self.per_mb_ms / 1e9,
-        }
-    }
-
-    /// A line for the console and the report.
-    pub fn summary(&self) -> String {
-        format!(
-            "HTTP path measured on the cluster: {:.2} ms per request + {:.2} ms per MB \
-             ({} B: {:.2} ms in the lab vs {:.2} ms modelled; {} B: {:.2} vs {:.2} ms)",
-            self.fixed_ms,
-            self.per_mb_ms,
-            self.small.bytes,
-            self.small.lab_mean_ms,
-            self.small.model_ms,
-            self.large.bytes,
-            self.large.lab_mean_ms,
-            self.large.model_ms,
-        )
-    }
-}
-
 /// The two files the probe fetches: the tree's smallest, and its largest up to
 /// [`LARGE_FILE_MAX`] and a quarter of a node's memory cache.
 fn probe_files(
@@ -82,7 +34,7 @@ fn probe_files(
     s: &SeriesPlan,
     cache_bytes: u64,
 ) -> Result<[(String, u64); 2], LabError> {
-    let tree = crate::simulate::series_tree(plan, s)?;
+    let tree = crate::run::simulate::series_tree(plan, s)?;
     let cap = LARGE_FILE_MAX.min(cache_bytes / 4);
     let small = tree.files.iter().min_by_key(|f| f.size);
     let large = tree
@@ -136,7 +88,7 @@ async fn fetch(
 
 /// Measures the path on a running cluster of series `s` (before its warm-up and levels).
 pub async fn measure(plan: &Plan, s: &SeriesPlan, c: &Cluster) -> Result<HttpPathProbe, LabError> {
-    let model = crate::simulate::CachedFileModel::new(plan, s)?;
+    let model = crate::run::simulate::CachedFileModel::new(plan, s)?;
     let files = probe_files(plan, s, model.cache_bytes())?;
     let mut samples = Vec::with_capacity(2);
     for (i, (path, bytes)) in files.into_iter().enumerate() {
@@ -145,8 +97,8 @@ pub async fn measure(plan: &Plan, s: &SeriesPlan, c: &Cluster) -> Result<HttpPat
         let (lab_mean_ms, requests) =
             fetch(c, &path, plan.exp.load.keepalive, MEASURE, seed + 1).await?;
         samples.push(PathSample {
-            model_ms: crate::results::round(1e3 * model.time_s(bytes), 3),
-            lab_mean_ms: crate::results::round(lab_mean_ms, 3),
+            model_ms: crate::model::results::round(1e3 * model.time_s(bytes), 3),
+            lab_mean_ms: crate::model::results::round(lab_mean_ms, 3),
             path,
             bytes,
             requests,
@@ -165,8 +117,8 @@ fn fit(small: PathSample, large: PathSample) -> HttpPathProbe {
     let per_byte_ms = ((el - es) / (large.bytes - small.bytes) as f64).max(0.0);
     let fixed_ms = (es - per_byte_ms * small.bytes as f64).max(0.0);
     HttpPathProbe {
-        fixed_ms: crate::results::round(fixed_ms, 3),
-        per_mb_ms: crate::results::round(per_byte_ms * 1e6, 3),
+        fixed_ms: crate::model::results::round(fixed_ms, 3),
+        per_mb_ms: crate::model::results::round(per_byte_ms * 1e6, 3),
         small,
         large,
     }

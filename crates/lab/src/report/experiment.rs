@@ -4,18 +4,18 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::experiment::{Experiment, Measure, Paper, SwebCapacity};
-use crate::results::*;
-use crate::runner::fmt_level;
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::experiment::{Experiment, Measure, Paper, SwebCapacity};
+use crate::model::results::fmt_level;
+use crate::model::results::*;
 use capstan_report::{escape, palette, Chart, Estimate, Marker, Page, Series, Stroke};
 
 /// Adds the paper comparison and the findings to `r`.
 pub fn conclude(r: &mut LabResults, exp: &Experiment) {
     r.paper = exp.paper.as_ref().map(|p| compare(r, p));
     r.findings = findings(r, exp);
-    crate::figures::conclude(r, exp);
-    r.findings.extend(crate::report_sclient::findings(r, exp));
+    crate::report::figures::conclude(r, exp);
+    r.findings.extend(crate::report::sclient::findings(r, exp));
     if !r.agreement.is_empty() {
         let agree: Vec<&str> = r
             .agreement
@@ -650,11 +650,6 @@ pub fn write(r: &LabResults, dir: &Path) -> Result<std::path::PathBuf, LabError>
     std::fs::write(&path, html)
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
-}
-
-/// A chart error (capstan-report returns them as strings) as the lab's.
-pub(crate) fn err(e: impl std::fmt::Display) -> LabError {
-    LabError::Report(format!("plot: {e}"))
 }
 
 /// Throughput against load, one line per series, 95 % CI error bars over the repetitions, and
@@ -1307,7 +1302,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         );
         h.push_str(&svg);
     }
-    crate::figures::html(&mut h, r)?;
+    crate::report::figures::html(&mut h, r)?;
     if let Some(p) = &r.paper {
         let _ = write!(
             h,
@@ -1362,8 +1357,8 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             h.push_str("</ul>");
         }
     }
-    h.push_str(&crate::report_sclient::html(r));
-    h.push_str(&crate::secure::html(r));
+    h.push_str(&crate::report::sclient::html(r));
+    h.push_str(&crate::run::secure::html(r));
     h.push_str(
         "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\

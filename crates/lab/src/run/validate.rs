@@ -33,10 +33,11 @@ use capstan_sim::queueing::{erlang_c_response, mean_response, mmc_mean_response,
 use capstan_workload::{ArrivalKind, Dist};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
-use crate::results::{round, Versions};
-use crate::runner::versions;
-use crate::{LabError, Observer};
+use crate::model::error::LabError;
+use crate::model::results::{round, Versions};
+use crate::procs::cluster::{self, Cluster, NodeArgs, NodeSpec};
+use crate::run::plan::versions;
+use crate::run::plan::Observer;
 use capstan_report::{escape, Chart, Page, Series};
 
 /// Mean CPU demand per server, ms: short enough for hundreds of jobs in a quick window, long
@@ -185,7 +186,7 @@ pub struct Schedule {
     /// A first, unmeasured run at utilisation 0.5: connection pools fill and the node's timers
     /// learn their wake-up lead (see `capstan origin`'s emulation) before anything is measured.
     pub warm: Duration,
-    /// The near-zero-load run (utilisation [`PROBE_RHO`], constant demands) that measures the
+    /// The near-zero-load run (utilisation `PROBE_RHO`, constant demands) that measures the
     /// fixed overhead.
     pub probe: Duration,
 }
@@ -309,7 +310,7 @@ pub fn verdict(error_pct: f64, noise_pct: f64) -> &'static str {
     }
 }
 
-/// Runs every case and returns the results (write them with [`write`]).
+/// Runs every case and returns the results (write them with [`crate::write_validation`]).
 pub async fn run(
     o: &ValidateOptions,
     observer: Option<Observer>,
@@ -319,7 +320,7 @@ pub async fn run(
     let load_before = load_average();
     let say = |m: String| {
         if let Some(f) = &observer {
-            f(crate::Event::Message(m))
+            f(crate::run::plan::Event::Message(m))
         }
     };
     let mut cases = Vec::new();

@@ -9,12 +9,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use capstan_bench::RunResult;
 use capstan_workload::tree::DocTree;
 
-use super::backend::{Backend, NotStarted, Shared};
-use super::{
+mod backend;
+mod findings;
+
+use crate::model::error::LabError;
+use crate::model::wan::{
     check_contender, ContenderRuns, LevelResult, PathFigures, Sample, Vary, WanExperiment,
     WanOptions, WanResults,
 };
-use crate::LabError;
+use backend::{Backend, NotStarted, Shared};
 
 /// How often the server is sampled while the load runs.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
@@ -63,7 +66,7 @@ pub async fn run_wan(
         let runs = run_contender(exp, opts, name, &mut shared, say).await?;
         results.contenders.push(runs);
     }
-    results.findings = super::report::findings(&results);
+    results.findings = findings::findings(&results);
     Ok(results)
 }
 

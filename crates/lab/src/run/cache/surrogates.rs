@@ -21,80 +21,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use capstan_bench::polygraph::PhaseResult;
-use serde::{Deserialize, Serialize};
 
-use crate::cache::CacheResults;
-use crate::LabError;
-
-/// One sampling period of a proxy's processes.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SurrogateSample {
-    /// Seconds since the workload started, at the end of the period.
-    pub t_s: f64,
-    /// CPU used during the period, % of one core (200 = two cores busy).
-    pub cpu_percent: f64,
-    /// Resident memory of every process of the tree at the end of the period, MB.
-    pub rss_mb: f64,
-    /// Bytes read from / written to the storage layer during the period (absent: unreadable).
-    pub read_bytes: Option<u64>,
-    pub write_bytes: Option<u64>,
-    /// Read / write system calls during the period (sockets included: `/proc/PID/io` does
-    /// not tell files from sockets).
-    pub read_ops: Option<u64>,
-    pub write_ops: Option<u64>,
-    /// Processes in the tree.
-    pub processes: u32,
-    /// The whole disks' reads and writes during the period, per second (`/proc/diskstats`,
-    /// machine-wide; absent: unreadable).
-    #[serde(default)]
-    pub disk_read_bytes_s: Option<f64>,
-    #[serde(default)]
-    pub disk_write_bytes_s: Option<f64>,
-    #[serde(default)]
-    pub disk_read_ops_s: Option<f64>,
-    #[serde(default)]
-    pub disk_write_ops_s: Option<f64>,
-}
-
-/// A phase's summary of the samples whose period's middle falls in it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PhaseSurrogates {
-    pub phase: String,
-    pub samples: u32,
-    /// CPU seconds over the phase's samples.
-    pub cpu_s: f64,
-    pub mean_cpu_percent: f64,
-    pub max_cpu_percent: f64,
-    pub max_rss_mb: f64,
-    pub read_bytes: Option<u64>,
-    pub write_bytes: Option<u64>,
-    pub read_ops: Option<u64>,
-    pub write_ops: Option<u64>,
-    /// CPU milliseconds per 1,000 responses of the phase.
-    pub cpu_ms_per_1k: Option<f64>,
-    /// Means over the phase's samples of the whole disks' rates (`/proc/diskstats`).
-    #[serde(default)]
-    pub disk_read_mb_s: Option<f64>,
-    #[serde(default)]
-    pub disk_write_mb_s: Option<f64>,
-    #[serde(default)]
-    pub disk_read_ops_s: Option<f64>,
-    #[serde(default)]
-    pub disk_write_ops_s: Option<f64>,
-}
-
-/// A contender's time series and its per-phase summary.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Surrogates {
-    pub period_s: f64,
-    pub samples: Vec<SurrogateSample>,
-    pub phases: Vec<PhaseSurrogates>,
-    /// Fields that could not be read, with the reason (e.g. `/proc/PID/io` without root).
-    pub unreadable: Vec<String>,
-    /// The block devices whose `/proc/diskstats` counters the disk rates sum.
-    #[serde(default)]
-    pub disk_devices: Vec<String>,
-}
+use crate::model::cache::{CacheResults, PhaseSurrogates, SurrogateSample, Surrogates};
+use crate::model::error::LabError;
 
 /// `/proc/PID/stat`: (parent pid, utime + stime in clock ticks). The command name (field 2)
 /// may contain spaces and parentheses; fields are counted after its last `)`.

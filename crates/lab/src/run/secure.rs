@@ -21,15 +21,15 @@ use std::path::Path;
 use capstan_bench::{BenchConfig, Engine, RunResult, Source, Target};
 use capstan_workload::FileList;
 
-use crate::cluster::{self, Cluster, ClusterTls};
-use crate::experiment::{EngineKind, Experiment, WorkloadKind};
-use crate::results::SecureRecord;
-use crate::runner::{filelist, Plan, SeriesPlan};
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::experiment::{EngineKind, Experiment, WorkloadKind};
+use crate::model::results::SecureRecord;
+use crate::procs::cluster::{self, Cluster, ClusterTls};
+use crate::run::plan::{filelist, Plan, SeriesPlan};
 
-const CERT: &[u8] = include_bytes!("../../../examples/tls/localhost-rsa.pem");
-const KEY: &[u8] = include_bytes!("../../../examples/tls/localhost-rsa.key");
-const CA: &[u8] = include_bytes!("../../../examples/tls/ca.pem");
+const CERT: &[u8] = include_bytes!("../../../../examples/tls/localhost-rsa.pem");
+const KEY: &[u8] = include_bytes!("../../../../examples/tls/localhost-rsa.key");
+const CA: &[u8] = include_bytes!("../../../../examples/tls/ca.pem");
 
 /// The TLS set-up of a cluster, if the experiment has a secure class: the test PKI written
 /// under `work_dir/tls`, and whether the nodes get TLS too (real nodes only).
@@ -204,7 +204,7 @@ pub fn record(level: f64, r: &RunResult, before: Handshakes, after: Handshakes) 
 /// The report's table of the secure class, when the experiment has one: per run the secure
 /// level, requests, throughput, response times, errors, and the TLS handshakes (full and
 /// resumed) at the switch and at the nodes.
-pub fn html(r: &crate::results::LabResults) -> String {
+pub fn html(r: &crate::model::results::LabResults) -> String {
     use std::fmt::Write as _;
     let mut h = String::new();
     if !r
@@ -229,9 +229,9 @@ pub fn html(r: &crate::results::LabResults) -> String {
                  <td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{} / {}</td>\
                  <td>{} / {}</td></tr>",
                 capstan_report::escape(&s.label),
-                crate::runner::fmt_level(q.level),
+                crate::model::results::fmt_level(q.level),
                 q.repetition + 1,
-                crate::runner::fmt_level(x.level),
+                crate::model::results::fmt_level(x.level),
                 x.completed,
                 x.throughput_rps,
                 x.latency_ms.p50,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::LabError;
+use crate::model::error::LabError;
 
 /// One node's resources as the lab starts it.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,7 +120,7 @@ pub struct Cluster {
 /// ephemeral range (32768 and up), starting at a place that differs per process, and each one is
 /// checked by binding it. Another process could still take it in between (another lab running
 /// beside this one, say); a node or switch that then finds its port taken is started again on
-/// other ports ([`on_fresh_ports`]).
+/// other ports (`on_fresh_ports`).
 pub fn free_loopback_port() -> std::io::Result<SocketAddr> {
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 20_000;
@@ -629,7 +629,6 @@ pub struct TlsCounts {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SwitchNode {
     pub name: String,
-    pub served: u64,
     pub classes: std::collections::BTreeMap<String, u64>,
     /// The weight the policy uses now: configured, or derived from gathered state (WRR).
     #[serde(default)]

@@ -8,122 +8,11 @@
 
 use std::fmt::Write as _;
 
-use serde::{Deserialize, Serialize};
-
-use crate::cache::{CacheResults, ContenderResult, PaperRow};
+use crate::model::cache::{CacheResults, Call, Metric, Verdict};
 use capstan_report::escape;
 
 /// Two values closer than this (relative to the larger) are level.
 pub const LEVEL: f64 = 0.02;
-
-/// What is compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    Throughput,
-    HitMs,
-    MissMs,
-    Dhr,
-    Bhr,
-    CpuPer1k,
-}
-
-impl Metric {
-    pub const ALL: [Metric; 6] = [
-        Metric::Throughput,
-        Metric::HitMs,
-        Metric::MissMs,
-        Metric::Dhr,
-        Metric::Bhr,
-        Metric::CpuPer1k,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Metric::Throughput => "throughput resp/s",
-            Metric::HitMs => "hit response ms",
-            Metric::MissMs => "miss response ms",
-            Metric::Dhr => "DHR %",
-            Metric::Bhr => "BHR %",
-            Metric::CpuPer1k => "CPU ms/1k resp",
-        }
-    }
-
-    fn higher_is_better(self) -> bool {
-        matches!(self, Metric::Throughput | Metric::Dhr | Metric::Bhr)
-    }
-
-    /// Our value for a contender and phase; `None` when the phase had nothing to measure it
-    /// by (no hits for the hit time, no samples for the CPU).
-    fn ours(self, c: &ContenderResult, phase: &str) -> Option<f64> {
-        let p = c.result.as_ref()?.phases.iter().find(|p| p.name == phase)?;
-        if p.responses == 0 {
-            return None;
-        }
-        match self {
-            Metric::Throughput => Some(p.throughput_rps),
-            Metric::HitMs => (p.hits > 0).then_some(p.hit_ms.mean),
-            Metric::MissMs => (p.misses > 0).then_some(p.miss_ms.mean),
-            Metric::Dhr => Some(100.0 * p.dhr),
-            Metric::Bhr => (p.hit_bytes + p.miss_bytes > 0).then_some(100.0 * p.bhr),
-            Metric::CpuPer1k => {
-                c.surrogates
-                    .as_ref()?
-                    .phases
-                    .iter()
-                    .find(|s| s.phase == phase)?
-                    .cpu_ms_per_1k
-            }
-        }
-    }
-
-    fn thesis(self, row: &PaperRow) -> Option<f64> {
-        match self {
-            Metric::Throughput => row.throughput_rps,
-            Metric::HitMs => row.hit_ms,
-            Metric::MissMs => row.miss_ms,
-            Metric::Dhr => row.dhr,
-            Metric::Bhr => row.bhr,
-            Metric::CpuPer1k => None,
-        }
-    }
-}
-
-/// Who did better among some contenders' values.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Call {
-    /// The better contender; `None`: level (within 2 %) or fewer than two values.
-    pub better: Option<String>,
-    /// How much better than the runner-up, % (absent when the runner-up's value is 0).
-    pub by_percent: Option<f64>,
-    /// Whether there were two values to compare.
-    pub compared: bool,
-}
-
-impl Call {
-    fn text(&self) -> String {
-        match (&self.better, self.by_percent) {
-            (_, _) if !self.compared => "–".into(),
-            (None, _) => "level".into(),
-            (Some(b), Some(by)) if by < 10.0 => format!("{b} by {by:.1} %"),
-            (Some(b), Some(by)) => format!("{b} by {by:.0} %"),
-            (Some(b), None) => b.clone(),
-        }
-    }
-}
-
-/// One row of the table: a phase and a metric.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    pub phase: String,
-    pub metric: String,
-    /// Our value per contender that measured it.
-    pub values: Vec<(String, f64)>,
-    pub ours: Call,
-    /// The thesis's call among the contenders its rows give numbers for (two or more).
-    pub thesis: Option<Call>,
-    /// `"agree"`, `"disagree"`, or why the thesis's call cannot be checked.
-    pub against_thesis: Option<String>,
-}
 
 /// The better of `values` for a metric; level within [`LEVEL`].
 pub fn call(values: &[(String, f64)], higher_is_better: bool) -> Call {
@@ -314,7 +203,7 @@ pub fn verdict_html(r: &CacheResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache_surrogates::{PhaseSurrogates, Surrogates};
+    use crate::model::cache::{ContenderResult, PaperRow, PhaseSurrogates, Surrogates};
     use capstan_bench::polygraph::{Latency, PhaseResult, PolyResult};
 
     /// A contender's top1: throughput, hit and miss means, DHR, BHR, CPU ms per 1,000.

@@ -7,244 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use capstan_bench::{BenchConfig, Engine, Source, Target};
-use capstan_workload::{
-    Dist, DocTree, FileList, FileListEntry, Popularity, SessionModel, TreeKind,
-};
+use capstan_workload::{Dist, DocTree, Popularity, SessionModel, TreeKind};
 
-use crate::cluster::{self, Cluster, NodeArgs, NodeSpec};
-use crate::experiment::{
-    join_policy_pieces, parse_duration, EngineKind, Entry, Experiment, PolicyRow, WorkloadKind,
-};
-use crate::results::*;
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::experiment::{parse_duration, EngineKind, Experiment, PolicyRow, WorkloadKind};
+use crate::model::results::*;
+use crate::procs::cluster::{self, Cluster, NodeArgs};
+use crate::run::plan::{filelist, versions, Event, Observer, Options, Plan, SeriesPlan};
 
-/// What the command line changes.
-#[derive(Debug, Clone, Default)]
-pub struct Options {
-    pub quick: bool,
-    pub policies: Option<Vec<String>>,
-    pub nodes: Option<usize>,
-    pub repetitions: Option<usize>,
-    pub seed: Option<u64>,
-    /// The `capstan` binary to start nodes and the switch with.
-    pub exe: PathBuf,
-    /// Where child logs and the switch configuration go.
-    pub work_dir: PathBuf,
-    /// The command line, for the report.
-    pub command: String,
-    /// Live, simulated, or both side by side.
-    pub worlds: crate::Worlds,
-}
-
-/// What the runner tells its caller (the CLI draws a progress bar from these).
-#[derive(Debug, Clone)]
-pub enum Event {
-    Planned {
-        runs: usize,
-        seconds: f64,
-    },
-    Run {
-        index: usize,
-        label: String,
-        level: f64,
-        repetition: usize,
-    },
-    Live {
-        completed: u64,
-        rps: f64,
-        elapsed_s: f64,
-        duration_s: f64,
-    },
-    Done {
-        index: usize,
-        throughput: f64,
-    },
-    Message(String),
-}
-
-pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
-
-/// One series as it will run.
-#[derive(Debug, Clone)]
-pub struct SeriesPlan {
-    pub label: String,
-    /// The policy row's label (its name, or name and parameters).
-    pub policy: String,
-    pub row: PolicyRow,
-    pub variant: Option<String>,
-    pub nodes: Vec<NodeSpec>,
-    pub tree: String,
-    pub dynamic: Vec<Entry>,
-    /// The switch's worker threads (the experiment's, or the variant's).
-    pub switch_threads: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub exp: Experiment,
-    pub quick: bool,
-    pub series: Vec<SeriesPlan>,
-    pub levels: Vec<f64>,
-    pub duration: Duration,
-    pub warmup: Duration,
-    pub repetitions: usize,
-    pub seed: u64,
-}
-
-impl Plan {
-    pub fn new(exp: &Experiment, o: &Options) -> Result<Plan, LabError> {
-        let bad = |m: String| LabError::Experiment(m);
-        let policies = match (&o.policies, o.quick, &exp.quick.policies) {
-            (Some(p), _, _) => join_policy_pieces(p).map_err(bad)?,
-            (None, true, Some(p)) => p.clone(),
-            _ => exp.switch.policies.clone(),
-        };
-        let rows = policies
-            .iter()
-            .map(|p| PolicyRow::parse(p, &exp.switch.params))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(bad)?;
-        if rows.is_empty() {
-            return Err(bad("no policies to run".into()));
-        }
-        if o.nodes == Some(0) || o.nodes.is_some_and(|n| n > 64) {
-            return Err(bad("--nodes must be 1..=64".into()));
-        }
-        if o.repetitions == Some(0) {
-            return Err(bad("--repetitions must be at least 1".into()));
-        }
-        let levels = match (o.quick, &exp.quick.levels) {
-            (true, Some(l)) => l.clone(),
-            _ => exp.load.levels.clone(),
-        };
-        let pick = |full: &str, quick: &Option<String>, what: &str| {
-            let s = if o.quick {
-                quick.as_deref().unwrap_or(full)
-            } else {
-                full
-            };
-            parse_duration(what, s)
-        };
-        let duration = pick(&exp.load.duration, &exp.quick.duration, "duration")?;
-        let warmup = pick(&exp.load.warmup, &exp.quick.warmup, "warmup")?;
-        let base_count = o.nodes.unwrap_or(exp.nodes.count);
-        let specs = |count: usize, speeds: &[f64], cores: u32| -> Vec<NodeSpec> {
-            (0..count)
-                .map(|i| NodeSpec {
-                    name: format!("node{}", i + 1),
-                    speed: speeds[i % speeds.len()],
-                    cores,
-                    partition: exp.nodes.partition.then(|| format!("{i}/{count}")),
-                })
-                .collect()
-        };
-        let mut variants: Vec<Option<&crate::experiment::Variant>> =
-            exp.variants.iter().map(Some).collect();
-        if o.quick {
-            if let Some(names) = &exp.quick.variants {
-                variants.retain(|v| v.is_some_and(|v| names.contains(&v.name)));
-            }
-        }
-        if variants.is_empty() {
-            variants.push(None);
-        }
-        let mut series = Vec::new();
-        for v in &variants {
-            for row in &rows {
-                let p = &row.label;
-                let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
-                let speeds = v
-                    .and_then(|v| v.speeds.clone())
-                    .unwrap_or_else(|| exp.nodes.speeds.clone());
-                let label = match v {
-                    Some(v) => format!("{p} · {}", v.name),
-                    None => p.clone(),
-                };
-                let cores = v.and_then(|v| v.cores).unwrap_or(exp.nodes.cores);
-                let nodes = match v.and_then(|v| v.alone) {
-                    // Node K of the cluster by itself: its own name and speed, partition off.
-                    Some(k) => vec![NodeSpec {
-                        name: format!("node{k}"),
-                        speed: exp.nodes.speeds[(k - 1) % exp.nodes.speeds.len()],
-                        cores,
-                        partition: None,
-                    }],
-                    None => specs(count, &speeds, cores),
-                };
-                series.push(SeriesPlan {
-                    label,
-                    policy: p.clone(),
-                    row: row.clone(),
-                    variant: v.map(|v| v.name.clone()),
-                    nodes,
-                    switch_threads: v
-                        .and_then(|v| v.switch_threads)
-                        .unwrap_or(exp.switch.threads),
-                    tree: v
-                        .and_then(|v| v.tree.clone())
-                        .unwrap_or_else(|| exp.nodes.tree.clone()),
-                    dynamic: v
-                        .and_then(|v| v.dynamic.clone())
-                        .unwrap_or_else(|| exp.workload.dynamic.clone()),
-                });
-            }
-        }
-        let mut shaped = exp.clone();
-        if let (true, Some(period), Some(burst)) = (
-            o.quick,
-            exp.quick.burst_period_s,
-            shaped.load.burst.as_mut(),
-        ) {
-            burst.period_s = period;
-        }
-        Ok(Plan {
-            exp: shaped,
-            quick: o.quick,
-            series,
-            levels,
-            duration,
-            warmup,
-            repetitions: o
-                .repetitions
-                .or(exp.quick.repetitions.filter(|_| o.quick))
-                .unwrap_or(exp.load.repetitions),
-            seed: o.seed.unwrap_or(exp.seed),
-        })
-    }
-
-    /// Measured windows in the whole run.
-    pub fn runs(&self) -> usize {
-        self.series.len() * self.repetitions * self.levels.len()
-    }
-
-    /// A rough wall-clock estimate: windows, warm-ups, and about a second per cluster start and
-    /// drain.
-    pub fn estimate_s(&self) -> f64 {
-        let clusters = (self.series.len() * self.repetitions) as f64;
-        let calibrate = if self.exp.load.relative_to_capacity {
-            self.duration.as_secs_f64() + 1.5
-        } else {
-            0.0
-        };
-        self.runs() as f64 * (self.duration.as_secs_f64() + 0.3)
-            + clusters * (self.warmup.as_secs_f64() + 1.0)
-            + calibrate
-    }
-
-    pub fn x_label(&self) -> &'static str {
-        match self.exp.load.engine {
-            EngineKind::Closed => "clients",
-            EngineKind::Open | EngineKind::Sclient if self.exp.load.relative_to_capacity => {
-                "× capacity"
-            }
-            EngineKind::Open => "offered req/s",
-            EngineKind::Sclient => "offered conn/s",
-            EngineKind::Sessions => "sessions/s",
-        }
-    }
-}
-
-/// Runs the plan and returns the results (findings are added by [`crate::report`]).
+/// Runs the plan and returns the results (findings are added by [`crate::conclude`]).
 pub async fn run(
     plan: &Plan,
     o: &Options,
@@ -302,11 +73,11 @@ pub async fn run(
         let mut runs = Vec::new();
         for rep in 0..plan.repetitions {
             let mut c = start_cluster(plan, s, o).await?;
-            if o.worlds == crate::Worlds::Both && http_path.is_none() {
+            if o.worlds == crate::run::plan::Worlds::Both && http_path.is_none() {
                 emit(Event::Message(
                     "measuring the HTTP path (one client, a small and a large file)".into(),
                 ));
-                let probe = crate::http_path::measure(plan, s, &c).await?;
+                let probe = crate::run::http_path::measure(plan, s, &c).await?;
                 emit(Event::Message(probe.summary()));
                 http_path = Some(probe);
             }
@@ -400,42 +171,6 @@ pub async fn run(
     })
 }
 
-/// Each level's runs averaged over repetitions.
-pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
-    levels
-        .iter()
-        .map(|&level| {
-            let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
-            let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
-            let (m, sd) = mean_stdev(&tp);
-            let avg = |f: &dyn Fn(&RunRecord) -> f64| {
-                mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
-            };
-            Point {
-                level,
-                runs: rs.len(),
-                throughput_mean: round(m, 2),
-                throughput_stdev: round(sd, 2),
-                mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
-                p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
-                p90_ms: round(avg(&|r| r.latency_ms.p90), 3),
-                p99_ms: round(avg(&|r| r.latency_ms.p99), 3),
-                errors: rs.iter().map(|r| r.errors).sum(),
-                util_min: round(avg(&|r| r.util_min), 4),
-                util_max: round(avg(&|r| r.util_max), 4),
-            }
-        })
-        .collect()
-}
-
-pub fn fmt_level(l: f64) -> String {
-    if l.fract() == 0.0 {
-        format!("{l:.0}")
-    } else {
-        format!("{l}")
-    }
-}
-
 fn level_value(plan: &Plan, level: f64, capacity: Option<f64>) -> f64 {
     match (plan.exp.load.relative_to_capacity, capacity) {
         (true, Some(c)) => level * c,
@@ -471,7 +206,7 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         &args,
         switch_config(exp, &row),
         s.switch_threads,
-        crate::secure::cluster_tls(exp, &o.work_dir)?.as_ref(),
+        crate::run::secure::cluster_tls(exp, &o.work_dir)?.as_ref(),
         &o.work_dir,
     )
     .await
@@ -579,30 +314,6 @@ fn switch_config(exp: &Experiment, row: &PolicyRow) -> toml::Table {
     t
 }
 
-/// The request list of a mix: every file of the tree at its weight, then the dynamic entries.
-pub fn filelist(
-    tree: &str,
-    seed: u64,
-    files: Option<usize>,
-    dynamic: &[Entry],
-) -> Result<FileList, LabError> {
-    let kind: TreeKind = tree
-        .parse()
-        .map_err(|e| LabError::Experiment(format!("{e}")))?;
-    let t =
-        DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
-    let mut fl = t.filelist();
-    for e in dynamic {
-        fl.entries.push(FileListEntry {
-            path: e.path.clone(),
-            weight: e.weight,
-            comment: None,
-            line: fl.entries.len() + 1,
-        });
-    }
-    Ok(fl)
-}
-
 /// The load of one window: the plain clients' run and, with `[workload.secure]`, the secure
 /// clients' run beside it and their level.
 fn load_configs(
@@ -620,9 +331,9 @@ fn load_configs(
             None,
         ));
     };
-    let (plain_level, secure_level) = crate::secure::split_level(engine, level, sc.share);
+    let (plain_level, secure_level) = crate::run::secure::split_level(engine, level, sc.share);
     let plain = bench_config(plan, s, c, engine, plain_level, duration, seed)?;
-    let secure = crate::secure::secure_config(plan, s, c, &plain, secure_level)?;
+    let secure = crate::run::secure::secure_config(plan, s, c, &plain, secure_level)?;
     Ok((plain, Some((secure, secure_level))))
 }
 
@@ -820,7 +531,7 @@ async fn measure(
     let (cfg, secure_cfg) = load_configs(plan, s, c, value, plan.duration, seed)?;
     let secure_level = secure_cfg.as_ref().map(|(_, l)| *l);
     let before = snapshot(c).await?;
-    let tls_before = crate::secure::handshakes(c, &before.status).await;
+    let tls_before = crate::run::secure::handshakes(c, &before.status).await;
     let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sampler = tokio::spawn(sample_timeline(
         c.nodes
@@ -849,11 +560,11 @@ async fn measure(
     let (r, secure_run) = result?;
     c.check_alive()?;
     let after = snapshot(c).await?;
-    let tls_after = crate::secure::handshakes(c, &after.status).await;
+    let tls_after = crate::run::secure::handshakes(c, &after.status).await;
     let (r, secure) = match (secure_run, secure_level) {
         (Some(sr), Some(level)) => {
-            let rec = crate::secure::record(level, &sr, tls_before, tls_after);
-            (crate::secure::combine(r, sr)?, Some(rec))
+            let rec = crate::run::secure::record(level, &sr, tls_before, tls_after);
+            (crate::run::secure::combine(r, sr)?, Some(rec))
         }
         _ => (r, None),
     };
@@ -1011,30 +722,6 @@ fn per_class(r: &capstan_bench::RunResult) -> BTreeMap<String, ClassLatency> {
     classes
 }
 
-pub(crate) fn versions() -> Versions {
-    let rustc = std::process::Command::new("rustc")
-        .arg("--version")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
-    Versions {
-        capstan: env!("CARGO_PKG_VERSION").into(),
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        }
-        .into(),
-        os: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| format!("Linux {}", s.trim()))
-            .unwrap_or_else(|_| std::env::consts::OS.into()),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        rustc,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1064,7 +751,7 @@ mod tests {
             exe: PathBuf::from("capstan"),
             work_dir: PathBuf::from("."),
             command: String::new(),
-            worlds: crate::Worlds::Live,
+            worlds: crate::run::plan::Worlds::Live,
         };
         let period = |quick| {
             Plan::new(&exp, &opts(quick))

@@ -21,17 +21,13 @@
 //!
 //! Everything runs on this machine: the server in the root network namespace listening on
 //! `0.0.0.0`, the load generator in `capstan wan`'s client namespace. Needs root.
-
-mod backend;
-mod report;
-mod run;
+//!
+//! This module holds the schema: the experiment file, the options, and the results
+//! (`results.json`). Running is in [`crate::run::wan`], the report in [`crate::report::wan`].
 
 use serde::{Deserialize, Serialize};
 
-use crate::LabError;
-
-pub use report::{summary_table, write_report};
-pub use run::run_wan;
+use crate::model::error::LabError;
 
 /// The built-in WAN experiments, in `--list` order: (name, TOML text).
 pub const BUILTIN_WAN: &[(&str, &str)] = &[
@@ -206,7 +202,7 @@ pub enum Mode {
 
 impl WanExperiment {
     pub fn parse(text: &str, origin: &str) -> Result<WanExperiment, LabError> {
-        let e: WanExperiment = crate::experiment::parse_toml(text, origin)?;
+        let e: WanExperiment = crate::model::experiment::parse_toml(text, origin)?;
         e.check()
             .map_err(|m| LabError::Experiment(format!("{origin}: {m}")))?;
         Ok(e)
@@ -496,6 +492,11 @@ pub struct WanResults {
     pub contenders: Vec<ContenderRuns>,
     pub paper: Vec<PaperPoint>,
     pub findings: Vec<String>,
+}
+
+/// The contenders that ran at least one level.
+pub(crate) fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
+    r.contenders.iter().filter(|c| !c.levels.is_empty())
 }
 
 #[cfg(test)]

@@ -1,17 +1,13 @@
-//! A WAN experiment's report: the summary table, findings in words (with the paper's numbers
-//! beside ours), and `index.html` with plots of throughput, open connections and processes
+//! A WAN experiment's report: the summary table, and `index.html` (with the findings the run
+//! concluded, see `run::wan::findings`) with plots of throughput, open connections and processes
 //! against the varied setting, and of the connections over time in each contender's last run.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{ContenderRuns, LevelResult, Vary, WanResults};
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::wan::{ran, ContenderRuns, LevelResult, Vary, WanResults};
 use capstan_report::{escape, Chart, Marker, Page, Series};
-
-fn ran(r: &WanResults) -> impl Iterator<Item = &ContenderRuns> {
-    r.contenders.iter().filter(|c| !c.levels.is_empty())
-}
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |x| format!("{x:.digits$}"))
@@ -76,128 +72,6 @@ pub fn summary_table(r: &WanResults) -> String {
         }
     }
     s
-}
-
-fn change_pct(first: f64, last: f64) -> Option<f64> {
-    (first > 0.0).then(|| (last / first - 1.0) * 100.0)
-}
-
-/// What the runs show, in words: each contender's throughput and connections from the first
-/// level to the last, the paper's number beside it, and what a mix did per path.
-pub fn findings(r: &WanResults) -> Vec<String> {
-    let mut out = Vec::new();
-    for c in ran(r) {
-        if r.vary == Some(Vary::Mix) {
-            out.extend(mix_finding(c));
-            continue;
-        }
-        let (Some(first), Some(last)) = (c.levels.first(), c.levels.last()) else {
-            continue;
-        };
-        let mut f = format!(
-            "{}: {:.0} → {:.0} completed/s from {} to {} ({}); connections open {:.0} → {:.0}",
-            c.name,
-            first.throughput_rps,
-            last.throughput_rps,
-            first.level,
-            last.level,
-            change_pct(first.throughput_rps, last.throughput_rps)
-                .map_or("–".into(), |p| format!("{p:+.0} %")),
-            first.established_mean,
-            last.established_mean,
-        );
-        let _ = write!(
-            f,
-            " (+ {:.0} closed by the server, still finishing in the kernel, {:.0} KB at most in send queues)",
-            last.finishing_mean,
-            last.send_queue_max_bytes as f64 / 1e3
-        );
-        if let (Some(a), Some(b)) = (first.processes_mean, last.processes_max) {
-            let _ = write!(f, ", processes {a:.0} → up to {b}");
-        }
-        if let (Some(a), Some(b)) = (first.hit_ratio, last.hit_ratio) {
-            let _ = write!(f, ", file cache hit ratio {a:.2} → {b:.2}");
-        }
-        if last.accept_queue_max > 0 {
-            let _ = write!(
-                f,
-                "; up to {} waiting in the accept queue",
-                last.accept_queue_max
-            );
-        }
-        out.push(f + ".");
-        out.extend(paper_lines(r, c));
-    }
-    out
-}
-
-fn mix_finding(c: &ContenderRuns) -> Option<String> {
-    let l = c.levels.first()?;
-    let paths: Vec<String> = l
-        .paths
-        .iter()
-        .map(|p| {
-            format!(
-                "{} {:.1}/s p50 {:.0} ms p99 {:.0} ms",
-                p.name, p.completed_rps, p.p50_ms, p.p99_ms
-            )
-        })
-        .collect();
-    Some(format!(
-        "{}: {:.1} of {:.0} req/s with {:.0} connections open on average (max {}) and {:.0} \
-         closed but still finishing in the kernel; per path: {}.",
-        c.name,
-        l.throughput_rps,
-        l.offered_rps,
-        l.established_mean,
-        l.established_max,
-        l.finishing_mean,
-        paths.join("; ")
-    ))
-}
-
-/// The paper's numbers for this contender, each beside ours at the same level.
-fn paper_lines(r: &WanResults, c: &ContenderRuns) -> Vec<String> {
-    let first = c.levels.first();
-    r.paper
-        .iter()
-        .filter(|p| p.contender == c.name)
-        .filter_map(|p| {
-            let ours = c.levels.iter().find(|l| l.level == p.level)?;
-            let mut parts = Vec::new();
-            if let (Some(theirs), Some(f)) = (p.throughput_change_pct, first) {
-                let mine = change_pct(f.throughput_rps, ours.throughput_rps)?;
-                parts.push(format!("throughput {theirs:+.0} % (ours {mine:+.0} %)"));
-            }
-            if let Some(theirs) = p.processes {
-                parts.push(format!(
-                    "{theirs:.0} processes (ours up to {})",
-                    ours.processes_max.map_or("–".into(), |m| m.to_string())
-                ));
-            }
-            if let Some(theirs) = p.active_connections {
-                parts.push(format!(
-                    "{theirs:.0} active connections (ours {:.0})",
-                    ours.established_mean
-                ));
-            }
-            if let Some(theirs) = p.throughput_rps {
-                parts.push(format!(
-                    "{theirs:.0} req/s (ours {:.0}, at our own scale)",
-                    ours.throughput_rps
-                ));
-            }
-            (!parts.is_empty()).then(|| {
-                format!(
-                    "  paper, {} at {}: {} — {}",
-                    p.server,
-                    p.level,
-                    parts.join(", "),
-                    p.source
-                )
-            })
-        })
-        .collect()
 }
 
 /// A chart of one figure per level, a line per contender named at its end; x is the level's

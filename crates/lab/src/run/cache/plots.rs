@@ -13,8 +13,8 @@ use std::fmt::Write as _;
 use capstan_bench::polygraph::{Cdf, PolyResult};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::CacheResults;
-use crate::LabError;
+use crate::model::cache::CacheResults;
+use crate::model::error::LabError;
 use capstan_report::escape;
 
 /// The phases whose offered rate rises (the thesis's `inc`) or holds at the peak (`top2`).

@@ -8,74 +8,77 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::LabError;
+use crate::model::error::LabError;
 
 /// The built-in experiments, in the order `--list` shows them: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[
     (
         "switch-capacity",
-        include_str!("../../../experiments/switch-capacity.toml"),
+        include_str!("../../../../experiments/switch-capacity.toml"),
     ),
-    ("static", include_str!("../../../experiments/static.toml")),
+    (
+        "static",
+        include_str!("../../../../experiments/static.toml"),
+    ),
     (
         "mix-8020",
-        include_str!("../../../experiments/mix-8020.toml"),
+        include_str!("../../../../experiments/mix-8020.toml"),
     ),
     (
         "mix-6040",
-        include_str!("../../../experiments/mix-6040.toml"),
+        include_str!("../../../../experiments/mix-6040.toml"),
     ),
     (
         "scalability",
-        include_str!("../../../experiments/scalability.toml"),
+        include_str!("../../../../experiments/scalability.toml"),
     ),
     (
         "heterogeneous",
-        include_str!("../../../experiments/heterogeneous.toml"),
+        include_str!("../../../../experiments/heterogeneous.toml"),
     ),
     (
         "cap-prototype",
-        include_str!("../../../experiments/cap-prototype.toml"),
+        include_str!("../../../../experiments/cap-prototype.toml"),
     ),
     (
         "overload",
-        include_str!("../../../experiments/overload.toml"),
+        include_str!("../../../../experiments/overload.toml"),
     ),
     (
         "sclient-overload",
-        include_str!("../../../experiments/sclient-overload.toml"),
+        include_str!("../../../../experiments/sclient-overload.toml"),
     ),
     (
         "sclient-bursty",
-        include_str!("../../../experiments/sclient-bursty.toml"),
+        include_str!("../../../../experiments/sclient-bursty.toml"),
     ),
     (
         "sessions",
-        include_str!("../../../experiments/sessions.toml"),
+        include_str!("../../../../experiments/sessions.toml"),
     ),
     (
         "sweb-skewed",
-        include_str!("../../../experiments/sweb-skewed.toml"),
+        include_str!("../../../../experiments/sweb-skewed.toml"),
     ),
     (
         "sweb-sizes",
-        include_str!("../../../experiments/sweb-sizes.toml"),
+        include_str!("../../../../experiments/sweb-sizes.toml"),
     ),
     (
         "node-alone",
-        include_str!("../../../experiments/node-alone.toml"),
+        include_str!("../../../../experiments/node-alone.toml"),
     ),
     (
         "mix-6040-2nodes",
-        include_str!("../../../experiments/mix-6040-2nodes.toml"),
+        include_str!("../../../../experiments/mix-6040-2nodes.toml"),
     ),
     (
         "smp-vs-up",
-        include_str!("../../../experiments/smp-vs-up.toml"),
+        include_str!("../../../../experiments/smp-vs-up.toml"),
     ),
     (
         "switch-threads",
-        include_str!("../../../experiments/switch-threads.toml"),
+        include_str!("../../../../experiments/switch-threads.toml"),
     ),
 ];
 
@@ -317,15 +320,15 @@ pub struct Paper {
     pub sweb_capacity: Option<SwebCapacity>,
     /// Jones Fig. 6: one node's CPU and disk utilisation samples (%) at a load level.
     #[serde(default, rename = "utilisation")]
-    pub utilisation: Vec<crate::figures::PaperUtilisation>,
+    pub utilisation: Vec<crate::model::paper::PaperUtilisation>,
     /// Jones Fig. 7: each node measured alone under the same load.
     #[serde(default, rename = "node_alone")]
-    pub nodes_alone: Vec<crate::figures::PaperNodeAlone>,
+    pub nodes_alone: Vec<crate::model::paper::PaperNodeAlone>,
     /// Jones Fig. 8: where `policy`'s gain over `versus` peaks against clients per node.
-    pub ratio: Option<crate::figures::RatioView>,
+    pub ratio: Option<crate::model::paper::RatioView>,
     /// One variant's throughput over another's (Jones Fig. 9: UP 4×1 over SMP 2×2).
     #[serde(default, rename = "variant_ratio")]
-    pub variant_ratios: Vec<crate::figures::VariantRatio>,
+    pub variant_ratios: Vec<crate::model::paper::VariantRatio>,
 }
 
 /// What a [`Measure`] reads from a series' point.
@@ -342,7 +345,7 @@ pub enum Metric {
 }
 
 impl Metric {
-    pub fn of(self, p: &crate::results::Point) -> f64 {
+    pub fn of(self, p: &crate::model::results::Point) -> f64 {
         match self {
             Metric::MeanMs => p.mean_ms,
             Metric::P50Ms => p.p50_ms,

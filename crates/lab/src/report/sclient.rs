@@ -1,12 +1,13 @@
 //! Report parts of the Banga & Druschel experiments (`sclient-overload`, Figs. 6–7;
 //! `sclient-bursty`, Fig. 8): per level the S-Clients' sockets, connection attempts and
 //! abandoned attempts per second beside D/T, throughput relative to the peak, and the paper's
-//! numbers beside ours. Kept apart from `report.rs`, which calls [`findings`] and [`html`].
+//! numbers beside ours. Kept apart from `experiment.rs` (the policy experiment's report), which
+//! calls [`findings`] and [`html`].
 
 use std::fmt::Write as _;
 
-use crate::experiment::Experiment;
-use crate::results::{LabResults, RunRecord, SeriesResult};
+use crate::model::experiment::Experiment;
+use crate::model::results::{LabResults, RunRecord, SeriesResult};
 
 /// The paper's S-Client connect timeout T (§5.2).
 const PAPER_T_S: f64 = 0.5;

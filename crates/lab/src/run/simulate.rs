@@ -8,7 +8,7 @@
 //! closed-loop clients and think time, the same policy rows with their parameters, T_gat and the
 //! switch's classes. Beside the lab ([`Shape::AsLab`]) each level also runs as the lab ran it:
 //! its window, the generator's own request sequence, a drained warm-up, and the HTTP path the lab
-//! measured on its cluster ([`crate::http_path`]). What the simulator has no model of — the
+//! measured on its cluster ([`crate::run::http_path`]). What the simulator has no model of — the
 //! switch's and generator's CPU on shared cores, timer lateness — is left out, so the comparison
 //! shows it.
 
@@ -19,10 +19,10 @@ use capstan_core::PolicySpec;
 use capstan_sim::closed::{self, ClosedConfig, HttpPath, RequestType, Work};
 use capstan_workload::{DocTree, TreeKind};
 
-use crate::experiment::{EngineKind, Experiment, WorkloadKind};
-use crate::results::*;
-use crate::runner::{filelist, Plan, SeriesPlan};
-use crate::LabError;
+use crate::model::error::LabError;
+use crate::model::experiment::{EngineKind, Experiment, WorkloadKind};
+use crate::model::results::*;
+use crate::run::plan::{filelist, Plan, SeriesPlan};
 
 /// Agreement goal: simulator and lab within this fraction on throughput, mean and p90.
 pub const TOLERANCE: f64 = 0.15;
@@ -32,27 +32,6 @@ pub const MIN_WINDOW_S: f64 = 30.0;
 
 /// Bytes of a CGI's answer (`cpu_light done: 40 ms of cpu on node1` and the like).
 const CGI_ANSWER_BYTES: u64 = 48;
-
-/// Which world(s) `capstan lab` runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Worlds {
-    #[default]
-    Live,
-    Sim,
-    Both,
-}
-
-impl std::str::FromStr for Worlds {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "live" => Ok(Worlds::Live),
-            "sim" => Ok(Worlds::Sim),
-            "both" => Ok(Worlds::Both),
-            _ => Err(format!("unknown engine {s:?} (live, sim or both)")),
-        }
-    }
-}
 
 struct NoHeaders;
 impl HeaderLookup for NoHeaders {
@@ -291,7 +270,7 @@ impl CachedFileModel {
 /// How the simulator runs the plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Shape {
-    /// The model alone (`--engine sim`): windows of at least [`MIN_WINDOW_S`], each client its
+    /// The model alone (`--engine sim`): windows of at least `MIN_WINDOW_S`, each client its
     /// own request stream, no HTTP path.
     Model,
     /// Beside the lab (`--engine both`): each level as the lab runs it — the lab's window, the
@@ -309,8 +288,10 @@ pub fn run(plan: &Plan, shape: Shape) -> Result<SimWorld, LabError> {
     let exp = &plan.exp;
     let classes = classifier(exp)?;
     let class_names: Vec<String> = classes.classes().iter().map(|c| c.name.clone()).collect();
-    let gather =
-        crate::experiment::parse_duration("switch.load_interval", &exp.switch.load_interval)?;
+    let gather = crate::model::experiment::parse_duration(
+        "switch.load_interval",
+        &exp.switch.load_interval,
+    )?;
     let window = match shape {
         Shape::Model => plan.duration.as_secs_f64().max(MIN_WINDOW_S),
         Shape::AsLab(_) => plan.duration.as_secs_f64(),
@@ -370,7 +351,7 @@ pub fn run(plan: &Plan, shape: Shape) -> Result<SimWorld, LabError> {
             speeds: s.nodes.iter().map(|n| n.speed).collect(),
             cores: s.nodes.first().map_or(1, |n| n.cores),
             switch_threads: s.switch_threads,
-            points: crate::runner::points(&plan.levels, &runs),
+            points: crate::model::results::points(&plan.levels, &runs),
             runs,
         });
     }
@@ -560,7 +541,7 @@ pub fn agreement(live: &[SeriesResult], sim: &[SeriesResult]) -> Vec<Agreement> 
                 let agree = d.abs() <= 100.0 * TOLERANCE;
                 let mut text = format!(
                     "largest difference: {m} {d:+.1} % at {}",
-                    crate::runner::fmt_level(level)
+                    crate::model::results::fmt_level(level)
                 );
                 if !agree {
                     text.push_str(why(m, d));
@@ -581,7 +562,7 @@ pub fn agreement(live: &[SeriesResult], sim: &[SeriesResult]) -> Vec<Agreement> 
 }
 
 /// Results of a simulator-only run (`--engine sim`), shaped as a lab run's.
-pub fn sim_only_results(plan: &Plan, o: &crate::Options, world: SimWorld) -> LabResults {
+pub fn sim_only_results(plan: &Plan, o: &crate::run::plan::Options, world: SimWorld) -> LabResults {
     let exp = &plan.exp;
     LabResults {
         schema: SCHEMA.into(),
@@ -590,7 +571,7 @@ pub fn sim_only_results(plan: &Plan, o: &crate::Options, world: SimWorld) -> Lab
         figure: exp.figure.clone(),
         about: exp.about.clone(),
         command: o.command.clone(),
-        versions: crate::runner::versions(),
+        versions: crate::run::plan::versions(),
         quick: plan.quick,
         seed: plan.seed,
         started_unix_ms: 0,

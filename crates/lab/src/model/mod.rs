@@ -1,0 +1,12 @@
+//! Layer 1, the lab's schema: experiment files (policy, cache and WAN experiments), the results
+//! they produce as `results.json` keeps them, the papers' rows beside ours, and the lab's error
+//! type. Plain data with parsing and small pure helpers.
+//!
+//! May use: other crates only (no other layer of the lab).
+
+pub(crate) mod cache;
+pub(crate) mod error;
+pub(crate) mod experiment;
+pub(crate) mod paper;
+pub(crate) mod results;
+pub(crate) mod wan;

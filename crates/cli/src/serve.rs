@@ -223,7 +223,7 @@ fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(size) = &args.cache {
         let memory = size
-            .parse::<capstan_switch::cache_config::ByteSize>()
+            .parse::<capstan_switch::config::cache::ByteSize>()
             .map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
         let mut cache = config.cache.take().unwrap_or_default();
         cache.memory = memory;

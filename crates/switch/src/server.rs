@@ -17,12 +17,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
-use crate::io::{Acceptor, LazyStream};
-use crate::listener::Endpoint;
+use crate::frontend::listener::Endpoint;
+use crate::net::io::{Acceptor, LazyStream};
 use tokio::sync::{watch, Notify, Semaphore};
 
-use crate::cluster::{Cluster, Epoch};
 use crate::config::Config;
+use crate::state::cluster::{Cluster, Epoch};
 
 /// The running switch: the current cluster and the switch-wide counters.
 pub struct Switch {
@@ -31,21 +31,21 @@ pub struct Switch {
     pub open_connections: AtomicUsize,
     pub accepted_connections: AtomicU64,
     pub reloads: AtomicU64,
-    /// Keeps retries to a share of the requests (see [`crate::retry`]).
-    pub retry_budget: crate::retry::RetryBudget,
+    /// Keeps retries to a share of the requests (see [`crate::state::retry`]).
+    pub retry_budget: crate::state::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
-    pub cache: Option<crate::caching::CacheLayer>,
+    pub cache: Option<crate::pipeline::cache::CacheLayer>,
     /// The access log, when the configuration has an `[access_log]` section at start.
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
     /// Connections closed on PROXY protocol listeners.
-    pub proxy_rejections: crate::proxy_protocol::Rejections,
+    pub proxy_rejections: crate::upstream::proxy_protocol::Rejections,
     /// WebSocket and CONNECT tunnels.
-    pub tunnels: crate::upgrade::TunnelCounts,
-    /// Responses cut by `timeouts.client_send` (see [`crate::send_timeout`]).
-    pub client_send_timeouts: crate::send_timeout::ClientSendTimeouts,
+    pub tunnels: crate::pipeline::tunnel::TunnelCounts,
+    /// Responses cut by `timeouts.client_send` (see [`crate::frontend::send_timeout`]).
+    pub client_send_timeouts: crate::frontend::send_timeout::ClientSendTimeouts,
     /// One permit per open client connection, up to `limits.max_connections`.
     connection_slots: Arc<Semaphore>,
-    /// Every client listener, with its limits and counters (see [`crate::connection_limits`]).
+    /// Every client listener, with its limits and counters (see [`crate::state::connection_limits`]).
     endpoints: Vec<(SocketAddr, Endpoint)>,
     /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
     pub(crate) reload_lock: tokio::sync::Mutex<()>,
@@ -56,7 +56,7 @@ pub struct Switch {
 impl Switch {
     /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
     /// The file decides membership: nodes added through the admin API and not in the file
-    /// leave, nodes removed through it come back (see [`crate::membership`]).
+    /// leave, nodes removed through it come back (see [`crate::control::membership`]).
     pub async fn reload(&self) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
@@ -73,7 +73,7 @@ impl Switch {
         let mut note = String::new();
         if config.listen != current.config.listen
             || config.admin != current.config.admin
-            || crate::listener::kinds_differ(&config, &current.config)
+            || crate::frontend::listener::kinds_differ(&config, &current.config)
         {
             note = " (listener and connection-limit changes take effect on restart)".into();
         }
@@ -84,7 +84,7 @@ impl Switch {
             self.epoch.now_nanos(),
         )
         .map_err(|e| e.to_string())?;
-        let changed = crate::membership::difference(&current, &cluster);
+        let changed = crate::control::membership::difference(&current, &cluster);
         let summary = format!(
             "reloaded: generation {}, policy {}, {} nodes{changed}{note}",
             cluster.generation,
@@ -113,7 +113,7 @@ impl Switch {
     }
 
     /// Every client listener's limits and counters, `listen` first, then `[[listener]]`s.
-    pub fn listeners(&self) -> Vec<crate::connection_limits::ListenerStatus> {
+    pub fn listeners(&self) -> Vec<crate::state::connection_limits::ListenerStatus> {
         self.endpoints
             .iter()
             .map(|(_, endpoint)| {
@@ -125,7 +125,7 @@ impl Switch {
     }
 
     /// Each TLS listener's address and handshake counters, for `/metrics`.
-    pub fn tls_counters(&self) -> Vec<(String, Arc<crate::tls_metrics::TlsCounters>)> {
+    pub fn tls_counters(&self) -> Vec<(String, Arc<crate::observe::tls_metrics::TlsCounters>)> {
         self.endpoints
             .iter()
             .filter_map(|(_, endpoint)| {
@@ -140,15 +140,15 @@ impl Switch {
 /// its slots under the connection limits until it is dropped, whatever ends it.
 struct OpenConnection {
     switch: Arc<Switch>,
-    _on_listener: crate::connection_limits::OpenOnListener,
-    _slots: crate::connection_limits::Slots,
+    _on_listener: crate::state::connection_limits::OpenOnListener,
+    _slots: crate::state::connection_limits::Slots,
 }
 
 impl OpenConnection {
     fn new(
         switch: &Arc<Switch>,
         endpoint: &Endpoint,
-        slots: crate::connection_limits::Slots,
+        slots: crate::state::connection_limits::Slots,
     ) -> Self {
         switch.open_connections.fetch_add(1, Ordering::AcqRel);
         switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
@@ -185,15 +185,15 @@ pub struct ConnState {
     in_flight: AtomicU32,
     /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
     /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
-    pub(crate) tls: std::sync::OnceLock<crate::listener::ClientTls>,
+    pub(crate) tls: std::sync::OnceLock<crate::frontend::listener::ClientTls>,
     /// The client's addresses and when it connected (absent for requests the switch makes
     /// itself, such as background cache refreshes).
-    pub peer: Option<crate::peer::Peer>,
+    pub peer: Option<crate::net::peer::Peer>,
 }
 
 impl ConnState {
     /// The state of a new connection from `peer`.
-    pub fn of(peer: Option<crate::peer::Peer>) -> Self {
+    pub fn of(peer: Option<crate::net::peer::Peer>) -> Self {
         ConnState {
             peer,
             ..ConnState::default()
@@ -271,7 +271,7 @@ struct Watchdog {
     last_activity: u64,
     quiet_ticks: u64,
     /// An HTTP/2 connection's streams, each with its own `client_send` deadline.
-    streams: Option<Arc<crate::send_timeout::StreamSends>>,
+    streams: Option<Arc<crate::frontend::send_timeout::StreamSends>>,
 }
 
 impl Watchdog {
@@ -291,7 +291,7 @@ impl Watchdog {
     }
 
     /// Also watches the streams of an HTTP/2 connection.
-    fn with_streams(mut self, streams: Arc<crate::send_timeout::StreamSends>) -> Self {
+    fn with_streams(mut self, streams: Arc<crate::frontend::send_timeout::StreamSends>) -> Self {
         self.streams = Some(streams);
         self
     }
@@ -302,7 +302,7 @@ impl Watchdog {
     fn on_tick(
         &mut self,
         state: &ConnState,
-        cuts: &crate::send_timeout::ClientSendTimeouts,
+        cuts: &crate::frontend::send_timeout::ClientSendTimeouts,
     ) -> Option<Expired> {
         let expired = self.check(state);
         if expired == Some(Expired::ClientSend) {
@@ -447,12 +447,12 @@ impl Switch {
         let cache = config
             .cache
             .as_ref()
-            .map(crate::caching::CacheLayer::new)
+            .map(crate::pipeline::cache::CacheLayer::new)
             .transpose()?;
         let access_log = config
             .access_log
             .as_ref()
-            .map(|log| crate::access_log::AccessLog::open(log).map(Arc::new))
+            .map(|log| crate::observe::access_log::AccessLog::open(log).map(Arc::new))
             .transpose()?;
         let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (shutdown, _) = watch::channel(false);
@@ -502,7 +502,7 @@ fn serve_on(
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
     let configured = switch.cluster.load().config.proxy_protocol.clone();
-    // This worker's silent connections are closed by its own reaper (see [`crate::reaper`]).
+    // This worker's silent connections are closed by its own reaper (see [`crate::net::reaper`]).
     let reaper = Arc::new(SilentReaper::default());
     for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
@@ -520,12 +520,12 @@ fn serve_on(
     }
     tasks.push(tokio::spawn(reaper.run()));
     if primary {
-        tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
-            &switch,
-        ))));
-        tasks.push(tokio::spawn(crate::health::check_nodes(Arc::clone(
-            &switch,
-        ))));
+        tasks.push(tokio::spawn(crate::control::gather::gather_loads(
+            Arc::clone(&switch),
+        )));
+        tasks.push(tokio::spawn(crate::control::health::check_nodes(
+            Arc::clone(&switch),
+        )));
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }
@@ -534,7 +534,7 @@ fn serve_on(
         Some(listener) => {
             let listener = TcpListener::from_std(listener)?;
             let bound = listener.local_addr()?;
-            tasks.push(tokio::spawn(crate::admin::serve(
+            tasks.push(tokio::spawn(crate::control::admin::serve(
                 Arc::clone(&switch),
                 listener,
             )));
@@ -591,13 +591,13 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
 }
 
 /// A connection closed for sending nothing, with what counts it as open (see
-/// [`crate::reaper`]).
+/// [`crate::net::reaper`]).
 type Silent = (
     LazyStream,
     OpenConnection,
-    Option<crate::connection_limits::ClientSlot>,
+    Option<crate::state::connection_limits::ClientSlot>,
 );
-type SilentReaper = crate::reaper::Reaper<Silent>;
+type SilentReaper = crate::net::reaper::Reaper<Silent>;
 
 async fn accept_loop(
     switch: Arc<Switch>,
@@ -655,7 +655,7 @@ async fn accept_loop(
             let Ok(client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
                 tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
                 let answer = endpoint.scheme() == "http";
-                return Box::pin(crate::connection_limits::turn_away(stream, answer)).await;
+                return Box::pin(crate::state::connection_limits::turn_away(stream, answer)).await;
             };
             if let Some(silent) = serve_connection(&switch, stream, peer, &endpoint).await {
                 reaper.close((silent, open, client_slot));
@@ -672,19 +672,20 @@ async fn client_of(
     peer: SocketAddr,
     listening: SocketAddr,
     proxied: bool,
-) -> Option<crate::peer::Peer> {
+) -> Option<crate::net::peer::Peer> {
     let accepted = std::time::Instant::now();
     let cluster = switch.cluster.load_full();
     let config = &cluster.config;
     // A wildcard listener does not say which address was reached; a PROXY header sent on to a
     // node must (one system call, only then).
-    let sends_proxy = config.proxy_protocol.send != crate::proxy_protocol::SendVersion::Off;
+    let sends_proxy =
+        config.proxy_protocol.send != crate::upstream::proxy_protocol::SendVersion::Off;
     let listening = match listening.ip().is_unspecified() && sends_proxy {
         true => stream.local_addr().unwrap_or(listening),
         false => listening,
     };
     if !proxied {
-        return Some(crate::peer::Peer {
+        return Some(crate::net::peer::Peer {
             client: peer,
             local: listening,
             accepted,
@@ -693,10 +694,16 @@ async fn client_of(
     let settings = &config.proxy_protocol;
     let header_read = config.timeouts.header_read;
     let rejections = &switch.proxy_rejections;
-    let header =
-        crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections);
+    let header = crate::upstream::proxy_protocol::accept(
+        stream,
+        peer,
+        listening,
+        settings,
+        header_read,
+        rejections,
+    );
     match Box::pin(header).await {
-        Ok((client, local)) => Some(crate::peer::Peer {
+        Ok((client, local)) => Some(crate::net::peer::Peer {
             client,
             local,
             accepted,
@@ -713,11 +720,11 @@ async fn client_of(
 async fn serve_connection(
     switch: &Arc<Switch>,
     mut stream: LazyStream,
-    client: crate::peer::Peer,
+    client: crate::net::peer::Peer,
     endpoint: &Endpoint,
 ) -> Option<LazyStream> {
     let peer = client.client;
-    use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
+    use crate::frontend::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
     let (start, header_read) = {
         let cluster = switch.cluster.load();
         let config = &cluster.config;
@@ -771,12 +778,12 @@ async fn tls_handshake<I>(
     tls: Arc<rustls::ServerConfig>,
     header_read: Duration,
     peer: SocketAddr,
-    counters: Option<&crate::tls_metrics::TlsCounters>,
+    counters: Option<&crate::observe::tls_metrics::TlsCounters>,
 ) -> Option<tokio_rustls::server::TlsStream<I>>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use crate::tls_metrics::HandshakeFailure;
+    use crate::observe::tls_metrics::HandshakeFailure;
     let started = std::time::Instant::now();
     // The handshake is part of the request head's time.
     let accept = tokio_rustls::TlsAcceptor::from(tls).accept(io);
@@ -808,7 +815,7 @@ async fn serve_http<I>(
     io: I,
     peer: SocketAddr,
     state: Arc<ConnState>,
-    protocol: crate::listener::Protocol,
+    protocol: crate::frontend::listener::Protocol,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -819,12 +826,12 @@ async fn serve_http<I>(
     let service = {
         let switch = Arc::clone(switch);
         let state = Arc::clone(&state);
-        let peer = crate::proxy::peer_header(peer);
+        let peer = crate::pipeline::dispatch::peer_header(peer);
         // Boxed: hyper keeps a slot for the request future in every connection from the start,
         // so an unboxed future (the whole proxy path, several KB) would be paid by every idle
         // connection rather than only while a request runs.
         service_fn(move |req| {
-            Box::pin(crate::proxy::handle(
+            Box::pin(crate::pipeline::dispatch::handle(
                 Arc::clone(&switch),
                 Arc::clone(&state),
                 peer.clone(),
@@ -832,10 +839,10 @@ async fn serve_http<I>(
             ))
         })
     };
-    if let crate::listener::Protocol::Http2 = protocol {
+    if let crate::frontend::listener::Protocol::Http2 = protocol {
         // A client can stall one stream without blocking the socket: each stream gets its own
-        // `client_send` deadline (see `crate::send_timeout`).
-        let streams = Arc::new(crate::send_timeout::StreamSends::default());
+        // `client_send` deadline (see `crate::frontend::send_timeout`).
+        let streams = Arc::new(crate::frontend::send_timeout::StreamSends::default());
         let watched = {
             let streams = Arc::clone(&streams);
             service_fn(move |req| {
@@ -844,8 +851,8 @@ async fn serve_http<I>(
                 async move { answer.await.map(|resp| streams.watch(resp)) }
             })
         };
-        // Many streams answered in one turn leave in one write (see `crate::cork`).
-        let (io, cork) = crate::cork::cork(io);
+        // Many streams answered in one turn leave in one write (see `crate::net::cork`).
+        let (io, cork) = crate::net::cork::cork(io);
         let conn = config
             .http2
             .builder()
@@ -855,7 +862,7 @@ async fn serve_http<I>(
         // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
         // without a request closes its connection.
         let deadlines = Watchdog::new(idle, idle, client_send).with_streams(streams);
-        let graceful = |mut conn: Pin<&mut crate::cork::FlushAfterPoll<_, _>>| {
+        let graceful = |mut conn: Pin<&mut crate::net::cork::FlushAfterPoll<_, _>>| {
             hyper::server::conn::http2::Connection::graceful_shutdown(conn.conn())
         };
         return Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
@@ -866,7 +873,7 @@ async fn serve_http<I>(
         // Do not read from the client while its request is being answered only to notice that
         // it went away (HAProxy's default too, without `option abortonclose`): that read would
         // fail with EAGAIN on nearly every request and cost the registration with the event
-        // loop that a one-request connection otherwise never needs (see `crate::io`). A
+        // loop that a one-request connection otherwise never needs (see `crate::net::io`). A
         // client that half-closes after its request still gets the answer.
         .half_close(true)
         .header_read_timeout(None)
@@ -875,7 +882,7 @@ async fn serve_http<I>(
         builder.max_headers(config.limits.max_headers);
     }
     drop(cluster);
-    // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
+    // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::pipeline::tunnel`).
     let conn = builder
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();

@@ -1,0 +1,201 @@
+//! Who may change the switch through its admin listener: an optional bearer token (RFC 6750)
+//! for every endpoint but `GET`/`HEAD`, compared in constant time, and the warning for an
+//! admin listener reachable from other hosts without one.
+
+use std::path::Path;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+use serde::{Serialize, Serializer};
+
+use crate::config::Config;
+use crate::pipeline::dispatch::error_response;
+use crate::upstream::body::ResponseBody;
+
+/// Shortest token accepted: 16 characters of a random base64 string are 96 bits.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The admin's bearer token. `Debug` never shows it; it serializes as itself so that a
+/// configuration written back out still works.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(String);
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(…)")
+    }
+}
+
+impl Serialize for AdminToken {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl AdminToken {
+    /// A token must be something a client can send: RFC 6750's `b64token`
+    /// (`A-Z a-z 0-9 - . _ ~ + /`, then `=` padding), at least [`MIN_TOKEN_LEN`] long.
+    pub fn new(text: &str) -> Result<AdminToken, String> {
+        let body = text.trim_end_matches('=');
+        if let Some(bad) = body
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "-._~+/".contains(*c)))
+        {
+            return Err(format!(
+                "the token has {bad:?}; use only A-Z a-z 0-9 - . _ ~ + / (and = at the end)"
+            ));
+        }
+        if text.len() < MIN_TOKEN_LEN {
+            return Err(format!(
+                "the token is {} characters; use at least {MIN_TOKEN_LEN}",
+                text.len()
+            ));
+        }
+        Ok(AdminToken(text.to_string()))
+    }
+
+    /// The token in a file: its whole content, without the final line break.
+    pub fn from_file(path: &Path) -> Result<AdminToken, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let token = text.strip_suffix('\n').unwrap_or(&text);
+        let token = token.strip_suffix('\r').unwrap_or(token);
+        if token.is_empty() {
+            return Err(format!("{} is empty", path.display()));
+        }
+        AdminToken::new(token).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Whether `presented` is this token, in time that depends on the lengths only.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let expected = self.0.as_bytes();
+        let mut differ = expected.len() ^ presented.len();
+        for (i, &e) in expected.iter().enumerate() {
+            let p = presented.get(i).copied().unwrap_or(!e);
+            differ |= usize::from(e ^ p);
+        }
+        std::hint::black_box(differ) == 0
+    }
+}
+
+const REALM: &str = "Bearer realm=\"capstan-admin\"";
+
+/// `None` when the request carries the token; else the `401` to send.
+pub(crate) fn refusal(token: &AdminToken, headers: &HeaderMap) -> Option<Response<ResponseBody>> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_at(v.iter().position(|&b| b == b' ')?);
+            scheme
+                .eq_ignore_ascii_case(b"bearer")
+                .then(|| rest.trim_ascii())
+        });
+    let (challenge, cause) = match presented {
+        Some(p) if token.matches(p) => return None,
+        Some(_) => (
+            format!("{REALM}, error=\"invalid_token\""),
+            "the bearer token is wrong",
+        ),
+        None => (
+            REALM.to_string(),
+            "this endpoint changes the switch; send Authorization: Bearer <admin token>",
+        ),
+    };
+    let mut resp = error_response(StatusCode::UNAUTHORIZED, cause);
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_str(&challenge).expect("an ASCII challenge"),
+    );
+    Some(resp)
+}
+
+impl Config {
+    /// Why the admin listener is exposed, when it listens beyond loopback without a token.
+    pub fn admin_exposure_warning(&self) -> Option<String> {
+        let admin = self.admin?;
+        let loopback = match admin.ip() {
+            std::net::IpAddr::V4(ip) => ip.is_loopback(),
+            std::net::IpAddr::V6(ip) => ip.to_canonical().is_loopback(),
+        };
+        (!loopback && self.admin_token.is_none()).then(|| {
+            format!(
+                "the admin listener {admin} is not on loopback and no admin token is set: \
+                 anyone who can reach it can reload the configuration and purge the cache \
+                 (set admin_token_file, or listen on 127.0.0.1)"
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> AdminToken {
+        AdminToken::new("s3cret-token-0123456789").unwrap()
+    }
+
+    #[test]
+    fn token_syntax_and_length() {
+        assert!(AdminToken::new("abcdefghijklmnop").is_ok());
+        assert!(AdminToken::new("abcdefghijklmno+/==").is_ok());
+        assert!(AdminToken::new("short")
+            .unwrap_err()
+            .contains("at least 16"));
+        assert!(AdminToken::new("has a space in it ok")
+            .unwrap_err()
+            .contains("' '"));
+        assert!(
+            AdminToken::new("a=b-cdefghijklmnopq").is_err(),
+            "= only at the end"
+        );
+        assert_eq!(format!("{:?}", token()), "AdminToken(…)");
+    }
+
+    #[test]
+    fn matches_only_the_same_bytes() {
+        let t = token();
+        assert!(t.matches(b"s3cret-token-0123456789"));
+        assert!(!t.matches(b"s3cret-token-0123456788"));
+        assert!(!t.matches(b"s3cret-token-012345678"));
+        assert!(!t.matches(b"s3cret-token-01234567890"));
+        assert!(!t.matches(b""));
+    }
+
+    #[test]
+    fn authorization_header() {
+        let t = token();
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, HeaderValue::from_static(v));
+            h
+        };
+        assert!(refusal(&t, &with("Bearer s3cret-token-0123456789")).is_none());
+        assert!(refusal(&t, &with("bearer  s3cret-token-0123456789")).is_none());
+        let wrong = refusal(&t, &with("Bearer nope")).unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+        assert!(wrong.headers()[header::WWW_AUTHENTICATE]
+            .to_str()
+            .unwrap()
+            .contains("invalid_token"));
+        let basic = refusal(&t, &with("Basic czNjcmV0")).unwrap();
+        assert_eq!(basic.headers()[header::WWW_AUTHENTICATE], REALM);
+        assert!(refusal(&t, &HeaderMap::new()).is_some());
+    }
+
+    #[test]
+    fn exposure_warning_only_beyond_loopback_without_token() {
+        let mut c = Config::from_parts(Vec::new(), Vec::new());
+        assert_eq!(c.admin_exposure_warning(), None, "no admin listener");
+        c.admin = Some("127.0.0.1:9900".parse().unwrap());
+        assert_eq!(c.admin_exposure_warning(), None);
+        c.admin = Some("[::1]:9900".parse().unwrap());
+        assert_eq!(c.admin_exposure_warning(), None);
+        c.admin = Some("0.0.0.0:9900".parse().unwrap());
+        let warning = c.admin_exposure_warning().unwrap();
+        assert!(warning.contains("0.0.0.0:9900"), "{warning}");
+        c.admin_token = Some(token());
+        assert_eq!(c.admin_exposure_warning(), None);
+    }
+}

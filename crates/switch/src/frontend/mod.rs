@@ -1,0 +1,6 @@
+//! The front end: client listeners (plain, TLS, h2c) and the client send timeout.
+//!
+//! May use: `net`, `config`, `observe`, `state`, `upstream`, `pipeline`.
+
+pub mod listener;
+pub mod send_timeout;

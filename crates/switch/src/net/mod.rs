@@ -1,0 +1,14 @@
+//! Sockets and I/O: the system calls the switch makes itself, the client stream's lazy
+//! registration and write corking, the silent-connection reaper, the peer's addresses, the
+//! clock that times node sockets, and the TLS building blocks (provider, ALPN, certificate
+//! files) both sides share.
+//!
+//! May use: nothing else in the crate (the lowest layer).
+
+pub mod cork;
+pub mod io;
+pub mod node_clock;
+pub mod peer;
+pub mod reaper;
+pub mod socket_calls;
+pub mod tls;

@@ -1,0 +1,497 @@
+//! The PROXY protocol (HAProxy's `proxy-protocol.txt`, versions 1 and 2), both ways.
+//!
+//! Towards nodes (`[proxy_protocol] send = "v1" | "v2"`): every new connection to a node starts
+//! with a header naming the client and the address it connected to, so a node sees client
+//! addresses without parsing `X-Forwarded-For`. A connection then carries one client's
+//! requests only: the client's addresses travel in the pool key (as the userinfo of the
+//! node's URI, which the connector strips before connecting), so a pooled connection is reused
+//! for the same client connection and never for another.
+//!
+//! From a front L4 balancer (`accept_on` listeners): the balancer's header is read before any
+//! HTTP, and its source address becomes the client's (`X-Forwarded-For`, the access log, the
+//! header sent on to nodes). Only sources in `trusted` may send one: any other peer of such a
+//! listener is closed at once, as is a connection whose header is missing or malformed; both
+//! are counted (`capstan_proxy_protocol_rejected_total`).
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::Authority;
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use crate::config::cache::Network;
+
+/// The `[proxy_protocol]` section.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxyProtocolConfig {
+    /// Header sent at the start of every connection to a node.
+    pub send: SendVersion,
+    /// Client listeners (each one of `listen`) that expect a PROXY header, v1 or v2.
+    pub accept_on: Vec<SocketAddr>,
+    /// Sources allowed to send a header on those listeners (`10.0.0.0/8`, `192.0.2.7`).
+    pub trusted: Vec<Network>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendVersion {
+    #[default]
+    Off,
+    V1,
+    V2,
+}
+
+impl ProxyProtocolConfig {
+    /// What the parser cannot check: the key at fault and why.
+    pub fn check(&self, listen: &[SocketAddr]) -> Result<(), (&'static str, String)> {
+        if let Some(addr) = self.accept_on.iter().find(|a| !listen.contains(a)) {
+            return Err((
+                "accept_on",
+                format!("proxy_protocol.accept_on: {addr} is not one of the `listen` addresses"),
+            ));
+        }
+        if !self.accept_on.is_empty() && self.trusted.is_empty() {
+            return Err((
+                "trusted",
+                "proxy_protocol.trusted: name the balancers allowed to send PROXY headers \
+                 (e.g. [\"10.0.0.0/8\"])"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        if self.send != SendVersion::Off {
+            let version = if self.send == SendVersion::V1 {
+                "v1"
+            } else {
+                "v2"
+            };
+            out.push_str(&format!("proxy     PROXY protocol {version} to nodes\n"));
+        }
+        if !self.accept_on.is_empty() {
+            let on: Vec<String> = self.accept_on.iter().map(|a| a.to_string()).collect();
+            let from: Vec<String> = self
+                .trusted
+                .iter()
+                .map(|n| format!("{}/{}", n.addr, n.prefix))
+                .collect();
+            out.push_str(&format!(
+                "proxy     PROXY headers accepted on {} from {}\n",
+                on.join(", "),
+                from.join(", ")
+            ));
+        }
+        out
+    }
+
+    pub fn accepts_on(&self, listener: SocketAddr) -> bool {
+        self.accept_on.contains(&listener)
+    }
+
+    fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|n| n.contains(ip))
+    }
+}
+
+/// The PROXY v1 line for a connection from `src` to `dst`.
+pub fn encode_v1(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let (src_ip, dst_ip) = same_family(src.ip(), dst.ip());
+    let family = if src_ip.is_ipv4() { "TCP4" } else { "TCP6" };
+    format!(
+        "PROXY {family} {src_ip} {dst_ip} {} {}\r\n",
+        src.port(),
+        dst.port()
+    )
+    .into_bytes()
+}
+
+const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
+
+/// The PROXY v2 header (command PROXY, TCP) for a connection from `src` to `dst`.
+pub fn encode_v2(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let mut out = V2_SIGNATURE.to_vec();
+    out.push(0x21); // version 2, command PROXY
+    match same_family(src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            out.extend_from_slice(&[0x11, 0, 12]); // TCP over IPv4, 12 bytes of addresses
+            out.extend_from_slice(&s.octets());
+            out.extend_from_slice(&d.octets());
+        }
+        (s, d) => {
+            out.extend_from_slice(&[0x21, 0, 36]); // TCP over IPv6
+            out.extend_from_slice(&as_v6(s).octets());
+            out.extend_from_slice(&as_v6(d).octets());
+        }
+    }
+    out.extend_from_slice(&src.port().to_be_bytes());
+    out.extend_from_slice(&dst.port().to_be_bytes());
+    out
+}
+
+/// The PROXY v2 header with command LOCAL: a connection the proxy makes on its own behalf.
+pub fn encode_v2_local() -> Vec<u8> {
+    let mut out = V2_SIGNATURE.to_vec();
+    out.extend_from_slice(&[0x20, 0x00, 0, 0]);
+    out
+}
+
+fn as_v6(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// Both addresses in one family (a header has one): IPv4 when both are, else IPv6.
+fn same_family(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+    match (a, b) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => (a, b),
+        _ => (IpAddr::V6(as_v6(a)), IpAddr::V6(as_v6(b))),
+    }
+}
+
+/// The addresses a header carried: `None` for `UNKNOWN` (v1) or `LOCAL` / an unspecified
+/// family (v2), where the connection's own addresses stand.
+pub type Carried = Option<(SocketAddr, SocketAddr)>;
+
+/// Longest v1 line, CRLF included (the specification's bound).
+const V1_MAX: usize = 107;
+/// Longest v2 address block taken (addresses and TLVs); the specification's fixed part is 216
+/// bytes at most, and TLVs a balancer adds stay well within this.
+const V2_MAX_BLOCK: usize = 2048;
+
+/// Reads one PROXY header (v1 or v2) from the start of `stream`, exactly: not one byte of
+/// what follows is consumed.
+pub async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Carried, String> {
+    // The shortest header of either version ("PROXY UNKNOWN\r\n") is 15 bytes: reading that
+    // much cannot wait for bytes a client would only send after an answer.
+    let mut head = [0u8; 15];
+    stream
+        .read_exact(&mut head)
+        .await
+        .map_err(|e| format!("no PROXY header: {e}"))?;
+    if head[..12] == V2_SIGNATURE {
+        let mut rest = [0u8; 1];
+        stream
+            .read_exact(&mut rest)
+            .await
+            .map_err(|e| format!("PROXY v2 header cut short: {e}"))?;
+        let len = usize::from(u16::from_be_bytes([head[14], rest[0]]));
+        if len > V2_MAX_BLOCK {
+            return Err(format!("PROXY v2 address block of {len} bytes is too long"));
+        }
+        let mut block = vec![0u8; len];
+        stream
+            .read_exact(&mut block)
+            .await
+            .map_err(|e| format!("PROXY v2 header cut short: {e}"))?;
+        return parse_v2(head[12], head[13], &block);
+    }
+    if !head.starts_with(b"PROXY ") {
+        return Err("the connection does not start with a PROXY header".into());
+    }
+    let mut line = head.to_vec();
+    while !line.ends_with(b"\r\n") {
+        if line.len() >= V1_MAX {
+            return Err("PROXY v1 line longer than 107 bytes".into());
+        }
+        let mut byte = [0u8; 1];
+        stream
+            .read_exact(&mut byte)
+            .await
+            .map_err(|e| format!("PROXY v1 line cut short: {e}"))?;
+        line.push(byte[0]);
+    }
+    parse_v1(&line)
+}
+
+/// A whole v1 line, CRLF included.
+pub fn parse_v1(line: &[u8]) -> Result<Carried, String> {
+    let text = std::str::from_utf8(line)
+        .ok()
+        .and_then(|t| t.strip_suffix("\r\n"))
+        .ok_or("PROXY v1 line is not ASCII ending in CRLF")?;
+    let fields: Vec<&str> = text.split(' ').collect();
+    match fields.as_slice() {
+        ["PROXY", "UNKNOWN", ..] => Ok(None),
+        ["PROXY", family @ ("TCP4" | "TCP6"), src, dst, sport, dport] => {
+            let v4 = *family == "TCP4";
+            let ip = |s: &str| -> Result<IpAddr, String> {
+                let ip: IpAddr = if v4 {
+                    s.parse::<Ipv4Addr>().map(IpAddr::V4)
+                } else {
+                    s.parse::<Ipv6Addr>().map(IpAddr::V6)
+                }
+                .map_err(|_| format!("PROXY v1: `{s}` is not a {family} address"))?;
+                Ok(ip)
+            };
+            let port = |s: &str| -> Result<u16, String> {
+                // The specification forbids leading zeroes, signs and spaces.
+                if s.is_empty() || (s.len() > 1 && s.starts_with('0')) {
+                    return Err(format!("PROXY v1: `{s}` is not a port"));
+                }
+                s.parse()
+                    .map_err(|_| format!("PROXY v1: `{s}` is not a port"))
+            };
+            Ok(Some((
+                SocketAddr::new(ip(src)?, port(sport)?),
+                SocketAddr::new(ip(dst)?, port(dport)?),
+            )))
+        }
+        _ => Err(format!("malformed PROXY v1 line `{text}`")),
+    }
+}
+
+/// A v2 header's version/command byte, family/protocol byte and address block.
+pub fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried, String> {
+    if version_command >> 4 != 2 {
+        return Err(format!(
+            "PROXY v2: version {} is not 2",
+            version_command >> 4
+        ));
+    }
+    match version_command & 0x0f {
+        0 => return Ok(None), // LOCAL: the balancer's own connection (a health check)
+        1 => {}
+        other => return Err(format!("PROXY v2: unknown command {other}")),
+    }
+    let take = |n: usize| {
+        block
+            .get(..n)
+            .ok_or_else(|| format!("PROXY v2: address block of {} bytes is short", block.len()))
+    };
+    let port = |b: &[u8]| u16::from_be_bytes([b[0], b[1]]);
+    match family {
+        // TCP (or UDP) over IPv4.
+        0x11 | 0x12 => {
+            let b = take(12)?;
+            let ip = |o: &[u8]| IpAddr::V4(Ipv4Addr::new(o[0], o[1], o[2], o[3]));
+            Ok(Some((
+                SocketAddr::new(ip(&b[0..4]), port(&b[8..10])),
+                SocketAddr::new(ip(&b[4..8]), port(&b[10..12])),
+            )))
+        }
+        // TCP (or UDP) over IPv6.
+        0x21 | 0x22 => {
+            let b = take(36)?;
+            let ip = |o: &[u8]| {
+                let octets: [u8; 16] = o.try_into().expect("16 bytes");
+                IpAddr::V6(Ipv6Addr::from(octets))
+            };
+            Ok(Some((
+                SocketAddr::new(ip(&b[0..16]), port(&b[32..34])),
+                SocketAddr::new(ip(&b[16..32]), port(&b[34..36])),
+            )))
+        }
+        // UNSPEC, or unix sockets: the specification has the receiver use the real addresses.
+        _ => Ok(None),
+    }
+}
+
+/// Connections refused on PROXY listeners, by cause, for `/metrics`.
+#[derive(Default)]
+pub struct Rejections {
+    pub untrusted: AtomicU64,
+    pub malformed: AtomicU64,
+}
+
+/// On a PROXY listener: the client's addresses after the balancer's header, or why the
+/// connection must be closed (already counted).
+pub async fn accept<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    peer: SocketAddr,
+    local: SocketAddr,
+    config: &ProxyProtocolConfig,
+    header_read: Duration,
+    rejections: &Rejections,
+) -> Result<(SocketAddr, SocketAddr), String> {
+    if !config.trusts(peer.ip()) {
+        rejections.untrusted.fetch_add(1, Ordering::Relaxed);
+        return Err(format!(
+            "{peer} is not in proxy_protocol.trusted; connection closed"
+        ));
+    }
+    let read = tokio::time::timeout(header_read, read_header(stream)).await;
+    match read {
+        Ok(Ok(Some(carried))) => Ok(carried),
+        Ok(Ok(None)) => Ok((peer, local)),
+        Ok(Err(why)) => {
+            rejections.malformed.fetch_add(1, Ordering::Relaxed);
+            Err(format!("{peer}: {why}; connection closed"))
+        }
+        Err(_) => {
+            rejections.malformed.fetch_add(1, Ordering::Relaxed);
+            Err(format!(
+                "{peer}: no PROXY header within the header-read timeout; connection closed"
+            ))
+        }
+    }
+}
+
+/// The node's authority with the client's addresses as its userinfo (`SRC~SPORT~DST~DPORT@`):
+/// the pool keeps connections apart per client connection, and [`NodeConnector`] reads the
+/// addresses back for the header.
+pub fn authority_for(node: &Authority, src: SocketAddr, dst: SocketAddr) -> Authority {
+    let text = format!(
+        "{}~{}~{}~{}@{node}",
+        src.ip(),
+        src.port(),
+        dst.ip(),
+        dst.port()
+    );
+    text.parse().unwrap_or_else(|_| node.clone())
+}
+
+/// The addresses [`authority_for`] put in a URI.
+fn addresses_in(uri: &Uri) -> Option<(SocketAddr, SocketAddr)> {
+    let authority = uri.authority()?.as_str();
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let mut parts = userinfo.split('~');
+    let mut addr = || -> Option<SocketAddr> {
+        let ip: IpAddr = parts.next()?.parse().ok()?;
+        let port: u16 = parts.next()?.parse().ok()?;
+        Some(SocketAddr::new(ip, port))
+    };
+    Some((addr()?, addr()?))
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Connects to nodes (hyper-util's `HttpConnector`), writes the PROXY header when the node's
+/// URI carries client addresses, runs the TLS handshake with a TLS node (after the header,
+/// which belongs to the TCP connection), and notes the connect time in the access log.
+#[derive(Clone)]
+pub struct NodeConnector {
+    pub inner: HttpConnector,
+    pub send: SendVersion,
+    pub tls: std::sync::Arc<crate::upstream::tls::TlsToNodes>,
+}
+
+impl tower_service::Service<Uri> for NodeConnector {
+    type Response = TokioIo<crate::upstream::tls::NodeStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let header = match (self.send, addresses_in(&uri)) {
+            (SendVersion::Off, _) => None,
+            (SendVersion::V1, Some((src, dst))) => Some(encode_v1(src, dst)),
+            (SendVersion::V2, Some((src, dst))) => Some(encode_v2(src, dst)),
+            // The switch's own connection (a health check): no client to name.
+            (SendVersion::V1, None) => Some(b"PROXY UNKNOWN\r\n".to_vec()),
+            (SendVersion::V2, None) => Some(encode_v2_local()),
+        };
+        // The request that made this connection is being handled now (this call happens in
+        // its task); the connection may finish after it went elsewhere.
+        let notes = crate::observe::access_log::current_notes();
+        let tls = self.tls.for_uri(&uri).cloned();
+        let connecting = self.inner.call(uri);
+        Box::pin(async move {
+            let mut io = connecting.await?;
+            if let Some(header) = header {
+                io.inner_mut().write_all(&header).await?;
+            }
+            let tcp = crate::net::node_clock::TimedTcp::timed(io.into_inner())?;
+            let stream = crate::upstream::tls::NodeStream::over(tcp, tls.as_ref()).await?;
+            if let Some(notes) = notes {
+                crate::observe::access_log::note_connected(&notes);
+            }
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addrs() -> (SocketAddr, SocketAddr) {
+        (
+            "192.0.2.7:51234".parse().unwrap(),
+            "198.51.100.1:80".parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn v1_round_trips() {
+        let (src, dst) = addrs();
+        let line = encode_v1(src, dst);
+        assert_eq!(line, b"PROXY TCP4 192.0.2.7 198.51.100.1 51234 80\r\n");
+        assert_eq!(parse_v1(&line).unwrap(), Some((src, dst)));
+        let v6 = encode_v1("[2001:db8::1]:1".parse().unwrap(), dst);
+        assert!(v6.starts_with(b"PROXY TCP6 2001:db8::1 ::ffff:198.51.100.1 1 80"));
+        assert_eq!(parse_v1(b"PROXY UNKNOWN\r\n").unwrap(), None);
+    }
+
+    #[test]
+    fn v1_refuses_what_the_specification_forbids() {
+        for bad in [
+            &b"PROXY TCP4 192.0.2.7 198.51.100.1 051234 80\r\n"[..],
+            b"PROXY TCP4 2001:db8::1 198.51.100.1 1 80\r\n",
+            b"PROXY TCP4 192.0.2.7 198.51.100.1 1\r\n",
+            b"PROXY TCP5 a b 1 2\r\n",
+            b"PROXY TCP4 192.0.2.7 198.51.100.1 1 80\n",
+        ] {
+            assert!(parse_v1(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[tokio::test]
+    async fn v2_round_trips_and_reads_exactly_the_header() {
+        let (src, dst) = addrs();
+        let mut wire = encode_v2(src, dst);
+        assert_eq!(wire.len(), 16 + 12);
+        wire.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        let mut reader = &wire[..];
+        assert_eq!(read_header(&mut reader).await.unwrap(), Some((src, dst)));
+        assert_eq!(reader, b"GET / HTTP/1.1\r\n");
+        let local = encode_v2_local();
+        assert_eq!(read_header(&mut &local[..]).await.unwrap(), None);
+        let v6 = encode_v2("[2001:db8::1]:9".parse().unwrap(), dst);
+        let mut reader = &v6[..];
+        let (s, d) = read_header(&mut reader).await.unwrap().unwrap();
+        assert_eq!((s.to_string(), d.port()), ("[2001:db8::1]:9".into(), 80));
+    }
+
+    #[tokio::test]
+    async fn malformed_headers_are_errors() {
+        let mut not_proxy = &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..];
+        assert!(read_header(&mut not_proxy).await.is_err());
+        let mut long = b"PROXY TCP4 ".to_vec();
+        long.extend_from_slice(&[b'1'; 200]);
+        assert!(read_header(&mut &long[..]).await.is_err());
+        let mut v3 = V2_SIGNATURE.to_vec();
+        v3.extend_from_slice(&[0x31, 0x11, 0, 0]);
+        assert!(read_header(&mut &v3[..]).await.is_err());
+    }
+
+    #[test]
+    fn addresses_travel_in_the_authority() {
+        let (src, dst) = addrs();
+        let node: Authority = "127.0.0.1:9001".parse().unwrap();
+        let with = authority_for(&node, src, dst);
+        let uri: Uri = format!("http://{with}/").parse().unwrap();
+        assert_eq!(uri.host(), Some("127.0.0.1"));
+        assert_eq!(addresses_in(&uri), Some((src, dst)));
+        let v6 = authority_for(&node, "[2001:db8::1]:9".parse().unwrap(), dst);
+        let uri: Uri = format!("http://{v6}/").parse().unwrap();
+        assert_eq!(uri.port_u16(), Some(9001));
+        assert_eq!(addresses_in(&uri).unwrap().0.port(), 9);
+    }
+}

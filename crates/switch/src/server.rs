@@ -679,7 +679,7 @@ async fn client_of(
     // A wildcard listener does not say which address was reached; a PROXY header sent on to a
     // node must (one system call, only then).
     let sends_proxy =
-        config.proxy_protocol.send != crate::upstream::proxy_protocol::SendVersion::Off;
+        config.proxy_protocol.send != crate::config::sections::proxy_protocol::SendVersion::Off;
     let listening = match listening.ip().is_unspecified() && sends_proxy {
         true => stream.local_addr().unwrap_or(listening),
         false => listening,

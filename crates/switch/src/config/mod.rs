@@ -2,10 +2,13 @@
 //! line and column.
 
 pub mod cache;
+pub mod sections;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
+
+pub use crate::net::address::resolve_address;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,10 +21,10 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 pub use crate::config::cache::CacheConfig;
-pub use crate::control::admin_auth::AdminToken;
-pub use crate::observe::access_log::AccessLogConfig;
-pub use crate::pipeline::tunnel::UpgradeConfig;
-pub use crate::upstream::proxy_protocol::ProxyProtocolConfig;
+pub use crate::config::sections::access_log::AccessLogConfig;
+pub use crate::config::sections::admin_token::AdminToken;
+pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
+pub use crate::config::sections::upgrade::UpgradeConfig;
 
 /// A validated configuration.
 #[derive(Clone, Debug, Serialize)]
@@ -33,9 +36,9 @@ pub struct Config {
     pub listen: Vec<SocketAddr>,
     /// `[[listener]]` entries: TLS listeners, plain ones with h2c (see [`crate::frontend::listener`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub listeners: Vec<crate::frontend::listener::Listener>,
+    pub listeners: Vec<crate::config::sections::listener::Listener>,
     /// HTTP/2 limits for client connections.
-    pub http2: crate::pipeline::checks::http2::Http2,
+    pub http2: crate::config::sections::http2::Http2,
     /// Admin listener (`/status`, `/metrics`, `POST /reload`), if any.
     pub admin: Option<SocketAddr>,
     /// Bearer token the admin's mutating endpoints require (`admin_token`, or read from
@@ -86,7 +89,7 @@ pub struct NodeConfig {
     /// TLS to this node (`tls = { ca_file = "ca.pem", sni = "node.example" }`, see
     /// [`crate::upstream::tls`]); `None`: plain HTTP.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::upstream::tls::NodeTls>,
+    pub tls: Option<crate::config::sections::node_tls::NodeTls>,
     /// The HTTP version spoken to this node (`protocol = "h2"`, see [`crate::upstream::h2`]).
     #[serde(skip_serializing_if = "NodeProtocol::is_default")]
     pub protocol: NodeProtocol,
@@ -500,17 +503,6 @@ impl Default for Admission {
 }
 
 impl Admission {
-    /// The adaptive limiter's settings.
-    pub fn adaptive(&self) -> crate::state::admission::AdaptiveSettings {
-        crate::state::admission::AdaptiveSettings {
-            min: self.min_limit,
-            max: self.max_limit,
-            initial: self.initial_limit,
-            buffer: f64::from(self.latency_buffer_percent) / 100.0,
-            probe_interval_nanos: u64::try_from(self.probe_interval.as_nanos()).unwrap_or(u64::MAX),
-        }
-    }
-
     /// `Retry-After` on a shed request: the queue timeout, in whole seconds, at least 1.
     pub fn retry_after_s(&self) -> u64 {
         self.queue_timeout.as_secs_f64().ceil().max(1.0) as u64
@@ -612,9 +604,9 @@ struct RawConfig {
     #[serde(default)]
     listen: Vec<Spanned<String>>,
     #[serde(default, rename = "listener")]
-    listeners: Vec<Spanned<crate::frontend::listener::RawListener>>,
+    listeners: Vec<Spanned<crate::config::sections::listener::RawListener>>,
     #[serde(default)]
-    http2: crate::pipeline::checks::http2::Http2,
+    http2: crate::config::sections::http2::Http2,
     admin: Option<Spanned<String>>,
     admin_token: Option<Spanned<String>>,
     admin_token_file: Option<Spanned<String>>,
@@ -660,7 +652,7 @@ struct RawNode {
     weight: u32,
     public_url: Option<Spanned<String>>,
     report_address: Option<Spanned<String>>,
-    tls: Option<Spanned<crate::upstream::tls::RawNodeTls>>,
+    tls: Option<Spanned<crate::config::sections::node_tls::RawNodeTls>>,
     protocol: Option<Spanned<String>>,
 }
 
@@ -1012,7 +1004,7 @@ fn check_operation(config: &Config) -> Result<(), (&'static str, &'static str, S
     if let Some(log) = &config.access_log {
         log.check().map_err(|(key, e)| ("access_log", key, e))?;
     }
-    crate::upstream::h2::check(config).map_err(|e| ("proxy_protocol", "send", e))?;
+    check_h2_nodes(config).map_err(|e| ("proxy_protocol", "send", e))?;
     config
         .proxy_protocol
         .check(&config.listen)
@@ -1398,22 +1390,6 @@ fn class_names(classifier: &Classifier) -> Vec<String> {
         .collect()
 }
 
-/// Resolves `host:port` (an IP literal, or a name looked up once, now).
-pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(addr);
-    }
-    if !text.contains(':') {
-        return Err(format!("address `{text}` has no port (want host:port)"));
-    }
-    match text.to_socket_addrs() {
-        Ok(mut addrs) => addrs
-            .next()
-            .ok_or_else(|| format!("address `{text}` resolves to nothing")),
-        Err(e) => Err(format!("bad address `{text}`: {e}")),
-    }
-}
-
 fn parse_located(loc: &Locator<'_>) -> Result<Config, ConfigError> {
     let raw: RawConfig = toml::from_str(loc.text).map_err(|e| {
         let message = e.message().trim().replace('\n', " ");
@@ -1454,7 +1430,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     for addr in &raw.listen {
         listen.push(resolve_address(addr.get_ref()).map_err(|e| loc.error(Some(addr.span()), e))?);
     }
-    let listeners = crate::frontend::listener::resolve(&raw.listeners, loc.base_dir)
+    let listeners = crate::config::sections::listener::resolve(&raw.listeners, loc.base_dir)
         .map_err(|(span, e)| loc.error(span, e))?;
     if listen.is_empty() && listeners.is_empty() {
         return Err(loc.error(None, "no listener: add `listen = [\"127.0.0.1:8080\"]`"));
@@ -1510,8 +1486,13 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         };
         let tls = match &node.tls {
             Some(t) => Some(
-                crate::upstream::tls::resolve(t.get_ref(), address, loc.base_dir, protocol)
-                    .map_err(|e| loc.error(Some(t.span()), format!("node `{name}`: {e}")))?,
+                crate::config::sections::node_tls::resolve(
+                    t.get_ref(),
+                    address,
+                    loc.base_dir,
+                    protocol == NodeProtocol::H2,
+                )
+                .map_err(|e| loc.error(Some(t.span()), format!("node `{name}`: {e}")))?,
             ),
             None => None,
         };
@@ -1672,6 +1653,21 @@ pub(crate) fn check_public_url(url: &str) -> Result<String, String> {
         ));
     }
     Ok(url.trim_end_matches('/').to_string())
+}
+
+/// What the parser cannot check about h2 nodes: the one-line error.
+fn check_h2_nodes(config: &Config) -> Result<(), String> {
+    if config.proxy_protocol.send == sections::proxy_protocol::SendVersion::Off {
+        return Ok(());
+    }
+    match config.nodes.iter().find(|n| n.protocol == NodeProtocol::H2) {
+        Some(node) => Err(format!(
+            "proxy_protocol.send cannot be used with node `{}` (protocol = \"h2\"): one HTTP/2 \
+             connection carries many clients' requests, so no PROXY header can name the client",
+            node.name
+        )),
+        None => Ok(()),
+    }
 }
 
 fn check_redirect(r: &Redirect, nodes: &[NodeConfig], classes: &[String]) -> Result<(), String> {

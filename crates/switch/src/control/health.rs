@@ -213,7 +213,7 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
 /// Clients that open a new connection per check (no idle pool: an HTTP/2 connection too
 /// ends with its one stream).
 fn check_client(
-    send: crate::upstream::proxy_protocol::SendVersion,
+    send: crate::config::sections::proxy_protocol::SendVersion,
     cluster: &Cluster,
 ) -> CheckClients {
     let mut connector = HttpConnector::new();

@@ -5,6 +5,7 @@
 //!
 //! May use: nothing else in the crate (the lowest layer).
 
+pub mod address;
 pub mod cork;
 pub mod io;
 pub mod node_clock;

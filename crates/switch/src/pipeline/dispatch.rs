@@ -38,8 +38,8 @@ use crate::upstream::pool::Pooled;
 pub(crate) struct ClientSettings {
     connect_timeout: std::time::Duration,
     upstream: crate::config::Upstream,
-    proxy_protocol: crate::upstream::proxy_protocol::SendVersion,
-    /// [`crate::upstream::tls::TlsToNodes::fingerprint`]: new TLS settings, new pools.
+    proxy_protocol: crate::config::sections::proxy_protocol::SendVersion,
+    /// [`crate::state::node_tls::TlsToNodes::fingerprint`]: new TLS settings, new pools.
     node_tls: u64,
 }
 
@@ -1024,7 +1024,7 @@ impl Forward {
     fn node_uri(&self, node: &NodeRuntime) -> Uri {
         let send = self.cluster.config.proxy_protocol.send;
         let authority = match &self.conn.peer {
-            Some(peer) if send != crate::upstream::proxy_protocol::SendVersion::Off => {
+            Some(peer) if send != crate::config::sections::proxy_protocol::SendVersion::Off => {
                 crate::upstream::proxy_protocol::authority_for(
                     &node.authority,
                     peer.client,

@@ -18,49 +18,13 @@ use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::config::sections::proxy_protocol::SendVersion;
 use crate::pipeline::dispatch::{error_response, Forward};
 use crate::state::cluster::{FailureKind, NodeRuntime};
 use crate::upstream::body::{ResponseBody, UpstreamBody};
-use crate::upstream::proxy_protocol::{encode_v1, encode_v2, SendVersion};
-
-/// The `[upgrade]` section.
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct UpgradeConfig {
-    /// Pass `Upgrade` requests (WebSocket) to nodes; `false` answers them as plain requests
-    /// with the upgrade fields removed.
-    pub enabled: bool,
-    /// Pass `CONNECT` to nodes instead of answering `405`.
-    pub connect: bool,
-    /// A tunnel where no byte moved either way for this long is closed.
-    #[serde(with = "humantime_serde")]
-    pub idle_timeout: Duration,
-}
-
-impl Default for UpgradeConfig {
-    fn default() -> Self {
-        UpgradeConfig {
-            enabled: true,
-            connect: false,
-            idle_timeout: Duration::from_secs(300),
-        }
-    }
-}
-
-impl UpgradeConfig {
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if self.idle_timeout < Duration::from_millis(10) {
-            return Err((
-                "idle_timeout",
-                "upgrade.idle_timeout must be at least 10ms".into(),
-            ));
-        }
-        Ok(())
-    }
-}
+use crate::upstream::proxy_protocol::{encode_v1, encode_v2};
 
 /// The switch's tunnels, for `/metrics`.
 #[derive(Default)]

@@ -381,7 +381,7 @@ pub struct Cluster {
     /// `timeouts.first_byte` of each class, by class id.
     pub first_byte: Vec<Duration>,
     /// TLS settings of the nodes reached over TLS (see [`crate::upstream::tls`]).
-    pub node_tls: Arc<crate::upstream::tls::TlsToNodes>,
+    pub node_tls: Arc<crate::state::node_tls::TlsToNodes>,
 }
 
 impl Cluster {
@@ -443,7 +443,7 @@ impl Cluster {
                     .map_or(config.timeouts.first_byte, |t| t.into_inner())
             })
             .collect();
-        let node_tls = Arc::new(crate::upstream::tls::TlsToNodes::of(&config.nodes));
+        let node_tls = Arc::new(crate::state::node_tls::TlsToNodes::of(&config.nodes));
         Ok(Cluster {
             node_tls,
             generation,

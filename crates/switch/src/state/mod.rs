@@ -7,5 +7,6 @@
 pub mod admission;
 pub mod cluster;
 pub mod connection_limits;
+pub mod node_tls;
 pub mod outlier;
 pub mod retry;

@@ -55,26 +55,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
-use crate::config::{Config, NodeProtocol};
+use crate::config::NodeProtocol;
 use crate::pipeline::dispatch::{ClientSettings, UpstreamError};
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::upstream::body::UpstreamBody;
-use crate::upstream::proxy_protocol::SendVersion;
-
-/// What the parser cannot check about h2 nodes: the one-line error.
-pub(crate) fn check(config: &Config) -> Result<(), String> {
-    if config.proxy_protocol.send == SendVersion::Off {
-        return Ok(());
-    }
-    match config.nodes.iter().find(|n| n.protocol == NodeProtocol::H2) {
-        Some(node) => Err(format!(
-            "proxy_protocol.send cannot be used with node `{}` (protocol = \"h2\"): one HTTP/2 \
-             connection carries many clients' requests, so no PROXY header can name the client",
-            node.name
-        )),
-        None => Ok(()),
-    }
-}
 
 /// Whether the client asked for trailers (`TE: trailers`, possibly among other codings).
 pub(crate) fn wants_trailers(headers: &HeaderMap) -> bool {

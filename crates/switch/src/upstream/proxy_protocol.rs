@@ -24,86 +24,9 @@ use http::uri::Authority;
 use http::Uri;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::config::cache::Network;
-
-/// The `[proxy_protocol]` section.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ProxyProtocolConfig {
-    /// Header sent at the start of every connection to a node.
-    pub send: SendVersion,
-    /// Client listeners (each one of `listen`) that expect a PROXY header, v1 or v2.
-    pub accept_on: Vec<SocketAddr>,
-    /// Sources allowed to send a header on those listeners (`10.0.0.0/8`, `192.0.2.7`).
-    pub trusted: Vec<Network>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SendVersion {
-    #[default]
-    Off,
-    V1,
-    V2,
-}
-
-impl ProxyProtocolConfig {
-    /// What the parser cannot check: the key at fault and why.
-    pub fn check(&self, listen: &[SocketAddr]) -> Result<(), (&'static str, String)> {
-        if let Some(addr) = self.accept_on.iter().find(|a| !listen.contains(a)) {
-            return Err((
-                "accept_on",
-                format!("proxy_protocol.accept_on: {addr} is not one of the `listen` addresses"),
-            ));
-        }
-        if !self.accept_on.is_empty() && self.trusted.is_empty() {
-            return Err((
-                "trusted",
-                "proxy_protocol.trusted: name the balancers allowed to send PROXY headers \
-                 (e.g. [\"10.0.0.0/8\"])"
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
-    pub fn describe(&self) -> String {
-        let mut out = String::new();
-        if self.send != SendVersion::Off {
-            let version = if self.send == SendVersion::V1 {
-                "v1"
-            } else {
-                "v2"
-            };
-            out.push_str(&format!("proxy     PROXY protocol {version} to nodes\n"));
-        }
-        if !self.accept_on.is_empty() {
-            let on: Vec<String> = self.accept_on.iter().map(|a| a.to_string()).collect();
-            let from: Vec<String> = self
-                .trusted
-                .iter()
-                .map(|n| format!("{}/{}", n.addr, n.prefix))
-                .collect();
-            out.push_str(&format!(
-                "proxy     PROXY headers accepted on {} from {}\n",
-                on.join(", "),
-                from.join(", ")
-            ));
-        }
-        out
-    }
-
-    pub fn accepts_on(&self, listener: SocketAddr) -> bool {
-        self.accept_on.contains(&listener)
-    }
-
-    fn trusts(&self, ip: IpAddr) -> bool {
-        self.trusted.iter().any(|n| n.contains(ip))
-    }
-}
+use crate::config::sections::proxy_protocol::{ProxyProtocolConfig, SendVersion};
 
 /// The PROXY v1 line for a connection from `src` to `dst`.
 pub fn encode_v1(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
@@ -376,7 +299,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct NodeConnector {
     pub inner: HttpConnector,
     pub send: SendVersion,
-    pub tls: std::sync::Arc<crate::upstream::tls::TlsToNodes>,
+    pub tls: std::sync::Arc<crate::state::node_tls::TlsToNodes>,
 }
 
 impl tower_service::Service<Uri> for NodeConnector {

@@ -73,6 +73,19 @@ pub const EXPRESS_RATIO: f64 = 10.0;
 
 use crate::config::{Admission, LimitMode};
 
+impl Admission {
+    /// The adaptive limiter's settings.
+    pub fn adaptive(&self) -> AdaptiveSettings {
+        AdaptiveSettings {
+            min: self.min_limit,
+            max: self.max_limit,
+            initial: self.initial_limit,
+            buffer: f64::from(self.latency_buffer_percent) / 100.0,
+            probe_interval_nanos: u64::try_from(self.probe_interval.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
 /// Why a request was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shed {

@@ -4,13 +4,12 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -19,122 +18,10 @@ use tokio::net::TcpListener;
 
 use crate::frontend::listener::Endpoint;
 use crate::net::io::{Acceptor, LazyStream};
-use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::config::Config;
-use crate::state::cluster::{Cluster, Epoch};
-
-/// The running switch: the current cluster and the switch-wide counters.
-pub struct Switch {
-    pub epoch: Epoch,
-    pub cluster: ArcSwap<Cluster>,
-    pub open_connections: AtomicUsize,
-    pub accepted_connections: AtomicU64,
-    pub reloads: AtomicU64,
-    /// Keeps retries to a share of the requests (see [`crate::state::retry`]).
-    pub retry_budget: crate::state::retry::RetryBudget,
-    /// The HTTP cache, when the configuration has a `[cache]` section at start.
-    pub cache: Option<crate::pipeline::cache::CacheLayer>,
-    /// The access log, when the configuration has an `[access_log]` section at start.
-    pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
-    /// Connections closed on PROXY protocol listeners.
-    pub proxy_rejections: crate::upstream::proxy_protocol::Rejections,
-    /// WebSocket and CONNECT tunnels.
-    pub tunnels: crate::pipeline::tunnel::TunnelCounts,
-    /// Responses cut by `timeouts.client_send` (see [`crate::frontend::send_timeout`]).
-    pub client_send_timeouts: crate::frontend::send_timeout::ClientSendTimeouts,
-    /// One permit per open client connection, up to `limits.max_connections`.
-    connection_slots: Arc<Semaphore>,
-    /// Every client listener, with its limits and counters (see [`crate::state::connection_limits`]).
-    endpoints: Vec<(SocketAddr, Endpoint)>,
-    /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
-    pub(crate) reload_lock: tokio::sync::Mutex<()>,
-    shutdown: watch::Sender<bool>,
-    all_closed: Notify,
-}
-
-impl Switch {
-    /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
-    /// The file decides membership: nodes added through the admin API and not in the file
-    /// leave, nodes removed through it come back (see [`crate::control::membership`]).
-    pub async fn reload(&self) -> Result<String, String> {
-        let _one_at_a_time = self.reload_lock.lock().await;
-        let current = self.cluster.load_full();
-        let Some(path) = current.config.source.clone() else {
-            return Err("started without a configuration file; nothing to reload".into());
-        };
-        let loaded = tokio::task::spawn_blocking(move || Config::load(&path))
-            .await
-            .map_err(|e| format!("reload failed: {e}"))?;
-        let config = loaded.map_err(|e| e.to_string())?;
-        for warning in config.warnings() {
-            tracing::warn!("{warning}");
-        }
-        let mut note = String::new();
-        if config.listen != current.config.listen
-            || config.admin != current.config.admin
-            || crate::frontend::listener::kinds_differ(&config, &current.config)
-        {
-            note = " (listener and connection-limit changes take effect on restart)".into();
-        }
-        let cluster = Cluster::build(
-            config,
-            current.generation + 1,
-            Some(&current),
-            self.epoch.now_nanos(),
-        )
-        .map_err(|e| e.to_string())?;
-        let changed = crate::control::membership::difference(&current, &cluster);
-        let summary = format!(
-            "reloaded: generation {}, policy {}, {} nodes{changed}{note}",
-            cluster.generation,
-            cluster.config.policy.name(),
-            cluster.nodes.len()
-        );
-        self.cluster.store(Arc::new(cluster));
-        self.reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!("{summary}");
-        Ok(summary)
-    }
-
-    /// Stops accepting and lets in-flight requests finish (see [`Running::wait`]).
-    pub fn shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-
-    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-
-    fn connection_closed(&self) {
-        if self.open_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.all_closed.notify_waiters();
-        }
-    }
-
-    /// Every client listener's limits and counters, `listen` first, then `[[listener]]`s.
-    pub fn listeners(&self) -> Vec<crate::state::connection_limits::ListenerStatus> {
-        self.endpoints
-            .iter()
-            .map(|(_, endpoint)| {
-                let mut status = endpoint.limits.status();
-                status.tls = endpoint.tls_counters.as_ref().map(|c| c.status());
-                status
-            })
-            .collect()
-    }
-
-    /// Each TLS listener's address and handshake counters, for `/metrics`.
-    pub fn tls_counters(&self) -> Vec<(String, Arc<crate::observe::tls_metrics::TlsCounters>)> {
-        self.endpoints
-            .iter()
-            .filter_map(|(_, endpoint)| {
-                let counters = endpoint.tls_counters.as_ref()?;
-                Some((endpoint.limits.address().to_string(), Arc::clone(counters)))
-            })
-            .collect()
-    }
-}
+use crate::state::cluster::Cluster;
+pub use crate::state::switch::{ConnState, Switch};
 
 /// One accepted client connection, counted open (switch-wide and on its listener) and holding
 /// its slots under the connection limits until it is dropped, whatever ends it.
@@ -163,84 +50,6 @@ impl OpenConnection {
 impl Drop for OpenConnection {
     fn drop(&mut self) {
         self.switch.connection_closed();
-    }
-}
-
-/// What one client connection is doing, for its idle and header-read deadlines.
-///
-/// The socket only bumps counters (no clock reads on the I/O path); the connection's watchdog
-/// ticks, and measures both deadlines in ticks.
-#[derive(Default)]
-pub struct ConnState {
-    /// Bumped whenever bytes move either way or a request ends.
-    activity: AtomicU64,
-    /// Watchdog ticks so far.
-    ticks: AtomicU64,
-    /// The tick (plus one) at which the first byte of the next request head arrived; 0 while
-    /// no head is being read.
-    head_started: AtomicU64,
-    /// The tick (plus one) since which a write to the client has been waiting for room in the
-    /// socket (the client is not reading); 0 while no write waits.
-    write_blocked: AtomicU64,
-    in_flight: AtomicU32,
-    /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
-    /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
-    pub(crate) tls: std::sync::OnceLock<crate::frontend::listener::ClientTls>,
-    /// The client's addresses and when it connected (absent for requests the switch makes
-    /// itself, such as background cache refreshes).
-    pub peer: Option<crate::net::peer::Peer>,
-}
-
-impl ConnState {
-    /// The state of a new connection from `peer`.
-    pub fn of(peer: Option<crate::net::peer::Peer>) -> Self {
-        ConnState {
-            peer,
-            ..ConnState::default()
-        }
-    }
-
-    pub fn request_started(&self) {
-        self.head_started.store(0, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn request_done(&self) {
-        let _ = self
-            .in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        self.activity.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn on_read(&self) {
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Relaxed) == 0
-            && self.head_started.load(Ordering::Relaxed) == 0
-        {
-            let now = self.ticks.load(Ordering::Relaxed);
-            self.head_started.store(now + 1, Ordering::Relaxed);
-        }
-    }
-
-    fn on_write(&self) {
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        self.write_blocked.store(0, Ordering::Relaxed);
-    }
-
-    fn on_write_blocked(&self) {
-        if self.write_blocked.load(Ordering::Relaxed) == 0 {
-            let now = self.ticks.load(Ordering::Relaxed);
-            self.write_blocked.store(now + 1, Ordering::Relaxed);
-        }
-    }
-
-    /// Notes what a write to the client came to.
-    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
-        match polled {
-            Poll::Ready(Ok(n)) if *n > 0 => self.on_write(),
-            Poll::Pending => self.on_write_blocked(),
-            _ => {}
-        }
     }
 }
 
@@ -302,7 +111,7 @@ impl Watchdog {
     fn on_tick(
         &mut self,
         state: &ConnState,
-        cuts: &crate::frontend::send_timeout::ClientSendTimeouts,
+        cuts: &crate::state::counters::ClientSendTimeouts,
     ) -> Option<Expired> {
         let expired = self.check(state);
         if expired == Some(Expired::ClientSend) {
@@ -435,54 +244,39 @@ impl Running {
     }
 }
 
-impl Switch {
-    /// A switch for a validated configuration, not yet serving.
-    pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
-        config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for warning in config.warnings() {
-            tracing::warn!("{warning}");
-        }
-        let max_connections = config.limits.max_connections;
-        let endpoints = Endpoint::all(&config);
-        let cache = config
-            .cache
-            .as_ref()
-            .map(crate::pipeline::cache::CacheLayer::new)
-            .transpose()?;
-        let access_log = config
-            .access_log
-            .as_ref()
-            .map(|log| crate::observe::access_log::AccessLog::open(log).map(Arc::new))
-            .transpose()?;
-        let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (shutdown, _) = watch::channel(false);
-        Ok(Arc::new(Switch {
-            epoch: Epoch::new(),
-            cluster: ArcSwap::from_pointee(cluster),
-            open_connections: AtomicUsize::new(0),
-            accepted_connections: AtomicU64::new(0),
-            reloads: AtomicU64::new(0),
-            retry_budget: Default::default(),
-            cache,
-            access_log,
-            proxy_rejections: Default::default(),
-            tunnels: Default::default(),
-            client_send_timeouts: Default::default(),
-            connection_slots: Arc::new(Semaphore::new(max_connections)),
-            endpoints,
-            reload_lock: tokio::sync::Mutex::new(()),
-            shutdown,
-            all_closed: Notify::new(),
-        }))
+/// A switch for a validated configuration, not yet serving, and every client address it is
+/// to bind with what it speaks.
+fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Vec<(SocketAddr, Endpoint)>)> {
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
     }
+    let max_connections = config.limits.max_connections;
+    let endpoints = Endpoint::all(&config);
+    let cache = config
+        .cache
+        .as_ref()
+        .map(crate::state::cache::CacheLayer::new)
+        .transpose()?;
+    let access_log = config
+        .access_log
+        .as_ref()
+        .map(|log| crate::observe::access_log::AccessLog::open(log).map(Arc::new))
+        .transpose()?;
+    let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let counters = endpoints
+        .iter()
+        .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
+        .collect();
+    let switch = Switch::new(cluster, cache, access_log, counters, max_connections);
+    Ok((switch, endpoints))
 }
 
 /// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
 /// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let admin = config.admin;
-    let switch = Switch::new(config)?;
-    let endpoints = switch.endpoints.clone();
+    let (switch, endpoints) = new_switch(config)?;
     let listeners = endpoints
         .into_iter()
         .map(|(addr, endpoint)| Ok((bind(addr, false)?, endpoint)))
@@ -724,7 +518,8 @@ async fn serve_connection(
     endpoint: &Endpoint,
 ) -> Option<LazyStream> {
     let peer = client.client;
-    use crate::frontend::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
+    use crate::frontend::listener::{negotiated, sniff_h2c, Protocol};
+    use crate::state::switch::ClientTls;
     let (start, header_read) = {
         let cluster = switch.cluster.load();
         let config = &cluster.config;
@@ -942,8 +737,7 @@ async fn drive<C, G>(
 pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let threads = threads.max(1);
     let admin = config.admin;
-    let switch = Switch::new(config)?;
-    let endpoints = switch.endpoints.clone();
+    let (switch, endpoints) = new_switch(config)?;
     // SO_REUSEPORT would also let this switch share a port with another process of the same
     // user, splitting its traffic silently; a plain bind first makes a taken port an error.
     let listen = endpoints

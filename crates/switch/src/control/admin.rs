@@ -23,8 +23,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::pipeline::dispatch::error_response;
-use crate::server::Switch;
 use crate::state::cluster::{Cluster, NodeRuntime};
+use crate::state::switch::Switch;
 use crate::upstream::body::ResponseBody;
 
 pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {

@@ -17,8 +17,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::server::Switch;
 use crate::state::cluster::{Cluster, Feedback, NodeRuntime};
+use crate::state::switch::Switch;
 
 type ReportClient = Client<HttpConnector, Empty<Bytes>>;
 

@@ -23,8 +23,8 @@ use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 
 use crate::config::{Health, NodeProtocol, StatusSet};
-use crate::server::Switch;
 use crate::state::cluster::{Cluster, NodeRuntime};
+use crate::state::switch::Switch;
 
 type CheckClient = Client<crate::upstream::proxy_protocol::NodeConnector, Empty<Bytes>>;
 

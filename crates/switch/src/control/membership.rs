@@ -28,8 +28,8 @@ use serde::Deserialize;
 use crate::config::{resolve_address, NodeConfig};
 use crate::control::admin::{json_with_status, percent_decode};
 use crate::pipeline::dispatch::error_response;
-use crate::server::Switch;
 use crate::state::cluster::{Cluster, NodeRuntime};
+use crate::state::switch::Switch;
 use crate::upstream::body::ResponseBody;
 
 /// Largest `POST /nodes` body: one small JSON object.

@@ -9,3 +9,4 @@ pub mod gather;
 pub mod health;
 pub mod membership;
 pub mod operation_metrics;
+pub mod reload;

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::server::Switch;
+use crate::state::switch::Switch;
 
 /// The counters, copied when `/metrics` is asked for.
 #[derive(Debug)]

@@ -233,18 +233,3 @@ pub(crate) fn kinds_differ(new: &Config, old: &Config) -> bool {
     };
     kinds(new) != kinds(old) || limits(new) != limits(old)
 }
-
-/// What a TLS client told in its handshake, kept for its requests.
-#[derive(Debug)]
-pub struct ClientTls {
-    /// The SNI name, lower case.
-    pub sni: Option<Box<str>>,
-}
-
-impl ClientTls {
-    pub(crate) fn of(conn: &rustls::ServerConnection) -> ClientTls {
-        ClientTls {
-            sni: conn.server_name().map(|n| n.to_ascii_lowercase().into()),
-        }
-    }
-}

@@ -27,16 +27,8 @@ use bytes::Bytes;
 use http::Response;
 use hyper::body::{Body, Frame, SizeHint};
 
-use crate::upstream::body::{BoxError, ResponseBody};
-
-/// Responses cut by `timeouts.client_send`, for `/metrics`.
-#[derive(Debug, Default)]
-pub struct ClientSendTimeouts {
-    /// Client connections closed because a write to the socket made no progress.
-    pub connections: AtomicU64,
-    /// HTTP/2 streams cut because the client granted no window to take their next frame.
-    pub h2_streams: AtomicU64,
-}
+use crate::net::BoxError;
+use crate::upstream::body::ResponseBody;
 
 /// The error a cut stream's body ends with (hyper turns it into a stream reset).
 #[derive(Debug)]

@@ -13,3 +13,7 @@ pub mod peer;
 pub mod reaper;
 pub mod socket_calls;
 pub mod tls;
+
+/// The error of a body frame or an I/O step that may come from anywhere (hyper, rustls, a
+/// node, a size limit).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

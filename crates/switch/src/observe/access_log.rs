@@ -41,8 +41,9 @@ use http::{Method, Request, Response, Uri, Version};
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::config::sections::access_log::{AccessLogConfig, LogFormat};
-use crate::server::ConnState;
-use crate::upstream::body::{BoxError, ResponseBody};
+use crate::net::BoxError;
+use crate::state::switch::ConnState;
+use crate::upstream::body::ResponseBody;
 
 /// When a request's steps happened, relative to the arrival of its head.
 #[derive(Clone, Copy, Debug, Default)]

@@ -26,10 +26,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::error::Elapsed;
 
 use crate::config::{Config, KeyKind, NodeProtocol};
-use crate::server::{ConnState, Switch};
 use crate::state::admission::{Permit, Shed};
 use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::state::outlier::Verdict;
+use crate::state::switch::{ConnState, Switch};
 use crate::upstream::body::{NodeBody, OnEnd, ResponseBody, UpstreamBody};
 use crate::upstream::pool::Pooled;
 
@@ -59,7 +59,7 @@ impl ClientSettings {
 pub(crate) struct UpstreamError {
     /// No connection could be made (refused, timed out, TLS handshake failed).
     pub connect: bool,
-    pub error: crate::upstream::body::BoxError,
+    pub error: crate::net::BoxError,
 }
 
 /// Sends a request to `node` in its protocol: HTTP/1.1 on a connection from this thread's

@@ -13,8 +13,8 @@ use http::{Response, StatusCode};
 
 use crate::config::Redirect;
 use crate::pipeline::dispatch::error_response;
-use crate::server::Switch;
 use crate::state::cluster::{Cluster, LiveView};
+use crate::state::switch::Switch;
 use crate::upstream::body::ResponseBody;
 
 /// The redirect for this request, or `None` when it is to be forwarded.

@@ -26,15 +26,6 @@ use crate::state::cluster::{FailureKind, NodeRuntime};
 use crate::upstream::body::{ResponseBody, UpstreamBody};
 use crate::upstream::proxy_protocol::{encode_v1, encode_v2};
 
-/// The switch's tunnels, for `/metrics`.
-#[derive(Default)]
-pub struct TunnelCounts {
-    /// Open now.
-    pub open: AtomicU64,
-    /// Opened since start.
-    pub opened: AtomicU64,
-}
-
 /// What kind of tunnel a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tunnel {
@@ -329,10 +320,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 }
 
 /// Counts an open tunnel for as long as it lives.
-struct OpenTunnel(Arc<crate::server::Switch>);
+struct OpenTunnel(Arc<crate::state::switch::Switch>);
 
 impl OpenTunnel {
-    fn new(switch: Arc<crate::server::Switch>) -> OpenTunnel {
+    fn new(switch: Arc<crate::state::switch::Switch>) -> OpenTunnel {
         switch.tunnels.open.fetch_add(1, Ordering::Relaxed);
         switch.tunnels.opened.fetch_add(1, Ordering::Relaxed);
         OpenTunnel(switch)

@@ -5,8 +5,11 @@
 //! May use: `net`, `config`, `observe`.
 
 pub mod admission;
+pub mod cache;
 pub mod cluster;
 pub mod connection_limits;
+pub mod counters;
 pub mod node_tls;
 pub mod outlier;
 pub mod retry;
+pub mod switch;

@@ -9,9 +9,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::pipeline::cache::fill::FillReader;
+use crate::state::cache::fill::FillReader;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::net::BoxError;
 
 /// A request body larger than `limits.max_body_bytes`.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::net::node_clock::NodeClock;
-use crate::upstream::body::BoxError;
+use crate::net::BoxError;
 use crate::upstream::pool::Home;
 use crate::upstream::tls::NodeStream;
 

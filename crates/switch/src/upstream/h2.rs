@@ -166,7 +166,7 @@ fn other(e: hyper::Error) -> UpstreamError {
 /// A new HTTP/2 connection to `node`: the connector of HTTP/1.1 nodes (connect timeout, TLS
 /// with ALPN `h2`), then the HTTP/2 handshake; the connection runs in its own task.
 async fn connect(cluster: &Cluster, node: &NodeRuntime) -> Result<Sender, UpstreamError> {
-    let failed = |error: crate::upstream::body::BoxError| UpstreamError {
+    let failed = |error: crate::net::BoxError| UpstreamError {
         connect: true,
         error,
     };

@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::config::sections::proxy_protocol::{ProxyProtocolConfig, SendVersion};
+use crate::state::counters::Rejections;
 
 /// The PROXY v1 line for a connection from `src` to `dst`.
 pub fn encode_v1(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
@@ -221,13 +222,6 @@ pub fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried
         // UNSPEC, or unix sockets: the specification has the receiver use the real addresses.
         _ => Ok(None),
     }
-}
-
-/// Connections refused on PROXY listeners, by cause, for `/metrics`.
-#[derive(Default)]
-pub struct Rejections {
-    pub untrusted: AtomicU64,
-    pub malformed: AtomicU64,
 }
 
 /// On a PROXY listener: the client's addresses after the balancer's header, or why the

@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use serde::Serialize;
 
-use super::{CacheLayer, RatioSample};
+use crate::state::cache::{CacheLayer, RatioSample};
 
 /// The `cache` section of `GET /status`.
 #[derive(Serialize)]

@@ -11,7 +11,7 @@ use http::{Method, Response, StatusCode};
 
 use crate::upstream::body::ResponseBody;
 
-use super::fill::{FillHead, FillReader};
+use crate::state::cache::fill::{FillHead, FillReader};
 
 /// The header every cached answer carries (RFC 9211).
 pub static CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 
 use capstan_cache::rfc::VaryKey;
 
-use crate::upstream::body::BoxError;
+use crate::net::BoxError;
 
 /// How far the producer of a response that is not being stored may run ahead of its slowest
 /// reader.

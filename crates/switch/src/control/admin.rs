@@ -22,10 +22,10 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use crate::pipeline::dispatch::error_response;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
-use crate::upstream::body::ResponseBody;
 
 pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
     loop {
@@ -155,7 +155,7 @@ pub struct NodeStatus {
     pub draining: bool,
     /// Active health checks (absent when `health.check_path` is not set).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub check: Option<crate::control::health::CheckStatus>,
+    pub check: Option<crate::state::health::CheckStatus>,
     /// While the node slow-starts after joining or coming back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slow_start: Option<SlowStartStatus>,

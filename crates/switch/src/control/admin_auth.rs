@@ -7,8 +7,8 @@ use http::{Response, StatusCode};
 
 use crate::config::sections::admin_token::AdminToken;
 use crate::config::Config;
-use crate::pipeline::dispatch::error_response;
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 
 const REALM: &str = "Bearer realm=\"capstan-admin\"";
 

@@ -27,10 +27,10 @@ use serde::Deserialize;
 
 use crate::config::{resolve_address, NodeConfig};
 use crate::control::admin::{json_with_status, percent_decode};
-use crate::pipeline::dispatch::error_response;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
-use crate::upstream::body::ResponseBody;
 
 /// Largest `POST /nodes` body: one small JSON object.
 const MAX_BODY_BYTES: usize = 16 * 1024;

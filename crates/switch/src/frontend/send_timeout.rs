@@ -28,7 +28,7 @@ use http::Response;
 use hyper::body::{Body, Frame, SizeHint};
 
 use crate::net::BoxError;
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::ResponseBody;
 
 /// The error a cut stream's body ends with (hyper turns it into a stream reset).
 #[derive(Debug)]

@@ -28,22 +28,15 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use http::header::{self, HeaderValue};
-use http::{Method, Request, Response, Uri, Version};
-use hyper::body::{Body, Frame, SizeHint};
+use http::header::HeaderValue;
+use http::{Method, Uri, Version};
 
 use crate::config::sections::access_log::{AccessLogConfig, LogFormat};
-use crate::net::BoxError;
-use crate::state::switch::ConnState;
-use crate::upstream::body::ResponseBody;
 
 /// When a request's steps happened, relative to the arrival of its head.
 #[derive(Clone, Copy, Debug, Default)]
@@ -86,7 +79,7 @@ pub struct Record {
 }
 
 /// A thread hands its buffer to the writer once it holds this much (nginx's `buffer=64k`).
-const CHUNK_BYTES: usize = 64 * 1024;
+pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 
 /// How long a line may wait in a thread's buffer that is not full: the writer takes every
 /// buffer this often (nginx's `flush=1s`; shorter here, since a sweep costs the writer one
@@ -95,7 +88,7 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Formatted lines on their way to the file.
 #[derive(Default)]
-struct Chunk {
+pub(crate) struct Chunk {
     bytes: Vec<u8>,
     lines: u64,
 }
@@ -103,7 +96,7 @@ struct Chunk {
 /// One thread's buffer in one log: written by that thread only, taken by the writer's sweep.
 /// The mutex is uncontended but for the instant of a sweep (two atomic operations a line,
 /// no system call); it is what lets the writer take a buffer whose thread has gone quiet.
-struct Slot {
+pub(crate) struct Slot {
     chunk: Mutex<Chunk>,
     /// The log has closed: a thread drops this slot at its next registration.
     closed: AtomicBool,
@@ -121,7 +114,7 @@ impl Slot {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -136,7 +129,7 @@ thread_local! {
 
 /// Runs `use_dates` with this thread's date cache (a fresh one on a thread whose thread-locals
 /// are already gone).
-fn with_dates<T>(use_dates: impl FnOnce(&mut DateCache) -> T) -> T {
+pub(crate) fn with_dates<T>(use_dates: impl FnOnce(&mut DateCache) -> T) -> T {
     let mut use_dates = Some(use_dates);
     let done = DATES.try_with(|dates| {
         let use_dates = use_dates.take().expect("called once");
@@ -146,10 +139,10 @@ fn with_dates<T>(use_dates: impl FnOnce(&mut DateCache) -> T) -> T {
 }
 
 /// Tells logs apart in [`SLOTS`].
-static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(0);
+pub(crate) static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(0);
 
 /// What the workers and the writer thread share.
-struct Shared {
+pub(crate) struct Shared {
     /// Every thread's slot; the writer sweeps them.
     slots: Mutex<Vec<Arc<Slot>>>,
     /// For a thread whose thread-locals are already gone (a body dropped while it exits).
@@ -166,7 +159,7 @@ struct Shared {
 }
 
 /// Emptied buffers kept for reuse at most.
-const MAX_SPARE_BUFFERS: usize = 8;
+pub(crate) const MAX_SPARE_BUFFERS: usize = 8;
 
 impl Shared {
     /// An empty buffer with room for a chunk: a spare one when there is one.
@@ -189,7 +182,7 @@ impl Shared {
 /// The running access log: the threads' buffers, the channel to the writer and its counters.
 pub struct AccessLog {
     id: u64,
-    format: LogFormat,
+    pub(crate) format: LogFormat,
     sample: u64,
     seen: AtomicU64,
     /// A thread hands its buffer over at this many lines (or [`CHUNK_BYTES`]).
@@ -260,7 +253,7 @@ impl AccessLog {
     }
 
     /// Whether the next request is one of those logged.
-    fn sampled(&self) -> bool {
+    pub(crate) fn sampled(&self) -> bool {
         self.sample <= 1
             || self
                 .seen
@@ -275,7 +268,7 @@ impl AccessLog {
 
     /// Logs a Common or Combined line whose request part (up to the status) and rest (after
     /// the byte count, with the line break) were formatted when the request head arrived.
-    fn log_text(&self, request_part: &[u8], status: u16, bytes: u64, rest: &[u8]) {
+    pub(crate) fn log_text(&self, request_part: &[u8], status: u16, bytes: u64, rest: &[u8]) {
         self.append(|line| {
             line.extend_from_slice(request_part);
             push_response_part(line, status, bytes);
@@ -381,7 +374,7 @@ impl Drop for AccessLog {
 /// 1 % of its CPU, this in part; BENCHMARKS.md), and the writer holds no client or node socket
 /// open. Where the kernel lacks `close_range` (before 5.9) the table stays shared, which costs
 /// only that.
-fn own_descriptor_table() {
+pub(crate) fn own_descriptor_table() {
     // SAFETY: `close_range` with `CLOSE_RANGE_UNSHARE` first gives this thread a private copy of
     // the descriptor table, then closes descriptors 3 and up in that copy only: the process's
     // table, which every other thread keeps using, is untouched, and nothing in this new thread
@@ -402,7 +395,7 @@ fn own_descriptor_table() {
 }
 
 /// Where lines go. Chunks are large already, so nothing is buffered in between.
-enum Sink {
+pub(crate) enum Sink {
     Stdout(io::Stdout),
     File { path: PathBuf, file: File },
 }
@@ -444,7 +437,7 @@ impl Sink {
     }
 }
 
-fn open_append(path: &std::path::Path) -> io::Result<File> {
+pub(crate) fn open_append(path: &std::path::Path) -> io::Result<File> {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -454,7 +447,7 @@ fn open_append(path: &std::path::Path) -> io::Result<File> {
 /// The writer thread: writes full buffers as they come and sweeps every thread's buffer each
 /// [`FLUSH_INTERVAL`]. It blocks on the channel, which wakes it once per full buffer (not per
 /// request: one futex call for some hundred lines).
-struct Writer {
+pub(crate) struct Writer {
     sink: Sink,
     shared: Arc<Shared>,
     failed: bool,
@@ -590,7 +583,7 @@ impl DateCache {
         self.second = Some((start, start + Duration::from_secs(1)));
     }
 
-    fn clf(&mut self, time: SystemTime) -> &[u8] {
+    pub(crate) fn clf(&mut self, time: SystemTime) -> &[u8] {
         self.refresh(time);
         &self.clf
     }
@@ -632,14 +625,14 @@ pub fn format_record(
     line.push(b'\n');
 }
 
-fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
+pub(crate) fn format_common(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     push_quoted(line, Some(r.client.as_bytes()));
     push_request_part(line, dates.clf(r.time), &r.method, &r.uri, r.version);
     push_response_part(line, r.status, r.bytes);
 }
 
 /// A Common line from after the client to its status: ` - - [date] "method target version" `.
-fn push_request_part(
+pub(crate) fn push_request_part(
     line: &mut Vec<u8>,
     date: &[u8],
     method: &Method,
@@ -658,7 +651,7 @@ fn push_request_part(
 }
 
 /// `status bytes` (`-` for no bytes), the part of a Common line known only at the end.
-fn push_response_part(line: &mut Vec<u8>, status: u16, bytes: u64) {
+pub(crate) fn push_response_part(line: &mut Vec<u8>, status: u16, bytes: u64) {
     if (100..1000).contains(&status) {
         // Every status hyper lets through has three digits.
         let digit = |n: u16| b'0' + (n % 10) as u8;
@@ -675,7 +668,11 @@ fn push_response_part(line: &mut Vec<u8>, status: u16, bytes: u64) {
 }
 
 /// What Combined adds to Common: ` "referer" "user-agent"`.
-fn push_combined_part(line: &mut Vec<u8>, referer: Option<&[u8]>, user_agent: Option<&[u8]>) {
+pub(crate) fn push_combined_part(
+    line: &mut Vec<u8>,
+    referer: Option<&[u8]>,
+    user_agent: Option<&[u8]>,
+) {
     line.extend_from_slice(b" \"");
     push_quoted(line, referer);
     line.extend_from_slice(b"\" \"");
@@ -684,7 +681,7 @@ fn push_combined_part(line: &mut Vec<u8>, referer: Option<&[u8]>, user_agent: Op
 }
 
 /// `HTTP/1.1`, as `Version`'s `Debug` writes it.
-fn version_name(version: Version) -> &'static [u8] {
+pub(crate) fn version_name(version: Version) -> &'static [u8] {
     match version {
         Version::HTTP_09 => b"HTTP/0.9",
         Version::HTTP_10 => b"HTTP/1.0",
@@ -696,15 +693,15 @@ fn version_name(version: Version) -> &'static [u8] {
 }
 
 /// A number in decimal, without `fmt`'s machinery (it is on every logged request's path).
-fn push_number(line: &mut Vec<u8>, n: impl itoa::Integer) {
+pub(crate) fn push_number(line: &mut Vec<u8>, n: impl itoa::Integer) {
     line.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+pub(crate) const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
 
 /// The request target as the client sent it, with anything that could break the line's
 /// fields (space, quote, backslash, control or non-ASCII bytes) percent-encoded.
-fn push_target(line: &mut Vec<u8>, uri: &Uri) {
+pub(crate) fn push_target(line: &mut Vec<u8>, uri: &Uri) {
     // A `CONNECT` target is an authority alone; every other has a path.
     let target = match (uri.path_and_query(), uri.authority()) {
         (Some(pq), _) => pq.as_str(),
@@ -731,13 +728,13 @@ fn push_target(line: &mut Vec<u8>, uri: &Uri) {
 
 /// A byte a field may hold as it is: printable ASCII from `low` (a space is allowed in a quoted
 /// field, not in the target), but for the quote and the backslash.
-fn is_plain(b: u8, low: u8) -> bool {
+pub(crate) fn is_plain(b: u8, low: u8) -> bool {
     (b >= low) & (b <= b'~') & (b != b'"') & (b != b'\\')
 }
 
 /// Whether every byte [`is_plain`], eight at a time in a `u64` (the last eight overlapping the
 /// ones before when the length is not a multiple of eight); a shorter field byte by byte.
-fn all_plain(bytes: &[u8], low: u8) -> bool {
+pub(crate) fn all_plain(bytes: &[u8], low: u8) -> bool {
     let Some(last) = bytes.len().checked_sub(8) else {
         return bytes.iter().all(|&b| is_plain(b, low));
     };
@@ -752,7 +749,7 @@ fn all_plain(bytes: &[u8], low: u8) -> bool {
 /// Not zero when a byte of `word` is not [`is_plain`]. Once no byte has its top bit set (the
 /// first term), each further term is exact, as carries and borrows between bytes start only
 /// at a byte that is out of range (the tests of Anderson's "Bit Twiddling Hacks").
-fn not_plain_bytes(word: u64, low: u8) -> u64 {
+pub(crate) fn not_plain_bytes(word: u64, low: u8) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const TOPS: u64 = 0x8080_8080_8080_8080;
     let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & TOPS;
@@ -766,7 +763,7 @@ fn not_plain_bytes(word: u64, low: u8) -> u64 {
 
 /// A header value inside a quoted field, escaped as Apache does (`\"`, `\\`, `\xHH`);
 /// `-` when absent.
-fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
+pub(crate) fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
     let Some(value) = value else {
         line.push(b'-');
         return;
@@ -792,7 +789,7 @@ fn push_quoted(line: &mut Vec<u8>, value: Option<&[u8]>) {
 }
 
 /// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -806,13 +803,13 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// A JSON string, escaped by serde_json (quotes, backslashes, control characters).
-fn push_json_str(line: &mut Vec<u8>, text: &str) {
+pub(crate) fn push_json_str(line: &mut Vec<u8>, text: &str) {
     let _ = serde_json::to_writer(&mut *line, text);
 }
 
 /// A header value as a JSON string (bytes that are not UTF-8 become U+FFFD); `null` when
 /// absent.
-fn push_json_text(line: &mut Vec<u8>, value: Option<&[u8]>) {
+pub(crate) fn push_json_text(line: &mut Vec<u8>, value: Option<&[u8]>) {
     match value.map(std::str::from_utf8) {
         None => line.extend_from_slice(b"null"),
         Some(Ok(text)) => push_json_str(line, text),
@@ -821,7 +818,7 @@ fn push_json_text(line: &mut Vec<u8>, value: Option<&[u8]>) {
 }
 
 /// Milliseconds, rounded to the microsecond, written as serde_json writes a float.
-fn push_json_ms(line: &mut Vec<u8>, value: Option<Duration>) {
+pub(crate) fn push_json_ms(line: &mut Vec<u8>, value: Option<Duration>) {
     match value {
         Some(d) => {
             let _ = serde_json::to_writer(&mut *line, &((d.as_secs_f64() * 1e6).round() / 1e3));
@@ -830,13 +827,13 @@ fn push_json_ms(line: &mut Vec<u8>, value: Option<Duration>) {
     }
 }
 
-fn text(value: &Option<HeaderValue>) -> Option<&[u8]> {
+pub(crate) fn text(value: &Option<HeaderValue>) -> Option<&[u8]> {
     value.as_ref().map(HeaderValue::as_bytes)
 }
 
 /// One JSON object, keys in the sorted order `serde_json::Value` gave them before lines were
 /// written directly (readers that compare lines keep working).
-fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
+pub(crate) fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
     let t = &r.timings;
     line.extend_from_slice(b"{\"bytes\":");
     push_number(line, r.bytes);
@@ -893,7 +890,7 @@ fn format_json(r: &Record, dates: &mut DateCache, line: &mut Vec<u8>) {
 
 /// The target as `Uri` displays it: a path and query (nearly always, written as is) or an
 /// absolute URI or authority (from a proxy client or `CONNECT`, displayed into a string).
-fn push_json_target(line: &mut Vec<u8>, uri: &Uri) {
+pub(crate) fn push_json_target(line: &mut Vec<u8>, uri: &Uri) {
     match (uri.scheme(), uri.authority(), uri.path_and_query()) {
         (None, None, Some(pq)) => push_json_str(line, pq.as_str()),
         _ => push_json_str(line, &uri.to_string()),
@@ -902,14 +899,14 @@ fn push_json_target(line: &mut Vec<u8>, uri: &Uri) {
 
 /// What the proxy learns about a logged request while handling it.
 #[derive(Default)]
-struct Noted {
-    class: Option<HeaderValue>,
-    node: Option<HeaderValue>,
-    decision: Option<&'static str>,
-    dispatch: Option<Duration>,
-    sent: Option<Duration>,
-    connect: Option<Duration>,
-    first_byte: Option<Duration>,
+pub(crate) struct Noted {
+    pub(crate) class: Option<HeaderValue>,
+    pub(crate) node: Option<HeaderValue>,
+    pub(crate) decision: Option<&'static str>,
+    pub(crate) dispatch: Option<Duration>,
+    pub(crate) sent: Option<Duration>,
+    pub(crate) connect: Option<Duration>,
+    pub(crate) first_byte: Option<Duration>,
 }
 
 /// The notes of one logged request, shared with the proxy through a task-local. A mutex rather
@@ -917,8 +914,8 @@ struct Noted {
 /// task notes, or the connection it opened), it costs two atomic operations a note and no
 /// allocation.
 pub struct Notes {
-    start: Instant,
-    noted: Mutex<Noted>,
+    pub(crate) start: Instant,
+    pub(crate) noted: Mutex<Noted>,
 }
 
 tokio::task_local! {
@@ -933,11 +930,11 @@ thread_local! {
 
 /// Spare notes (and spare logged bodies) a thread keeps at most: about as many as it has logged
 /// requests in flight.
-const MAX_SPARE_NOTES: usize = 64;
+pub(crate) const MAX_SPARE_NOTES: usize = 64;
 
 impl Notes {
     /// Notes for a request whose head arrived at `start`: a spare one when this thread has one.
-    fn fresh(start: Instant) -> Arc<Notes> {
+    pub(crate) fn fresh(start: Instant) -> Arc<Notes> {
         let spare = SPARE_NOTES
             .try_with(|spares| spares.borrow_mut().pop())
             .ok()
@@ -960,7 +957,7 @@ impl Notes {
 
     /// Keeps finished notes for a later request, unless something still holds them (a cache
     /// fill or a node connection the request started).
-    fn recycle(mut notes: Arc<Notes>) {
+    pub(crate) fn recycle(mut notes: Arc<Notes>) {
         if Arc::get_mut(&mut notes).is_none() {
             return;
         }
@@ -972,7 +969,7 @@ impl Notes {
         });
     }
 
-    fn with(&self, note: impl FnOnce(&mut Noted, Duration)) {
+    pub(crate) fn with(&self, note: impl FnOnce(&mut Noted, Duration)) {
         let elapsed = self.start.elapsed();
         if let Ok(mut noted) = self.noted.lock() {
             note(&mut noted, elapsed);
@@ -980,7 +977,7 @@ impl Notes {
     }
 }
 
-fn note(f: impl FnOnce(&mut Noted, Duration)) {
+pub(crate) fn note(f: impl FnOnce(&mut Noted, Duration)) {
     let _ = NOTES.try_with(|notes| notes.with(f));
 }
 
@@ -1043,366 +1040,12 @@ pub(crate) fn note_connected(notes: &Notes) {
     notes.with(|n, at| n.connect = Some(at));
 }
 
-/// A request being logged, from its head until its response is attached: the box that will
-/// be the response's [`LoggedBody`], taken from this thread's spares and filled in place, so
-/// that the line's record is never moved (the request future holds a pointer). Dropped before
-/// a response was attached, it writes the line with [`CLIENT_GONE`].
-pub struct Pending {
-    body: Option<Box<LoggedBody>>,
-}
-
-/// A Common or Combined line formatted when its request head arrived, but for the status and
-/// the byte count: `text[..split]` goes before them, `text[split..]` after. Kept with a spare
-/// body for its room.
-#[derive(Default)]
-struct HeadText {
-    text: Vec<u8>,
-    split: usize,
-}
-
-/// A head text longer than this (a long URL or user agent) is not kept for the next request.
-const MAX_KEPT_HEAD_TEXT: usize = 4096;
-
-impl HeadText {
-    /// Formats what the request head, which arrived at `time`, tells of a Common or Combined
-    /// line.
-    fn format<B>(
-        &mut self,
-        format: LogFormat,
-        time: SystemTime,
-        client: &HeaderValue,
-        req: &Request<B>,
-    ) {
-        self.text.clear();
-        // The client is the address the switch wrote itself (from the socket or a PROXY
-        // header), so it needs no escaping check, which a `Record`'s client gets.
-        debug_assert!(all_plain(client.as_bytes(), b'!'), "{client:?}");
-        self.text.extend_from_slice(client.as_bytes());
-        with_dates(|dates| {
-            let date = dates.clf(time);
-            push_request_part(&mut self.text, date, req.method(), req.uri(), req.version())
-        });
-        self.split = self.text.len();
-        if format == LogFormat::Combined {
-            let (_, referer, user_agent) = logged_headers(req.headers(), format);
-            let (referer, user_agent) = (
-                referer.map(HeaderValue::as_bytes),
-                user_agent.map(HeaderValue::as_bytes),
-            );
-            push_combined_part(&mut self.text, referer, user_agent);
-        }
-        self.text.push(b'\n');
-    }
-}
-
-impl Pending {
-    /// `Some` when the switch logs and this request is one of the sampled.
-    pub fn begin<B>(
-        log: Option<&Arc<AccessLog>>,
-        conn: &ConnState,
-        client: &HeaderValue,
-        req: &Request<B>,
-    ) -> Option<Pending> {
-        let log = log.filter(|log| log.sampled())?;
-        let mut body = SPARE_BODIES
-            .try_with(|spares| spares.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| Box::new(LoggedBody::empty()));
-        // Set field by field: the body is large (a JSON record's room), and building it whole
-        // would copy all of it.
-        if log.format == LogFormat::Json {
-            let start = Instant::now();
-            body.record = Some(json_record(conn, client, req, start));
-            body.notes = Some(Notes::fresh(start));
-        } else {
-            body.head.format(log.format, SystemTime::now(), client, req);
-        }
-        body.log = Some(Arc::clone(log));
-        Some(Pending { body: Some(body) })
-    }
-
-    /// The notes the handling of this request is to take (`None`: its line says nothing they
-    /// would hold); run it with [`noting`].
-    pub fn notes(&self) -> Option<&Arc<Notes>> {
-        self.body.as_ref()?.notes.as_ref()
-    }
-
-    /// Wraps the response so that its line is written when its body ends.
-    pub fn attach(mut self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
-        let (parts, body) = resp.into_parts();
-        let Some(mut logged) = self.body.take() else {
-            return Response::from_parts(parts, body);
-        };
-        logged.expected = body.size_hint().exact();
-        logged.inner = body;
-        logged.status = parts.status.as_u16();
-        // Only a JSON line says how the cache answered (a lookup of a field by a name that is
-        // not a standard one costs a hash).
-        if logged.record.is_some() {
-            logged.cache_status = parts
-                .headers
-                .get(&crate::pipeline::cache::CACHE_STATUS)
-                .cloned();
-        }
-        Response::from_parts(parts, ResponseBody::Logged(Some(logged)))
-    }
-}
-
-/// The status logged for a request dropped before its answer began: its client went away (an
-/// HTTP/2 stream reset, a connection closed by a deadline or at shutdown). nginx's code for it.
-pub const CLIENT_GONE: u16 = 499;
-
-impl Drop for Pending {
-    /// The request was abandoned before a response was attached: its line says 499.
-    fn drop(&mut self) {
-        if let Some(mut body) = self.body.take() {
-            body.status = CLIENT_GONE;
-            body.finish(false);
-            LoggedBody::recycle(body);
-        }
-    }
-}
-
-/// A JSON line's record as far as the request head tells it.
-fn json_record<B>(
-    conn: &ConnState,
-    client: &HeaderValue,
-    req: &Request<B>,
-    start: Instant,
-) -> Record {
-    let since_accept = conn.peer.as_ref().map(|p| start - p.accepted);
-    let (host, referer, user_agent) = logged_headers(req.headers(), LogFormat::Json);
-    Record {
-        time: SystemTime::now(),
-        client: client.clone(),
-        client_port: conn.peer.as_ref().map(|p| p.client.port()),
-        method: req.method().clone(),
-        uri: req.uri().clone(),
-        version: req.version(),
-        host: host.cloned(),
-        referer: referer.cloned(),
-        user_agent: user_agent.cloned(),
-        status: 0,
-        bytes: 0,
-        completed: false,
-        class: None,
-        node: None,
-        decision: "switch",
-        cache_status: None,
-        timings: Timings {
-            since_accept,
-            ..Timings::default()
-        },
-    }
-}
-
-/// How a response ended, as its line tells it.
-struct End {
-    status: u16,
-    bytes: u64,
-    completed: bool,
-    cache_status: Option<HeaderValue>,
-}
-
-/// Fills in what a JSON record learns when the response ends.
-fn complete_record(record: &mut Record, notes: Option<Arc<Notes>>, end: End) {
-    record.status = end.status;
-    record.bytes = end.bytes;
-    record.completed = end.completed;
-    let mut decision = None;
-    if let Some(notes) = notes {
-        record.timings.end = Some(notes.start.elapsed());
-        if let Ok(mut noted) = notes.noted.lock() {
-            let noted = std::mem::take(&mut *noted);
-            record.class = noted.class;
-            record.node = noted.node;
-            decision = noted.decision;
-            let t = &mut record.timings;
-            (t.dispatch, t.sent, t.connect, t.first_byte) =
-                (noted.dispatch, noted.sent, noted.connect, noted.first_byte);
-        }
-        Notes::recycle(notes);
-    }
-    record.decision = decision.unwrap_or(match (&record.node, &end.cache_status) {
-        (Some(_), _) => "forward",
-        (None, Some(_)) => "cache",
-        (None, None) => "switch",
-    });
-    record.cache_status = end.cache_status;
-}
-
-/// The request's `Host`, `Referer` and `User-Agent`, those the format writes (each a reference
-/// on hyper's read buffer), found in one pass over the fields: cheaper than three lookups for
-/// the few fields most requests carry. The first of repeated fields, as `HeaderMap::get` gives.
-fn logged_headers(
-    headers: &http::HeaderMap,
-    format: LogFormat,
-) -> (
-    Option<&HeaderValue>,
-    Option<&HeaderValue>,
-    Option<&HeaderValue>,
-) {
-    let (mut host, mut referer, mut user_agent) = (None, None, None);
-    if format == LogFormat::Common {
-        return (host, referer, user_agent);
-    }
-    let json = format == LogFormat::Json;
-    for (name, value) in headers {
-        let slot = if *name == header::REFERER {
-            &mut referer
-        } else if *name == header::USER_AGENT {
-            &mut user_agent
-        } else if json && *name == header::HOST {
-            &mut host
-        } else {
-            continue;
-        };
-        if slot.is_none() {
-            *slot = Some(value);
-        }
-    }
-    (host, referer, user_agent)
-}
-
-/// A response body that counts what it sends and logs the request when it ends (or is
-/// dropped unfinished).
-pub struct LoggedBody {
-    inner: ResponseBody,
-    /// The body's length when known at the start: sending that much completes it (hyper does
-    /// not poll a body of known length after its last byte).
-    expected: Option<u64>,
-    bytes: u64,
-    status: u16,
-    cache_status: Option<HeaderValue>,
-    /// Where the line goes; `None` once it is written (or when the body is a spare).
-    log: Option<Arc<AccessLog>>,
-    /// Only JSON lines say what happened inside the proxy and when; for the other formats no
-    /// notes are taken and no clock is read but the date's.
-    notes: Option<Arc<Notes>>,
-    /// A Common or Combined line, formatted at the head (so that no header value is held).
-    head: HeadText,
-    /// A JSON line as far as the request head tells it; the rest is filled in where it lies
-    /// when the response ends.
-    record: Option<Record>,
-}
-
-thread_local! {
-    /// The allocations of finished logged bodies, for the next responses: in steady state a
-    /// logged response allocates no wrapper. The boxes are the point: each is the allocation a
-    /// `ResponseBody::Logged` takes over.
-    #[allow(clippy::vec_box)]
-    static SPARE_BODIES: RefCell<Vec<Box<LoggedBody>>> = const { RefCell::new(Vec::new()) };
-}
-
-impl LoggedBody {
-    fn empty() -> LoggedBody {
-        LoggedBody {
-            inner: ResponseBody::Full(None),
-            expected: None,
-            bytes: 0,
-            status: 0,
-            cache_status: None,
-            log: None,
-            notes: None,
-            head: HeadText::default(),
-            record: None,
-        }
-    }
-
-    /// Drops what `logged` holds, in place (its line is logged then if it was not yet, and the
-    /// response's own body ends as it would have), and keeps the allocation for a later one.
-    /// Field by field, as [`Pending::begin`] fills it: the body is large.
-    pub(crate) fn recycle(mut logged: Box<LoggedBody>) {
-        logged.finish(logged.completed());
-        logged.inner = ResponseBody::Full(None);
-        logged.expected = None;
-        logged.bytes = 0;
-        logged.status = 0;
-        logged.cache_status = None;
-        logged.notes = None;
-        logged.record = None;
-        if logged.head.text.capacity() > MAX_KEPT_HEAD_TEXT {
-            logged.head = HeadText::default();
-        }
-        let _ = SPARE_BODIES.try_with(|spares| {
-            let mut spares = spares.borrow_mut();
-            if spares.len() < MAX_SPARE_NOTES {
-                spares.push(logged);
-            }
-        });
-    }
-
-    /// Writes the line, unless it is written already: the head's text with the status and
-    /// byte count, or the JSON record with what the proxy noted.
-    fn finish(&mut self, completed: bool) {
-        let Some(log) = self.log.take() else {
-            return;
-        };
-        match &mut self.record {
-            None => {
-                let (request_part, rest) = self.head.text.split_at(self.head.split);
-                log.log_text(request_part, self.status, self.bytes, rest);
-            }
-            Some(record) => {
-                let end = End {
-                    status: self.status,
-                    bytes: self.bytes,
-                    completed,
-                    cache_status: self.cache_status.take(),
-                };
-                complete_record(record, self.notes.take(), end);
-                log.log(record);
-                // Lets go of the head's values (hyper's read buffer) now, in place.
-                self.record = None;
-            }
-        }
-    }
-
-    /// Whether the whole body went out (or was empty).
-    fn completed(&self) -> bool {
-        self.inner.is_end_stream() || self.expected == Some(self.bytes)
-    }
-
-    pub fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.bytes += data.len() as u64;
-                }
-                if self.completed() {
-                    self.finish(true);
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.finish(false),
-            Poll::Ready(None) => self.finish(true),
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    pub fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    pub fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for LoggedBody {
-    fn drop(&mut self) {
-        self.finish(self.completed());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The head text and the header pick moved with the logged body (pipeline::response).
+    use crate::pipeline::response::{logged_headers, HeadText};
+    use http::{header, Request};
 
     fn record() -> Record {
         Record {

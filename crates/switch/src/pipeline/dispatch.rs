@@ -22,76 +22,18 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body, Incoming};
-use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::error::Elapsed;
 
 use crate::config::{Config, KeyKind, NodeProtocol};
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::{OnEnd, ResponseBody};
 use crate::state::admission::{Permit, Shed};
 use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::state::outlier::Verdict;
 use crate::state::switch::{ConnState, Switch};
-use crate::upstream::body::{NodeBody, OnEnd, ResponseBody, UpstreamBody};
+use crate::upstream::body::{NodeBody, UpstreamBody};
+use crate::upstream::connect::UpstreamError;
 use crate::upstream::pool::Pooled;
-
-/// What an upstream client is built from; a reload that changes none of it keeps the pools.
-#[derive(Clone, Copy, PartialEq)]
-pub(crate) struct ClientSettings {
-    connect_timeout: std::time::Duration,
-    upstream: crate::config::Upstream,
-    proxy_protocol: crate::config::sections::proxy_protocol::SendVersion,
-    /// [`crate::state::node_tls::TlsToNodes::fingerprint`]: new TLS settings, new pools.
-    node_tls: u64,
-}
-
-impl ClientSettings {
-    pub(crate) fn of(cluster: &Cluster) -> ClientSettings {
-        let config = &cluster.config;
-        ClientSettings {
-            connect_timeout: config.timeouts.connect,
-            upstream: config.upstream,
-            proxy_protocol: config.proxy_protocol.send,
-            node_tls: cluster.node_tls.fingerprint,
-        }
-    }
-}
-
-/// Why a request got no response head from a node.
-pub(crate) struct UpstreamError {
-    /// No connection could be made (refused, timed out, TLS handshake failed).
-    pub connect: bool,
-    pub error: crate::net::BoxError,
-}
-
-/// Sends a request to `node` in its protocol: HTTP/1.1 on a connection from this thread's
-/// pool ([`crate::upstream::pool`], which comes back with the response so the connection returns
-/// when the body ends), HTTP/2 over the node's shared connection ([`crate::upstream::h2`]).
-async fn send_upstream(
-    cluster: &Cluster,
-    node: &NodeRuntime,
-    req: Request<UpstreamBody>,
-) -> Result<(Response<NodeBody>, Option<Pooled>), UpstreamError> {
-    if node.config.protocol == NodeProtocol::H2 {
-        return crate::upstream::h2::send(cluster, node, req)
-            .await
-            .map(|resp| (resp.map(NodeBody::Hyper), None));
-    }
-    let (resp, pooled) = crate::upstream::pool::send(cluster, req).await?;
-    Ok((resp, Some(pooled)))
-}
-
-/// Connects to nodes for `cluster`: its connect timeout, PROXY protocol and TLS settings.
-pub(crate) fn node_connector(cluster: &Cluster) -> crate::upstream::proxy_protocol::NodeConnector {
-    let config = &cluster.config;
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(config.timeouts.connect));
-    connector.set_nodelay(true);
-    connector.enforce_http(true);
-    crate::upstream::proxy_protocol::NodeConnector {
-        inner: connector,
-        send: config.proxy_protocol.send,
-        tls: Arc::clone(&cluster.node_tls),
-    }
-}
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -214,28 +156,6 @@ impl HeaderLookup for HeaderMapLookup<'_> {
     fn header(&self, lower_case_name: &str) -> Option<&str> {
         self.0.get(lower_case_name).and_then(|v| v.to_str().ok())
     }
-}
-
-/// A short plain-text response naming the cause.
-pub fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody> {
-    let text = format!(
-        "{} {}: {cause}\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or("")
-    );
-    let mut resp = Response::new(ResponseBody::full(text));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        // The rest of the body is still on the wire; reading it only to discard it would let a
-        // client make the switch read without end.
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
 }
 
 /// Why a request is refused before it reaches any node: a limit it exceeds, or a forwarding
@@ -402,7 +322,7 @@ pub async fn handle(
     conn.request_started();
     let cluster = switch.cluster.load_full();
     let logged =
-        crate::observe::access_log::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
+        crate::pipeline::response::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
     // One future awaited in one place, built in place: hyper moves this whole future into a
     // box per request, and two awaits of the proxy path (logged or not) made it hold two
     // copies (26 KB).
@@ -1015,7 +935,7 @@ impl Forward {
         // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
         // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
         // moved into hyper's box per request) for the rarer case.
-        tokio::time::timeout(wait, Box::pin(send_upstream(cluster, node, up_req))).await
+        tokio::time::timeout(wait, Box::pin(crate::upstream::send(cluster, node, up_req))).await
     }
 
     /// The URI the request has at `node`, which says where to connect. With PROXY protocol to

@@ -7,4 +7,5 @@ pub mod cache;
 pub mod checks;
 pub mod dispatch;
 pub mod redirect;
+pub mod response;
 pub mod tunnel;

@@ -12,10 +12,10 @@ use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
 
 use crate::config::Redirect;
-use crate::pipeline::dispatch::error_response;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{Cluster, LiveView};
 use crate::state::switch::Switch;
-use crate::upstream::body::ResponseBody;
 
 /// The redirect for this request, or `None` when it is to be forwarded.
 pub(crate) fn answer(

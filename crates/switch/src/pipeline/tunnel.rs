@@ -21,9 +21,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::config::sections::proxy_protocol::SendVersion;
-use crate::pipeline::dispatch::{error_response, Forward};
+use crate::pipeline::dispatch::Forward;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{FailureKind, NodeRuntime};
-use crate::upstream::body::{ResponseBody, UpstreamBody};
+use crate::upstream::body::UpstreamBody;
 use crate::upstream::proxy_protocol::{encode_v1, encode_v2};
 
 /// What kind of tunnel a request asks for.

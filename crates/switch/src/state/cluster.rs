@@ -23,8 +23,8 @@ use http::uri::Authority;
 use http::HeaderValue;
 
 use crate::config::{Admission, Config, ConfigError, Health, NodeConfig};
-use crate::control::health::CheckState;
 use crate::state::admission::Gate;
+use crate::state::health::CheckState;
 use crate::state::outlier::OutlierState;
 
 /// Monotonic time since the switch started, the clock the policies see.
@@ -712,7 +712,7 @@ mod tests {
         let mut c = config(&[("a", 1, 1)], "round-robin");
         c.health.check_path = Some("/health".into());
         let first = Cluster::build(c.clone(), 1, None, 0).unwrap();
-        let failed = crate::control::health::CheckResult {
+        let failed = crate::state::health::CheckResult {
             passed: false,
             status: None,
             error: Some("refused".into()),

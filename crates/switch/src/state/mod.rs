@@ -9,6 +9,7 @@ pub mod cache;
 pub mod cluster;
 pub mod connection_limits;
 pub mod counters;
+pub mod health;
 pub mod node_tls;
 pub mod outlier;
 pub mod retry;

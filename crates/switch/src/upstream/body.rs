@@ -9,8 +9,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::state::cache::fill::FillReader;
-
 use crate::net::BoxError;
 
 /// A request body larger than `limits.max_body_bytes`.
@@ -119,120 +117,6 @@ impl Body for NodeBody {
         match self {
             NodeBody::Hyper(inner) => inner.size_hint(),
             NodeBody::H1(inner) => inner.size_hint(),
-        }
-    }
-}
-
-/// Something to run once when a proxied response has ended (fully sent, failed or dropped).
-pub trait OnEnd: Send + Sync {
-    fn on_end(&mut self, completed: bool);
-}
-
-/// The body of a response sent to a client.
-pub enum ResponseBody {
-    /// A body the switch made itself (errors, admin pages).
-    Full(Option<Bytes>),
-    /// A node's response body, streamed through.
-    Upstream {
-        inner: NodeBody,
-        on_end: Option<Box<dyn OnEnd>>,
-    },
-    /// A cache fill's body, shared with every client that asked for it.
-    Fill(FillReader),
-    /// Any of the above, counted and logged when it ends (see [`crate::observe::access_log`]). `None`
-    /// only while it is dropped: its allocation goes back to the access log for reuse.
-    Logged(Option<Box<crate::observe::access_log::LoggedBody>>),
-}
-
-impl ResponseBody {
-    pub fn full(bytes: impl Into<Bytes>) -> Self {
-        ResponseBody::Full(Some(bytes.into()))
-    }
-
-    fn finish(&mut self, completed: bool) {
-        if let ResponseBody::Upstream { on_end, .. } = self {
-            if let Some(mut end) = on_end.take() {
-                end.on_end(completed);
-            }
-        }
-    }
-}
-
-impl Drop for ResponseBody {
-    fn drop(&mut self) {
-        if let ResponseBody::Logged(logged) = self {
-            if let Some(logged) = logged.take() {
-                crate::observe::access_log::LoggedBody::recycle(logged);
-            }
-            return;
-        }
-        // A body that was empty from the start is never polled, yet it completed.
-        let completed = self.is_end_stream();
-        self.finish(completed);
-    }
-}
-
-impl Body for ResponseBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        match this {
-            ResponseBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
-            ResponseBody::Fill(reader) => Pin::new(reader).poll_frame(cx),
-            ResponseBody::Logged(Some(logged)) => logged.poll_frame(cx),
-            ResponseBody::Logged(None) => Poll::Ready(None),
-            ResponseBody::Upstream { inner, .. } => {
-                let polled = Pin::new(inner).poll_frame(cx);
-                match polled {
-                    Poll::Ready(None) => {
-                        this.finish(true);
-                        Poll::Ready(None)
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        this.finish(false);
-                        Poll::Ready(Some(Err(e)))
-                    }
-                    Poll::Ready(Some(Ok(frame))) => {
-                        // hyper does not poll again after the last frame of a body whose length
-                        // it knows, so the end is noticed here as well.
-                        let ended = match this {
-                            ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
-                            _ => false,
-                        };
-                        if ended {
-                            this.finish(true);
-                        }
-                        Poll::Ready(Some(Ok(frame)))
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ResponseBody::Full(bytes) => bytes.is_none(),
-            ResponseBody::Fill(reader) => reader.is_end_stream(),
-            ResponseBody::Logged(Some(logged)) => logged.is_end_stream(),
-            ResponseBody::Logged(None) => true,
-            ResponseBody::Upstream { inner, .. } => inner.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ResponseBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            ResponseBody::Full(None) => SizeHint::with_exact(0),
-            ResponseBody::Fill(reader) => reader.size_hint(),
-            ResponseBody::Logged(Some(logged)) => logged.size_hint(),
-            ResponseBody::Logged(None) => SizeHint::with_exact(0),
-            ResponseBody::Upstream { inner, .. } => inner.size_hint(),
         }
     }
 }

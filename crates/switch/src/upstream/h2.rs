@@ -56,9 +56,9 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use crate::config::NodeProtocol;
-use crate::pipeline::dispatch::{ClientSettings, UpstreamError};
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::upstream::body::UpstreamBody;
+use crate::upstream::connect::{ClientSettings, UpstreamError};
 
 /// Whether the client asked for trailers (`TE: trailers`, possibly among other codings).
 pub(crate) fn wants_trailers(headers: &HeaderMap) -> bool {
@@ -176,7 +176,7 @@ async fn connect(cluster: &Cluster, node: &NodeRuntime) -> Result<Sender, Upstre
         .path_and_query("/")
         .build()
         .map_err(|e| failed(Box::new(e)))?;
-    let io = crate::pipeline::dispatch::node_connector(cluster)
+    let io = crate::upstream::connect::node_connector(cluster)
         .call(uri)
         .await
         .map_err(failed)?;

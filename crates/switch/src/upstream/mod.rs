@@ -5,8 +5,34 @@
 //! May use: `net`, `config`, `observe`, `state`.
 
 pub mod body;
+pub mod connect;
 pub mod h1;
 pub mod h2;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod tls;
+
+use http::{Request, Response};
+
+use crate::config::NodeProtocol;
+use crate::state::cluster::{Cluster, NodeRuntime};
+use body::{NodeBody, UpstreamBody};
+use connect::UpstreamError;
+use pool::Pooled;
+
+/// Sends a request to `node` in its protocol: HTTP/1.1 on a connection from this thread's
+/// pool ([`crate::upstream::pool`], which comes back with the response so the connection returns
+/// when the body ends), HTTP/2 over the node's shared connection ([`crate::upstream::h2`]).
+pub(crate) async fn send(
+    cluster: &Cluster,
+    node: &NodeRuntime,
+    req: Request<UpstreamBody>,
+) -> Result<(Response<NodeBody>, Option<Pooled>), UpstreamError> {
+    if node.config.protocol == NodeProtocol::H2 {
+        return crate::upstream::h2::send(cluster, node, req)
+            .await
+            .map(|resp| (resp.map(NodeBody::Hyper), None));
+    }
+    let (resp, pooled) = crate::upstream::pool::send(cluster, req).await?;
+    Ok((resp, Some(pooled)))
+}

@@ -32,9 +32,9 @@ use rustc_hash::FxHashMap;
 use tower_service::Service;
 
 use crate::net::node_clock::NodeClock;
-use crate::pipeline::dispatch::{ClientSettings, UpstreamError};
 use crate::state::cluster::Cluster;
 use crate::upstream::body::{NodeBody, UpstreamBody};
+use crate::upstream::connect::{ClientSettings, UpstreamError};
 use crate::upstream::h1::{self, H1Body, H1Conn, NodeReplyError};
 use crate::upstream::proxy_protocol::NodeConnector;
 use crate::upstream::tls::NodeStream;
@@ -398,7 +398,7 @@ impl Pool {
             settings,
             max_idle: upstream.pool_max_idle_per_node,
             idle_timeout: upstream.pool_idle_timeout,
-            connector: crate::pipeline::dispatch::node_connector(cluster),
+            connector: crate::upstream::connect::node_connector(cluster),
             idle: IdleLists::new(),
             idle_h1: IdleLists::new(),
         }

@@ -24,14 +24,16 @@ use http_body_util::BodyExt;
 use hyper::body::Body;
 
 use crate::config::cache::CacheConfig;
-use crate::pipeline::dispatch::{error_response, Forward};
+use crate::pipeline::dispatch::Forward;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::Cluster;
 use crate::state::switch::{ConnState, Switch};
-use crate::upstream::body::{ResponseBody, UpstreamBody};
+use crate::upstream::body::UpstreamBody;
 
+pub use crate::pipeline::response::CACHE_STATUS;
 use crate::state::cache::fill::{Fill, FillHead, FillOutcome, FillReader};
 use crate::state::cache::{bump, CacheLayer, Key};
-pub use respond::CACHE_STATUS;
 
 /// What the cache does with a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

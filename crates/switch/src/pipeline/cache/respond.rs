@@ -9,12 +9,10 @@ use capstan_cache::store::Entry;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
 
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::ResponseBody;
+use crate::pipeline::response::CACHE_STATUS;
 
 use crate::state::cache::fill::{FillHead, FillReader};
-
-/// The header every cached answer carries (RFC 9211).
-pub static CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");
 
 fn set_cache_status(headers: &mut HeaderMap, status: &CacheStatus) {
     headers.insert(&CACHE_STATUS, status.header_value());

@@ -21,8 +21,8 @@ use http::header::{self, HeaderMap};
 use http::{Response, StatusCode};
 
 use crate::config::Config;
-use crate::pipeline::dispatch::error_response;
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 
 /// Capstan hops in `Via` at which a request is taken for a loop.
 pub const MAX_HOPS: usize = 8;

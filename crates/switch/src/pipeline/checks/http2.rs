@@ -14,8 +14,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
 
-use crate::pipeline::dispatch::error_response;
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");

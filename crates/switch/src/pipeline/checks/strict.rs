@@ -12,8 +12,8 @@ use http::header::{self, HeaderValue};
 use http::uri::Scheme;
 use http::{Request, Response, StatusCode, Version};
 
-use crate::pipeline::dispatch::error_response;
-use crate::upstream::body::ResponseBody;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
 
 /// Checks a request head before anything else looks at it; rewrites `Host` from an
 /// absolute-form target. Returns the refusal to send, if any (the connection closes after it).

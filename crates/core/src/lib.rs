@@ -8,6 +8,7 @@ pub mod class;
 pub mod gather;
 pub mod policy;
 pub mod report;
+pub mod text;
 pub mod view;
 
 pub use class::{
@@ -16,8 +17,8 @@ pub use class::{
 };
 pub use gather::{GatherRules, Gatherer, Needs, WeightSource};
 pub use policy::{
-    build_policy, carry_over, Memory, Outcome, Policy, PolicyContext, PolicyError, PolicySpec,
-    RequestInfo,
+    build_policy, carry_over, mix64, Memory, Outcome, Policy, PolicyContext, PolicyError,
+    PolicySpec, RequestInfo,
 };
 pub use report::LoadReport;
 pub use view::{ClusterView, Gathered, NodeId, NodeState, ReceivedAt, StaticView};

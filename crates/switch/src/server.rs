@@ -626,7 +626,7 @@ async fn serve_http<I>(
         // so an unboxed future (the whole proxy path, several KB) would be paid by every idle
         // connection rather than only while a request runs.
         service_fn(move |req| {
-            Box::pin(crate::pipeline::dispatch::handle(
+            Box::pin(crate::pipeline::handle(
                 Arc::clone(&switch),
                 Arc::clone(&state),
                 peer.clone(),

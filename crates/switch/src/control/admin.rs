@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -22,10 +21,12 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 use tokio::net::TcpListener;
 
+use crate::control::reply::{json, text};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
+use capstan_core::text::{escape_html, percent_decode};
 
 pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
     loop {
@@ -83,28 +84,6 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
              POST /cache/ban?prefix= or ?regex=)",
         ),
     }
-}
-
-fn text(content_type: &'static str, body: String) -> Response<ResponseBody> {
-    let mut resp = Response::new(ResponseBody::full(body));
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    resp
-}
-
-fn json<T: Serialize>(value: &T) -> Response<ResponseBody> {
-    let body =
-        serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-    text("application/json", body + "\n")
-}
-
-pub(crate) fn json_with_status<T: Serialize>(
-    status: StatusCode,
-    value: &T,
-) -> Response<ResponseBody> {
-    let mut resp = json(value);
-    *resp.status_mut() = status;
-    resp
 }
 
 /// `GET /status`: the switch and every node as the switch sees them.
@@ -369,26 +348,6 @@ fn query_param(query: Option<&str>, name: &str) -> Option<String> {
         let (k, v) = pair.split_once('=')?;
         (k == name).then(|| percent_decode(v))
     })
-}
-
-pub(crate) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| bytes.get(at).and_then(|&b| (b as char).to_digit(16));
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-                continue;
-            }
-            (b'+', _, _) => out.push(b' '),
-            (b, _, _) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn no_cache() -> Response<ResponseBody> {
@@ -782,13 +741,6 @@ fn metrics(switch: &Switch) -> String {
     out
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// One line per TLS listener: its handshakes, and its failed ones by reason.
 fn tls_dashboard(listeners: &[crate::state::connection_limits::ListenerStatus]) -> String {
     let mut out = String::new();
@@ -799,7 +751,7 @@ fn tls_dashboard(listeners: &[crate::state::connection_limits::ListenerStatus]) 
             out,
             "<p>TLS {}: {} handshakes ({} resumed; TLS 1.2 {}, 1.3 {}; h2 {}, http/1.1 {}) · \
              failed: alert {}, no certificate {}, protocol {}, timeout {}, io {}</p>",
-            escape(&l.address),
+            escape_html(&l.address),
             tls.handshakes,
             tls.resumed,
             tls.versions.tls12,
@@ -822,14 +774,14 @@ fn dashboard(status: &Status) -> String {
         let classes: Vec<String> = n
             .classes
             .iter()
-            .map(|(c, k)| format!("{}: {k}", escape(c)))
+            .map(|(c, k)| format!("{}: {k}", escape_html(c)))
             .collect();
         let _ = write!(
             rows,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} %</td><td>{}</td>\
              <td>{}/{}/{}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td></tr>",
-            escape(&n.name),
-            escape(&n.address),
+            escape_html(&n.name),
+            escape_html(&n.address),
             match n.available {
                 true => n.state.to_string(),
                 false => format!("<b>{}</b>", n.state),
@@ -855,7 +807,7 @@ fn dashboard(status: &Status) -> String {
          <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
          <th>load</th><th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
          {rows}</table>{tls}{cache}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
-        escape(&status.policy),
+        escape_html(&status.policy),
         status.generation,
         status.uptime_s,
         status.open_connections,

@@ -26,11 +26,12 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 
 use crate::config::{resolve_address, NodeConfig};
-use crate::control::admin::{json_with_status, percent_decode};
+use crate::control::reply::json_with_status;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
+use capstan_core::text::percent_decode;
 
 /// Largest `POST /nodes` body: one small JSON object.
 const MAX_BODY_BYTES: usize = 16 * 1024;

@@ -10,3 +10,4 @@ pub mod health;
 pub mod membership;
 pub mod operation_metrics;
 pub mod reload;
+pub mod reply;

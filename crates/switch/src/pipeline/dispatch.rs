@@ -11,20 +11,18 @@
 //! sent once more to another node when the node refused the connection, closed it without a
 //! response, or missed the first-byte timeout — within the retry budget.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use capstan_core::{hash_key, ClassId, HeaderLookup, NodeId, Outcome, RequestFacts, RequestInfo};
-use futures_util::future::Either;
+use capstan_core::{hash_key, ClassId, NodeId, Outcome, RequestInfo};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 use tokio::time::error::Elapsed;
 
-use crate::config::{Config, KeyKind, NodeProtocol};
+use crate::config::{KeyKind, NodeProtocol};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::{OnEnd, ResponseBody};
 use crate::state::admission::{Permit, Shed};
@@ -150,91 +148,6 @@ pub fn peer_header(peer: SocketAddr) -> HeaderValue {
     HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value")
 }
 
-struct HeaderMapLookup<'a>(&'a HeaderMap);
-
-impl HeaderLookup for HeaderMapLookup<'_> {
-    fn header(&self, lower_case_name: &str) -> Option<&str> {
-        self.0.get(lower_case_name).and_then(|v| v.to_str().ok())
-    }
-}
-
-/// Why a request is refused before it reaches any node: a limit it exceeds, or a forwarding
-/// loop it has gone round ([`crate::pipeline::checks::forwarding_loop`]).
-fn check_limits(req: &Request<Incoming>, config: &Config) -> Option<Response<ResponseBody>> {
-    let limits = &config.limits;
-    let target_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
-    if target_len > limits.max_request_line {
-        return Some(error_response(
-            StatusCode::URI_TOO_LONG,
-            &format!(
-                "request target is {target_len} bytes, the limit is {}",
-                limits.max_request_line
-            ),
-        ));
-    }
-    let headers = req.headers();
-    if headers.len() > limits.max_headers {
-        return Some(error_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            &format!(
-                "{} header fields, the limit is {}",
-                headers.len(),
-                limits.max_headers
-            ),
-        ));
-    }
-    let (mut header_bytes, mut has_via) = (0, false);
-    for (name, value) in headers {
-        header_bytes += name.as_str().len() + value.len() + 4;
-        has_via |= name == header::VIA;
-    }
-    if header_bytes > limits.max_header_bytes {
-        return Some(error_response(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            &format!(
-                "{header_bytes} bytes of header fields, the limit is {}",
-                limits.max_header_bytes
-            ),
-        ));
-    }
-    if has_via {
-        if let Some(looped) = crate::pipeline::checks::forwarding_loop::check(headers) {
-            return Some(looped);
-        }
-    }
-    if limits.max_body_bytes > 0 {
-        if let Some(len) = declared_length(headers) {
-            if len > limits.max_body_bytes {
-                return Some(error_response(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!(
-                        "request body is {len} bytes, the limit is {}",
-                        limits.max_body_bytes
-                    ),
-                ));
-            }
-        }
-    }
-    None
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-pub(crate) fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
-}
-
 /// Bookkeeping for one request placed on a node, settled when its response ends — or, whatever
 /// else ends it (the client gone, an error, a panic), when it is dropped.
 pub(crate) struct Placement {
@@ -310,138 +223,6 @@ pub(crate) fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
         KeyKind::Path => pq.path(),
         KeyKind::Uri => pq.as_str(),
     }
-}
-
-/// Handles one client request.
-pub async fn handle(
-    switch: Arc<Switch>,
-    conn: Arc<ConnState>,
-    peer: HeaderValue,
-    req: Request<Incoming>,
-) -> Result<Response<ResponseBody>, Infallible> {
-    conn.request_started();
-    let cluster = switch.cluster.load_full();
-    let logged =
-        crate::pipeline::response::Pending::begin(switch.access_log.as_ref(), &conn, &peer, &req);
-    // One future awaited in one place, built in place: hyper moves this whole future into a
-    // box per request, and two awaits of the proxy path (logged or not) made it hold two
-    // copies (26 KB).
-    let notes = logged.as_ref().and_then(|entry| entry.notes().cloned());
-    let resp = match notes {
-        None => Either::Left(proxy(&switch, &cluster, &conn, &peer, req)),
-        Some(notes) => Either::Right(crate::observe::access_log::noting(
-            notes,
-            proxy(&switch, &cluster, &conn, &peer, req),
-        )),
-    }
-    .await;
-    let resp = match resp {
-        Ok(resp) => resp,
-        Err(resp) => {
-            conn.request_done();
-            resp
-        }
-    };
-    Ok(match logged {
-        None => resp,
-        Some(entry) => entry.attach(resp),
-    })
-}
-
-/// `Ok` for a node's response (its body settles the request when it ends), `Err` for a
-/// response the switch made itself.
-async fn proxy(
-    switch: &Arc<Switch>,
-    cluster: &Arc<Cluster>,
-    conn: &Arc<ConnState>,
-    peer: &HeaderValue,
-    mut req: Request<Incoming>,
-) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
-    let config = &cluster.config;
-    if let Some(refusal) = crate::pipeline::checks::http2::check_request(&req) {
-        return Err(refusal);
-    }
-    if let Some(refusal) = crate::pipeline::checks::strict::check_request(&mut req) {
-        return Err(refusal);
-    }
-    if let Some(refusal) = check_limits(&req, config) {
-        return Err(refusal);
-    }
-    let (mut parts, body) = req.into_parts();
-    let pq = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let class = cluster.classifier.classify(&RequestFacts {
-        method: parts.method.as_str(),
-        path: pq.path(),
-        query: pq.query(),
-        headers: &HeaderMapLookup(&parts.headers),
-        tls: conn.tls.get().is_some(),
-        sni: conn.tls.get().and_then(|t| t.sni.as_deref()),
-    });
-    crate::observe::access_log::note_class(&cluster.class_headers[class]);
-    let tunnel = config
-        .upgrade
-        .enabled
-        .then(|| crate::pipeline::tunnel::requested(&parts))
-        .flatten();
-    if let Some(redirect) = crate::pipeline::redirect::answer(switch, cluster, class, &pq) {
-        crate::observe::access_log::note_decision("redirect");
-        return Err(redirect);
-    }
-    let forward = Forward {
-        switch: Arc::clone(switch),
-        cluster: Arc::clone(cluster),
-        conn: Arc::clone(conn),
-        class,
-        method: parts.method.clone(),
-        pq,
-        client_version: parts.version,
-        te_trailers: crate::upstream::h2::wants_trailers(&parts.headers),
-    };
-    if let Some(tunnel) = tunnel {
-        return Err(Box::pin(crate::pipeline::tunnel::pass(&forward, parts, peer, tunnel)).await);
-    }
-    let cache = crate::pipeline::cache::Route::of(switch, cluster, class, &parts);
-    if let crate::pipeline::cache::Route::Lookup = cache {
-        // A hit never leaves the switch: the forwarding headers are added only on the way to
-        // a node (see `caching::forwarded_headers`).
-        // Boxed, as the tunnel above: the cache path's future is several KB, and an unboxed
-        // one would be in every request's future, cached or not (see `handle`).
-        return Box::pin(crate::pipeline::cache::serve(forward, parts, peer)).await;
-    }
-    if let crate::pipeline::cache::Route::Purge = cache {
-        return Err(crate::pipeline::cache::client_purge(&forward, &parts, peer));
-    }
-    rewrite_request_headers(&mut parts.headers, peer, forward.client_version);
-
-    let empty_body = body.is_end_stream() || declared_length(&parts.headers) == Some(0);
-    // Only a request that can be sent again unchanged may go to a second node.
-    let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
-    let body_limit_hit = (!empty_body).then(|| Arc::new(AtomicBool::new(false)));
-    let up_body = match &body_limit_hit {
-        None => UpstreamBody::Empty,
-        Some(flag) => UpstreamBody::Stream {
-            inner: body,
-            remaining: match config.limits.max_body_bytes {
-                0 => u64::MAX,
-                n => n,
-            },
-            exceeded: Arc::clone(flag),
-        },
-    };
-    // Only an unsafe method through the cache needs the host (after the headers are gone).
-    let host = (cache == crate::pipeline::cache::Route::Invalidate)
-        .then(|| crate::pipeline::cache::request_host(&parts));
-    let answer = forward
-        .dispatch(parts.headers, up_body, retryable, body_limit_hit)
-        .await;
-    if let (Some(host), Ok(resp)) = (host, &answer) {
-        crate::pipeline::cache::invalidate(&forward, &host, resp);
-    }
-    answer
 }
 
 /// A request on its way to a node: what dispatching and forwarding need, owned so that a
@@ -1003,19 +784,6 @@ fn forward_response(
 
 #[cfg(test)]
 mod tests {
-    /// The size of what an async fn with four owned arguments returns.
-    fn future_size<A, B, C, D, R>(_: fn(A, B, C, D) -> R) -> usize {
-        std::mem::size_of::<R>()
-    }
-
-    /// hyper moves every request's future into a box: a future that held the proxy path twice
-    /// (logged and unlogged) or the cache path inline was 26 KB, copied per request.
-    #[test]
-    fn the_request_future_stays_small() {
-        let size = future_size(super::handle as fn(_, _, _, _) -> _);
-        assert!(size <= 8 * 1024, "the request future is {size} bytes");
-    }
-
     fn headers(fields: &[(&str, &str)]) -> super::HeaderMap {
         let mut map = super::HeaderMap::new();
         for (name, value) in fields {

@@ -25,7 +25,7 @@ use http::HeaderValue;
 use crate::config::{Admission, Config, ConfigError, Health, NodeConfig};
 use crate::state::admission::Gate;
 use crate::state::health::CheckState;
-use crate::state::outlier::OutlierState;
+use crate::state::outlier::{HasOutlier, OutlierState};
 
 /// Monotonic time since the switch started, the clock the policies see.
 #[derive(Clone, Copy, Debug)]
@@ -268,7 +268,9 @@ impl NodeRuntime {
         match self.slow_start(now_nanos) {
             None => true,
             Some((_, share)) => {
-                let bits = mix64(now_nanos ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let bits = capstan_core::mix64(
+                    now_nanos ^ (id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                );
                 let unit = (bits >> 11) as f64 / (1u64 << 53) as f64;
                 unit < share
             }
@@ -341,11 +343,10 @@ impl NodeRuntime {
     }
 }
 
-/// The SplitMix64 finaliser: spreads nearby pick times over the whole range.
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+impl HasOutlier for NodeRuntime {
+    fn outlier(&self) -> &OutlierState {
+        &self.outlier
+    }
 }
 
 /// The gathered side of a node's state as the gatherer publishes it after each round.

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Outlier;
-use crate::state::cluster::NodeRuntime;
 
 /// One node's record with the outlier detector.
 #[derive(Debug, Default)]
@@ -120,6 +119,19 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Something with a record with the outlier detector: a node's runtime
+/// ([`crate::state::cluster::NodeRuntime`]).
+pub trait HasOutlier {
+    /// The record.
+    fn outlier(&self) -> &OutlierState;
+}
+
+impl<T: HasOutlier> HasOutlier for Arc<T> {
+    fn outlier(&self) -> &OutlierState {
+        (**self).outlier()
+    }
+}
+
 /// Most nodes of `nodes` that may be out by ejection at once.
 pub fn max_ejected(nodes: usize, percent: u32) -> usize {
     if nodes < 2 {
@@ -130,13 +142,13 @@ pub fn max_ejected(nodes: usize, percent: u32) -> usize {
 
 /// Counts a failure of `nodes[id]` at `now_nanos`, and ejects it when it is an outlier and the
 /// cluster can spare it.
-pub fn on_failure(
-    nodes: &[Arc<NodeRuntime>],
+pub fn on_failure<N: HasOutlier>(
+    nodes: &[N],
     id: usize,
     now_nanos: u64,
     settings: &Outlier,
 ) -> Verdict {
-    let record = &nodes[id].outlier;
+    let record = nodes[id].outlier();
     let failures = record.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
     if settings.consecutive_failures == 0
         || failures < settings.consecutive_failures
@@ -146,7 +158,7 @@ pub fn on_failure(
     }
     let out = nodes
         .iter()
-        .filter(|n| n.outlier.is_ejected(now_nanos))
+        .filter(|n| n.outlier().is_ejected(now_nanos))
         .count();
     if out + 1 > max_ejected(nodes.len(), settings.max_ejected_percent) {
         record.prevented.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +180,7 @@ pub fn on_failure(
 mod tests {
     use super::*;
     use crate::config::{Config, NodeConfig};
+    use crate::state::cluster::NodeRuntime;
 
     const S: u64 = 1_000_000_000;
 

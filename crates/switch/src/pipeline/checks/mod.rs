@@ -5,4 +5,5 @@
 
 pub mod forwarding_loop;
 pub mod http2;
+pub mod limits;
 pub mod strict;

@@ -296,7 +296,7 @@ impl GradientLimiter {
     /// nodes do not all probe at once.
     fn schedule_probe(&mut self, now_nanos: u64) {
         let interval = self.settings.probe_interval_nanos as f64;
-        let unit = (crate::state::cluster::mix64(now_nanos) >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = (capstan_core::mix64(now_nanos) >> 11) as f64 / (1u64 << 53) as f64;
         self.next_probe_at =
             now_nanos.saturating_add((interval * (1.0 + PROBE_JITTER * unit)) as u64);
     }

@@ -29,8 +29,9 @@ use crate::state::admission::{Permit, Shed};
 use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::state::outlier::Verdict;
 use crate::state::switch::{ConnState, Switch};
-use crate::upstream::body::{NodeBody, UpstreamBody};
+use crate::upstream::body::UpstreamBody;
 use crate::upstream::connect::UpstreamError;
+use crate::upstream::pool::NodeBody;
 use crate::upstream::pool::Pooled;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");

@@ -19,7 +19,7 @@ use crate::net::BoxError;
 use crate::observe::access_log::*;
 use crate::state::cache::fill::FillReader;
 use crate::state::switch::ConnState;
-use crate::upstream::body::NodeBody;
+use crate::upstream::pool::NodeBody;
 
 /// The header every cached answer carries (RFC 9211).
 pub static CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");

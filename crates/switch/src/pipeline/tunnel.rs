@@ -124,7 +124,7 @@ pub(crate) async fn pass(
         ResponseBody::Full(None)
     } else {
         ResponseBody::Upstream {
-            inner: crate::upstream::body::NodeBody::Hyper(body),
+            inner: crate::upstream::pool::NodeBody::Hyper(body),
             on_end: None,
         }
     };

@@ -24,7 +24,6 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use crate::net::node_clock::NodeClock;
 use crate::net::BoxError;
-use crate::upstream::pool::Home;
 use crate::upstream::tls::NodeStream;
 
 /// Header fields a response head may carry, as hyper allows.
@@ -37,7 +36,7 @@ const MAX_CHUNK_LINE: usize = 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 /// A connection to an HTTP/1.1 node, with the bytes read from it and not yet used.
-pub(crate) struct H1Conn {
+pub struct H1Conn {
     io: NodeStream,
     buf: BytesMut,
 }
@@ -487,8 +486,16 @@ fn decode_trailers(state: &mut Chunks, buf: &mut BytesMut) -> Result<Decoded, No
     Ok(Decoded::Trailers(trailers))
 }
 
-/// A node's response body, read from its connection as the client takes it.
-pub struct H1Body {
+/// Where a connection goes when its response has been read whole: the pool it came from
+/// ([`crate::upstream::pool::Home`]).
+pub trait TakeBack {
+    /// Takes `conn` back for another request.
+    fn take_back(self, conn: H1Conn);
+}
+
+/// A node's response body, read from its connection as the client takes it; `H` is where the
+/// connection goes back to.
+pub struct H1Body<H: TakeBack> {
     conn: Option<H1Conn>,
     /// `Empty` once the body has been read whole.
     framing: Framing,
@@ -496,13 +503,13 @@ pub struct H1Body {
     left: u64,
     chunks: Chunks,
     reusable: bool,
-    home: Option<Home>,
+    home: Option<H>,
 }
 
-impl H1Body {
+impl<H: TakeBack> H1Body<H> {
     /// The body `head` announces, read from `conn`. A connection whose body is already whole
     /// (no body) goes home at once.
-    pub(crate) fn new(conn: H1Conn, head: &Head, home: Home) -> H1Body {
+    pub(crate) fn new(conn: H1Conn, head: &Head, home: H) -> H1Body<H> {
         let mut body = H1Body {
             conn: Some(conn),
             framing: head.framing,
@@ -584,7 +591,7 @@ impl H1Body {
     }
 }
 
-impl Body for H1Body {
+impl<H: TakeBack + Unpin> Body for H1Body<H> {
     type Data = Bytes;
     type Error = BoxError;
 

@@ -16,9 +16,9 @@ use http::{Request, Response};
 
 use crate::config::NodeProtocol;
 use crate::state::cluster::{Cluster, NodeRuntime};
-use body::{NodeBody, UpstreamBody};
+use body::UpstreamBody;
 use connect::UpstreamError;
-use pool::Pooled;
+use pool::{NodeBody, Pooled};
 
 /// Sends a request to `node` in its protocol: HTTP/1.1 on a connection from this thread's
 /// pool ([`crate::upstream::pool`], which comes back with the response so the connection returns

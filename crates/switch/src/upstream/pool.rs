@@ -20,22 +20,27 @@
 //! new connection. A request that reached the node and got no answer is not retried here:
 //! that is [`crate::pipeline::dispatch`]'s retry, which knows whether the request may be repeated.
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Method, Request, Response, Uri};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tower_service::Service;
 
 use crate::net::node_clock::NodeClock;
+use crate::net::BoxError;
 use crate::state::cluster::Cluster;
-use crate::upstream::body::{NodeBody, UpstreamBody};
+use crate::upstream::body::UpstreamBody;
 use crate::upstream::connect::{ClientSettings, UpstreamError};
-use crate::upstream::h1::{self, H1Body, H1Conn, NodeReplyError};
+use crate::upstream::h1::{self, H1Body, H1Conn, NodeReplyError, TakeBack};
 use crate::upstream::proxy_protocol::NodeConnector;
 use crate::upstream::tls::NodeStream;
 
@@ -108,14 +113,14 @@ pub(crate) struct Pooled {
 }
 
 /// Where a connection goes back to once its response has ended.
-pub(crate) struct Home {
+pub struct Home {
     pool: Weak<Pool>,
     key: Authority,
 }
 
-impl Home {
+impl TakeBack for Home {
     /// A connection the switch drives itself, its answer read whole.
-    pub(crate) fn take_back(self, conn: H1Conn) {
+    fn take_back(self, conn: H1Conn) {
         if let Some(pool) = self.pool.upgrade() {
             pool.put_back_h1(self.key, conn);
         }
@@ -465,6 +470,44 @@ async fn sweep(pool: Weak<Pool>) {
 
 /// However short the idle timeout, the sweeper wakes no more often than this.
 const MIN_SWEEP: Duration = Duration::from_millis(50);
+
+/// A node's response body: read by hyper's client, or by the switch's own HTTP/1.1
+/// ([`crate::upstream::h1`]).
+pub enum NodeBody {
+    Hyper(Incoming),
+    H1(H1Body<Home>),
+}
+
+impl Body for NodeBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            NodeBody::Hyper(inner) => Pin::new(inner)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            NodeBody::H1(inner) => Pin::new(inner).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            NodeBody::Hyper(inner) => inner.is_end_stream(),
+            NodeBody::H1(inner) => inner.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            NodeBody::Hyper(inner) => inner.size_hint(),
+            NodeBody::H1(inner) => inner.size_hint(),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -3,18 +3,31 @@
 //! connections.
 //!
 //! The modules form layers that import only downwards:
-//! [`net`] → [`config`] → [`observe`] → [`state`] → [`upstream`] → [`pipeline`] →
-//! [`frontend`] → [`control`] → [`server`].
+//! `net` → `config` → `observe` → `state` → `upstream` → `pipeline` → `frontend` → `control`
+//! → `server`; each folder's `mod.rs` says what it may use.
 
-pub mod config;
-pub mod control;
-pub mod frontend;
-pub mod net;
-pub mod observe;
-pub mod pipeline;
-pub mod server;
-pub mod state;
-pub mod upstream;
+#![warn(missing_docs)]
 
-pub use config::{Config, ConfigError, NodeConfig};
-pub use server::{run, start, Running, Switch};
+mod config;
+mod control;
+mod frontend;
+mod net;
+mod observe;
+mod pipeline;
+mod server;
+mod state;
+mod upstream;
+
+pub use config::cache::ByteSize;
+pub use config::sections::admin_token::AdminToken;
+pub use config::{policy_from_table, resolve_address, Config, ConfigError, NodeConfig};
+pub use server::{run, start, Running};
+pub use state::switch::Switch;
+
+/// What the switch's own tests and benchmarks reach inside it; not part of its interface.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::pipeline::checks::forwarding_loop::{capstan_hops, MAX_HOPS};
+    pub use crate::state::cluster::Cluster;
+    pub use crate::upstream::proxy_protocol::encode_v2;
+}

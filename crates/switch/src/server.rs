@@ -209,9 +209,11 @@ impl AsyncWrite for TrackedStream {
 
 /// A switch serving on the current runtime (one worker; see [`run`] for one per core).
 pub struct Running {
+    /// The switch's shared state (cluster, counters, shutdown and reload).
     pub switch: Arc<Switch>,
     /// The bound client listeners (useful when the configuration asked for port 0).
     pub listen_addrs: Vec<SocketAddr>,
+    /// The bound admin listener, when there is one.
     pub admin_addr: Option<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -244,9 +246,12 @@ impl Running {
     }
 }
 
+/// Every client address to bind, and what it speaks.
+type Endpoints = Vec<(SocketAddr, Endpoint)>;
+
 /// A switch for a validated configuration, not yet serving, and every client address it is
 /// to bind with what it speaks.
-fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Vec<(SocketAddr, Endpoint)>)> {
+fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");

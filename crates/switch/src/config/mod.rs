@@ -1,8 +1,8 @@
 //! The switch's configuration: TOML in, a validated [`Config`] out, or one error naming the file,
 //! line and column.
 
-pub mod cache;
-pub mod sections;
+pub(crate) mod cache;
+pub(crate) mod sections;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,7 +34,7 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// Client-facing plain HTTP/1.1 listeners.
     pub listen: Vec<SocketAddr>,
-    /// `[[listener]]` entries: TLS listeners, plain ones with h2c (see [`crate::frontend::listener`]).
+    /// `[[listener]]` entries: TLS listeners, plain ones with h2c (see `crate::frontend::listener`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub listeners: Vec<crate::config::sections::listener::Listener>,
     /// HTTP/2 limits for client connections.
@@ -47,37 +47,50 @@ pub struct Config {
     pub admin_token: Option<AdminToken>,
     /// Add `X-Capstan-Node` and `X-Capstan-Class` to every proxied response.
     pub debug_headers: bool,
+    /// The dispatching policy (`[policy]`) and its parameters.
     pub policy: PolicySpec,
+    /// The back-end nodes (`[[node]]`), in file order.
     pub nodes: Vec<NodeConfig>,
+    /// The request classes (`[[class]]`).
     pub classes: Vec<ClassSpec>,
+    /// The classifier rules (`[[rule]]`), tried in order.
     pub rules: Vec<RuleSpec>,
+    /// The class of a request no rule matches.
     pub default_class: String,
+    /// Client, connect, first-byte and upstream timeouts (`[timeouts]`).
     pub timeouts: Timeouts,
+    /// Connection and request limits (`[limits]`).
     pub limits: Limits,
+    /// Active health checks and passive health (`[health]`).
     pub health: Health,
+    /// How requests go to nodes: keep-alive, retries, keys (`[upstream]`).
     pub upstream: Upstream,
-    /// Per-node concurrency limits, queues and shedding (see [`crate::state::admission`]).
+    /// Per-node concurrency limits, queues and shedding (see `crate::state::admission`).
     pub admission: Admission,
-    /// Ejecting nodes that fail requests in a row (see [`crate::state::outlier`]).
+    /// Ejecting nodes that fail requests in a row (see `crate::state::outlier`).
     pub outlier: Outlier,
+    /// Gathering the nodes' load reports (`[load]`).
     pub load: LoadGathering,
     /// The HTTP cache, when a `[cache]` section is present.
     pub cache: Option<CacheConfig>,
     /// URL redirection instead of forwarding, when a `[redirect]` section is present.
     pub redirect: Option<Redirect>,
-    /// The access log, when an `[access_log]` section is present (see [`crate::observe::access_log`]).
+    /// The access log, when an `[access_log]` section is present (see `crate::observe::access_log`).
     pub access_log: Option<AccessLogConfig>,
-    /// PROXY protocol to nodes and from front balancers (see [`crate::upstream::proxy_protocol`]).
+    /// PROXY protocol to nodes and from front balancers (see `crate::upstream::proxy_protocol`).
     pub proxy_protocol: ProxyProtocolConfig,
-    /// WebSocket and other upgrades, `CONNECT` (see [`crate::pipeline::tunnel`]).
+    /// WebSocket and other upgrades, `CONNECT` (see `crate::pipeline::tunnel`).
     pub upgrade: UpgradeConfig,
 }
 
 /// A back-end node.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeConfig {
+    /// The node's name, unique in the cluster (logs, `/status`, `X-Capstan-Node`).
     pub name: String,
+    /// Where the node listens.
     pub address: SocketAddr,
+    /// Its weight for weighted policies (1 and up).
     pub weight: u32,
     /// Where a redirected client is sent (`http://n1.example.com:8080`); needed by `[redirect]`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,10 +100,10 @@ pub struct NodeConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub report_address: Option<SocketAddr>,
     /// TLS to this node (`tls = { ca_file = "ca.pem", sni = "node.example" }`, see
-    /// [`crate::upstream::tls`]); `None`: plain HTTP.
+    /// `crate::upstream::tls`); `None`: plain HTTP.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::config::sections::node_tls::NodeTls>,
-    /// The HTTP version spoken to this node (`protocol = "h2"`, see [`crate::upstream::h2`]).
+    /// The HTTP version spoken to this node (`protocol = "h2"`, see `crate::upstream::h2`).
     #[serde(skip_serializing_if = "NodeProtocol::is_default")]
     pub protocol: NodeProtocol,
 }
@@ -581,9 +594,13 @@ impl Default for Outlier {
 /// A configuration error, located in its file when it came from one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigError {
+    /// The file the error is in, when it came from one.
     pub file: Option<String>,
+    /// Its line, from 1 (0 when it has no place in the file).
     pub line: usize,
+    /// Its column, from 1 (0 when it has no place in the file).
     pub column: usize,
+    /// What is wrong, one line.
     pub message: String,
 }
 
@@ -800,6 +817,7 @@ impl Config {
         all
     }
 
+    /// The classifier the classes and rules make.
     pub fn classifier(&self) -> Result<Classifier, ClassifierError> {
         Classifier::new(&self.classes, &self.rules, &self.default_class)
     }

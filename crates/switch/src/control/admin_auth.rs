@@ -44,7 +44,7 @@ pub(crate) fn refusal(token: &AdminToken, headers: &HeaderMap) -> Option<Respons
 
 impl Config {
     /// Why the admin listener is exposed, when it listens beyond loopback without a token.
-    pub fn admin_exposure_warning(&self) -> Option<String> {
+    pub(crate) fn admin_exposure_warning(&self) -> Option<String> {
         let admin = self.admin?;
         let loopback = match admin.ip() {
             std::net::IpAddr::V4(ip) => ip.is_loopback(),

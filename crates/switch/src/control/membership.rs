@@ -71,7 +71,7 @@ impl MembershipError {
 
 impl Switch {
     /// Adds a node; it takes requests from the moment this returns.
-    pub async fn add_node(&self, node: NodeConfig) -> Result<Arc<Cluster>, MembershipError> {
+    pub(crate) async fn add_node(&self, node: NodeConfig) -> Result<Arc<Cluster>, MembershipError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
         if current.node_named(&node.name).is_some() {
@@ -94,7 +94,7 @@ impl Switch {
     }
 
     /// Starts or ends a node's drain; returns the node.
-    pub async fn drain_node(
+    pub(crate) async fn drain_node(
         &self,
         name: &str,
         draining: bool,
@@ -108,7 +108,10 @@ impl Switch {
     }
 
     /// Removes a node; requests in flight on it finish. Returns the removed node.
-    pub async fn remove_node(&self, name: &str) -> Result<Arc<NodeRuntime>, MembershipError> {
+    pub(crate) async fn remove_node(
+        &self,
+        name: &str,
+    ) -> Result<Arc<NodeRuntime>, MembershipError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
         let node = Arc::clone(find(&current, name)?);

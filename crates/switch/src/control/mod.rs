@@ -3,11 +3,11 @@
 //!
 //! May use: every layer below (`net` … `frontend`).
 
-pub mod admin;
-pub mod admin_auth;
-pub mod gather;
-pub mod health;
-pub mod membership;
-pub mod operation_metrics;
-pub mod reload;
-pub mod reply;
+pub(crate) mod admin;
+pub(crate) mod admin_auth;
+pub(crate) mod gather;
+pub(crate) mod health;
+pub(crate) mod membership;
+pub(crate) mod operation_metrics;
+pub(crate) mod reload;
+pub(crate) mod reply;

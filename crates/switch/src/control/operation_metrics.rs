@@ -25,7 +25,7 @@ pub struct OperationCollector {
 }
 
 impl OperationCollector {
-    pub fn of(switch: &Switch) -> OperationCollector {
+    pub(crate) fn of(switch: &Switch) -> OperationCollector {
         let log = switch.access_log.as_ref();
         let rejections = &switch.proxy_rejections;
         OperationCollector {

@@ -11,7 +11,7 @@ use crate::state::switch::Switch;
 impl Switch {
     /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
     /// The file decides membership: nodes added through the admin API and not in the file
-    /// leave, nodes removed through it come back (see [`crate::control::membership`]).
+    /// leave, nodes removed through it come back (see `crate::control::membership`).
     pub async fn reload(&self) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();

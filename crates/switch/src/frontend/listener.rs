@@ -32,14 +32,14 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// The address as configured (port 0 stays 0).
-    pub fn configured(&self) -> SocketAddr {
+    pub(crate) fn configured(&self) -> SocketAddr {
         self.configured
     }
 
     /// Every client address to bind, and what it speaks: `listen`, then `[[listener]]`s.
     /// Listeners without a `max_connections_per_client` of their own share one count per
     /// client address, under `limits.max_connections_per_client`.
-    pub fn all(config: &Config) -> Vec<(SocketAddr, Endpoint)> {
+    pub(crate) fn all(config: &Config) -> Vec<(SocketAddr, Endpoint)> {
         let shared = ClientLimiter::new(config.limits.max_connections_per_client);
         let plain = config.listen.iter().map(|&addr| {
             let endpoint = Endpoint {
@@ -204,7 +204,7 @@ pub(crate) fn negotiated(conn: &rustls::ServerConnection) -> Protocol {
 
 impl Endpoint {
     /// `https` for a TLS listener, else `http`.
-    pub fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> &'static str {
         match self.tls_at_start {
             Some(_) => "https",
             None => "http",

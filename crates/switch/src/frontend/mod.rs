@@ -2,5 +2,5 @@
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`, `pipeline`.
 
-pub mod listener;
-pub mod send_timeout;
+pub(crate) mod listener;
+pub(crate) mod send_timeout;

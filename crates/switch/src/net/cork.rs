@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Bytes held before a write waits for the socket (a few TLS records' worth).
-pub const HIGH_WATER: usize = 64 * 1024;
+pub(crate) const HIGH_WATER: usize = 64 * 1024;
 
 struct Shared<T> {
     io: T,
@@ -96,7 +96,7 @@ pub struct FlushAfterPoll<F, T> {
 }
 
 /// Splits `io` into the side hyper reads and writes and a handle that wraps the connection.
-pub fn cork<T>(io: T) -> (Corked<T>, Cork<T>) {
+pub(crate) fn cork<T>(io: T) -> (Corked<T>, Cork<T>) {
     let shared = Arc::new(Mutex::new(Shared {
         io,
         out: Vec::new(),
@@ -117,7 +117,7 @@ pub struct Cork<T> {
 }
 
 impl<T> Cork<T> {
-    pub fn flush_after_poll<F: Future>(self, conn: F) -> FlushAfterPoll<F, T> {
+    pub(crate) fn flush_after_poll<F: Future>(self, conn: F) -> FlushAfterPoll<F, T> {
         FlushAfterPoll {
             conn: Box::pin(conn),
             shared: self.shared,
@@ -132,7 +132,7 @@ fn lock<T>(shared: &Mutex<Shared<T>>) -> MutexGuard<'_, Shared<T>> {
 
 impl<F, T> FlushAfterPoll<F, T> {
     /// The wrapped connection (for a graceful shutdown).
-    pub fn conn(&mut self) -> Pin<&mut F> {
+    pub(crate) fn conn(&mut self) -> Pin<&mut F> {
         self.conn.as_mut()
     }
 }

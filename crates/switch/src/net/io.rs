@@ -27,7 +27,7 @@ pub struct Acceptor {
 
 impl Acceptor {
     /// Takes a bound, non-blocking listener; must be called inside a tokio runtime.
-    pub fn new(listener: std::net::TcpListener) -> io::Result<Self> {
+    pub(crate) fn new(listener: std::net::TcpListener) -> io::Result<Self> {
         defer_accept(&listener, 1)?;
         let listener = mio::net::TcpListener::from_std(listener);
         // SAFETY: the mio listener owns its descriptor, which stays open and the same until the
@@ -36,12 +36,12 @@ impl Acceptor {
         Ok(Acceptor { inner })
     }
 
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.get_ref().local_addr()
     }
 
     /// The next connection: a non-blocking socket (accept4 with `SOCK_NONBLOCK`), unregistered.
-    pub async fn accept(&self) -> io::Result<(LazyStream, SocketAddr)> {
+    pub(crate) async fn accept(&self) -> io::Result<(LazyStream, SocketAddr)> {
         loop {
             let mut ready = self.inner.readable().await?;
             match ready.try_io(|listener| listener.get_ref().accept()) {
@@ -89,7 +89,7 @@ pub enum LazyStream {
 }
 
 impl LazyStream {
-    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+    pub(crate) fn set_nodelay(&self, on: bool) -> io::Result<()> {
         match self {
             LazyStream::Direct(s) => s.set_nodelay(on),
             LazyStream::Registered(s) => s.get_ref().set_nodelay(on),
@@ -102,7 +102,7 @@ impl LazyStream {
     /// 8 KB for response heads, both fixed by hyper) are set up once there is a request to read.
     /// Already-arrived bytes (the usual case after a deferred accept) are seen without a
     /// registration with the event loop.
-    pub async fn first_bytes(&mut self, limit: std::time::Duration) -> io::Result<bool> {
+    pub(crate) async fn first_bytes(&mut self, limit: std::time::Duration) -> io::Result<bool> {
         if let LazyStream::Direct(s) = self {
             let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
             match socket2::SockRef::from(&*s).peek(&mut probe) {
@@ -120,7 +120,7 @@ impl LazyStream {
     }
 
     /// The address the client connected to.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         match self {
             LazyStream::Direct(s) => s.local_addr(),
             LazyStream::Registered(s) => s.get_ref().local_addr(),

@@ -5,14 +5,14 @@
 //!
 //! May use: nothing else in the crate (the lowest layer).
 
-pub mod address;
-pub mod cork;
-pub mod io;
-pub mod node_clock;
-pub mod peer;
-pub mod reaper;
-pub mod socket_calls;
-pub mod tls;
+pub(crate) mod address;
+pub(crate) mod cork;
+pub(crate) mod io;
+pub(crate) mod node_clock;
+pub(crate) mod peer;
+pub(crate) mod reaper;
+pub(crate) mod socket_calls;
+pub(crate) mod tls;
 
 /// The error of a body frame or an I/O step that may come from anywhere (hyper, rustls, a
 /// node, a size limit).

@@ -57,14 +57,14 @@ impl NodeClock {
     }
 
     /// From the request's last bytes out to the answer's first bytes in, once both happened.
-    pub fn latency_nanos(&self) -> Option<u64> {
+    pub(crate) fn latency_nanos(&self) -> Option<u64> {
         let sent = self.sent_at.load(Ordering::Relaxed);
         let answered = self.answered_at.load(Ordering::Relaxed);
         (sent != 0 && answered >= sent).then(|| answered - sent)
     }
 
     /// The last answer's latency, and how long ago its first bytes arrived.
-    pub fn answer(&self) -> Option<(u64, u64)> {
+    pub(crate) fn answer(&self) -> Option<(u64, u64)> {
         let latency = self.latency_nanos()?;
         let answered = self.answered_at.load(Ordering::Relaxed);
         Some((latency, realtime_nanos().saturating_sub(answered)))
@@ -96,7 +96,7 @@ pub struct TimedTcp {
 
 impl TimedTcp {
     /// A connection nobody times (a WebSocket's, a health check's).
-    pub fn plain(tcp: TcpStream) -> io::Result<Self> {
+    pub(crate) fn plain(tcp: TcpStream) -> io::Result<Self> {
         Ok(TimedTcp {
             tcp: socket_calls::register(tcp.into_std()?)?,
             clock: None,
@@ -105,7 +105,7 @@ impl TimedTcp {
 
     /// A connection whose requests are timed; with receive timestamps when the kernel has
     /// them.
-    pub fn timed(tcp: TcpStream) -> io::Result<Self> {
+    pub(crate) fn timed(tcp: TcpStream) -> io::Result<Self> {
         if let Err(e) = enable_receive_timestamps(tcp.as_raw_fd()) {
             tracing::debug!("no receive timestamps on a node connection ({e}); reads are timed");
         }
@@ -115,7 +115,7 @@ impl TimedTcp {
         })
     }
 
-    pub fn clock(&self) -> Option<&Arc<NodeClock>> {
+    pub(crate) fn clock(&self) -> Option<&Arc<NodeClock>> {
         self.clock.as_ref()
     }
 

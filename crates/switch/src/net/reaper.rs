@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 /// Sockets closed between two yields: small enough that a ready request waits for at most a
 /// few hundred microseconds of closes.
-pub const BATCH: usize = 32;
+pub(crate) const BATCH: usize = 32;
 
 /// One worker's queue of sockets to close: `T` is a socket with the guards that count it
 /// open, closed when dropped.
@@ -39,7 +39,7 @@ impl<T> Default for Reaper<T> {
 
 impl<T: Send> Reaper<T> {
     /// Queues a socket (and its guards) to be closed soon.
-    pub fn close(&self, closing: T) {
+    pub(crate) fn close(&self, closing: T) {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         pending.push(closing);
         if pending.len() == 1 {
@@ -54,7 +54,7 @@ impl<T: Send> Reaper<T> {
     }
 
     /// Closes what is queued, [`BATCH`] at a time, for as long as the task runs.
-    pub async fn run(self: Arc<Self>) {
+    pub(crate) async fn run(self: Arc<Self>) {
         loop {
             self.wake.notified().await;
             while self.close_batch() > 0 {

@@ -39,7 +39,7 @@ unsafe impl OwnedSocket for mio::net::TcpStream {}
 
 /// A socket registered with the event loop for reading and writing. It must be in non-blocking
 /// mode already (as `mio`'s are, and those `tokio::net::TcpStream::into_std` gives).
-pub fn register<S: OwnedSocket>(socket: S) -> io::Result<AsyncFd<S>> {
+pub(crate) fn register<S: OwnedSocket>(socket: S) -> io::Result<AsyncFd<S>> {
     // SAFETY: the `AsyncFd` owns `socket`, whose descriptor stays open and the same until the
     // `AsyncFd` is dropped (deregistering it first; `OwnedSocket`'s promise): it is only ever
     // borrowed (`get_ref`) for calls on the socket, never replaced or closed apart.
@@ -49,24 +49,24 @@ pub fn register<S: OwnedSocket>(socket: S) -> io::Result<AsyncFd<S>> {
 }
 
 /// One `recv` into `into`: the bytes read (0 at the end of the stream).
-pub fn recv(fd: BorrowedFd<'_>, into: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+pub(crate) fn recv(fd: BorrowedFd<'_>, into: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
     let ((read, _), _) = rustix::net::recv(fd, into, RecvFlags::empty())?;
     Ok(read.len())
 }
 
 /// One `send` of `bytes`, with no `SIGPIPE` if the peer has gone.
-pub fn send(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<usize> {
+pub(crate) fn send(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<usize> {
     Ok(rustix::net::send(fd, bytes, SendFlags::NOSIGNAL)?)
 }
 
 /// One `writev` of `bufs` (std ignores `SIGPIPE` in its programs, as for its own `writev`).
-pub fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+pub(crate) fn writev(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
     Ok(rustix::io::writev(fd, bufs)?)
 }
 
 /// Reads into `buf` once `socket` is readable, with `read`, which returns the bytes it read
 /// and what else it learnt (a receive timestamp, say).
-pub fn poll_read_by<S: AsRawFd + AsFd, T>(
+pub(crate) fn poll_read_by<S: AsRawFd + AsFd, T>(
     socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -95,7 +95,7 @@ pub fn poll_read_by<S: AsRawFd + AsFd, T>(
 }
 
 /// `AsyncRead::poll_read` of a socket, by [`recv`].
-pub fn poll_read<S: AsRawFd + AsFd>(
+pub(crate) fn poll_read<S: AsRawFd + AsFd>(
     socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -127,7 +127,7 @@ fn poll_write_by<S: AsRawFd + AsFd>(
 }
 
 /// `AsyncWrite::poll_write` of a socket, by [`send`].
-pub fn poll_write<S: AsRawFd + AsFd>(
+pub(crate) fn poll_write<S: AsRawFd + AsFd>(
     socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     bytes: &[u8],
@@ -143,7 +143,7 @@ pub fn poll_write<S: AsRawFd + AsFd>(
 /// `AsyncWrite::poll_write_vectored` of a socket, by [`writev`]. As tokio's, it takes a short
 /// write as no sign of a full socket (adding up the buffers' lengths would cost more than it
 /// saves).
-pub fn poll_write_vectored<S: AsRawFd + AsFd>(
+pub(crate) fn poll_write_vectored<S: AsRawFd + AsFd>(
     socket: &AsyncFd<S>,
     cx: &mut Context<'_>,
     bufs: &[IoSlice<'_>],

@@ -20,8 +20,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 
 /// ALPN protocol ids the switch can speak.
-pub const ALPN_H2: &[u8] = b"h2";
-pub const ALPN_HTTP11: &[u8] = b"http/1.1";
+pub(crate) const ALPN_H2: &[u8] = b"h2";
+pub(crate) const ALPN_HTTP11: &[u8] = b"http/1.1";
 
 /// One certificate of a listener, as written in the configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -112,7 +112,7 @@ fn session_cache() -> Arc<dyn StoresServerSessions> {
 impl TlsFiles {
     /// Reads every certificate and key (relative paths from `base_dir`) and builds the rustls
     /// configuration.
-    pub fn load(self, base_dir: Option<&Path>) -> Result<Tls, TlsError> {
+    pub(crate) fn load(self, base_dir: Option<&Path>) -> Result<Tls, TlsError> {
         let err = |at, message: String| TlsError { at, message };
         if self.certificates.is_empty() {
             return Err(err(

@@ -84,7 +84,7 @@ pub(crate) const CHUNK_BYTES: usize = 64 * 1024;
 /// How long a line may wait in a thread's buffer that is not full: the writer takes every
 /// buffer this often (nginx's `flush=1s`; shorter here, since a sweep costs the writer one
 /// lock per thread and a worker at most a moment's wait on its buffer's lock).
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Formatted lines on their way to the file.
 #[derive(Default)]
@@ -198,7 +198,7 @@ pub struct AccessLog {
 
 impl AccessLog {
     /// Starts the writer thread, which opens the file (a bad path fails here, at start).
-    pub fn open(config: &AccessLogConfig) -> anyhow::Result<AccessLog> {
+    pub(crate) fn open(config: &AccessLogConfig) -> anyhow::Result<AccessLog> {
         let queue_limit = config.buffer.max(1) as u64;
         let chunk_lines = queue_limit.min(CHUNK_BYTES as u64);
         // A line is rarely longer than 512 bytes; the last one may pass the mark.
@@ -262,7 +262,7 @@ impl AccessLog {
     }
 
     /// Formats the record's line into this thread's buffer; never waits for the disk.
-    pub fn log(&self, record: &Record) {
+    pub(crate) fn log(&self, record: &Record) {
         self.append(|line| with_dates(|dates| format_record(record, self.format, dates, line)));
     }
 
@@ -335,7 +335,7 @@ impl AccessLog {
     }
 
     /// Asks the writer to reopen its file (after logrotate renamed it).
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.shared.reopen.store(true, Ordering::Relaxed);
     }
 
@@ -608,7 +608,7 @@ impl DateCache {
 }
 
 /// One line, with its line break, appended to `line`.
-pub fn format_record(
+pub(crate) fn format_record(
     record: &Record,
     format: LogFormat,
     dates: &mut DateCache,
@@ -1028,7 +1028,7 @@ pub(crate) async fn with_notes<F: std::future::Future>(
 
 /// Runs the handling of a request with its notes in reach.
 /// Not an `async fn`: that would hold `handling` twice (its argument and the scope).
-pub fn noting<F: std::future::Future>(
+pub(crate) fn noting<F: std::future::Future>(
     notes: Arc<Notes>,
     handling: F,
 ) -> tokio::task::futures::TaskLocalFuture<Arc<Notes>, F> {

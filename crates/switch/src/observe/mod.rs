@@ -3,5 +3,5 @@
 //!
 //! May use: `net`, `config`.
 
-pub mod access_log;
-pub mod tls_metrics;
+pub(crate) mod access_log;
+pub(crate) mod tls_metrics;

@@ -50,7 +50,7 @@ impl HandshakeFailure {
     ];
 
     /// The `reason` label value.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             HandshakeFailure::Alert => "alert",
             HandshakeFailure::NoCertificate => "no_certificate",
@@ -61,7 +61,7 @@ impl HandshakeFailure {
     }
 
     /// The reason of a failed accept (tokio-rustls wraps rustls errors in `InvalidData`).
-    pub fn of(error: &std::io::Error) -> HandshakeFailure {
+    pub(crate) fn of(error: &std::io::Error) -> HandshakeFailure {
         let tls_error = error
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<rustls::Error>());
@@ -101,7 +101,7 @@ impl Default for TlsCounters {
 
 impl TlsCounters {
     /// Counts a completed handshake on `conn`, which took `took`.
-    pub fn completed(&self, conn: &rustls::ServerConnection, took: Duration) {
+    pub(crate) fn completed(&self, conn: &rustls::ServerConnection, took: Duration) {
         let version = match conn.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_2) => 0,
             _ => 1,
@@ -117,7 +117,7 @@ impl TlsCounters {
     }
 
     /// Counts a handshake that failed for `why`.
-    pub fn failed(&self, why: HandshakeFailure) {
+    pub(crate) fn failed(&self, why: HandshakeFailure) {
         let at = HandshakeFailure::ALL.iter().position(|f| *f == why);
         if let Some(at) = at {
             self.failed[at].fetch_add(1, Ordering::Relaxed);
@@ -125,7 +125,7 @@ impl TlsCounters {
     }
 
     /// The counts as `/status` shows them.
-    pub fn status(&self) -> TlsStatus {
+    pub(crate) fn status(&self) -> TlsStatus {
         let mut status = TlsStatus::default();
         for (v, by_alpn) in self.completed.iter().enumerate() {
             for (a, by_resumed) in by_alpn.iter().enumerate() {
@@ -220,7 +220,7 @@ pub struct TlsCollector {
 
 impl TlsCollector {
     /// A collector of `(listener address, counters)`.
-    pub fn of(listeners: Vec<(String, Arc<TlsCounters>)>) -> Self {
+    pub(crate) fn of(listeners: Vec<(String, Arc<TlsCounters>)>) -> Self {
         TlsCollector { listeners }
     }
 }

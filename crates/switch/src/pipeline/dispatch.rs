@@ -145,7 +145,7 @@ fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) 
 }
 
 /// The client's address as a header value, made once per connection.
-pub fn peer_header(peer: SocketAddr) -> HeaderValue {
+pub(crate) fn peer_header(peer: SocketAddr) -> HeaderValue {
     HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value")
 }
 

@@ -15,12 +15,12 @@
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`.
 
-pub mod cache;
-pub mod checks;
-pub mod dispatch;
-pub mod redirect;
-pub mod response;
-pub mod tunnel;
+pub(crate) mod cache;
+pub(crate) mod checks;
+pub(crate) mod dispatch;
+pub(crate) mod redirect;
+pub(crate) mod response;
+pub(crate) mod tunnel;
 
 use std::convert::Infallible;
 use std::sync::atomic::AtomicBool;
@@ -55,7 +55,7 @@ pub(crate) fn is_idempotent(method: &Method) -> bool {
 }
 
 /// Handles one client request.
-pub async fn handle(
+pub(crate) async fn handle(
     switch: Arc<Switch>,
     conn: Arc<ConnState>,
     peer: HeaderValue,

@@ -22,7 +22,8 @@ use crate::state::switch::ConnState;
 use crate::upstream::pool::NodeBody;
 
 /// The header every cached answer carries (RFC 9211).
-pub static CACHE_STATUS: header::HeaderName = header::HeaderName::from_static("cache-status");
+pub(crate) static CACHE_STATUS: header::HeaderName =
+    header::HeaderName::from_static("cache-status");
 
 /// A request being logged, from its head until its response is attached: the box that will
 /// be the response's [`LoggedBody`], taken from this thread's spares and filled in place, so
@@ -78,7 +79,7 @@ impl HeadText {
 
 impl Pending {
     /// `Some` when the switch logs and this request is one of the sampled.
-    pub fn begin<B>(
+    pub(crate) fn begin<B>(
         log: Option<&Arc<AccessLog>>,
         conn: &ConnState,
         client: &HeaderValue,
@@ -105,12 +106,12 @@ impl Pending {
 
     /// The notes the handling of this request is to take (`None`: its line says nothing they
     /// would hold); run it with [`noting`].
-    pub fn notes(&self) -> Option<&Arc<Notes>> {
+    pub(crate) fn notes(&self) -> Option<&Arc<Notes>> {
         self.body.as_ref()?.notes.as_ref()
     }
 
     /// Wraps the response so that its line is written when its body ends.
-    pub fn attach(mut self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
+    pub(crate) fn attach(mut self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
         let (parts, body) = resp.into_parts();
         let Some(mut logged) = self.body.take() else {
             return Response::from_parts(parts, body);
@@ -129,7 +130,7 @@ impl Pending {
 
 /// The status logged for a request dropped before its answer began: its client went away (an
 /// HTTP/2 stream reset, a connection closed by a deadline or at shutdown). nginx's code for it.
-pub const CLIENT_GONE: u16 = 499;
+pub(crate) const CLIENT_GONE: u16 = 499;
 
 impl Drop for Pending {
     /// The request was abandoned before a response was attached: its line says 499.
@@ -342,7 +343,7 @@ impl LoggedBody {
         self.inner.is_end_stream() || self.expected == Some(self.bytes)
     }
 
-    pub fn poll_frame(
+    pub(crate) fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
@@ -363,11 +364,11 @@ impl LoggedBody {
         polled
     }
 
-    pub fn is_end_stream(&self) -> bool {
+    pub(crate) fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
     }
 
-    pub fn size_hint(&self) -> SizeHint {
+    pub(crate) fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
 }
@@ -400,7 +401,7 @@ pub enum ResponseBody {
 }
 
 impl ResponseBody {
-    pub fn full(bytes: impl Into<Bytes>) -> Self {
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> Self {
         ResponseBody::Full(Some(bytes.into()))
     }
 
@@ -493,7 +494,7 @@ impl Body for ResponseBody {
 }
 
 /// A short plain-text response naming the cause.
-pub fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody> {
+pub(crate) fn error_response(status: StatusCode, cause: &str) -> Response<ResponseBody> {
     let text = format!(
         "{} {}: {cause}\n",
         status.as_u16(),

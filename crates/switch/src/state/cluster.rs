@@ -32,10 +32,10 @@ use crate::state::outlier::{HasOutlier, OutlierState};
 pub struct Epoch(Instant);
 
 impl Epoch {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Epoch(Instant::now())
     }
-    pub fn now_nanos(&self) -> u64 {
+    pub(crate) fn now_nanos(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
@@ -111,7 +111,7 @@ pub enum OutReason {
 }
 
 impl OutReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             OutReason::Draining => "draining",
             OutReason::CheckFailed => "check-down",
@@ -124,7 +124,7 @@ impl OutReason {
 
 /// Share of the picks a slow-starting node is offered on at first: enough to warm its caches
 /// and connections, too little to swamp it.
-pub const SLOW_START_FLOOR: f64 = 0.1;
+pub(crate) const SLOW_START_FLOOR: f64 = 0.1;
 
 impl NodeRuntime {
     fn new(
@@ -188,12 +188,12 @@ impl NodeRuntime {
         self.publish(old.feedback());
     }
 
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
 
     /// Starts (`true`) or ends a drain; ending one counts as coming back (slow start).
-    pub fn set_draining(&self, draining: bool, now_nanos: u64) {
+    pub(crate) fn set_draining(&self, draining: bool, now_nanos: u64) {
         let was = self.draining.swap(draining, Ordering::Relaxed);
         if draining && !was {
             self.admission.evict_waiters();
@@ -204,12 +204,12 @@ impl NodeRuntime {
     }
 
     /// The node joined or came back at `now_nanos`: slow start begins.
-    pub fn came_back(&self, now_nanos: u64) {
+    pub(crate) fn came_back(&self, now_nanos: u64) {
         self.returned_at.store(now_nanos.max(1), Ordering::Relaxed);
     }
 
     /// Why the node takes no new requests at `now_nanos`, or `None` when it takes them.
-    pub fn out_reason(&self, now_nanos: u64) -> Option<OutReason> {
+    pub(crate) fn out_reason(&self, now_nanos: u64) -> Option<OutReason> {
         self.out_reason_with(&self.feedback.load(), now_nanos)
     }
 
@@ -230,7 +230,7 @@ impl NodeRuntime {
     }
 
     /// While the node slow-starts: how much longer, and the share of picks it is offered on.
-    pub fn slow_start(&self, now_nanos: u64) -> Option<(Duration, f64)> {
+    pub(crate) fn slow_start(&self, now_nanos: u64) -> Option<(Duration, f64)> {
         let length = self.slow_start_nanos.load(Ordering::Relaxed);
         // A passive back-off or an ejection ends without an event; its end is a return like
         // any other.
@@ -259,7 +259,8 @@ impl NodeRuntime {
     /// the node on the other picks, least-connections and LARD see it only on its share. A
     /// LARD target on a slow-starting node that is not offered moves like one on a node that
     /// is out, so slow start costs some locality while it lasts.
-    pub fn offered(&self, id: NodeId, now_nanos: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn offered(&self, id: NodeId, now_nanos: u64) -> bool {
         let feedback = self.feedback.load();
         self.out_reason_with(&feedback, now_nanos).is_none() && self.draw(id, now_nanos)
     }
@@ -277,14 +278,14 @@ impl NodeRuntime {
         }
     }
 
-    pub fn is_up(&self, now_nanos: u64) -> bool {
+    pub(crate) fn is_up(&self, now_nanos: u64) -> bool {
         now_nanos >= self.down_until.load(Ordering::Relaxed)
     }
 
     /// Counts a failure; connect failures past the threshold take the node out for the back-off.
     /// The counter is not reset when the node is taken out, so one more failure after the
     /// back-off takes it out again at once.
-    pub fn record_failure(&self, kind: FailureKind, now_nanos: u64, health: &Health) {
+    pub(crate) fn record_failure(&self, kind: FailureKind, now_nanos: u64, health: &Health) {
         match kind {
             FailureKind::Connect => {
                 self.connect_errors.fetch_add(1, Ordering::Relaxed);
@@ -314,7 +315,7 @@ impl NodeRuntime {
         }
     }
 
-    pub fn record_response(&self) {
+    pub(crate) fn record_response(&self) {
         self.served.fetch_add(1, Ordering::Relaxed);
         if self.consecutive_connect_failures.load(Ordering::Relaxed) != 0 {
             self.consecutive_connect_failures
@@ -323,12 +324,12 @@ impl NodeRuntime {
     }
 
     /// The utilisation the node last reported (busiest resource), 0 when it never has.
-    pub fn load(&self) -> f64 {
+    pub(crate) fn load(&self) -> f64 {
         self.feedback.load().gathered.load()
     }
 
     /// What the gatherer last published for the node.
-    pub fn feedback(&self) -> Feedback {
+    pub(crate) fn feedback(&self) -> Feedback {
         **self.feedback.load()
     }
 
@@ -336,7 +337,7 @@ impl NodeRuntime {
         self.feedback.store(Arc::new(feedback));
     }
 
-    pub fn record_latency(&self, micros: u64) {
+    pub(crate) fn record_latency(&self, micros: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
             h.saturating_record(micros.max(1));
         }
@@ -371,17 +372,23 @@ impl Default for Feedback {
 
 /// Everything one configuration resolves to.
 pub struct Cluster {
+    /// 1 at start, one more at each reload or membership change.
     pub generation: u64,
+    /// The configuration it was built from.
     pub config: Arc<Config>,
+    /// The request classifier of its classes and rules.
     pub classifier: Classifier,
+    /// The dispatching policy.
     pub policy: Box<dyn Policy>,
     /// What the policy reads (its own declaration), so the gatherer knows what to feed it.
     pub needs: Needs,
+    /// Every node's runtime, by node id.
     pub nodes: Vec<Arc<NodeRuntime>>,
+    /// Each class's name as a header value (`X-Capstan-Class`, the access log), by class id.
     pub class_headers: Vec<HeaderValue>,
     /// `timeouts.first_byte` of each class, by class id.
     pub first_byte: Vec<Duration>,
-    /// TLS settings of the nodes reached over TLS (see [`crate::upstream::tls`]).
+    /// TLS settings of the nodes reached over TLS (see `crate::upstream::tls`).
     pub node_tls: Arc<crate::state::node_tls::TlsToNodes>,
 }
 
@@ -459,7 +466,7 @@ impl Cluster {
     }
 
     /// The node called `name`, with its id.
-    pub fn node_named(&self, name: &str) -> Option<(NodeId, &Arc<NodeRuntime>)> {
+    pub(crate) fn node_named(&self, name: &str) -> Option<(NodeId, &Arc<NodeRuntime>)> {
         self.nodes
             .iter()
             .enumerate()

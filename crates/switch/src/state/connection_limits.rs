@@ -67,7 +67,7 @@ pub struct ListenerStatus {
 
 impl ListenerLimits {
     /// Limits for a listener; `clients` is the per-address limiter that applies to it.
-    pub fn new(
+    pub(crate) fn new(
         configured: SocketAddr,
         max_connections: Option<usize>,
         clients: Option<Arc<ClientLimiter>>,
@@ -87,19 +87,19 @@ impl ListenerLimits {
     }
 
     /// Records the bound address (the first worker to bind tells it).
-    pub fn bound_to(&self, addr: SocketAddr) {
+    pub(crate) fn bound_to(&self, addr: SocketAddr) {
         let _ = self.bound.set(addr);
     }
 
     /// The bound address, or the configured one before binding.
-    pub fn address(&self) -> SocketAddr {
+    pub(crate) fn address(&self) -> SocketAddr {
         self.bound.get().copied().unwrap_or(self.configured)
     }
 
     /// Waits for a slot on this listener, then for one of the switch's (`None`: the switch
     /// is closing its semaphores). The listener's comes first, so a full listener never holds
     /// a switch-wide slot that another listener could use.
-    pub async fn slots(&self, switch_slots: &Arc<Semaphore>) -> Option<Slots> {
+    pub(crate) async fn slots(&self, switch_slots: &Arc<Semaphore>) -> Option<Slots> {
         let listener = match &self.slots {
             Some(slots) => Some(acquire(slots, &self.full_listener).await?),
             None => None,
@@ -112,7 +112,7 @@ impl ListenerLimits {
     }
 
     /// Counts an accepted connection as open until the returned guard is dropped.
-    pub fn opened(self: &Arc<Self>) -> OpenOnListener {
+    pub(crate) fn opened(self: &Arc<Self>) -> OpenOnListener {
         self.open.fetch_add(1, Ordering::AcqRel);
         self.accepted.fetch_add(1, Ordering::Relaxed);
         OpenOnListener {
@@ -122,7 +122,7 @@ impl ListenerLimits {
 
     /// Takes a connection slot for `client` under the per-address limit; `Err` (counted)
     /// when the address is at its limit. `Ok(None)` when no per-address limit applies.
-    pub fn admit_client(&self, client: IpAddr) -> Result<Option<ClientSlot>, AtClientLimit> {
+    pub(crate) fn admit_client(&self, client: IpAddr) -> Result<Option<ClientSlot>, AtClientLimit> {
         let Some(limiter) = &self.clients else {
             return Ok(None);
         };
@@ -135,7 +135,7 @@ impl ListenerLimits {
         }
     }
 
-    pub fn status(&self) -> ListenerStatus {
+    pub(crate) fn status(&self) -> ListenerStatus {
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         ListenerStatus {
             address: self.address().to_string(),
@@ -193,7 +193,7 @@ pub struct ClientLimiter {
 
 impl ClientLimiter {
     /// A limiter, or `None` for a limit of 0 (no limit).
-    pub fn new(limit: usize) -> Option<Arc<ClientLimiter>> {
+    pub(crate) fn new(limit: usize) -> Option<Arc<ClientLimiter>> {
         (limit > 0).then(|| {
             Arc::new(ClientLimiter {
                 limit,
@@ -203,7 +203,7 @@ impl ClientLimiter {
     }
 
     /// A slot for one more connection from `client`, unless it already has `limit`.
-    pub fn admit(this: &Arc<Self>, client: IpAddr) -> Option<ClientSlot> {
+    pub(crate) fn admit(this: &Arc<Self>, client: IpAddr) -> Option<ClientSlot> {
         // An IPv4 client on a dual-stack socket is the same client as over IPv4.
         let client = client.to_canonical();
         let mut open = this.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -219,7 +219,7 @@ impl ClientLimiter {
     }
 
     /// Addresses with connections open now.
-    pub fn addresses(&self) -> usize {
+    pub(crate) fn addresses(&self) -> usize {
         self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
@@ -259,7 +259,7 @@ const LINGER: Duration = Duration::from_secs(1);
 /// `429` above, then a lingering close — the request is read and dropped for at most
 /// [`LINGER`], since closing with it unread would send a reset that can destroy the answer
 /// before the client reads it.
-pub async fn turn_away<S>(mut stream: S, answer: bool)
+pub(crate) async fn turn_away<S>(mut stream: S, answer: bool)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -289,7 +289,7 @@ pub struct ListenerCollector {
 }
 
 impl ListenerCollector {
-    pub fn of(listeners: &[ListenerStatus]) -> Self {
+    pub(crate) fn of(listeners: &[ListenerStatus]) -> Self {
         let listeners = listeners
             .iter()
             .map(|l| {

@@ -67,12 +67,12 @@ pub struct CheckStatus {
 }
 
 impl CheckState {
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         !self.down.load(Ordering::Relaxed)
     }
 
     /// Records a check; returns the node's new state (`true`: up) when this check changed it.
-    pub fn record(&self, result: &CheckResult, rise: u32, fall: u32) -> Option<bool> {
+    pub(crate) fn record(&self, result: &CheckResult, rise: u32, fall: u32) -> Option<bool> {
         let counter = if result.passed {
             &self.passed
         } else {
@@ -102,7 +102,7 @@ impl CheckState {
     }
 
     /// Forgets every result: the node is up (checks were turned off or now ask another path).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.down.store(false, Ordering::Relaxed);
         self.consecutive.store(0, Ordering::Relaxed);
         self.last_passed.store(true, Ordering::Relaxed);
@@ -113,7 +113,7 @@ impl CheckState {
     }
 
     /// Takes over another state (a node rebuilt with a new weight stays as checks left it).
-    pub fn copy_from(&self, other: &CheckState) {
+    pub(crate) fn copy_from(&self, other: &CheckState) {
         for (to, from) in [
             (&self.down, &other.down),
             (&self.last_passed, &other.last_passed),
@@ -131,7 +131,7 @@ impl CheckState {
         }
     }
 
-    pub fn status(&self) -> CheckStatus {
+    pub(crate) fn status(&self) -> CheckStatus {
         let checks = self.passed.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
         let consecutive = self.consecutive.load(Ordering::Relaxed);
         let last = (checks > 0 && consecutive > 0).then(|| {

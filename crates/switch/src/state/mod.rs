@@ -4,13 +4,13 @@
 //!
 //! May use: `net`, `config`, `observe`.
 
-pub mod admission;
-pub mod cache;
-pub mod cluster;
-pub mod connection_limits;
-pub mod counters;
-pub mod health;
-pub mod node_tls;
-pub mod outlier;
-pub mod retry;
-pub mod switch;
+pub(crate) mod admission;
+pub(crate) mod cache;
+pub(crate) mod cluster;
+pub(crate) mod connection_limits;
+pub(crate) mod counters;
+pub(crate) mod health;
+pub(crate) mod node_tls;
+pub(crate) mod outlier;
+pub(crate) mod retry;
+pub(crate) mod switch;

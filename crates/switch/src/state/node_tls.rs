@@ -16,7 +16,7 @@ pub struct TlsToNodes {
 }
 
 impl TlsToNodes {
-    pub fn of(nodes: &[crate::config::NodeConfig]) -> TlsToNodes {
+    pub(crate) fn of(nodes: &[crate::config::NodeConfig]) -> TlsToNodes {
         let mut hasher = DefaultHasher::new();
         let mut by_address = HashMap::new();
         for node in nodes {
@@ -36,13 +36,13 @@ impl TlsToNodes {
         }
     }
 
-    pub fn get(&self, address: SocketAddr) -> Option<&NodeTls> {
+    pub(crate) fn get(&self, address: SocketAddr) -> Option<&NodeTls> {
         self.by_address.get(&address)
     }
 
     /// The node's settings for a URI the connector was given (its userinfo, the PROXY
     /// protocol's client addresses, is not part of the node's address).
-    pub fn for_uri(&self, uri: &http::Uri) -> Option<&NodeTls> {
+    pub(crate) fn for_uri(&self, uri: &http::Uri) -> Option<&NodeTls> {
         if self.by_address.is_empty() {
             return None;
         }

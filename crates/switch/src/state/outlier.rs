@@ -66,17 +66,17 @@ pub struct OutlierStatus {
 
 impl OutlierState {
     /// Whether the node is ejected at `now_nanos`.
-    pub fn is_ejected(&self, now_nanos: u64) -> bool {
+    pub(crate) fn is_ejected(&self, now_nanos: u64) -> bool {
         now_nanos < self.ejected_until.load(Ordering::Relaxed)
     }
 
     /// When the last ejection ends (or ended); 0 when there was none.
-    pub fn ejected_until(&self) -> u64 {
+    pub(crate) fn ejected_until(&self) -> u64 {
         self.ejected_until.load(Ordering::Relaxed)
     }
 
     /// A response head that is not a 5xx: the run of failures ends.
-    pub fn on_success(&self, now_nanos: u64, settings: &Outlier) {
+    pub(crate) fn on_success(&self, now_nanos: u64, settings: &Outlier) {
         if self.consecutive.load(Ordering::Relaxed) != 0 {
             self.consecutive.store(0, Ordering::Relaxed);
         }
@@ -88,7 +88,7 @@ impl OutlierState {
     }
 
     /// Copies another record (the same node, rebuilt by a reload).
-    pub fn copy_from(&self, other: &OutlierState) {
+    pub(crate) fn copy_from(&self, other: &OutlierState) {
         for (to, from) in [
             (&self.consecutive, &other.consecutive),
             (&self.in_a_row, &other.in_a_row),
@@ -104,7 +104,7 @@ impl OutlierState {
         }
     }
 
-    pub fn status(&self, now_nanos: u64) -> OutlierStatus {
+    pub(crate) fn status(&self, now_nanos: u64) -> OutlierStatus {
         let until = self.ejected_until();
         OutlierStatus {
             consecutive_failures: self.consecutive.load(Ordering::Relaxed),
@@ -133,7 +133,7 @@ impl<T: HasOutlier> HasOutlier for Arc<T> {
 }
 
 /// Most nodes of `nodes` that may be out by ejection at once.
-pub fn max_ejected(nodes: usize, percent: u32) -> usize {
+pub(crate) fn max_ejected(nodes: usize, percent: u32) -> usize {
     if nodes < 2 {
         return 0;
     }
@@ -142,7 +142,7 @@ pub fn max_ejected(nodes: usize, percent: u32) -> usize {
 
 /// Counts a failure of `nodes[id]` at `now_nanos`, and ejects it when it is an outlier and the
 /// cluster can spare it.
-pub fn on_failure<N: HasOutlier>(
+pub(crate) fn on_failure<N: HasOutlier>(
     nodes: &[N],
     id: usize,
     now_nanos: u64,

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Seconds of history the budget looks at.
-pub const WINDOW_S: u64 = 10;
+pub(crate) const WINDOW_S: u64 = 10;
 
 #[derive(Default)]
 struct Bucket {
@@ -49,14 +49,14 @@ impl RetryBudget {
     }
 
     /// Counts a request placed on a node for the first time.
-    pub fn record_request(&self, now_nanos: u64) {
+    pub(crate) fn record_request(&self, now_nanos: u64) {
         self.bucket(now_nanos / 1_000_000_000)
             .requests
             .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The requests and retries of the window ending at `now_nanos`.
-    pub fn window(&self, now_nanos: u64) -> WindowCounts {
+    pub(crate) fn window(&self, now_nanos: u64) -> WindowCounts {
         let now = now_nanos / 1_000_000_000;
         let oldest = now.saturating_sub(WINDOW_S - 1);
         let mut counts = WindowCounts {
@@ -74,7 +74,7 @@ impl RetryBudget {
     }
 
     /// Takes one retry from the budget if it has one left, and says whether it did.
-    pub fn try_retry(&self, now_nanos: u64, percent: u32, min_per_second: u32) -> bool {
+    pub(crate) fn try_retry(&self, now_nanos: u64, percent: u32, min_per_second: u32) -> bool {
         let counts = self.window(now_nanos);
         let allowed =
             counts.requests * u64::from(percent) / 100 + u64::from(min_per_second) * WINDOW_S;

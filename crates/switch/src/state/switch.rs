@@ -93,12 +93,17 @@ impl ConnState {
 
 /// The running switch: the current cluster and the switch-wide counters.
 pub struct Switch {
+    /// When the switch started: the zero of its nanosecond clock.
     pub epoch: Epoch,
+    /// The cluster in force, swapped whole by a reload or a membership change.
     pub cluster: ArcSwap<Cluster>,
+    /// Client connections open now, on every worker.
     pub open_connections: AtomicUsize,
+    /// Client connections accepted since start.
     pub accepted_connections: AtomicU64,
+    /// Successful reloads since start.
     pub reloads: AtomicU64,
-    /// Keeps retries to a share of the requests (see [`crate::state::retry`]).
+    /// Keeps retries to a share of the requests (see `crate::state::retry`).
     pub retry_budget: crate::state::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
     pub cache: Option<crate::state::cache::CacheLayer>,
@@ -108,7 +113,7 @@ pub struct Switch {
     pub proxy_rejections: crate::state::counters::Rejections,
     /// WebSocket and CONNECT tunnels.
     pub tunnels: crate::state::counters::TunnelCounts,
-    /// Responses cut by `timeouts.client_send` (see [`crate::frontend::send_timeout`]).
+    /// Responses cut by `timeouts.client_send` (see `crate::frontend::send_timeout`).
     pub client_send_timeouts: crate::state::counters::ClientSendTimeouts,
     /// One permit per open client connection, up to `limits.max_connections`.
     pub(crate) connection_slots: Arc<Semaphore>,
@@ -153,7 +158,7 @@ impl Switch {
         })
     }
 
-    /// Stops accepting and lets in-flight requests finish (see [`Running::wait`]).
+    /// Stops accepting and lets in-flight requests finish (see `Running::wait`).
     pub fn shutdown(&self) {
         self.shutdown.send_replace(true);
     }

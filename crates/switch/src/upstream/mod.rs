@@ -4,13 +4,13 @@
 //!
 //! May use: `net`, `config`, `observe`, `state`.
 
-pub mod body;
-pub mod connect;
-pub mod h1;
-pub mod h2;
-pub mod pool;
-pub mod proxy_protocol;
-pub mod tls;
+pub(crate) mod body;
+pub(crate) mod connect;
+pub(crate) mod h1;
+pub(crate) mod h2;
+pub(crate) mod pool;
+pub(crate) mod proxy_protocol;
+pub(crate) mod tls;
 
 use http::{Request, Response};
 

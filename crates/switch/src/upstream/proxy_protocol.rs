@@ -30,7 +30,7 @@ use crate::config::sections::proxy_protocol::{ProxyProtocolConfig, SendVersion};
 use crate::state::counters::Rejections;
 
 /// The PROXY v1 line for a connection from `src` to `dst`.
-pub fn encode_v1(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+pub(crate) fn encode_v1(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
     let (src_ip, dst_ip) = same_family(src.ip(), dst.ip());
     let family = if src_ip.is_ipv4() { "TCP4" } else { "TCP6" };
     format!(
@@ -65,7 +65,7 @@ pub fn encode_v2(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
 }
 
 /// The PROXY v2 header with command LOCAL: a connection the proxy makes on its own behalf.
-pub fn encode_v2_local() -> Vec<u8> {
+pub(crate) fn encode_v2_local() -> Vec<u8> {
     let mut out = V2_SIGNATURE.to_vec();
     out.extend_from_slice(&[0x20, 0x00, 0, 0]);
     out
@@ -98,7 +98,7 @@ const V2_MAX_BLOCK: usize = 2048;
 
 /// Reads one PROXY header (v1 or v2) from the start of `stream`, exactly: not one byte of
 /// what follows is consumed.
-pub async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Carried, String> {
+pub(crate) async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Carried, String> {
     // The shortest header of either version ("PROXY UNKNOWN\r\n") is 15 bytes: reading that
     // much cannot wait for bytes a client would only send after an answer.
     let mut head = [0u8; 15];
@@ -142,7 +142,7 @@ pub async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Carried
 }
 
 /// A whole v1 line, CRLF included.
-pub fn parse_v1(line: &[u8]) -> Result<Carried, String> {
+pub(crate) fn parse_v1(line: &[u8]) -> Result<Carried, String> {
     let text = std::str::from_utf8(line)
         .ok()
         .and_then(|t| t.strip_suffix("\r\n"))
@@ -179,7 +179,7 @@ pub fn parse_v1(line: &[u8]) -> Result<Carried, String> {
 }
 
 /// A v2 header's version/command byte, family/protocol byte and address block.
-pub fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried, String> {
+pub(crate) fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried, String> {
     if version_command >> 4 != 2 {
         return Err(format!(
             "PROXY v2: version {} is not 2",
@@ -226,7 +226,7 @@ pub fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<Carried
 
 /// On a PROXY listener: the client's addresses after the balancer's header, or why the
 /// connection must be closed (already counted).
-pub async fn accept<S: AsyncRead + Unpin>(
+pub(crate) async fn accept<S: AsyncRead + Unpin>(
     stream: &mut S,
     peer: SocketAddr,
     local: SocketAddr,
@@ -260,7 +260,7 @@ pub async fn accept<S: AsyncRead + Unpin>(
 /// The node's authority with the client's addresses as its userinfo (`SRC~SPORT~DST~DPORT@`):
 /// the pool keeps connections apart per client connection, and [`NodeConnector`] reads the
 /// addresses back for the header.
-pub fn authority_for(node: &Authority, src: SocketAddr, dst: SocketAddr) -> Authority {
+pub(crate) fn authority_for(node: &Authority, src: SocketAddr, dst: SocketAddr) -> Authority {
     let text = format!(
         "{}~{}~{}~{}@{node}",
         src.ip(),

@@ -34,7 +34,7 @@ pub enum NodeStream {
 impl NodeStream {
     /// Runs the TLS handshake on `tcp` when `tls` says so. A certificate that does not verify
     /// fails here, as a connect error naming the cause.
-    pub async fn over(tcp: TimedTcp, tls: Option<&NodeTls>) -> std::io::Result<NodeStream> {
+    pub(crate) async fn over(tcp: TimedTcp, tls: Option<&NodeTls>) -> std::io::Result<NodeStream> {
         let Some(tls) = tls else {
             return Ok(NodeStream::Plain(tcp));
         };
@@ -49,7 +49,7 @@ impl NodeStream {
     }
 
     /// The clock of the TCP connection underneath, when it is timed.
-    pub fn clock(&self) -> Option<&Arc<NodeClock>> {
+    pub(crate) fn clock(&self) -> Option<&Arc<NodeClock>> {
         match self {
             NodeStream::Plain(tcp) => tcp.clock(),
             NodeStream::Tls(tls) => tls.get_ref().0.clock(),

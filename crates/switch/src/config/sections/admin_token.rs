@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Serialize, Serializer};
 
 /// Shortest token accepted: 16 characters of a random base64 string are 96 bits.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// The admin's bearer token. `Debug` never shows it; it serializes as itself so that a
 /// configuration written back out still works.
@@ -27,7 +27,7 @@ impl Serialize for AdminToken {
 
 impl AdminToken {
     /// A token must be something a client can send: RFC 6750's `b64token`
-    /// (`A-Z a-z 0-9 - . _ ~ + /`, then `=` padding), at least [`MIN_TOKEN_LEN`] long.
+    /// (`A-Z a-z 0-9 - . _ ~ + /`, then `=` padding), at least `MIN_TOKEN_LEN` long.
     pub fn new(text: &str) -> Result<AdminToken, String> {
         let body = text.trim_end_matches('=');
         if let Some(bad) = body

@@ -4,10 +4,10 @@
 //!
 //! May use: `net`, and `config::cache` (network and size types).
 
-pub mod access_log;
-pub mod admin_token;
-pub mod http2;
-pub mod listener;
-pub mod node_tls;
-pub mod proxy_protocol;
-pub mod upgrade;
+pub(crate) mod access_log;
+pub(crate) mod admin_token;
+pub(crate) mod http2;
+pub(crate) mod listener;
+pub(crate) mod node_tls;
+pub(crate) mod proxy_protocol;
+pub(crate) mod upgrade;

@@ -7,7 +7,7 @@
 //! task that streams the node's response to every waiting client as it arrives and stores it
 //! when RFC 9111 allows. Unsafe methods invalidate what they change (RFC 9111 §4.4).
 
-pub mod report;
+pub(crate) mod report;
 mod respond;
 
 use std::net::IpAddr;
@@ -31,7 +31,7 @@ use crate::state::cluster::Cluster;
 use crate::state::switch::{ConnState, Switch};
 use crate::upstream::body::UpstreamBody;
 
-pub use crate::pipeline::response::CACHE_STATUS;
+pub(crate) use crate::pipeline::response::CACHE_STATUS;
 use crate::state::cache::fill::{Fill, FillHead, FillOutcome, FillReader};
 use crate::state::cache::{bump, CacheLayer, Key};
 

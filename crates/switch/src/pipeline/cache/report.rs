@@ -36,7 +36,7 @@ pub struct CacheReport {
 }
 
 impl CacheLayer {
-    pub fn report(&self) -> CacheReport {
+    pub(crate) fn report(&self) -> CacheReport {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (hits, lookups) = self.ratio_now();
@@ -66,7 +66,7 @@ impl CacheLayer {
 }
 
 /// Writes the cache's metric families.
-pub fn encode_metrics(
+pub(crate) fn encode_metrics(
     report: &CacheReport,
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
@@ -163,7 +163,7 @@ pub fn encode_metrics(
 
 /// The status page's cache section: counters and the hit ratio over time (per sampling
 /// interval, not cumulative), as an inline SVG.
-pub fn dashboard_section(report: &CacheReport) -> String {
+pub(crate) fn dashboard_section(report: &CacheReport) -> String {
     let mut out = format!(
         "<h2>Cache</h2><p>hit ratio <b>{:.1} %</b> · {} hits, {} stale hits, {} misses, {} revalidations \
          ({} answered 304) · {} coalesced · {} stored, {} uncachable · {} objects, {:.1} of {:.1} MiB · \

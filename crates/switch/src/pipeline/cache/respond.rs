@@ -20,7 +20,7 @@ fn set_cache_status(headers: &mut HeaderMap, status: &CacheStatus) {
 
 /// The answer to a request from a stored entry.
 /// `stored` is the entry's header fields, unpacked once by the caller.
-pub fn from_entry(
+pub(crate) fn from_entry(
     entry: &Entry,
     stored: HeaderMap,
     method: &Method,
@@ -131,7 +131,7 @@ fn bare(code: StatusCode, mut headers: HeaderMap, status: &CacheStatus) -> Respo
 }
 
 /// The answer to a request from a fill: its head and a reader streaming its body.
-pub fn from_fill(
+pub(crate) fn from_fill(
     head: &FillHead,
     mut reader: FillReader,
     method: &Method,

@@ -63,7 +63,7 @@ fn received_by(entry: &[u8]) -> Option<&[u8]> {
 impl Config {
     /// One line per node whose address is one of this switch's own listeners: every request
     /// sent there would come back (and be answered 508).
-    pub fn self_addressed_node_warnings(&self) -> Vec<String> {
+    pub(crate) fn self_addressed_node_warnings(&self) -> Vec<String> {
         let listeners: Vec<SocketAddr> = self
             .listen
             .iter()

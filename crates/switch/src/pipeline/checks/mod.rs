@@ -3,7 +3,7 @@
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`, and `pipeline`'s response module.
 
-pub mod forwarding_loop;
-pub mod http2;
-pub mod limits;
-pub mod strict;
+pub(crate) mod forwarding_loop;
+pub(crate) mod http2;
+pub(crate) mod limits;
+pub(crate) mod strict;

@@ -35,21 +35,21 @@
 //! cases the node stays busy and the rest waits in the switch's queue, not in the node.
 
 /// Length of one sampling window (Envoy's `concurrency_update_interval` in its example).
-pub const WINDOW_NANOS: u64 = 100_000_000;
+pub(crate) const WINDOW_NANOS: u64 = 100_000_000;
 /// Samples a window needs before it may change the limit.
-pub const MIN_WINDOW_SAMPLES: usize = 3;
+pub(crate) const MIN_WINDOW_SAMPLES: usize = 3;
 /// Ratios kept per window; a window that fills up closes early.
 const MAX_WINDOW_SAMPLES: usize = 256;
 /// Samples a probe collects before it sets the baselines (Envoy's `request_count` default).
-pub const PROBE_SAMPLES: usize = 50;
+pub(crate) const PROBE_SAMPLES: usize = 50;
 /// A probe that has run this long ends with what it has, if that is at least
 /// [`MIN_PROBE_SAMPLES`] (a node with little traffic should not stay pinned).
-pub const PROBE_MAX_NANOS: u64 = 2_000_000_000;
-pub const MIN_PROBE_SAMPLES: usize = 5;
+pub(crate) const PROBE_MAX_NANOS: u64 = 2_000_000_000;
+pub(crate) const MIN_PROBE_SAMPLES: usize = 5;
 /// Clean samples that give a class without a baseline its baseline (their median).
-pub const CLEAN_SAMPLES: usize = 5;
+pub(crate) const CLEAN_SAMPLES: usize = 5;
 /// Loaded samples of classes without a baseline that start a probe.
-pub const UNKNOWN_BEFORE_PROBE: u32 = 20;
+pub(crate) const UNKNOWN_BEFORE_PROBE: u32 = 20;
 /// Windows in a row at the minimum that start a probe.
 const WINDOWS_AT_MIN_BEFORE_PROBE: u32 = 5;
 /// Envoy's bounds on the gradient.
@@ -119,7 +119,7 @@ pub struct GradientLimiter {
 
 impl GradientLimiter {
     /// A limiter at `initial`, for a node serving `classes` classes, from `now_nanos`.
-    pub fn new(settings: AdaptiveSettings, classes: usize, now_nanos: u64) -> Self {
+    pub(crate) fn new(settings: AdaptiveSettings, classes: usize, now_nanos: u64) -> Self {
         let mut limiter = GradientLimiter {
             settings,
             limit: f64::from(settings.initial.clamp(settings.min, settings.max)),
@@ -140,12 +140,12 @@ impl GradientLimiter {
         limiter
     }
 
-    pub fn settings(&self) -> AdaptiveSettings {
+    pub(crate) fn settings(&self) -> AdaptiveSettings {
         self.settings
     }
 
     /// Requests the node may have in flight now.
-    pub fn limit(&self) -> u32 {
+    pub(crate) fn limit(&self) -> u32 {
         match self.probe {
             Some(_) => self.settings.min,
             None => self.limit.round() as u32,
@@ -153,22 +153,23 @@ impl GradientLimiter {
     }
 
     /// Whether the limit is pinned to `min` while baselines are measured.
-    pub fn is_probing(&self) -> bool {
+    pub(crate) fn is_probing(&self) -> bool {
         self.probe.is_some()
     }
 
     /// The baseline of `class`, nanoseconds, once known.
-    pub fn baseline(&self, class: usize) -> Option<u64> {
+    #[cfg(test)]
+    pub(crate) fn baseline(&self, class: usize) -> Option<u64> {
         self.baselines.get(class).copied().flatten()
     }
 
     /// The median latency ratio of the last window that counted (1 = unloaded).
-    pub fn last_ratio(&self) -> f64 {
+    pub(crate) fn last_ratio(&self) -> f64 {
         self.last_ratio
     }
 
     /// Takes a response's latency into account; the limit may change.
-    pub fn record(&mut self, sample: Sample) {
+    pub(crate) fn record(&mut self, sample: Sample) {
         if sample.class >= self.baselines.len() {
             self.baselines.resize(sample.class + 1, None);
             self.clean.resize(sample.class + 1, Vec::new());

@@ -56,7 +56,7 @@
 //! **Memory.** A queued request holds its parsed head and the task that waits (a few KB); the
 //! queue bound caps that per node.
 
-pub mod limiter;
+pub(crate) mod limiter;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -69,13 +69,13 @@ pub use limiter::{AdaptiveSettings, GradientLimiter, Sample};
 
 /// How much cheaper than the costliest class on a node a class must be to take the express
 /// lane.
-pub const EXPRESS_RATIO: f64 = 10.0;
+pub(crate) const EXPRESS_RATIO: f64 = 10.0;
 
 use crate::config::{Admission, LimitMode};
 
 impl Admission {
     /// The adaptive limiter's settings.
-    pub fn adaptive(&self) -> AdaptiveSettings {
+    pub(crate) fn adaptive(&self) -> AdaptiveSettings {
         AdaptiveSettings {
             min: self.min_limit,
             max: self.max_limit,
@@ -97,16 +97,6 @@ pub enum Shed {
     /// ([`Gate::evict_waiters`]), or no response came back from it all the time it waited. The
     /// node's fault, not the load's: the request may wait again at another node.
     Stalled,
-}
-
-impl Shed {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Shed::QueueFull => "queue-full",
-            // Counted with the timeouts when it finds no other place.
-            Shed::QueueTimeout | Shed::Stalled => "queue-timeout",
-        }
-    }
 }
 
 /// How a gate limits its node.
@@ -371,7 +361,7 @@ pub struct Permit {
 
 impl Permit {
     /// A permit of a node whose admission is off: it holds nothing.
-    pub fn unlimited() -> Permit {
+    pub(crate) fn unlimited() -> Permit {
         Permit {
             gate: None,
             in_flight: 0,
@@ -418,7 +408,7 @@ impl Drop for Ticket<'_> {
 
 impl Gate {
     /// A gate for `settings` on a node serving `classes` classes.
-    pub fn new(settings: &Admission, classes: usize, now_nanos: u64) -> Gate {
+    pub(crate) fn new(settings: &Admission, classes: usize, now_nanos: u64) -> Gate {
         let gate = Gate {
             state: Mutex::new(GateState {
                 mode: Mode::Off,
@@ -456,7 +446,7 @@ impl Gate {
 
     /// Applies a (re)loaded configuration. An adaptive limiter whose settings and classes are
     /// unchanged keeps what it learned; a new limit lets waiters in at once.
-    pub fn configure(&self, settings: &Admission, classes: usize, now_nanos: u64) {
+    pub(crate) fn configure(&self, settings: &Admission, classes: usize, now_nanos: u64) {
         let mut state = self.lock();
         state.class_latency.resize(classes, 0.0);
         state.queue_max = settings.queue;
@@ -489,32 +479,36 @@ impl Gate {
     }
 
     /// Whether a request sent here now would be shed: at the limit, and no room to wait.
-    pub fn is_saturated(&self) -> bool {
+    pub(crate) fn is_saturated(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) >= self.limit.load(Ordering::Relaxed)
             && self.queued.load(Ordering::Relaxed) >= self.queue_cap.load(Ordering::Relaxed)
     }
 
     /// Whether a request sent here now would be admitted at once: under the limit, and nobody
     /// waiting ahead of it.
-    pub fn has_free_slot(&self) -> bool {
+    pub(crate) fn has_free_slot(&self) -> bool {
         self.in_flight.load(Ordering::Relaxed) < self.limit.load(Ordering::Relaxed)
             && self.queued.load(Ordering::Relaxed) == 0
     }
 
     /// Requests waiting for a slot.
-    pub fn queued(&self) -> u32 {
+    pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }
 
     /// The current limit (`u32::MAX` when off).
-    pub fn limit(&self) -> u32 {
+    pub(crate) fn limit(&self) -> u32 {
         self.limit.load(Ordering::Relaxed)
     }
 
     /// Takes a slot for a request of `class` sent at `now_nanos`: at once when the node is
     /// under its limit and nobody waits (or on the express lane), else after waiting in the
     /// queue; or the reason it cannot have one.
-    pub async fn admit(self: &Arc<Self>, class: usize, now_nanos: u64) -> Result<Permit, Shed> {
+    pub(crate) async fn admit(
+        self: &Arc<Self>,
+        class: usize,
+        now_nanos: u64,
+    ) -> Result<Permit, Shed> {
         let (id, grant, timeout) = {
             let mut state = self.lock();
             if let Some(permit) = self.admit_now(&mut state, class, now_nanos) {
@@ -570,7 +564,7 @@ impl Gate {
     /// The node went out of rotation: every waiter leaves the queue at once, to be placed
     /// elsewhere ([`Shed::Stalled`]) rather than wait out the queue timeout for a node that will
     /// not take it.
-    pub fn evict_waiters(&self) {
+    pub(crate) fn evict_waiters(&self) {
         let mut state = self.lock();
         for waiter in state.waiters.drain(..) {
             let _ = waiter.grant.send(Grant::Evicted);
@@ -579,7 +573,7 @@ impl Gate {
     }
 
     /// Counts a request shed after [`Shed::Stalled`] found no other place.
-    pub fn count_stalled_shed(&self) {
+    pub(crate) fn count_stalled_shed(&self) {
         self.shed_queue_timeout.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -623,7 +617,7 @@ impl Gate {
     }
 
     /// Requests in flight on the node through this gate, express ones included.
-    pub fn in_flight(&self) -> u32 {
+    pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed) + self.express.load(Ordering::Relaxed)
     }
 
@@ -656,7 +650,7 @@ impl Gate {
 
     /// A request sent `latency_nanos` ago ended: its response head came back (`answered`), or
     /// its first-byte timeout ran out, which the limiter counts as that much latency.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         class: usize,
         latency_nanos: u64,
@@ -700,7 +694,7 @@ impl Gate {
     }
 
     /// What `/status` shows.
-    pub fn status(&self) -> GateStatus {
+    pub(crate) fn status(&self) -> GateStatus {
         let state = self.lock();
         let (mode, probing, ratio) = match &state.mode {
             Mode::Off => ("off", None, None),

@@ -25,7 +25,7 @@ use crate::net::BoxError;
 
 /// How far the producer of a response that is not being stored may run ahead of its slowest
 /// reader.
-pub const PASS_WINDOW: u64 = 1 << 20;
+pub(crate) const PASS_WINDOW: u64 = 1 << 20;
 
 /// What the fill turned out to carry, for each reader's `Cache-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum FillOutcome {
 
 impl FillOutcome {
     /// Whether a reader other than the one that started the fill may take this response.
-    pub fn shareable(self) -> bool {
+    pub(crate) fn shareable(self) -> bool {
         match self {
             FillOutcome::Fetched { shareable, .. } => shareable,
             FillOutcome::Revalidated | FillOutcome::StaleOnError | FillOutcome::Error => true,
@@ -103,7 +103,7 @@ pub struct Fill {
 }
 
 impl Fill {
-    pub fn new() -> Arc<Fill> {
+    pub(crate) fn new() -> Arc<Fill> {
         Arc::new(Fill::default())
     }
 
@@ -113,7 +113,11 @@ impl Fill {
 
     /// A new reader from the first byte, unless the first bytes are gone already (a
     /// pass-through past its window) or the fill has `max_followers` waiting.
-    pub fn join(self: &Arc<Self>, max_followers: usize, follower: bool) -> Option<FillReader> {
+    pub(crate) fn join(
+        self: &Arc<Self>,
+        max_followers: usize,
+        follower: bool,
+    ) -> Option<FillReader> {
         let mut st = self.lock();
         if st.first != 0 || (follower && st.followers >= max_followers) {
             return None;
@@ -133,7 +137,7 @@ impl Fill {
     }
 
     /// Waits for the response head, at most `timeout`.
-    pub async fn head(&self, timeout: Duration) -> Option<Arc<FillHead>> {
+    pub(crate) async fn head(&self, timeout: Duration) -> Option<Arc<FillHead>> {
         let wait = async {
             loop {
                 let notified = self.head_ready.notified();
@@ -147,7 +151,7 @@ impl Fill {
     }
 
     /// Publishes the head; `keep_all` when the body is being stored.
-    pub fn set_head(&self, head: FillHead, keep_all: bool) {
+    pub(crate) fn set_head(&self, head: FillHead, keep_all: bool) {
         {
             let mut st = self.lock();
             st.head = Some(Arc::new(head));
@@ -157,14 +161,14 @@ impl Fill {
     }
 
     /// Stops keeping every chunk (the body outgrew `max_object`): from now on it passes.
-    pub fn stop_keeping(&self) {
+    pub(crate) fn stop_keeping(&self) {
         let mut st = self.lock();
         st.keep_all = false;
         trim(&mut st);
     }
 
     /// Appends a chunk and wakes the readers.
-    pub fn push(&self, data: Bytes) {
+    pub(crate) fn push(&self, data: Bytes) {
         let wakers = {
             let mut st = self.lock();
             st.buffered += data.len() as u64;
@@ -175,7 +179,7 @@ impl Fill {
     }
 
     /// Ends the body: `Ok` when complete, `Err` with the cause when the node's body failed.
-    pub fn finish(&self, result: Result<(), String>) {
+    pub(crate) fn finish(&self, result: Result<(), String>) {
         let wakers = {
             let mut st = self.lock();
             st.end = Some(match result {
@@ -189,7 +193,7 @@ impl Fill {
 
     /// Ready(true) when the producer may read more from the node; Ready(false) when nobody
     /// wants the rest (no reader left and nothing being stored).
-    pub fn poll_room(&self, cx: &mut Context<'_>) -> Poll<bool> {
+    pub(crate) fn poll_room(&self, cx: &mut Context<'_>) -> Poll<bool> {
         let mut st = self.lock();
         if st.keep_all {
             return Poll::Ready(true);
@@ -205,12 +209,12 @@ impl Fill {
     }
 
     /// Waits for room; false when the producer should stop.
-    pub async fn room(&self) -> bool {
+    pub(crate) async fn room(&self) -> bool {
         std::future::poll_fn(|cx| self.poll_room(cx)).await
     }
 
     /// The whole body, when every chunk was kept.
-    pub fn body(&self) -> Option<Bytes> {
+    pub(crate) fn body(&self) -> Option<Bytes> {
         let st = self.lock();
         if st.first != 0 {
             return None;
@@ -230,7 +234,7 @@ impl Fill {
     }
 
     /// Publishes a complete response in one go (a stored entry, an error page).
-    pub fn publish(&self, head: FillHead, body: Bytes) {
+    pub(crate) fn publish(&self, head: FillHead, body: Bytes) {
         self.set_head(head, true);
         if !body.is_empty() {
             self.push(body);
@@ -269,12 +273,12 @@ pub struct FillReader {
 }
 
 impl FillReader {
-    pub fn fill(&self) -> &Arc<Fill> {
+    pub(crate) fn fill(&self) -> &Arc<Fill> {
         &self.fill
     }
 
     /// Tells the reader the body's length from the head, for its size hint.
-    pub fn set_len(&mut self, len: Option<u64>) {
+    pub(crate) fn set_len(&mut self, len: Option<u64>) {
         self.announced_len = len;
     }
 }

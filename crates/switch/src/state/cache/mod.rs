@@ -3,7 +3,7 @@
 //! counters and the hit-ratio history. What a request does with it is
 //! [`crate::pipeline::cache`]'s job.
 
-pub mod fill;
+pub(crate) mod fill;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +67,7 @@ const HISTORY: usize = 360;
 impl CacheLayer {
     /// The cache for a `[cache]` section; fails when the disk tier's directory cannot be
     /// opened (or another process has it open).
-    pub fn new(config: &CacheConfig) -> anyhow::Result<CacheLayer> {
+    pub(crate) fn new(config: &CacheConfig) -> anyhow::Result<CacheLayer> {
         let disk = match &config.disk_path {
             Some(dir) => Some(Arc::new(
                 DiskTier::open(
@@ -95,12 +95,12 @@ impl CacheLayer {
         })
     }
 
-    pub fn stats(&self) -> StoreStats {
+    pub(crate) fn stats(&self) -> StoreStats {
         self.store.stats()
     }
 
     /// Hits (fresh and stale) and lookups so far.
-    pub fn ratio_now(&self) -> (u64, u64) {
+    pub(crate) fn ratio_now(&self) -> (u64, u64) {
         let c = &self.counters;
         let hits = c.hits.load(Ordering::Relaxed) + c.stale_hits.load(Ordering::Relaxed);
         let lookups =
@@ -109,7 +109,7 @@ impl CacheLayer {
     }
 
     /// Records a point of the hit-ratio history.
-    pub fn sample(&self, uptime_s: f64) {
+    pub(crate) fn sample(&self, uptime_s: f64) {
         let (hits, lookups) = self.ratio_now();
         let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         if h.len() == HISTORY {
@@ -122,7 +122,7 @@ impl CacheLayer {
         });
     }
 
-    pub fn history(&self) -> Vec<RatioSample> {
+    pub(crate) fn history(&self) -> Vec<RatioSample> {
         let h = self.history.lock().unwrap_or_else(|p| p.into_inner());
         h.iter().copied().collect()
     }
@@ -140,7 +140,7 @@ impl CacheLayer {
     }
 
     /// PURGE of one URL (every variant, both tiers); returns how many memory entries went.
-    pub fn purge(&self, url: &str) -> usize {
+    pub(crate) fn purge(&self, url: &str) -> usize {
         bump(&self.counters.purges);
         self.drop_url(url)
     }
@@ -153,7 +153,7 @@ impl CacheLayer {
     }
 
     /// BAN: every URL `banned` matches, from both tiers.
-    pub fn ban(&self, banned: impl Fn(&str) -> bool) -> usize {
+    pub(crate) fn ban(&self, banned: impl Fn(&str) -> bool) -> usize {
         let in_memory = self.store.ban(&banned);
         let on_disk = self.disk.as_ref().map_or(0, |d| d.ban(&banned));
         in_memory.max(on_disk)

@@ -4,6 +4,7 @@
 //! Nothing here reads a clock, does I/O or spawns: time arrives through [`ClusterView::now_nanos`].
 //! That is what lets the live switch and the discrete-event simulator run the very same policy code.
 
+pub mod admission;
 pub mod class;
 pub mod gather;
 pub mod policy;

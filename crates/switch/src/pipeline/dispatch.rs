@@ -15,14 +15,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use capstan_core::{hash_key, ClassId, NodeId, Outcome, RequestInfo};
+use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Body;
 use tokio::time::error::Elapsed;
 
-use crate::config::{KeyKind, NodeProtocol};
+use crate::config::NodeProtocol;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::{OnEnd, ResponseBody};
 use crate::state::admission::{Permit, Shed};
@@ -188,12 +188,8 @@ impl Placement {
         let now = self.switch.epoch.now_nanos();
         let elapsed_nanos = now.saturating_sub(self.started_nanos);
         node.record_latency(elapsed_nanos / 1000);
-        let key = key_of(&self.key, self.cluster.config.upstream.key);
-        let info = RequestInfo {
-            class: self.class,
-            key,
-            key_hash: hash_key(key),
-        };
+        let key = crate::state::request::key_of(&self.key, self.cluster.config.upstream.key);
+        let info = crate::state::request::request_info(self.class, key);
         let outcome = Outcome {
             ok,
             latency_nanos: elapsed_nanos,
@@ -216,13 +212,6 @@ impl OnEnd for SettleOnEnd {
         if let (Some(pooled), true) = (self.1.take(), completed) {
             pooled.release();
         }
-    }
-}
-
-pub(crate) fn key_of(pq: &PathAndQuery, kind: KeyKind) -> &str {
-    match kind {
-        KeyKind::Path => pq.path(),
-        KeyKind::Uri => pq.as_str(),
     }
 }
 
@@ -367,12 +356,8 @@ impl Forward {
         if self.conn.tls.get().is_some() {
             headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
         }
-        let key = key_of(&self.pq, config.upstream.key);
-        let info = RequestInfo {
-            class: self.class,
-            key,
-            key_hash: hash_key(key),
-        };
+        let key = crate::state::request::key_of(&self.pq, config.upstream.key);
+        let info = crate::state::request::request_info(self.class, key);
         switch.retry_budget.record_request(switch.epoch.now_nanos());
         let mut body = Some(body);
         let mut exclude = None;

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use capstan_core::{hash_key, ClassId, RequestInfo};
+use capstan_core::ClassId;
 use http::header::{HeaderValue, CACHE_CONTROL, LOCATION};
 use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
@@ -28,12 +28,8 @@ pub(crate) fn answer(
     if !applies(redirect, cluster, class) || is_marked(pq, &redirect.mark) {
         return None;
     }
-    let key = crate::pipeline::dispatch::key_of(pq, cluster.config.upstream.key);
-    let info = RequestInfo {
-        class,
-        key,
-        key_hash: hash_key(key),
-    };
+    let key = crate::state::request::key_of(pq, cluster.config.upstream.key);
+    let info = crate::state::request::request_info(class, key);
     let view = LiveView {
         now_nanos: switch.epoch.now_nanos(),
         nodes: &cluster.nodes,

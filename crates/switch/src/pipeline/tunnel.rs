@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_core::{hash_key, RequestInfo};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -150,12 +149,8 @@ async fn send(
     tunnel: Tunnel,
 ) -> Result<Response<hyper::body::Incoming>, Response<ResponseBody>> {
     let (switch, cluster) = (&forward.switch, &forward.cluster);
-    let key = crate::pipeline::dispatch::key_of(&forward.pq, cluster.config.upstream.key);
-    let info = RequestInfo {
-        class: forward.class,
-        key,
-        key_hash: hash_key(key),
-    };
+    let key = crate::state::request::key_of(&forward.pq, cluster.config.upstream.key);
+    let info = crate::state::request::request_info(forward.class, key);
     let now = switch.epoch.now_nanos();
     let Some(node_id) = forward.pick(&info, None, true, now) else {
         return Err(forward.no_node(None));

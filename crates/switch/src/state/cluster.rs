@@ -587,7 +587,6 @@ impl ClusterView for LiveView<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capstan_core::{hash_key, RequestInfo};
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -617,11 +616,7 @@ mod tests {
             weights: cluster.needs.weights,
             hide: Hide::Full,
         };
-        let req = RequestInfo {
-            class: 0,
-            key,
-            key_hash: hash_key(key),
-        };
+        let req = crate::state::request::request_info(0, key);
         let id = cluster.policy.pick(&req, &view).expect("a node");
         cluster.nodes[id].config.name.clone()
     }

@@ -2,7 +2,7 @@
 //!
 //! Every node has a [`Gate`] between the policy's pick and the upstream connection:
 //!
-//! - **A concurrency limit.** By default *adaptive* ([`limiter`]: Envoy's gradient controller,
+//! - **A concurrency limit.** By default *adaptive* ([`capstan_core::admission`]: Envoy's gradient controller,
 //!   the limit follows the node's latency against its unloaded latency, so it finds the node's
 //!   capacity without tuning; for HTTP/1.1 nodes the latency is timed at the socket,
 //!   [`crate::net::node_clock`], so the switch's own delays do not count as the node's); or a fixed number (`limit = N`, HAProxy's per-server `maxconn`);
@@ -41,7 +41,7 @@
 //! **What the policy sees.** The policy picks first among the nodes with a free slot, so a
 //! request waits in a queue only when no node could take it at once (HAProxy queues a request
 //! at a server only when every server is at its `maxconn`); a node whose limit is pinned low
-//! while it measures its unloaded latency (see [`limiter`]) then costs nobody a wait. When every
+//! while it measures its unloaded latency (see [`capstan_core::admission`]) then costs nobody a wait. When every
 //! node is at its limit, the pick is among those with room in their queue; only when every node
 //! that is otherwise up is saturated does the policy pick among them all, and the node it picks
 //! sheds the request. A node's `active` in the view counts its queued requests as well as
@@ -56,8 +56,6 @@
 //! **Memory.** A queued request holds its parsed head and the task that waits (a few KB); the
 //! queue bound caps that per node.
 
-pub(crate) mod limiter;
-
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,7 +63,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-pub use limiter::{AdaptiveSettings, GradientLimiter, Sample};
+pub(crate) use capstan_core::admission::{AdaptiveSettings, GradientLimiter, Sample};
 
 /// How much cheaper than the costliest class on a node a class must be to take the express
 /// lane.

@@ -1,4 +1,5 @@
-//! The adaptive concurrency limit of one node, as pure logic: no clock, no I/O, no locks; every
+//! The adaptive concurrency limit of one node (the switch's admission gates use it, and the
+//! simulator may run the very same limiter), as pure logic: no clock, no I/O, no locks; every
 //! sample carries its own time, so the tests drive it with made-up latencies.
 //!
 //! It is Envoy's gradient controller (adaptive-concurrency filter), with the latency of each
@@ -35,21 +36,21 @@
 //! cases the node stays busy and the rest waits in the switch's queue, not in the node.
 
 /// Length of one sampling window (Envoy's `concurrency_update_interval` in its example).
-pub(crate) const WINDOW_NANOS: u64 = 100_000_000;
+pub const WINDOW_NANOS: u64 = 100_000_000;
 /// Samples a window needs before it may change the limit.
-pub(crate) const MIN_WINDOW_SAMPLES: usize = 3;
+pub const MIN_WINDOW_SAMPLES: usize = 3;
 /// Ratios kept per window; a window that fills up closes early.
 const MAX_WINDOW_SAMPLES: usize = 256;
 /// Samples a probe collects before it sets the baselines (Envoy's `request_count` default).
-pub(crate) const PROBE_SAMPLES: usize = 50;
+pub const PROBE_SAMPLES: usize = 50;
 /// A probe that has run this long ends with what it has, if that is at least
 /// [`MIN_PROBE_SAMPLES`] (a node with little traffic should not stay pinned).
-pub(crate) const PROBE_MAX_NANOS: u64 = 2_000_000_000;
-pub(crate) const MIN_PROBE_SAMPLES: usize = 5;
+pub const PROBE_MAX_NANOS: u64 = 2_000_000_000;
+pub const MIN_PROBE_SAMPLES: usize = 5;
 /// Clean samples that give a class without a baseline its baseline (their median).
-pub(crate) const CLEAN_SAMPLES: usize = 5;
+pub const CLEAN_SAMPLES: usize = 5;
 /// Loaded samples of classes without a baseline that start a probe.
-pub(crate) const UNKNOWN_BEFORE_PROBE: u32 = 20;
+pub const UNKNOWN_BEFORE_PROBE: u32 = 20;
 /// Windows in a row at the minimum that start a probe.
 const WINDOWS_AT_MIN_BEFORE_PROBE: u32 = 5;
 /// Envoy's bounds on the gradient.
@@ -119,7 +120,7 @@ pub struct GradientLimiter {
 
 impl GradientLimiter {
     /// A limiter at `initial`, for a node serving `classes` classes, from `now_nanos`.
-    pub(crate) fn new(settings: AdaptiveSettings, classes: usize, now_nanos: u64) -> Self {
+    pub fn new(settings: AdaptiveSettings, classes: usize, now_nanos: u64) -> Self {
         let mut limiter = GradientLimiter {
             settings,
             limit: f64::from(settings.initial.clamp(settings.min, settings.max)),
@@ -140,12 +141,12 @@ impl GradientLimiter {
         limiter
     }
 
-    pub(crate) fn settings(&self) -> AdaptiveSettings {
+    pub fn settings(&self) -> AdaptiveSettings {
         self.settings
     }
 
     /// Requests the node may have in flight now.
-    pub(crate) fn limit(&self) -> u32 {
+    pub fn limit(&self) -> u32 {
         match self.probe {
             Some(_) => self.settings.min,
             None => self.limit.round() as u32,
@@ -153,7 +154,7 @@ impl GradientLimiter {
     }
 
     /// Whether the limit is pinned to `min` while baselines are measured.
-    pub(crate) fn is_probing(&self) -> bool {
+    pub fn is_probing(&self) -> bool {
         self.probe.is_some()
     }
 
@@ -164,12 +165,12 @@ impl GradientLimiter {
     }
 
     /// The median latency ratio of the last window that counted (1 = unloaded).
-    pub(crate) fn last_ratio(&self) -> f64 {
+    pub fn last_ratio(&self) -> f64 {
         self.last_ratio
     }
 
     /// Takes a response's latency into account; the limit may change.
-    pub(crate) fn record(&mut self, sample: Sample) {
+    pub fn record(&mut self, sample: Sample) {
         if sample.class >= self.baselines.len() {
             self.baselines.resize(sample.class + 1, None);
             self.clean.resize(sample.class + 1, Vec::new());
@@ -297,7 +298,7 @@ impl GradientLimiter {
     /// nodes do not all probe at once.
     fn schedule_probe(&mut self, now_nanos: u64) {
         let interval = self.settings.probe_interval_nanos as f64;
-        let unit = (capstan_core::mix64(now_nanos) >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = (crate::policy::mix64(now_nanos) >> 11) as f64 / (1u64 << 53) as f64;
         self.next_probe_at =
             now_nanos.saturating_add((interval * (1.0 + PROBE_JITTER * unit)) as u64);
     }

@@ -1,6 +1,9 @@
-//! The front end: client listeners (plain, TLS, h2c) and the client send timeout.
+//! The front end: client listeners (plain, TLS, h2c), serving their connections (accept,
+//! PROXY headers, TLS handshakes, HTTP/1.1 and HTTP/2, deadlines) and the client send timeout.
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`, `pipeline`.
 
 pub(crate) mod listener;
+pub(crate) mod proxy_accept;
 pub(crate) mod send_timeout;
+pub(crate) mod serve;

@@ -88,7 +88,7 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
 
 /// `GET /status`: the switch and every node as the switch sees them.
 #[derive(Serialize)]
-pub struct Status {
+pub(crate) struct Status {
     pub policy: String,
     pub generation: u64,
     pub uptime_s: f64,
@@ -107,7 +107,7 @@ pub struct Status {
 
 /// A node's gathered state, as `/status` shows it.
 #[derive(Serialize)]
-pub struct GatheredStatus {
+pub(crate) struct GatheredStatus {
     pub cpu: f64,
     pub disk: f64,
     pub net: f64,
@@ -119,7 +119,7 @@ pub struct GatheredStatus {
 }
 
 #[derive(Serialize)]
-pub struct NodeStatus {
+pub(crate) struct NodeStatus {
     pub name: String,
     pub address: String,
     /// `http/1.1` or `h2`: the protocol the switch speaks to the node.
@@ -167,7 +167,7 @@ pub struct NodeStatus {
 
 /// A node's admission gate, with its per-class latencies by class name.
 #[derive(Serialize)]
-pub struct AdmissionStatus {
+pub(crate) struct AdmissionStatus {
     #[serde(flatten)]
     pub gate: crate::state::admission::GateStatus,
     /// Recent response-head latency of each class on the node, ms (it orders the queue).
@@ -191,7 +191,7 @@ impl AdmissionStatus {
 
 /// A slow-starting node's ramp.
 #[derive(Serialize)]
-pub struct SlowStartStatus {
+pub(crate) struct SlowStartStatus {
     pub remaining_ms: f64,
     /// Share of the picks it is offered on now (0.1 → 1).
     pub share: f64,
@@ -199,7 +199,7 @@ pub struct SlowStartStatus {
 
 /// The retry budget and what its 10 s window holds now.
 #[derive(Serialize)]
-pub struct RetryBudgetStatus {
+pub(crate) struct RetryBudgetStatus {
     pub percent: u32,
     pub min_per_second: u32,
     pub window_s: u64,
@@ -210,14 +210,14 @@ pub struct RetryBudgetStatus {
 }
 
 #[derive(Serialize)]
-pub struct NodeErrors {
+pub(crate) struct NodeErrors {
     pub connect: u64,
     pub timeout: u64,
     pub other: u64,
 }
 
 #[derive(Serialize)]
-pub struct LatencySummary {
+pub(crate) struct LatencySummary {
     pub count: u64,
     pub mean: f64,
     pub p50: f64,

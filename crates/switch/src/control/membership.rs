@@ -38,7 +38,7 @@ const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// Why a membership change was refused; each maps to its HTTP status.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MembershipError {
+pub(crate) enum MembershipError {
     /// The request itself is wrong (400).
     BadRequest(String),
     /// No node has that name (404).

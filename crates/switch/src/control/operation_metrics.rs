@@ -13,7 +13,7 @@ use crate::state::switch::Switch;
 
 /// The counters, copied when `/metrics` is asked for.
 #[derive(Debug)]
-pub struct OperationCollector {
+pub(crate) struct OperationCollector {
     log_written: Option<u64>,
     log_dropped: Option<u64>,
     proxy_untrusted: u64,

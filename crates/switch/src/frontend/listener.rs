@@ -19,7 +19,7 @@ use crate::state::connection_limits::{ClientLimiter, ListenerLimits};
 
 /// What a bound client socket speaks, fixed when the switch starts, and its connection limits.
 #[derive(Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// The address as configured (port 0 stays 0), to find the listener again after a reload.
     configured: SocketAddr,
     h2c: bool,

@@ -18,7 +18,7 @@ use crate::upstream::proxy_protocol::V2_SIGNATURE;
 
 /// The addresses a header carried: `None` for `UNKNOWN` (v1) or `LOCAL` / an unspecified
 /// family (v2), where the connection's own addresses stand.
-pub type Carried = Option<(SocketAddr, SocketAddr)>;
+pub(crate) type Carried = Option<(SocketAddr, SocketAddr)>;
 
 /// Longest v1 line, CRLF included (the specification's bound).
 const V1_MAX: usize = 107;

@@ -32,7 +32,7 @@ use crate::pipeline::response::ResponseBody;
 
 /// The error a cut stream's body ends with (hyper turns it into a stream reset).
 #[derive(Debug)]
-pub struct ClientSendTimeout;
+pub(crate) struct ClientSendTimeout;
 
 impl std::fmt::Display for ClientSendTimeout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

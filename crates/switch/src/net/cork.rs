@@ -85,12 +85,12 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
 }
 
 /// The connection's I/O as hyper sees it: reads pass through, writes are buffered.
-pub struct Corked<T> {
+pub(crate) struct Corked<T> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
 /// A connection future that writes out its [`Corked`] buffer after every poll.
-pub struct FlushAfterPoll<F, T> {
+pub(crate) struct FlushAfterPoll<F, T> {
     conn: Pin<Box<F>>,
     shared: Arc<Mutex<Shared<T>>>,
 }
@@ -112,7 +112,7 @@ pub(crate) fn cork<T>(io: T) -> (Corked<T>, Cork<T>) {
 }
 
 /// Wraps the connection future that owns the matching [`Corked`] I/O.
-pub struct Cork<T> {
+pub(crate) struct Cork<T> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use crate::net::socket_calls;
 
 /// A listening socket whose accepted connections are not yet registered with the event loop.
-pub struct Acceptor {
+pub(crate) struct Acceptor {
     inner: AsyncFd<mio::net::TcpListener>,
 }
 
@@ -81,7 +81,7 @@ fn defer_accept(listener: &std::net::TcpListener, seconds: i32) -> io::Result<()
 }
 
 /// A client connection, used directly until a read or write would block, then through tokio.
-pub enum LazyStream {
+pub(crate) enum LazyStream {
     Direct(mio::net::TcpStream),
     Registered(AsyncFd<mio::net::TcpStream>),
     /// Only while switching from one to the other, or after registration failed.

@@ -16,4 +16,4 @@ pub(crate) mod tls;
 
 /// The error of a body frame or an I/O step that may come from anywhere (hyper, rustls, a
 /// node, a size limit).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -35,7 +35,7 @@ use crate::net::socket_calls;
 /// When the last request on a connection went out and its answer came in, nanoseconds of the
 /// real-time clock (the kernel's receive timestamps are on it); 0: not yet.
 #[derive(Debug, Default)]
-pub struct NodeClock {
+pub(crate) struct NodeClock {
     sent_at: AtomicU64,
     answered_at: AtomicU64,
 }
@@ -89,7 +89,7 @@ fn realtime_nanos() -> u64 {
 
 /// A TCP connection to a node, with a [`NodeClock`] when it is timed. Read and written by
 /// [`socket_calls`], past glibc's wrappers.
-pub struct TimedTcp {
+pub(crate) struct TimedTcp {
     tcp: AsyncFd<std::net::TcpStream>,
     clock: Option<Arc<NodeClock>>,
 }

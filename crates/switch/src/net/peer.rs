@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 #[derive(Clone, Copy, Debug)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// The client, as far as the switch can tell (a PROXY header's source when one was taken).
     pub client: SocketAddr,
     /// The address the client connected to (a PROXY header's destination when one was taken).

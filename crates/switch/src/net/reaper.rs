@@ -23,7 +23,7 @@ pub(crate) const BATCH: usize = 32;
 
 /// One worker's queue of sockets to close: `T` is a socket with the guards that count it
 /// open, closed when dropped.
-pub struct Reaper<T> {
+pub(crate) struct Reaper<T> {
     pending: Mutex<Vec<T>>,
     wake: Notify,
 }

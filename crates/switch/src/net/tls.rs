@@ -71,7 +71,7 @@ impl Serialize for Tls {
 
 /// Where in a `[[listener]]` table an error lies, for the configuration's located errors.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ErrorAt {
+pub(crate) enum ErrorAt {
     /// The `cert` of the certificate with this index.
     Cert(usize),
     /// The `key` of the certificate with this index.
@@ -83,7 +83,7 @@ pub enum ErrorAt {
 
 /// A TLS settings error: one line, and where it lies.
 #[derive(Debug, Clone)]
-pub struct TlsError {
+pub(crate) struct TlsError {
     pub at: ErrorAt,
     pub message: String,
 }

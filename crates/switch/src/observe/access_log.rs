@@ -40,7 +40,7 @@ use crate::config::sections::access_log::{AccessLogConfig, LogFormat};
 
 /// When a request's steps happened, relative to the arrival of its head.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Timings {
+pub(crate) struct Timings {
     /// How long before the request head the client connection was accepted.
     pub since_accept: Option<Duration>,
     /// The policy picked a node.
@@ -57,7 +57,7 @@ pub struct Timings {
 
 /// Everything one log line says.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     pub time: SystemTime,
     pub client: HeaderValue,
     pub client_port: Option<u16>,
@@ -545,7 +545,7 @@ impl Writer {
 /// The current second's dates, formatted once: `10/Oct/2000:13:55:36 +0000` (CLF) and
 /// `2000-10-10T13:55:36` (ISO 8601, for JSON, to which the milliseconds are added).
 #[derive(Default)]
-pub struct DateCache {
+pub(crate) struct DateCache {
     /// The second the dates are of, from its start to the next one's (compared as they are:
     /// cheaper than taking the seconds since the epoch of every request's time).
     second: Option<(SystemTime, SystemTime)>,
@@ -913,7 +913,7 @@ pub(crate) struct Noted {
 /// than atomics, since the class and node are header values: uncontended (the request's own
 /// task notes, or the connection it opened), it costs two atomic operations a note and no
 /// allocation.
-pub struct Notes {
+pub(crate) struct Notes {
     pub(crate) start: Instant,
     pub(crate) noted: Mutex<Noted>,
 }

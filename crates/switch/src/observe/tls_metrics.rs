@@ -25,7 +25,7 @@ const ALPNS: [&str; 3] = ["h2", "http/1.1", "none"];
 
 /// Why a handshake did not complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandshakeFailure {
+pub(crate) enum HandshakeFailure {
     /// The client aborted with a TLS alert — typically it did not accept the certificate (an
     /// SNI name no certificate has gets the default one, which the client then refuses).
     Alert,
@@ -214,7 +214,7 @@ pub struct TlsFailures {
 
 /// The TLS listeners' counters for `/metrics`, read at scrape time.
 #[derive(Debug)]
-pub struct TlsCollector {
+pub(crate) struct TlsCollector {
     listeners: Vec<(String, Arc<TlsCounters>)>,
 }
 

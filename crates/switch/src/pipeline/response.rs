@@ -29,7 +29,7 @@ pub(crate) static CACHE_STATUS: header::HeaderName =
 /// be the response's [`LoggedBody`], taken from this thread's spares and filled in place, so
 /// that the line's record is never moved (the request future holds a pointer). Dropped before
 /// a response was attached, it writes the line with [`CLIENT_GONE`].
-pub struct Pending {
+pub(crate) struct Pending {
     body: Option<Box<LoggedBody>>,
 }
 
@@ -246,7 +246,7 @@ pub(crate) fn logged_headers(
 
 /// A response body that counts what it sends and logs the request when it ends (or is
 /// dropped unfinished).
-pub struct LoggedBody {
+pub(crate) struct LoggedBody {
     inner: ResponseBody,
     /// The body's length when known at the start: sending that much completes it (hyper does
     /// not poll a body of known length after its last byte).
@@ -380,12 +380,12 @@ impl Drop for LoggedBody {
 }
 
 /// Something to run once when a proxied response has ended (fully sent, failed or dropped).
-pub trait OnEnd: Send + Sync {
+pub(crate) trait OnEnd: Send + Sync {
     fn on_end(&mut self, completed: bool);
 }
 
 /// The body of a response sent to a client.
-pub enum ResponseBody {
+pub(crate) enum ResponseBody {
     /// A body the switch made itself (errors, admin pages).
     Full(Option<Bytes>),
     /// A node's response body, streamed through.

@@ -29,7 +29,7 @@ use crate::upstream::proxy_protocol::{encode_v1, encode_v2};
 
 /// What kind of tunnel a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tunnel {
+pub(crate) enum Tunnel {
     /// `Upgrade` (the node answers `101`).
     Upgrade,
     /// `CONNECT` (the node answers `2xx`).

@@ -48,7 +48,7 @@ impl Default for Epoch {
 
 /// Why a request to a node failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureKind {
+pub(crate) enum FailureKind {
     Connect,
     Timeout,
     Other,
@@ -102,7 +102,7 @@ pub struct NodeRuntime {
 
 /// Why a node takes no new requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutReason {
+pub(crate) enum OutReason {
     Draining,
     CheckFailed,
     BackedOff,
@@ -352,7 +352,7 @@ impl HasOutlier for NodeRuntime {
 
 /// The gathered side of a node's state as the gatherer publishes it after each round.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Feedback {
+pub(crate) struct Feedback {
     pub gathered: Gathered,
     /// Weight derived from gathered state (used when the policy asks for derived weights).
     pub weight: u32,
@@ -528,7 +528,7 @@ fn node_runtimes(
 
 /// The cluster as a policy sees it at one instant, optionally hiding one node (the one a retry
 /// must avoid).
-pub struct LiveView<'a> {
+pub(crate) struct LiveView<'a> {
     pub now_nanos: u64,
     pub nodes: &'a [Arc<NodeRuntime>],
     pub exclude: Option<NodeId>,
@@ -543,7 +543,7 @@ pub struct LiveView<'a> {
 /// node's queue only when no node has a free slot (HAProxy sends a request to a server's queue
 /// only when every server is at its `maxconn`), and is shed only when every queue is full too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Hide {
+pub(crate) enum Hide {
     /// Every node that is up may be picked.
     Nothing,
     /// Nodes at their limit with a full queue (a request sent there would be shed).

@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// One client listener's limits and counters, shared by every worker that accepts on it.
-pub struct ListenerLimits {
+pub(crate) struct ListenerLimits {
     configured: SocketAddr,
     /// The address actually bound (the configured one may have port 0).
     bound: OnceLock<SocketAddr>,
@@ -154,7 +154,7 @@ impl ListenerLimits {
 
 /// A client address already holds its `max_connections_per_client` connections.
 #[derive(Debug)]
-pub struct AtClientLimit;
+pub(crate) struct AtClientLimit;
 
 /// A permit from `slots`, counting in `waits` when there was none free at once.
 async fn acquire(slots: &Arc<Semaphore>, waits: &AtomicU64) -> Option<OwnedSemaphorePermit> {
@@ -169,13 +169,13 @@ async fn acquire(slots: &Arc<Semaphore>, waits: &AtomicU64) -> Option<OwnedSemap
 }
 
 /// A connection's places under the listener's and the switch's limits.
-pub struct Slots {
+pub(crate) struct Slots {
     _listener: Option<OwnedSemaphorePermit>,
     _switch: OwnedSemaphorePermit,
 }
 
 /// Counts one open connection on a listener while it lives.
-pub struct OpenOnListener {
+pub(crate) struct OpenOnListener {
     listener: Arc<ListenerLimits>,
 }
 
@@ -186,7 +186,7 @@ impl Drop for OpenOnListener {
 }
 
 /// Open connections per client address, at most `limit` each.
-pub struct ClientLimiter {
+pub(crate) struct ClientLimiter {
     limit: usize,
     open: Mutex<HashMap<IpAddr, usize>>,
 }
@@ -225,7 +225,7 @@ impl ClientLimiter {
 }
 
 /// One connection counted against its client address; released on drop.
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     limiter: Arc<ClientLimiter>,
     client: IpAddr,
 }
@@ -284,7 +284,7 @@ where
 
 /// The listeners' counters for `/metrics`, copied at scrape time.
 #[derive(Debug)]
-pub struct ListenerCollector {
+pub(crate) struct ListenerCollector {
     listeners: Vec<(String, [u64; 6])>,
 }
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 /// What one check found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckResult {
+pub(crate) struct CheckResult {
     pub passed: bool,
     /// The response's status, when one arrived.
     pub status: Option<u16>,
@@ -50,7 +50,7 @@ impl Default for CheckState {
 
 /// A node's check state as `/status` shows it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CheckStatus {
+pub(crate) struct CheckStatus {
     /// `up` or `down`.
     pub state: &'static str,
     /// `passed`, `failed`, or absent before the first check.

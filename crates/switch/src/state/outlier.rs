@@ -43,7 +43,7 @@ pub struct OutlierState {
 
 /// What the detector decided about one failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Not (yet) an outlier.
     Stays,
     /// Ejected for this long.
@@ -54,7 +54,7 @@ pub enum Verdict {
 
 /// `/status`'s view of a node's record.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct OutlierStatus {
+pub(crate) struct OutlierStatus {
     pub consecutive_failures: u32,
     pub ejections: u64,
     /// Ejections that did not happen because `max_ejected_percent` of the nodes were out.
@@ -121,7 +121,7 @@ fn nanos(d: Duration) -> u64 {
 
 /// Something with a record with the outlier detector: a node's runtime
 /// ([`crate::state::cluster::NodeRuntime`]).
-pub trait HasOutlier {
+pub(crate) trait HasOutlier {
     /// The record.
     fn outlier(&self) -> &OutlierState;
 }

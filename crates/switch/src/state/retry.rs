@@ -29,7 +29,7 @@ pub struct RetryBudget {
 
 /// What the window holds now, for `/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WindowCounts {
+pub(crate) struct WindowCounts {
     pub requests: u64,
     pub retries: u64,
 }

@@ -18,7 +18,7 @@ use crate::state::connection_limits::ListenerLimits;
 /// The socket only bumps counters (no clock reads on the I/O path); the connection's watchdog
 /// ticks, and measures both deadlines in ticks.
 #[derive(Default)]
-pub struct ConnState {
+pub(crate) struct ConnState {
     /// Bumped whenever bytes move either way or a request ends.
     pub(crate) activity: AtomicU64,
     /// Watchdog ticks so far.
@@ -199,7 +199,7 @@ impl Switch {
 
 /// What a TLS client told in its handshake, kept for its requests.
 #[derive(Debug)]
-pub struct ClientTls {
+pub(crate) struct ClientTls {
     /// The SNI name, lower case.
     pub sni: Option<Box<str>>,
 }

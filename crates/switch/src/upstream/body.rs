@@ -13,7 +13,7 @@ use crate::net::BoxError;
 
 /// A request body larger than `limits.max_body_bytes`.
 #[derive(Debug)]
-pub struct BodyTooLarge;
+pub(crate) struct BodyTooLarge;
 
 impl std::fmt::Display for BodyTooLarge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,7 +24,7 @@ impl std::fmt::Display for BodyTooLarge {
 impl std::error::Error for BodyTooLarge {}
 
 /// The body of a request sent to a node.
-pub enum UpstreamBody {
+pub(crate) enum UpstreamBody {
     Empty,
     /// The client's body, streamed; `remaining` is how many more bytes the limit allows
     /// (`u64::MAX` for no limit).

@@ -36,7 +36,7 @@ const MAX_CHUNK_LINE: usize = 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 /// A connection to an HTTP/1.1 node, with the bytes read from it and not yet used.
-pub struct H1Conn {
+pub(crate) struct H1Conn {
     io: NodeStream,
     buf: BytesMut,
 }
@@ -488,14 +488,14 @@ fn decode_trailers(state: &mut Chunks, buf: &mut BytesMut) -> Result<Decoded, No
 
 /// Where a connection goes when its response has been read whole: the pool it came from
 /// ([`crate::upstream::pool::Home`]).
-pub trait TakeBack {
+pub(crate) trait TakeBack {
     /// Takes `conn` back for another request.
     fn take_back(self, conn: H1Conn);
 }
 
 /// A node's response body, read from its connection as the client takes it; `H` is where the
 /// connection goes back to.
-pub struct H1Body<H: TakeBack> {
+pub(crate) struct H1Body<H: TakeBack> {
     conn: Option<H1Conn>,
     /// `Empty` once the body has been read whole.
     framing: Framing,

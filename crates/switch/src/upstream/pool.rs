@@ -113,7 +113,7 @@ pub(crate) struct Pooled {
 }
 
 /// Where a connection goes back to once its response has ended.
-pub struct Home {
+pub(crate) struct Home {
     pool: Weak<Pool>,
     key: Authority,
 }
@@ -473,7 +473,7 @@ const MIN_SWEEP: Duration = Duration::from_millis(50);
 
 /// A node's response body: read by hyper's client, or by the switch's own HTTP/1.1
 /// ([`crate::upstream::h1`]).
-pub enum NodeBody {
+pub(crate) enum NodeBody {
     Hyper(Incoming),
     H1(H1Body<Home>),
 }

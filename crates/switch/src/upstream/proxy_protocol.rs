@@ -105,13 +105,13 @@ fn addresses_in(uri: &Uri) -> Option<(SocketAddr, SocketAddr)> {
     Some((addr()?, addr()?))
 }
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Connects to nodes (hyper-util's `HttpConnector`), writes the PROXY header when the node's
 /// URI carries client addresses, runs the TLS handshake with a TLS node (after the header,
 /// which belongs to the TCP connection), and notes the connect time in the access log.
 #[derive(Clone)]
-pub struct NodeConnector {
+pub(crate) struct NodeConnector {
     pub inner: HttpConnector,
     pub send: SendVersion,
     pub tls: std::sync::Arc<crate::state::node_tls::TlsToNodes>,

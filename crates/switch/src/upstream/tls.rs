@@ -26,7 +26,7 @@ use crate::config::sections::node_tls::NodeTls;
 use crate::net::node_clock::{NodeClock, TimedTcp};
 
 /// A connection to a node: plain TCP or TLS over it.
-pub enum NodeStream {
+pub(crate) enum NodeStream {
     Plain(TimedTcp),
     Tls(Box<tokio_rustls::client::TlsStream<TimedTcp>>),
 }

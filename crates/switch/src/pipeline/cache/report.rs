@@ -15,7 +15,7 @@ use crate::state::cache::{CacheLayer, RatioSample};
 
 /// The `cache` section of `GET /status`.
 #[derive(Serialize)]
-pub struct CacheReport {
+pub(crate) struct CacheReport {
     pub hits: u64,
     pub stale_hits: u64,
     pub misses: u64,

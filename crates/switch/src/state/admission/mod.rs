@@ -86,7 +86,7 @@ impl Admission {
 
 /// Why a request was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shed {
+pub(crate) enum Shed {
     /// At the limit, and the queue was full (or the node could not start it in time).
     QueueFull,
     /// It waited `queue_timeout` in the queue without getting a slot.
@@ -313,7 +313,7 @@ impl std::fmt::Debug for Gate {
 
 /// A gate's state as `/status` shows it.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct GateStatus {
+pub(crate) struct GateStatus {
     /// `adaptive`, `fixed` or `off`.
     pub mode: &'static str,
     /// Requests the node may have in flight now (absent when off).
@@ -339,14 +339,14 @@ pub struct GateStatus {
 }
 
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct ShedCounts {
+pub(crate) struct ShedCounts {
     pub queue_full: u64,
     pub queue_timeout: u64,
 }
 
 /// A slot on a node; dropping it frees the slot for the next request.
 #[must_use]
-pub struct Permit {
+pub(crate) struct Permit {
     gate: Option<Arc<Gate>>,
     /// Requests in flight on the node when this one was admitted, itself included.
     pub in_flight: u32,

@@ -29,7 +29,7 @@ pub(crate) const PASS_WINDOW: u64 = 1 << 20;
 
 /// What the fill turned out to carry, for each reader's `Cache-Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FillOutcome {
+pub(crate) enum FillOutcome {
     /// The node's response, stored (or being stored) when `stored`. Only a `shareable` one
     /// (RFC 9111 lets a shared cache store it; it may be too large to) goes to the readers that
     /// joined the fill: a response the cache may not store — `private`, `no-store`, to a
@@ -56,7 +56,7 @@ impl FillOutcome {
 
 /// The response head every reader starts from.
 #[derive(Debug)]
-pub struct FillHead {
+pub(crate) struct FillHead {
     pub status: StatusCode,
     pub headers: HeaderMap,
     /// The `Vary` key of the request that made the fill; readers whose own request varies
@@ -97,7 +97,7 @@ struct State {
 
 /// An in-flight fill.
 #[derive(Debug, Default)]
-pub struct Fill {
+pub(crate) struct Fill {
     state: Mutex<State>,
     head_ready: Notify,
 }
@@ -265,7 +265,7 @@ fn trim(st: &mut State) {
 
 /// One client's view of a fill: a response body streaming the fill's chunks.
 #[derive(Debug)]
-pub struct FillReader {
+pub(crate) struct FillReader {
     fill: Arc<Fill>,
     id: u64,
     next: usize,

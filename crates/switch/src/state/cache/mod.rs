@@ -42,7 +42,7 @@ pub(crate) fn bump(counter: &AtomicU64) {
 
 /// One point of the hit-ratio history the status page draws.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct RatioSample {
+pub(crate) struct RatioSample {
     pub uptime_s: f64,
     pub hits: u64,
     pub lookups: u64,

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use capstan_cache::rfc::{self, CacheStatus, Conditional, RangeAnswer};
+use capstan_cache::rfc::{self, CacheStatus, Conditional, StoredAnswer};
 use capstan_cache::store::Entry;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode};
@@ -28,35 +28,28 @@ pub(crate) fn from_entry(
     now: SystemTime,
     status: &CacheStatus,
 ) -> Response<ResponseBody> {
-    match rfc::client_conditional(method, req, &stored) {
-        Conditional::NotModified => return not_modified(&stored, status),
-        Conditional::PreconditionFailed => {
+    let full_len = entry.body.len() as u64;
+    let answer = rfc::stored_answer(method, req, &stored, entry.status, full_len);
+    match answer {
+        StoredAnswer::NotModified => return not_modified(&stored, status),
+        StoredAnswer::PreconditionFailed => {
             return bare(StatusCode::PRECONDITION_FAILED, HeaderMap::new(), status)
         }
-        Conditional::None => {}
+        StoredAnswer::RangeNotSatisfiable => {
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::CONTENT_RANGE,
+                rfc::unsatisfied_content_range(full_len),
+            );
+            return bare(StatusCode::RANGE_NOT_SATISFIABLE, h, status);
+        }
+        StoredAnswer::Partial(_) | StoredAnswer::Full => {}
     }
-    let full_len = entry.body.len() as u64;
-    let range = if entry.status == StatusCode::OK && *method == Method::GET {
-        rfc::parse_range(method, req, &stored, full_len)
-    } else {
-        RangeAnswer::Full
-    };
     let mut headers = stored;
     headers.insert(header::AGE, entry.times.age_header(now));
     set_cache_status(&mut headers, status);
-    {
-        match range {
-            RangeAnswer::Full => {}
-            RangeAnswer::Unsatisfiable => {
-                let mut h = HeaderMap::new();
-                h.insert(
-                    header::CONTENT_RANGE,
-                    rfc::unsatisfied_content_range(full_len),
-                );
-                return bare(StatusCode::RANGE_NOT_SATISFIABLE, h, status);
-            }
-            RangeAnswer::Partial(ranges) => return partial(entry, headers, &ranges),
-        }
+    if let StoredAnswer::Partial(ranges) = answer {
+        return partial(entry, headers, &ranges);
     }
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(full_len));
     let body = if *method == Method::HEAD {

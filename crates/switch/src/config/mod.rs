@@ -1,5 +1,8 @@
 //! The switch's configuration: TOML in, a validated [`Config`] out, or one error naming the file,
-//! line and column.
+//! line and column. Each feature's own section lives in [`sections`] (and the cache's in
+//! [`cache`]); this module assembles and checks the whole.
+//!
+//! May use: `net` only (the feature modules read their sections from here, never the reverse).
 
 pub(crate) mod cache;
 pub(crate) mod sections;

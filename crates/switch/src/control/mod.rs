@@ -1,5 +1,5 @@
-//! Control: active health checks, load gathering, membership changes, the admin API and its
-//! token, and the operation metrics.
+//! Control: active health checks, load gathering, membership changes, reloads, the admin API
+//! (its token, its replies) and the operation metrics.
 //!
 //! May use: every layer below (`net` … `frontend`).
 

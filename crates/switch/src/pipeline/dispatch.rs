@@ -36,8 +36,6 @@ use crate::upstream::pool::Pooled;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static X_CAPSTAN_NODE: HeaderName = HeaderName::from_static("x-capstan-node");
-static X_CAPSTAN_CLASS: HeaderName = HeaderName::from_static("x-capstan-class");
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
@@ -232,12 +230,8 @@ pub(crate) struct Forward {
 
 impl Forward {
     pub(crate) fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
-        if self.cluster.config.debug_headers {
-            resp.headers_mut().insert(
-                &X_CAPSTAN_CLASS,
-                self.cluster.class_headers[self.class].clone(),
-            );
-        }
+        let headers = resp.headers_mut();
+        crate::pipeline::response::debug_headers(headers, &self.cluster, self.class, None);
         resp
     }
 
@@ -750,14 +744,8 @@ fn forward_response(
     strip_hop_by_hop(&mut parts.headers);
     let via = via_value(parts.version);
     append_list(&mut parts.headers, &header::VIA, &via);
-    if cluster.config.debug_headers {
-        parts
-            .headers
-            .insert(&X_CAPSTAN_NODE, placement.node().name_header.clone());
-        parts
-            .headers
-            .insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
-    }
+    let node = Some(&placement.node().name_header);
+    crate::pipeline::response::debug_headers(&mut parts.headers, cluster, class, node);
     parts.version = client_version;
     Response::from_parts(
         parts,

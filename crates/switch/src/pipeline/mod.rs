@@ -10,8 +10,9 @@
 //! 5. **respond** ([`response`]): the node's response streamed back, or the switch's own;
 //! 6. **log**: the access-log line, written when the response body ends ([`response::Pending`]).
 //!
-//! [`handle`] below is that list. Inside the folder: `checks`, `redirect`, `tunnel` and `cache`
-//! use `dispatch` and `response`; `dispatch` uses `response`; nothing here uses `handle`.
+//! [`handle`] below is that list. Inside the folder: `checks` and `redirect` use `response`;
+//! `tunnel` and `cache` use `dispatch` and `response`; `dispatch` uses `response`; nothing here
+//! uses `handle`.
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`.
 

@@ -62,10 +62,7 @@ pub(crate) fn answer(
     headers.insert(LOCATION, location);
     // The choice depends on load at this moment: no cache may keep it.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if cluster.config.debug_headers {
-        headers.insert("x-capstan-node", node.name_header.clone());
-        headers.insert("x-capstan-class", cluster.class_headers[class].clone());
-    }
+    crate::pipeline::response::debug_headers(headers, cluster, class, Some(&node.name_header));
     Some(resp)
 }
 

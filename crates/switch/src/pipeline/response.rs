@@ -25,6 +25,32 @@ use crate::upstream::pool::NodeBody;
 pub(crate) static CACHE_STATUS: header::HeaderName =
     header::HeaderName::from_static("cache-status");
 
+/// `X-Capstan-Node`: the node that answered (with `debug_headers = true`).
+pub(crate) static X_CAPSTAN_NODE: http::HeaderName =
+    http::HeaderName::from_static("x-capstan-node");
+/// `X-Capstan-Class`: the request's class (with `debug_headers = true`).
+pub(crate) static X_CAPSTAN_CLASS: http::HeaderName =
+    http::HeaderName::from_static("x-capstan-class");
+
+/// The debug fields of a response when `debug_headers` is on: the node that answered, when one
+/// was picked, then the request's class. The one place every answer (forwarded, redirected,
+/// from the cache, or the switch's own) gets them.
+#[inline]
+pub(crate) fn debug_headers(
+    headers: &mut http::HeaderMap,
+    cluster: &crate::state::cluster::Cluster,
+    class: capstan_core::ClassId,
+    node: Option<&HeaderValue>,
+) {
+    if !cluster.config.debug_headers {
+        return;
+    }
+    if let Some(node) = node {
+        headers.insert(&X_CAPSTAN_NODE, node.clone());
+    }
+    headers.insert(&X_CAPSTAN_CLASS, cluster.class_headers[class].clone());
+}
+
 /// A request being logged, from its head until its response is attached: the box that will
 /// be the response's [`LoggedBody`], taken from this thread's spares and filled in place, so
 /// that the line's record is never moved (the request future holds a pointer). Dropped before

@@ -205,12 +205,8 @@ fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
 }
 
 fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
-    if forward.cluster.config.debug_headers {
-        resp.headers_mut().insert(
-            http::HeaderName::from_static("x-capstan-class"),
-            forward.cluster.class_headers[forward.class].clone(),
-        );
-    }
+    let headers = resp.headers_mut();
+    crate::pipeline::response::debug_headers(headers, &forward.cluster, forward.class, None);
     resp
 }
 
@@ -625,8 +621,12 @@ async fn stream_and_store(
     (request_time, response_time): (SystemTime, SystemTime),
 ) -> bool {
     let (mut parts, mut body) = resp.into_parts();
-    parts.headers.remove("x-capstan-node");
-    parts.headers.remove("x-capstan-class");
+    parts
+        .headers
+        .remove(&crate::pipeline::response::X_CAPSTAN_NODE);
+    parts
+        .headers
+        .remove(&crate::pipeline::response::X_CAPSTAN_CLASS);
     rfc::ensure_date(&mut parts.headers, response_time);
     let declared = parts
         .headers

@@ -270,7 +270,7 @@ pub(crate) async fn accept_loop(
             let Ok(client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
                 tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
                 let answer = endpoint.scheme() == "http";
-                return Box::pin(crate::state::connection_limits::turn_away(stream, answer)).await;
+                return Box::pin(crate::frontend::turn_away::turn_away(stream, answer)).await;
             };
             if let Some(silent) = serve_connection(&switch, stream, peer, &endpoint).await {
                 reaper.close((silent, open, client_slot));

@@ -8,13 +8,14 @@
 //! new connection is accepted and turned away at once: a fixed `429` on plain HTTP listeners,
 //! a bare close on TLS ones (a handshake only to refuse would be the cost the limit is there
 //! to avoid). Both counts are released by `Drop`, and an address's entry leaves the map when
-//! its last connection closes, so the map holds only addresses with connections open.
+//! its last connection closes, so the map holds only addresses with connections open. The
+//! counts live here, in the shared state; turning a connection away is the front end's
+//! (`crate::frontend::turn_away`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -22,7 +23,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use serde::Serialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 /// One client listener's limits and counters, shared by every worker that accepts on it.
@@ -242,46 +242,6 @@ impl Drop for ClientSlot {
     }
 }
 
-/// What a plain HTTP client over its address's limit reads. Written without reading the
-/// request: the answer is the same whatever it asked.
-const TOO_MANY: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\n\
-content-type: text/plain\r\n\
-content-length: 44\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-\r\n\
-too many connections open from your address\n";
-
-/// How long a turned-away connection is drained before it is closed.
-const LINGER: Duration = Duration::from_secs(1);
-
-/// Turns away a connection over its address's limit: on a plain HTTP listener with the
-/// `429` above, then a lingering close — the request is read and dropped for at most
-/// [`LINGER`], since closing with it unread would send a reset that can destroy the answer
-/// before the client reads it.
-pub(crate) async fn turn_away<S>(mut stream: S, answer: bool)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    if !answer {
-        return;
-    }
-    let linger = async {
-        stream.write_all(TOO_MANY).await?;
-        stream.shutdown().await?;
-        let mut sink = [0u8; 4096];
-        let mut drained = 0;
-        while drained < 64 * 1024 {
-            match stream.read(&mut sink).await? {
-                0 => break,
-                n => drained += n,
-            }
-        }
-        std::io::Result::Ok(())
-    };
-    let _ = tokio::time::timeout(LINGER, linger).await;
-}
-
 /// The listeners' counters for `/metrics`, copied at scrape time.
 #[derive(Debug)]
 pub(crate) struct ListenerCollector {
@@ -368,13 +328,6 @@ impl Collector for ListenerCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_answer_declares_its_length() {
-        let text = std::str::from_utf8(TOO_MANY).unwrap();
-        let (_, body) = text.split_once("\r\n\r\n").unwrap();
-        assert_eq!(body.len(), 44);
-    }
 
     #[test]
     fn an_address_leaves_the_map_with_its_last_connection() {

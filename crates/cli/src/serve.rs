@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use capstan_core::{PolicySpec, RuleSpec};
-use capstan_switch::config::resolve_address;
+use capstan_switch::resolve_address;
 use capstan_switch::{Config, NodeConfig};
 use clap::Args;
 
@@ -203,7 +203,7 @@ fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
         config.admin = Some(resolve_address(admin).map_err(|e| anyhow::anyhow!("--admin: {e}"))?);
     }
     if let Some(path) = &args.admin_token_file {
-        let token = capstan_switch::config::AdminToken::from_file(path)
+        let token = capstan_switch::AdminToken::from_file(path)
             .map_err(|e| anyhow::anyhow!("--admin-token-file: {e}"))?;
         config.admin_token = Some(token);
     }
@@ -223,7 +223,7 @@ fn resolve_config(args: &ServeArgs) -> anyhow::Result<Config> {
     }
     if let Some(size) = &args.cache {
         let memory = size
-            .parse::<capstan_switch::cache_config::ByteSize>()
+            .parse::<capstan_switch::ByteSize>()
             .map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
         let mut cache = config.cache.take().unwrap_or_default();
         cache.memory = memory;
@@ -277,7 +277,7 @@ fn policy_from_flags(name: &str, params: &[String]) -> anyhow::Result<PolicySpec
         let value = parse_toml_value(value.trim());
         table.insert(key.trim().to_string(), value);
     }
-    capstan_switch::config::policy_from_table(&table)
+    capstan_switch::policy_from_table(&table)
         .map_err(|e| anyhow::anyhow!("--policy {name}: {}", e.message))
 }
 

@@ -4,10 +4,12 @@
 //! Nothing here reads a clock, does I/O or spawns: time arrives through [`ClusterView::now_nanos`].
 //! That is what lets the live switch and the discrete-event simulator run the very same policy code.
 
+pub mod admission;
 pub mod class;
 pub mod gather;
 pub mod policy;
 pub mod report;
+pub mod text;
 pub mod view;
 
 pub use class::{
@@ -16,8 +18,8 @@ pub use class::{
 };
 pub use gather::{GatherRules, Gatherer, Needs, WeightSource};
 pub use policy::{
-    build_policy, carry_over, Memory, Outcome, Policy, PolicyContext, PolicyError, PolicySpec,
-    RequestInfo,
+    build_policy, carry_over, mix64, Memory, Outcome, Policy, PolicyContext, PolicyError,
+    PolicySpec, RequestInfo,
 };
 pub use report::LoadReport;
 pub use view::{ClusterView, Gathered, NodeId, NodeState, ReceivedAt, StaticView};

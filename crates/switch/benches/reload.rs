@@ -3,7 +3,7 @@
 //! generation) — everything `POST /reload` does before the swap. Issue goal: < 50 ms with 1,000
 //! nodes. `cargo bench -p capstan-switch --bench reload`.
 
-use capstan_switch::cluster::Cluster;
+use capstan_switch::testing::Cluster;
 use capstan_switch::Config;
 use criterion::{criterion_group, criterion_main, Criterion};
 

@@ -1,45 +1,33 @@
 //! The Capstan web switch: a layer-7 front end that classifies every request, dispatches it
 //! with a pluggable policy from `capstan-core`, and forwards it over pooled keep-alive
 //! connections.
+//!
+//! The modules form layers that import only downwards:
+//! `net` → `config` → `observe` → `state` → `upstream` → `pipeline` → `frontend` → `control`
+//! → `server`; each folder's `mod.rs` says what it may use.
 
-pub mod access_log;
-pub mod admin;
-pub mod admin_auth;
-pub mod admission;
-pub mod body;
-pub mod cache_config;
-pub mod caching;
-pub mod cluster;
-pub mod config;
-pub mod connection_limits;
-pub mod cork;
-pub mod forwarding_loop;
-pub mod gather;
-pub mod h2_nodes;
-pub mod health;
-pub mod http2;
-pub mod io;
-pub mod listener;
-pub mod membership;
-pub mod node_clock;
-mod node_h1;
-pub mod node_pool;
-pub mod node_tls;
-pub mod operation_metrics;
-pub mod outlier;
-pub mod peer;
-pub mod proxy;
-pub mod proxy_protocol;
-pub mod reaper;
-pub mod redirect;
-pub mod retry;
-pub mod send_timeout;
-pub mod server;
-pub mod socket_calls;
-pub mod strict;
-pub mod tls;
-pub mod tls_metrics;
-pub mod upgrade;
+#![warn(missing_docs)]
 
-pub use config::{Config, ConfigError, NodeConfig};
-pub use server::{run, start, Running, Switch};
+mod config;
+mod control;
+mod frontend;
+mod net;
+mod observe;
+mod pipeline;
+mod server;
+mod state;
+mod upstream;
+
+pub use config::cache::ByteSize;
+pub use config::sections::admin_token::AdminToken;
+pub use config::{policy_from_table, resolve_address, Config, ConfigError, NodeConfig};
+pub use server::{run, start, Running};
+pub use state::switch::Switch;
+
+/// What the switch's own tests and benchmarks reach inside it; not part of its interface.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::pipeline::checks::forwarding_loop::{capstan_hops, MAX_HOPS};
+    pub use crate::state::cluster::Cluster;
+    pub use crate::upstream::proxy_protocol::encode_v2;
+}

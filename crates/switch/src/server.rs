@@ -1,408 +1,32 @@
-//! Listeners, client connections (with idle and header-read deadlines), graceful shutdown and
-//! reload.
+//! Start-up and the run loop: building the switch, binding its listeners, starting a worker
+//! per thread (each serving with [`crate::frontend`]) and the control tasks (health checks,
+//! load gathering, the admin listener), signals (SIGHUP reloads, SIGTERM and SIGINT stop), and
+//! waiting for the connections to drain.
+//!
+//! May use: every layer.
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use arc_swap::ArcSwap;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 
-use crate::io::{Acceptor, LazyStream};
-use crate::listener::Endpoint;
-use tokio::sync::{watch, Notify, Semaphore};
-
-use crate::cluster::{Cluster, Epoch};
 use crate::config::Config;
-
-/// The running switch: the current cluster and the switch-wide counters.
-pub struct Switch {
-    pub epoch: Epoch,
-    pub cluster: ArcSwap<Cluster>,
-    pub open_connections: AtomicUsize,
-    pub accepted_connections: AtomicU64,
-    pub reloads: AtomicU64,
-    /// Keeps retries to a share of the requests (see [`crate::retry`]).
-    pub retry_budget: crate::retry::RetryBudget,
-    /// The HTTP cache, when the configuration has a `[cache]` section at start.
-    pub cache: Option<crate::caching::CacheLayer>,
-    /// The access log, when the configuration has an `[access_log]` section at start.
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
-    /// Connections closed on PROXY protocol listeners.
-    pub proxy_rejections: crate::proxy_protocol::Rejections,
-    /// WebSocket and CONNECT tunnels.
-    pub tunnels: crate::upgrade::TunnelCounts,
-    /// Responses cut by `timeouts.client_send` (see [`crate::send_timeout`]).
-    pub client_send_timeouts: crate::send_timeout::ClientSendTimeouts,
-    /// One permit per open client connection, up to `limits.max_connections`.
-    connection_slots: Arc<Semaphore>,
-    /// Every client listener, with its limits and counters (see [`crate::connection_limits`]).
-    endpoints: Vec<(SocketAddr, Endpoint)>,
-    /// Held while the cluster is rebuilt (a reload or a membership change), one at a time.
-    pub(crate) reload_lock: tokio::sync::Mutex<()>,
-    shutdown: watch::Sender<bool>,
-    all_closed: Notify,
-}
-
-impl Switch {
-    /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
-    /// The file decides membership: nodes added through the admin API and not in the file
-    /// leave, nodes removed through it come back (see [`crate::membership`]).
-    pub async fn reload(&self) -> Result<String, String> {
-        let _one_at_a_time = self.reload_lock.lock().await;
-        let current = self.cluster.load_full();
-        let Some(path) = current.config.source.clone() else {
-            return Err("started without a configuration file; nothing to reload".into());
-        };
-        let loaded = tokio::task::spawn_blocking(move || Config::load(&path))
-            .await
-            .map_err(|e| format!("reload failed: {e}"))?;
-        let config = loaded.map_err(|e| e.to_string())?;
-        for warning in config.warnings() {
-            tracing::warn!("{warning}");
-        }
-        let mut note = String::new();
-        if config.listen != current.config.listen
-            || config.admin != current.config.admin
-            || crate::listener::kinds_differ(&config, &current.config)
-        {
-            note = " (listener and connection-limit changes take effect on restart)".into();
-        }
-        let cluster = Cluster::build(
-            config,
-            current.generation + 1,
-            Some(&current),
-            self.epoch.now_nanos(),
-        )
-        .map_err(|e| e.to_string())?;
-        let changed = crate::membership::difference(&current, &cluster);
-        let summary = format!(
-            "reloaded: generation {}, policy {}, {} nodes{changed}{note}",
-            cluster.generation,
-            cluster.config.policy.name(),
-            cluster.nodes.len()
-        );
-        self.cluster.store(Arc::new(cluster));
-        self.reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!("{summary}");
-        Ok(summary)
-    }
-
-    /// Stops accepting and lets in-flight requests finish (see [`Running::wait`]).
-    pub fn shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-
-    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-
-    fn connection_closed(&self) {
-        if self.open_connections.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.all_closed.notify_waiters();
-        }
-    }
-
-    /// Every client listener's limits and counters, `listen` first, then `[[listener]]`s.
-    pub fn listeners(&self) -> Vec<crate::connection_limits::ListenerStatus> {
-        self.endpoints
-            .iter()
-            .map(|(_, endpoint)| {
-                let mut status = endpoint.limits.status();
-                status.tls = endpoint.tls_counters.as_ref().map(|c| c.status());
-                status
-            })
-            .collect()
-    }
-
-    /// Each TLS listener's address and handshake counters, for `/metrics`.
-    pub fn tls_counters(&self) -> Vec<(String, Arc<crate::tls_metrics::TlsCounters>)> {
-        self.endpoints
-            .iter()
-            .filter_map(|(_, endpoint)| {
-                let counters = endpoint.tls_counters.as_ref()?;
-                Some((endpoint.limits.address().to_string(), Arc::clone(counters)))
-            })
-            .collect()
-    }
-}
-
-/// One accepted client connection, counted open (switch-wide and on its listener) and holding
-/// its slots under the connection limits until it is dropped, whatever ends it.
-struct OpenConnection {
-    switch: Arc<Switch>,
-    _on_listener: crate::connection_limits::OpenOnListener,
-    _slots: crate::connection_limits::Slots,
-}
-
-impl OpenConnection {
-    fn new(
-        switch: &Arc<Switch>,
-        endpoint: &Endpoint,
-        slots: crate::connection_limits::Slots,
-    ) -> Self {
-        switch.open_connections.fetch_add(1, Ordering::AcqRel);
-        switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
-        OpenConnection {
-            switch: Arc::clone(switch),
-            _on_listener: endpoint.limits.opened(),
-            _slots: slots,
-        }
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.switch.connection_closed();
-    }
-}
-
-/// What one client connection is doing, for its idle and header-read deadlines.
-///
-/// The socket only bumps counters (no clock reads on the I/O path); the connection's watchdog
-/// ticks, and measures both deadlines in ticks.
-#[derive(Default)]
-pub struct ConnState {
-    /// Bumped whenever bytes move either way or a request ends.
-    activity: AtomicU64,
-    /// Watchdog ticks so far.
-    ticks: AtomicU64,
-    /// The tick (plus one) at which the first byte of the next request head arrived; 0 while
-    /// no head is being read.
-    head_started: AtomicU64,
-    /// The tick (plus one) since which a write to the client has been waiting for room in the
-    /// socket (the client is not reading); 0 while no write waits.
-    write_blocked: AtomicU64,
-    in_flight: AtomicU32,
-    /// Set once the TLS handshake is done, for a client that came over TLS (the node is told
-    /// `X-Forwarded-Proto: https`; class rules may look at the SNI name).
-    pub(crate) tls: std::sync::OnceLock<crate::listener::ClientTls>,
-    /// The client's addresses and when it connected (absent for requests the switch makes
-    /// itself, such as background cache refreshes).
-    pub peer: Option<crate::peer::Peer>,
-}
-
-impl ConnState {
-    /// The state of a new connection from `peer`.
-    pub fn of(peer: Option<crate::peer::Peer>) -> Self {
-        ConnState {
-            peer,
-            ..ConnState::default()
-        }
-    }
-
-    pub fn request_started(&self) {
-        self.head_started.store(0, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn request_done(&self) {
-        let _ = self
-            .in_flight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        self.activity.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn on_read(&self) {
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Relaxed) == 0
-            && self.head_started.load(Ordering::Relaxed) == 0
-        {
-            let now = self.ticks.load(Ordering::Relaxed);
-            self.head_started.store(now + 1, Ordering::Relaxed);
-        }
-    }
-
-    fn on_write(&self) {
-        self.activity.fetch_add(1, Ordering::Relaxed);
-        self.write_blocked.store(0, Ordering::Relaxed);
-    }
-
-    fn on_write_blocked(&self) {
-        if self.write_blocked.load(Ordering::Relaxed) == 0 {
-            let now = self.ticks.load(Ordering::Relaxed);
-            self.write_blocked.store(now + 1, Ordering::Relaxed);
-        }
-    }
-
-    /// Notes what a write to the client came to.
-    fn wrote(&self, polled: &Poll<io::Result<usize>>) {
-        match polled {
-            Poll::Ready(Ok(n)) if *n > 0 => self.on_write(),
-            Poll::Pending => self.on_write_blocked(),
-            _ => {}
-        }
-    }
-}
-
-/// A deadline that closes a client connection.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Expired {
-    HeaderRead,
-    ClientSend,
-    ClientIdle,
-}
-
-impl Expired {
-    fn why(self) -> &'static str {
-        match self {
-            Expired::HeaderRead => "request head not received within the header-read timeout",
-            Expired::ClientSend => "client did not read its response within timeouts.client_send",
-            Expired::ClientIdle => "connection idle past the client idle timeout",
-        }
-    }
-}
-
-/// Watches one connection's deadlines, one tick at a time.
-struct Watchdog {
-    tick: Duration,
-    idle_ticks: u64,
-    header_ticks: u64,
-    send_ticks: u64,
-    last_activity: u64,
-    quiet_ticks: u64,
-    /// An HTTP/2 connection's streams, each with its own `client_send` deadline.
-    streams: Option<Arc<crate::send_timeout::StreamSends>>,
-}
-
-impl Watchdog {
-    fn new(idle: Duration, header_read: Duration, client_send: Duration) -> Self {
-        let shortest = idle.min(header_read).min(client_send);
-        let tick = (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-        let in_ticks = |d: Duration| (d.as_nanos() / tick.as_nanos().max(1)).max(1) as u64;
-        Watchdog {
-            tick,
-            idle_ticks: in_ticks(idle),
-            header_ticks: in_ticks(header_read),
-            send_ticks: in_ticks(client_send),
-            last_activity: 0,
-            quiet_ticks: 0,
-            streams: None,
-        }
-    }
-
-    /// Also watches the streams of an HTTP/2 connection.
-    fn with_streams(mut self, streams: Arc<crate::send_timeout::StreamSends>) -> Self {
-        self.streams = Some(streams);
-        self
-    }
-
-    /// Called once per tick: closes the connection (returning why) if a deadline has passed,
-    /// else cuts the HTTP/2 streams whose client stopped taking their response. Counts both
-    /// kinds of `client_send` cut.
-    fn on_tick(
-        &mut self,
-        state: &ConnState,
-        cuts: &crate::send_timeout::ClientSendTimeouts,
-    ) -> Option<Expired> {
-        let expired = self.check(state);
-        if expired == Some(Expired::ClientSend) {
-            cuts.connections.fetch_add(1, Ordering::Relaxed);
-        }
-        if let (None, Some(streams)) = (expired, &self.streams) {
-            let now = state.ticks.load(Ordering::Relaxed);
-            let cut = streams.tick(now, self.send_ticks);
-            cuts.h2_streams.fetch_add(cut, Ordering::Relaxed);
-        }
-        expired
-    }
-
-    /// Why the connection should be closed now, if it should.
-    fn check(&mut self, state: &ConnState) -> Option<Expired> {
-        let now = state.ticks.fetch_add(1, Ordering::Relaxed) + 1;
-        let activity = state.activity.load(Ordering::Relaxed);
-        if activity == self.last_activity {
-            self.quiet_ticks += 1;
-        } else {
-            self.last_activity = activity;
-            self.quiet_ticks = 0;
-        }
-        let head = state.head_started.load(Ordering::Relaxed);
-        if head != 0 && now.saturating_sub(head - 1) > self.header_ticks {
-            return Some(Expired::HeaderRead);
-        }
-        let blocked = state.write_blocked.load(Ordering::Relaxed);
-        if blocked != 0 {
-            // A client that does not read its response is not idle: `client_send` decides.
-            return (now.saturating_sub(blocked - 1) > self.send_ticks)
-                .then_some(Expired::ClientSend);
-        }
-        if self.quiet_ticks > self.idle_ticks {
-            return Some(Expired::ClientIdle);
-        }
-        None
-    }
-}
-
-/// A client socket that tells its [`ConnState`] when bytes move.
-struct TrackedStream {
-    inner: LazyStream,
-    state: Arc<ConnState>,
-}
-
-impl AsyncRead for TrackedStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.on_read();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for TrackedStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.state.wrote(&polled);
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.state.wrote(&polled);
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
+use crate::frontend::listener::Endpoint;
+use crate::net::io::Acceptor;
+use crate::state::cluster::Cluster;
+pub use crate::state::switch::Switch;
 
 /// A switch serving on the current runtime (one worker; see [`run`] for one per core).
 pub struct Running {
+    /// The switch's shared state (cluster, counters, shutdown and reload).
     pub switch: Arc<Switch>,
     /// The bound client listeners (useful when the configuration asked for port 0).
     pub listen_addrs: Vec<SocketAddr>,
+    /// The bound admin listener, when there is one.
     pub admin_addr: Option<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -435,54 +59,42 @@ impl Running {
     }
 }
 
-impl Switch {
-    /// A switch for a validated configuration, not yet serving.
-    pub fn new(config: Config) -> anyhow::Result<Arc<Switch>> {
-        config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-        for warning in config.warnings() {
-            tracing::warn!("{warning}");
-        }
-        let max_connections = config.limits.max_connections;
-        let endpoints = Endpoint::all(&config);
-        let cache = config
-            .cache
-            .as_ref()
-            .map(crate::caching::CacheLayer::new)
-            .transpose()?;
-        let access_log = config
-            .access_log
-            .as_ref()
-            .map(|log| crate::access_log::AccessLog::open(log).map(Arc::new))
-            .transpose()?;
-        let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (shutdown, _) = watch::channel(false);
-        Ok(Arc::new(Switch {
-            epoch: Epoch::new(),
-            cluster: ArcSwap::from_pointee(cluster),
-            open_connections: AtomicUsize::new(0),
-            accepted_connections: AtomicU64::new(0),
-            reloads: AtomicU64::new(0),
-            retry_budget: Default::default(),
-            cache,
-            access_log,
-            proxy_rejections: Default::default(),
-            tunnels: Default::default(),
-            client_send_timeouts: Default::default(),
-            connection_slots: Arc::new(Semaphore::new(max_connections)),
-            endpoints,
-            reload_lock: tokio::sync::Mutex::new(()),
-            shutdown,
-            all_closed: Notify::new(),
-        }))
+/// Every client address to bind, and what it speaks.
+type Endpoints = Vec<(SocketAddr, Endpoint)>;
+
+/// A switch for a validated configuration, not yet serving, and every client address it is
+/// to bind with what it speaks.
+fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
     }
+    let max_connections = config.limits.max_connections;
+    let endpoints = Endpoint::all(&config);
+    let cache = config
+        .cache
+        .as_ref()
+        .map(crate::state::cache::CacheLayer::new)
+        .transpose()?;
+    let access_log = config
+        .access_log
+        .as_ref()
+        .map(|log| crate::observe::access_log::AccessLog::open(log).map(Arc::new))
+        .transpose()?;
+    let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let counters = endpoints
+        .iter()
+        .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
+        .collect();
+    let switch = Switch::new(cluster, cache, access_log, counters, max_connections);
+    Ok((switch, endpoints))
 }
 
 /// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
 /// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let admin = config.admin;
-    let switch = Switch::new(config)?;
-    let endpoints = switch.endpoints.clone();
+    let (switch, endpoints) = new_switch(config)?;
     let listeners = endpoints
         .into_iter()
         .map(|(addr, endpoint)| Ok((bind(addr, false)?, endpoint)))
@@ -502,14 +114,14 @@ fn serve_on(
     let mut tasks = Vec::new();
     let mut listen_addrs = Vec::new();
     let configured = switch.cluster.load().config.proxy_protocol.clone();
-    // This worker's silent connections are closed by its own reaper (see [`crate::reaper`]).
-    let reaper = Arc::new(SilentReaper::default());
+    // This worker's silent connections are closed by its own reaper (see [`crate::net::reaper`]).
+    let reaper = Arc::new(crate::frontend::serve::SilentReaper::default());
     for (listener, endpoint) in listeners {
         let listener = Acceptor::new(listener)?;
         listen_addrs.push(listener.local_addr()?);
         endpoint.limits.bound_to(listener.local_addr()?);
         let proxied = configured.accepts_on(endpoint.configured());
-        let accepting = accept_loop(
+        let accepting = crate::frontend::serve::accept_loop(
             Arc::clone(&switch),
             listener,
             Arc::new(endpoint),
@@ -520,12 +132,12 @@ fn serve_on(
     }
     tasks.push(tokio::spawn(reaper.run()));
     if primary {
-        tasks.push(tokio::spawn(crate::gather::gather_loads(Arc::clone(
-            &switch,
-        ))));
-        tasks.push(tokio::spawn(crate::health::check_nodes(Arc::clone(
-            &switch,
-        ))));
+        tasks.push(tokio::spawn(crate::control::gather::gather_loads(
+            Arc::clone(&switch),
+        )));
+        tasks.push(tokio::spawn(crate::control::health::check_nodes(
+            Arc::clone(&switch),
+        )));
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }
@@ -534,7 +146,7 @@ fn serve_on(
         Some(listener) => {
             let listener = TcpListener::from_std(listener)?;
             let bound = listener.local_addr()?;
-            tasks.push(tokio::spawn(crate::admin::serve(
+            tasks.push(tokio::spawn(crate::control::admin::serve(
                 Arc::clone(&switch),
                 listener,
             )));
@@ -590,344 +202,6 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     bind(addr, false).with_context(|| "admin listener".to_string())
 }
 
-/// A connection closed for sending nothing, with what counts it as open (see
-/// [`crate::reaper`]).
-type Silent = (
-    LazyStream,
-    OpenConnection,
-    Option<crate::connection_limits::ClientSlot>,
-);
-type SilentReaper = crate::reaper::Reaper<Silent>;
-
-async fn accept_loop(
-    switch: Arc<Switch>,
-    listener: Acceptor,
-    endpoint: Arc<Endpoint>,
-    proxied: bool,
-    reaper: Arc<SilentReaper>,
-) {
-    let mut stop = switch.shutdown.subscribe();
-    let listening = match listener.local_addr() {
-        Ok(addr) => addr,
-        Err(e) => {
-            tracing::error!("listener lost its address: {e}");
-            return;
-        }
-    };
-    loop {
-        // The slots come before the accept: while there are none, connections wait in the
-        // kernel's accept queue rather than in the switch's memory.
-        let slots = tokio::select! {
-            slots = endpoint.limits.slots(&switch.connection_slots) => match slots {
-                Some(slots) => slots,
-                None => return,
-            },
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        // Counted open, and its slots held, until this task ends, however it ends.
-        let open = OpenConnection::new(&switch, &endpoint, slots);
-        let switch = Arc::clone(&switch);
-        let endpoint = Arc::clone(&endpoint);
-        let reaper = Arc::clone(&reaper);
-        // Every future below that is not needed while a connection waits is boxed: the task
-        // is allocated at the size of its largest state, so anything inline here (a TLS
-        // handshake, a 429 answer, hyper's connection) would be paid by every idle client.
-        tokio::spawn(async move {
-            let mut stream = stream;
-            let Some(peer) = client_of(&switch, &mut stream, peer, listening, proxied).await else {
-                return;
-            };
-            // After a PROXY header: the limit counts the client it names, not the balancer.
-            let Ok(client_slot) = endpoint.limits.admit_client(peer.client.ip()) else {
-                tracing::debug!(client = %peer.client, "turned away: its address is at max_connections_per_client");
-                let answer = endpoint.scheme() == "http";
-                return Box::pin(crate::connection_limits::turn_away(stream, answer)).await;
-            };
-            if let Some(silent) = serve_connection(&switch, stream, peer, &endpoint).await {
-                reaper.close((silent, open, client_slot));
-            }
-        });
-    }
-}
-
-/// Who the client is: the socket's peer, or on a PROXY protocol listener the address in the
-/// header a trusted balancer sent (`None`: the connection is to be closed).
-async fn client_of(
-    switch: &Switch,
-    stream: &mut LazyStream,
-    peer: SocketAddr,
-    listening: SocketAddr,
-    proxied: bool,
-) -> Option<crate::peer::Peer> {
-    let accepted = std::time::Instant::now();
-    let cluster = switch.cluster.load_full();
-    let config = &cluster.config;
-    // A wildcard listener does not say which address was reached; a PROXY header sent on to a
-    // node must (one system call, only then).
-    let sends_proxy = config.proxy_protocol.send != crate::proxy_protocol::SendVersion::Off;
-    let listening = match listening.ip().is_unspecified() && sends_proxy {
-        true => stream.local_addr().unwrap_or(listening),
-        false => listening,
-    };
-    if !proxied {
-        return Some(crate::peer::Peer {
-            client: peer,
-            local: listening,
-            accepted,
-        });
-    }
-    let settings = &config.proxy_protocol;
-    let header_read = config.timeouts.header_read;
-    let rejections = &switch.proxy_rejections;
-    let header =
-        crate::proxy_protocol::accept(stream, peer, listening, settings, header_read, rejections);
-    match Box::pin(header).await {
-        Ok((client, local)) => Some(crate::peer::Peer {
-            client,
-            local,
-            accepted,
-        }),
-        Err(why) => {
-            tracing::debug!("PROXY protocol listener {listening}: {why}");
-            None
-        }
-    }
-}
-
-/// Serves one client connection; a silent one (no bytes within `header_read`) comes back
-/// unclosed, for the worker's reaper.
-async fn serve_connection(
-    switch: &Arc<Switch>,
-    mut stream: LazyStream,
-    client: crate::peer::Peer,
-    endpoint: &Endpoint,
-) -> Option<LazyStream> {
-    let peer = client.client;
-    use crate::listener::{negotiated, sniff_h2c, ClientTls, Protocol};
-    let (start, header_read) = {
-        let cluster = switch.cluster.load();
-        let config = &cluster.config;
-        (endpoint.start(config), config.timeouts.header_read)
-    };
-    // A client that connects and stays silent gets `header_read` to start its request (or its
-    // TLS handshake), as a started request gets to finish its head, not the whole idle timeout;
-    // and it costs no buffers (hyper's, TLS's) meanwhile.
-    match stream.first_bytes(header_read).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::debug!(%peer, "closing client connection: no request within header_read");
-            return Some(stream);
-        }
-        Err(e) => {
-            tracing::debug!(%peer, "client connection ended before a request: {e}");
-            return None;
-        }
-    }
-    let state = Arc::new(ConnState::of(Some(client)));
-    let io = TrackedStream {
-        inner: stream,
-        state: Arc::clone(&state),
-    };
-    match start.tls {
-        Some(tls) => {
-            let counters = endpoint.tls_counters.as_deref();
-            let handshake = Box::pin(tls_handshake(io, tls, header_read, peer, counters));
-            let tls_stream = handshake.await?;
-            let protocol = negotiated(tls_stream.get_ref().1);
-            let _ = state.tls.set(ClientTls::of(tls_stream.get_ref().1));
-            Box::pin(serve_http(switch, tls_stream, peer, state, protocol)).await;
-        }
-        None if start.h2c => {
-            let sniff = Box::pin(tokio::time::timeout(header_read, sniff_h2c(io)));
-            let (protocol, io) = match sniff.await {
-                Ok(Ok(sniffed)) => sniffed,
-                _ => return None,
-            };
-            Box::pin(serve_http(switch, io, peer, state, protocol)).await;
-        }
-        None => Box::pin(serve_http(switch, io, peer, state, Protocol::Http1)).await,
-    }
-    None
-}
-
-/// The server side of a TLS handshake, counted on the listener's `counters` once it ends
-/// (`None`: it failed or timed out, and the connection is to be closed).
-async fn tls_handshake<I>(
-    io: I,
-    tls: Arc<rustls::ServerConfig>,
-    header_read: Duration,
-    peer: SocketAddr,
-    counters: Option<&crate::tls_metrics::TlsCounters>,
-) -> Option<tokio_rustls::server::TlsStream<I>>
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use crate::tls_metrics::HandshakeFailure;
-    let started = std::time::Instant::now();
-    // The handshake is part of the request head's time.
-    let accept = tokio_rustls::TlsAcceptor::from(tls).accept(io);
-    let failure = match tokio::time::timeout(header_read, accept).await {
-        Ok(Ok(stream)) => {
-            if let Some(counters) = counters {
-                counters.completed(stream.get_ref().1, started.elapsed());
-            }
-            return Some(stream);
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(%peer, "TLS handshake failed: {e}");
-            HandshakeFailure::of(&e)
-        }
-        Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
-            HandshakeFailure::Timeout
-        }
-    };
-    if let Some(counters) = counters {
-        counters.failed(failure);
-    }
-    None
-}
-
-/// Serves HTTP/1.1 or HTTP/2 on a client connection (TLS already terminated, if any).
-async fn serve_http<I>(
-    switch: &Arc<Switch>,
-    io: I,
-    peer: SocketAddr,
-    state: Arc<ConnState>,
-    protocol: crate::listener::Protocol,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let cluster = switch.cluster.load_full();
-    let config = &cluster.config;
-    let t = &config.timeouts;
-    let (idle, header_read, client_send) = (t.client_idle, t.header_read, t.client_send);
-    let service = {
-        let switch = Arc::clone(switch);
-        let state = Arc::clone(&state);
-        let peer = crate::proxy::peer_header(peer);
-        // Boxed: hyper keeps a slot for the request future in every connection from the start,
-        // so an unboxed future (the whole proxy path, several KB) would be paid by every idle
-        // connection rather than only while a request runs.
-        service_fn(move |req| {
-            Box::pin(crate::proxy::handle(
-                Arc::clone(&switch),
-                Arc::clone(&state),
-                peer.clone(),
-                req,
-            ))
-        })
-    };
-    if let crate::listener::Protocol::Http2 = protocol {
-        // A client can stall one stream without blocking the socket: each stream gets its own
-        // `client_send` deadline (see `crate::send_timeout`).
-        let streams = Arc::new(crate::send_timeout::StreamSends::default());
-        let watched = {
-            let streams = Arc::clone(&streams);
-            service_fn(move |req| {
-                let answer = hyper::service::Service::call(&service, req);
-                let streams = Arc::clone(&streams);
-                async move { answer.await.map(|resp| streams.watch(resp)) }
-            })
-        };
-        // Many streams answered in one turn leave in one write (see `crate::cork`).
-        let (io, cork) = crate::cork::cork(io);
-        let conn = config
-            .http2
-            .builder()
-            .serve_connection(TokioIo::new(io), watched);
-        let conn = cork.flush_after_poll(conn);
-        drop(cluster);
-        // Between requests an HTTP/2 client may send PINGs and SETTINGS; only `client_idle`
-        // without a request closes its connection.
-        let deadlines = Watchdog::new(idle, idle, client_send).with_streams(streams);
-        let graceful = |mut conn: Pin<&mut crate::cork::FlushAfterPoll<_, _>>| {
-            hyper::server::conn::http2::Connection::graceful_shutdown(conn.conn())
-        };
-        return Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
-    }
-    let mut builder = http1::Builder::new();
-    builder
-        .keep_alive(true)
-        // Do not read from the client while its request is being answered only to notice that
-        // it went away (HAProxy's default too, without `option abortonclose`): that read would
-        // fail with EAGAIN on nearly every request and cost the registration with the event
-        // loop that a one-request connection otherwise never needs (see `crate::io`). A
-        // client that half-closes after its request still gets the answer.
-        .half_close(true)
-        .header_read_timeout(None)
-        .max_header_size(config.limits.max_request_line + config.limits.max_header_bytes + 64);
-    if config.limits.max_headers != 100 {
-        builder.max_headers(config.limits.max_headers);
-    }
-    drop(cluster);
-    // Upgrades (WebSocket) hand the connection to a tunnel (see `crate::upgrade`).
-    let conn = builder
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
-    let graceful = http1::UpgradeableConnection::graceful_shutdown;
-    let deadlines = Watchdog::new(idle, header_read, client_send);
-    Box::pin(drive(switch, conn, graceful, &state, peer, deadlines)).await;
-}
-
-/// Runs a client connection to its end: until the protocol finishes it, the watchdog finds a
-/// deadline passed, or (after a graceful close on shutdown) the last request is answered.
-async fn drive<C, G>(
-    switch: &Arc<Switch>,
-    conn: C,
-    graceful: G,
-    state: &ConnState,
-    peer: SocketAddr,
-    mut watchdog: Watchdog,
-) where
-    C: std::future::Future<Output = hyper::Result<()>>,
-    G: Fn(Pin<&mut C>),
-{
-    let mut conn = std::pin::pin!(conn);
-    let mut stop = switch.shutdown.subscribe();
-    let mut stopping = *stop.borrow();
-    if stopping {
-        graceful(conn.as_mut());
-    }
-    let mut ticker =
-        tokio::time::interval_at(tokio::time::Instant::now() + watchdog.tick, watchdog.tick);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(%peer, "client connection ended: {e}");
-                }
-                return;
-            }
-            _ = stop.wait_for(|s| *s), if !stopping => {
-                stopping = true;
-                graceful(conn.as_mut());
-            }
-            _ = ticker.tick() => {
-                if let Some(expired) = watchdog.on_tick(state, &switch.client_send_timeouts) {
-                    tracing::debug!(%peer, "closing client connection: {}", expired.why());
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// Runs the switch until SIGTERM or SIGINT (SIGHUP reloads the configuration), with `threads`
 /// workers, each a single-threaded runtime on its own thread accepting on its own `SO_REUSEPORT`
 /// socket — the thread-per-core shape of nginx and HAProxy, which avoids cross-thread wake-ups
@@ -935,8 +209,7 @@ async fn drive<C, G>(
 pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let threads = threads.max(1);
     let admin = config.admin;
-    let switch = Switch::new(config)?;
-    let endpoints = switch.endpoints.clone();
+    let (switch, endpoints) = new_switch(config)?;
     // SO_REUSEPORT would also let this switch share a port with another process of the same
     // user, splitting its traffic silently; a plain bind first makes a taken port an error.
     let listen = endpoints

@@ -188,8 +188,8 @@ async fn a_node_that_leads_back_to_the_switch_gets_508_loop_detected() {
     assert_eq!(ans.status, StatusCode::LOOP_DETECTED, "{}", ans.text());
     assert!(ans.text().contains("forwarding loop"), "{}", ans.text());
     assert_eq!(
-        capstan_switch::forwarding_loop::capstan_hops(&ans.headers),
-        capstan_switch::forwarding_loop::MAX_HOPS,
+        capstan_switch::testing::capstan_hops(&ans.headers),
+        capstan_switch::testing::MAX_HOPS,
         "{:?}",
         ans.headers
     );

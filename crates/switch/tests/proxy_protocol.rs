@@ -154,7 +154,7 @@ async fn a_trusted_balancers_v1_and_v2_headers_name_the_client() {
     .await;
     assert!(v1.starts_with("HTTP/1.1 200 OK"), "{v1}");
     assert!(v1.contains("x-forwarded-for: 203.0.113.9\n"), "{v1}");
-    let mut v2 = capstan_switch::proxy_protocol::encode_v2(
+    let mut v2 = capstan_switch::testing::encode_v2(
         "[2001:db8::7]:1234".parse().unwrap(),
         "[2001:db8::1]:80".parse().unwrap(),
     );

@@ -13,9 +13,9 @@
 //! 3. Found → [`decide()`] ([`Decision::Fresh`], [`Decision::StaleAllowed`],
 //!    [`Decision::StaleWhileRevalidate`], [`Decision::Revalidate`]); nothing usable and
 //!    [`only_if_cached`] → 504.
-//! 4. Serving: [`client_conditional`] (304/412 with [`not_modified_headers`]), then
-//!    [`parse_range`] ([`content_range`] or [`Multipart`]), `Age` from
-//!    [`StoredTimes::age_header`], [`CacheStatus`].
+//! 4. Serving: [`stored_answer`]: [`client_conditional`] (304/412 with
+//!    [`not_modified_headers`]), then [`parse_range`] ([`content_range`] or [`Multipart`]);
+//!    `Age` from [`StoredTimes::age_header`], [`CacheStatus`].
 //! 5. Revalidating: [`revalidation_headers`]; on 304 check [`not_modified_applies`], then
 //!    [`merge_not_modified`] and [`StoredTimes::refresh`]; on error or 5xx,
 //!    [`stale_if_error_allows`].
@@ -32,6 +32,7 @@ pub mod freshness;
 pub mod invalidate;
 pub mod range;
 pub mod rules;
+pub mod serve;
 pub mod storable;
 pub mod validate;
 pub mod vary;
@@ -46,6 +47,7 @@ pub use range::{
     MAX_RANGES,
 };
 pub use rules::{CacheRules, RulesError};
+pub use serve::{stored_answer, StoredAnswer};
 pub use storable::{
     headers_to_store, is_heuristically_cacheable, status_understood, storability, NotStorable,
 };

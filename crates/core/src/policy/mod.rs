@@ -13,6 +13,8 @@ use crate::view::{ClusterView, NodeId};
 
 mod registry;
 mod support;
+
+pub use support::mix64;
 mod target_table;
 
 #[cfg(test)]

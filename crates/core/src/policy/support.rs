@@ -81,7 +81,8 @@ impl Rotor {
 }
 
 /// The SplitMix64 finaliser: a bijective 64-bit mixer with good avalanche.
-pub(crate) fn mix64(mut z: u64) -> u64 {
+#[inline]
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -1,0 +1,13 @@
+//! Control: active health checks, load gathering, membership changes, reloads, the admin API
+//! (its token, its replies) and the operation metrics.
+//!
+//! May use: every layer below (`net` … `frontend`).
+
+pub(crate) mod admin;
+pub(crate) mod admin_auth;
+pub(crate) mod gather;
+pub(crate) mod health;
+pub(crate) mod membership;
+pub(crate) mod operation_metrics;
+pub(crate) mod reload;
+pub(crate) mod reply;

@@ -1,0 +1,806 @@
+//! The switch's HTTP cache layer: where a request meets `capstan-cache`.
+//!
+//! A `GET` or `HEAD` of a cachable class is looked up by its key (memory tier, then disk).
+//! A fresh entry is answered at once; a stale one is served while one background request
+//! refreshes it (`stale-while-revalidate`, grace), or revalidated with the node; a miss joins the
+//! one fill in flight for its key (request coalescing) or starts it. The fill is a background
+//! task that streams the node's response to every waiting client as it arrives and stores it
+//! when RFC 9111 allows. Unsafe methods invalidate what they change (RFC 9111 §4.4).
+
+pub(crate) mod report;
+mod respond;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use capstan_cache::key::{primary_key, url_part, KeyRules};
+use capstan_cache::rfc::{self, CacheRules, CacheStatus, Decision, Fwd, StoredTimes};
+use capstan_cache::store::{Entry, Lookup};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::request::Parts;
+use http::{Method, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Body;
+
+use crate::config::cache::CacheConfig;
+use crate::pipeline::dispatch::Forward;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::ResponseBody;
+use crate::state::cluster::Cluster;
+use crate::state::switch::{ConnState, Switch};
+use crate::upstream::body::UpstreamBody;
+
+pub(crate) use crate::pipeline::response::CACHE_STATUS;
+use crate::state::cache::fill::{Fill, FillHead, FillOutcome, FillReader};
+use crate::state::cache::{bump, CacheLayer, Key};
+
+/// What the cache does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Not the cache's business.
+    Pass,
+    /// Look it up (GET, HEAD of a cachable class).
+    Lookup,
+    /// A client's `PURGE`.
+    Purge,
+    /// An unsafe method: forward, then invalidate what it changed.
+    Invalidate,
+}
+
+impl Route {
+    pub(crate) fn of(switch: &Switch, cluster: &Cluster, class: usize, parts: &Parts) -> Route {
+        let (Some(_), Some(cfg)) = (&switch.cache, &cluster.config.cache) else {
+            return Route::Pass;
+        };
+        match parts.method {
+            // A GET with a body is unusual enough not to be the cache's business (and its body
+            // would be lost on the way to a fill).
+            Method::GET | Method::HEAD if has_body(&parts.headers) => Route::Pass,
+            Method::GET | Method::HEAD => {
+                let name = &cluster.classifier.classes()[class].name;
+                let cachable = cfg.classes.as_ref().is_none_or(|c| c.contains(name));
+                if cachable {
+                    Route::Lookup
+                } else {
+                    Route::Pass
+                }
+            }
+            Method::OPTIONS | Method::TRACE | Method::CONNECT => Route::Pass,
+            ref m if m.as_str() == "PURGE" => Route::Purge,
+            _ => Route::Invalidate,
+        }
+    }
+}
+
+fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0")
+}
+
+/// The host a request names: the absolute-form authority, else `Host`, lower-cased later.
+pub(crate) fn request_host(parts: &Parts) -> String {
+    if let Some(authority) = parts.uri.authority() {
+        return authority.as_str().to_string();
+    }
+    parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+impl Key {
+    fn of(forward: &Forward, cfg: &CacheConfig, parts: &Parts) -> Key {
+        let class_name = &forward.cluster.classifier.classes()[forward.class].name;
+        let rules: &KeyRules = cfg.class_keys.get(class_name).unwrap_or(&cfg.key);
+        let host = request_host(parts);
+        let full = primary_key(
+            "http",
+            &host,
+            forward.pq.path(),
+            forward.pq.query(),
+            &parts.headers,
+            rules,
+        );
+        let url = url_part(&full).to_string();
+        let extra = full[url.len()..].to_string();
+        Key { url, extra }
+    }
+
+    fn fill_key(&self) -> String {
+        format!("{}{}", self.url, self.extra)
+    }
+}
+
+/// Answers a GET or HEAD through the cache. `Err` for answers the switch made itself (hits,
+/// errors), `Ok` for ones streaming from a node.
+pub(crate) async fn serve(
+    forward: Forward,
+    parts: Parts,
+    peer: &HeaderValue,
+) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+    let switch = Arc::clone(&forward.switch);
+    let layer = switch.cache.as_ref().expect("routed to the cache");
+    // Borrowed from the cluster (the hit path copies nothing of the configuration); the
+    // fill path clones what its background task keeps.
+    let cluster = Arc::clone(&forward.cluster);
+    let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
+    let rules = cfg.rules();
+    let key = Key::of(&forward, cfg, &parts);
+    let now = SystemTime::now();
+    let req = &parts.headers;
+    let found = layer
+        .store
+        .lookup(&key.url, &key.extra, |e| e.vary_matches(req));
+    let found = match found {
+        Lookup::Hit(entry) => Lookup::Hit(entry),
+        miss => match layer.lookup_on_disk(&key, req).await {
+            Some(entry) => Lookup::Hit(entry),
+            None => miss,
+        },
+    };
+    let vary_miss = matches!(found, Lookup::VaryMiss);
+    let stale = match found {
+        Lookup::Hit(entry) => {
+            let stored = entry.headers();
+            let serve_stored = |stored: HeaderMap| {
+                let status = CacheStatus::hit(ttl_of(&entry.times, now));
+                let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
+                with_debug(&forward, resp)
+            };
+            match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
+                Decision::Fresh => {
+                    bump(&layer.counters.hits);
+                    return Err(serve_stored(stored));
+                }
+                Decision::StaleAllowed { .. } => {
+                    bump(&layer.counters.stale_hits);
+                    return Err(serve_stored(stored));
+                }
+                Decision::StaleWhileRevalidate => {
+                    bump(&layer.counters.stale_hits);
+                    let upstream = forwarded_headers(req, peer, forward.client_version);
+                    refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
+                    return Err(serve_stored(stored));
+                }
+                Decision::Revalidate => Some(entry),
+            }
+        }
+        Lookup::VaryMiss | Lookup::UriMiss if rfc::only_if_cached(req) => {
+            return Err(error_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                "only-if-cached: the cache holds no usable response",
+            ));
+        }
+        Lookup::VaryMiss | Lookup::UriMiss => None,
+    };
+    let fwd_kind = match (&stale, vary_miss) {
+        (Some(_), _) => Fwd::Stale,
+        (None, true) => Fwd::VaryMiss,
+        (None, false) => Fwd::UriMiss,
+    };
+    if req.contains_key(header::RANGE) && stale.is_none() {
+        // A range of an object the cache does not hold goes to the node as asked (partials
+        // are never stored); the next full request fills the cache.
+        bump(&layer.counters.passes);
+        return pass(forward, parts, peer, Fwd::Miss, Some("range")).await;
+    }
+    if rfc::CacheControl::parse_request(req).no_store {
+        bump(&layer.counters.passes);
+        return pass(forward, parts, peer, Fwd::Request, Some("no-store")).await;
+    }
+    match stale {
+        Some(_) => bump(&layer.counters.revalidations),
+        None => bump(&layer.counters.misses),
+    }
+    through_fill(forward, parts, peer, key, stale, cfg, rules, fwd_kind).await
+}
+
+fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
+    times.ttl(now)
+}
+
+fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
+    let headers = resp.headers_mut();
+    crate::pipeline::response::debug_headers(headers, &forward.cluster, forward.class, None);
+    resp
+}
+
+/// Forwards without the cache (a range miss, a `no-store` request), saying so in
+/// `Cache-Status`.
+async fn pass(
+    forward: Forward,
+    parts: Parts,
+    peer: &HeaderValue,
+    fwd: Fwd,
+    detail: Option<&'static str>,
+) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+    let status = CacheStatus::forward(fwd, false, false, detail);
+    let headers = forwarded_headers(&parts.headers, peer, forward.client_version);
+    let answer = forward
+        .dispatch(headers, UpstreamBody::Empty, true, None)
+        .await;
+    let mark = |mut r: Response<ResponseBody>| {
+        r.headers_mut().insert(&CACHE_STATUS, status.header_value());
+        r
+    };
+    answer.map(mark).map_err(mark)
+}
+
+/// The client's headers as a node should see them (hop-by-hop out; `Via`,
+/// `X-Forwarded-For`, `X-Forwarded-Proto` in).
+fn forwarded_headers(client: &HeaderMap, peer: &HeaderValue, version: http::Version) -> HeaderMap {
+    let mut headers = client.clone();
+    crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
+    headers
+}
+
+/// Joins the fill in flight for the key, or starts one; answers from it.
+#[allow(clippy::too_many_arguments)]
+async fn through_fill(
+    forward: Forward,
+    parts: Parts,
+    peer: &HeaderValue,
+    key: Key,
+    stale: Option<Arc<Entry>>,
+    cfg: &CacheConfig,
+    rules: CacheRules,
+    fwd_kind: Fwd,
+) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    let fill_key = key.fill_key();
+    // A request with credentials takes no one else's response (RFC 9111 §3.5: what a shared
+    // cache may give it is decided against a stored response, which a fill is not yet).
+    let may_join = cfg.coalesce && !parts.headers.contains_key(header::AUTHORIZATION);
+    let joined = may_join.then(|| {
+        let fills = layer.fills();
+        fills
+            .get(&fill_key)
+            .and_then(|f| f.join(cfg.coalesce_max_waiters, true))
+    });
+    if let Some(Some(reader)) = joined {
+        bump(&layer.counters.coalesced);
+        return follow(forward, parts, peer, reader, cfg, fwd_kind).await;
+    }
+    let fill = Fill::new();
+    let reader = fill
+        .join(usize::MAX, false)
+        .expect("a new fill takes readers");
+    if cfg.coalesce {
+        layer.fills().insert(fill_key.clone(), Arc::clone(&fill));
+    }
+    let method = parts.method.clone();
+    let client_req = parts.headers.clone();
+    spawn_fill(
+        &forward,
+        parts.headers,
+        key,
+        stale,
+        cfg.clone(),
+        rules,
+        Arc::clone(&fill),
+    );
+    let Some(head) = fill
+        .head(forward.cluster.config.timeouts.upstream * 2)
+        .await
+    else {
+        return Err(error_response(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the cache fill got no response head in time",
+        ));
+    };
+    let status = leader_status(&head, fwd_kind);
+    Err(with_debug(
+        &forward,
+        respond::from_fill(&head, reader, &method, &client_req, &status),
+    ))
+}
+
+fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
+    match head.outcome {
+        FillOutcome::Fetched { stored, .. } => {
+            let mut s = CacheStatus::forward(fwd_kind, stored, false, None);
+            s.fwd_status = Some(head.status.as_u16());
+            s.ttl = head.ttl;
+            s
+        }
+        FillOutcome::Revalidated => {
+            let mut s = CacheStatus::forward(Fwd::Stale, false, false, None);
+            s.fwd_status = Some(304);
+            s.ttl = head.ttl;
+            s
+        }
+        FillOutcome::StaleOnError => CacheStatus::hit(head.ttl.unwrap_or(0)),
+        FillOutcome::Error => CacheStatus::forward(fwd_kind, false, false, Some("node-error")),
+    }
+}
+
+/// A waiter of someone else's fill: waits for the head (at most `coalesce_timeout`, then goes
+/// to the node itself) and streams the body as it arrives.
+async fn follow(
+    forward: Forward,
+    parts: Parts,
+    peer: &HeaderValue,
+    reader: FillReader,
+    cfg: &CacheConfig,
+    fwd_kind: Fwd,
+) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+    let Some(head) = reader.fill().head(cfg.coalesce_timeout).await else {
+        drop(reader);
+        return pass(forward, parts, peer, fwd_kind, Some("coalesce-timeout")).await;
+    };
+    if !head.outcome.shareable() {
+        drop(reader);
+        let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+        bump(&layer.counters.passes);
+        return pass(forward, parts, peer, fwd_kind, Some("uncachable")).await;
+    }
+    let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
+        rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
+    });
+    if varies_otherwise {
+        drop(reader);
+        return pass(forward, parts, peer, Fwd::VaryMiss, None).await;
+    }
+    let mut status = leader_status(&head, fwd_kind);
+    status.collapsed = true;
+    Err(with_debug(
+        &forward,
+        respond::from_fill(&head, reader, &parts.method, &parts.headers, &status),
+    ))
+}
+
+/// Serves stale and refreshes once in the background (unless a fill for the key is running).
+fn refresh_in_background(
+    forward: &Forward,
+    upstream: HeaderMap,
+    key: &Key,
+    entry: &Arc<Entry>,
+    cfg: CacheConfig,
+) {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    let fill_key = key.fill_key();
+    let fill = {
+        let mut fills = layer.fills();
+        if fills.contains_key(&fill_key) {
+            return;
+        }
+        let fill = Fill::new();
+        fills.insert(fill_key, Arc::clone(&fill));
+        fill
+    };
+    bump(&layer.counters.background_refreshes);
+    let rules = cfg.rules();
+    let key = Key {
+        url: key.url.clone(),
+        extra: key.extra.clone(),
+    };
+    spawn_fill(
+        forward,
+        upstream,
+        key,
+        Some(Arc::clone(entry)),
+        cfg,
+        rules,
+        fill,
+    );
+}
+
+/// Starts the task that fetches the key's response into `fill`.
+fn spawn_fill(
+    forward: &Forward,
+    client_headers: HeaderMap,
+    key: Key,
+    stale: Option<Arc<Entry>>,
+    cfg: CacheConfig,
+    rules: CacheRules,
+    fill: Arc<Fill>,
+) {
+    let task = Forward {
+        switch: Arc::clone(&forward.switch),
+        cluster: Arc::clone(&forward.cluster),
+        // The fill's own connection state: its end must not count against a client's. It
+        // names the client that started it (PROXY protocol to the node).
+        conn: Arc::new(ConnState::of(forward.conn.peer)),
+        class: forward.class,
+        method: Method::GET,
+        pq: forward.pq.clone(),
+        client_version: http::Version::HTTP_11,
+        // A fill is a GET for the cache: trailers are not stored.
+        te_trailers: false,
+    };
+    // The access log line of the request that started the fill names the node it went to.
+    let notes = crate::observe::access_log::current_notes();
+    tokio::spawn(async move {
+        let fill_key = key.fill_key();
+        let running = run_fill(&task, client_headers, &key, stale, &cfg, &rules, &fill);
+        crate::observe::access_log::with_notes(notes, running).await;
+        if let Some(layer) = &task.switch.cache {
+            layer.forget_fill(&fill_key, &fill);
+        }
+    });
+}
+
+/// The headers of the request a fill sends: the client's, without what would make the node
+/// answer only for this client (conditionals, ranges), plus validators of a stale entry.
+fn fill_request_headers(client: &HeaderMap, stale: Option<&Entry>) -> HeaderMap {
+    let mut headers = client.clone();
+    for name in [
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_MATCH,
+        header::IF_UNMODIFIED_SINCE,
+        header::IF_RANGE,
+        header::RANGE,
+    ] {
+        headers.remove(name);
+    }
+    if let Some(entry) = stale {
+        headers.extend(rfc::revalidation_headers(&entry.headers()));
+    }
+    headers
+}
+
+/// The fill task: asks a node, then publishes its answer to the readers and the store.
+async fn run_fill(
+    task: &Forward,
+    client_headers: HeaderMap,
+    key: &Key,
+    stale: Option<Arc<Entry>>,
+    cfg: &CacheConfig,
+    rules: &CacheRules,
+    fill: &Fill,
+) {
+    let layer = task
+        .switch
+        .cache
+        .as_ref()
+        .expect("a fill runs with a cache");
+    let headers = fill_request_headers(&client_headers, stale.as_deref());
+    let request_time = SystemTime::now();
+    let answer = task
+        .dispatch(headers, UpstreamBody::Empty, true, None)
+        .await;
+    let response_time = SystemTime::now();
+    let stale_usable = |status: Option<StatusCode>| {
+        stale.as_ref().filter(|e| {
+            status.is_none_or(|s| s.is_server_error())
+                && rfc::stale_if_error_allows(
+                    &client_headers,
+                    &e.headers(),
+                    &e.times,
+                    response_time,
+                    rules,
+                )
+        })
+    };
+    let resp = match answer {
+        Err(own) => {
+            if let Some(entry) = stale_usable(None) {
+                bump(&layer.counters.stale_on_error);
+                publish_entry(fill, entry, FillOutcome::StaleOnError, response_time);
+            } else {
+                publish_error(fill, own).await;
+            }
+            return;
+        }
+        Ok(resp) => resp,
+    };
+    if let Some(entry) = stale_usable(Some(resp.status())) {
+        bump(&layer.counters.stale_on_error);
+        publish_entry(fill, entry, FillOutcome::StaleOnError, response_time);
+        return;
+    }
+    if resp.status() == StatusCode::NOT_MODIFIED {
+        if let Some(entry) = &stale {
+            bump(&layer.counters.not_modified);
+            let updated = revalidated(
+                layer,
+                entry,
+                resp.headers(),
+                request_time,
+                response_time,
+                rules,
+            );
+            publish_entry(fill, &updated, FillOutcome::Revalidated, response_time);
+            return;
+        }
+    }
+    let stored = stream_and_store(
+        layer,
+        task,
+        fill,
+        resp,
+        key,
+        &client_headers,
+        cfg,
+        rules,
+        (request_time, response_time),
+    )
+    .await;
+    if let (Some(old), false) = (&stale, stored) {
+        // The node sent a new response that could not be stored: the old one is obsolete.
+        layer.remove(old);
+    }
+}
+
+/// Merges a `304`'s headers into the stored entry (RFC 9111 §4.3.4). A `304` whose
+/// validators do not match the entry updates nothing (the entry is dropped) and the entry
+/// answers this one request.
+fn revalidated(
+    layer: &CacheLayer,
+    entry: &Arc<Entry>,
+    not_modified: &HeaderMap,
+    request_time: SystemTime,
+    response_time: SystemTime,
+    rules: &CacheRules,
+) -> Arc<Entry> {
+    let mut fresh = not_modified.clone();
+    rfc::ensure_date(&mut fresh, response_time);
+    if !rfc::not_modified_applies(&entry.headers(), &fresh) {
+        layer.remove(entry);
+        return Arc::clone(entry);
+    }
+    let mut headers = entry.headers();
+    rfc::merge_not_modified(&mut headers, &owned_headers(&fresh));
+    let mut times = entry.times;
+    times.refresh(
+        entry.status,
+        &headers,
+        &fresh,
+        request_time,
+        response_time,
+        rules,
+    );
+    match layer.store.update(entry, headers.clone(), times) {
+        Some(updated) => {
+            layer.write_through(&updated);
+            updated
+        }
+        None => Arc::new(Entry::new(
+            &entry.url,
+            &entry.key_extra,
+            entry.vary.clone(),
+            entry.status,
+            headers,
+            entry.body.clone(),
+            times,
+        )),
+    }
+}
+
+/// Publishes a stored entry as the fill's whole answer.
+fn publish_entry(fill: &Fill, entry: &Entry, outcome: FillOutcome, now: SystemTime) {
+    let mut headers = entry.headers();
+    headers.insert(header::AGE, entry.times.age_header(now));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(entry.body.len()));
+    let head = FillHead {
+        status: entry.status,
+        headers,
+        vary: Some(entry.vary.clone()),
+        outcome,
+        ttl: Some(ttl_of(&entry.times, now)),
+    };
+    fill.publish(head, entry.body.clone());
+}
+
+/// Publishes the switch's own error response (no node answered) to every reader.
+async fn publish_error(fill: &Fill, own: Response<ResponseBody>) {
+    let (parts, body) = own.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let head = FillHead {
+        status: parts.status,
+        headers: parts.headers,
+        vary: None,
+        outcome: FillOutcome::Error,
+        ttl: None,
+    };
+    fill.publish(head, bytes);
+}
+
+/// Streams a node's response into the fill and stores it when it is storable and complete.
+/// Returns whether it was stored.
+#[allow(clippy::too_many_arguments)]
+async fn stream_and_store(
+    layer: &CacheLayer,
+    task: &Forward,
+    fill: &Fill,
+    resp: Response<ResponseBody>,
+    key: &Key,
+    client_headers: &HeaderMap,
+    cfg: &CacheConfig,
+    rules: &CacheRules,
+    (request_time, response_time): (SystemTime, SystemTime),
+) -> bool {
+    let (mut parts, mut body) = resp.into_parts();
+    parts
+        .headers
+        .remove(&crate::pipeline::response::X_CAPSTAN_NODE);
+    parts
+        .headers
+        .remove(&crate::pipeline::response::X_CAPSTAN_CLASS);
+    rfc::ensure_date(&mut parts.headers, response_time);
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let verdict = rfc::storability(
+        &Method::GET,
+        client_headers,
+        parts.status,
+        &parts.headers,
+        rules,
+    );
+    let vary = rfc::vary_key(&parts.headers, client_headers);
+    let shareable = verdict.is_ok() && vary.is_some();
+    let mut storing = shareable && declared.is_none_or(|len| len <= cfg.max_object.0);
+    if !storing {
+        bump(&layer.counters.uncachable);
+    }
+    let times = StoredTimes::new(
+        parts.status,
+        &parts.headers,
+        request_time,
+        response_time,
+        rules,
+    );
+    fill.set_head(
+        FillHead {
+            status: parts.status,
+            headers: parts.headers.clone(),
+            vary: vary.clone(),
+            outcome: FillOutcome::Fetched {
+                stored: storing,
+                shareable,
+            },
+            ttl: storing.then(|| ttl_of(&times, response_time)),
+        },
+        storing,
+    );
+    let mut total = 0u64;
+    loop {
+        if !fill.room().await {
+            // Nobody reads and nothing is stored: stop fetching. A reader that joins now finds
+            // the fill ended rather than waiting for bytes that will never come.
+            fill.finish(Err("the fill was abandoned: no reader left".into()));
+            return false;
+        }
+        match body.frame().await {
+            None => break,
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    total += data.len() as u64;
+                    if storing && total > cfg.max_object.0 {
+                        storing = false;
+                        fill.stop_keeping();
+                    }
+                    fill.push(data);
+                }
+            }
+            Some(Err(e)) => {
+                fill.finish(Err(format!("the node's response body failed: {e}")));
+                return false;
+            }
+        }
+        if body.is_end_stream() {
+            break;
+        }
+    }
+    let stored = storing && store(layer, task, fill, &parts, key, vary, times);
+    fill.finish(Ok(()));
+    stored
+}
+
+/// A copy of `headers` that owns its bytes. Header values parsed by hyper are slices of the
+/// connection's read buffer; a stored entry must not keep that buffer alive.
+fn owned_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut owned = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        owned.append(name.clone(), copy);
+    }
+    owned
+}
+
+/// Puts a completely received response into the store.
+fn store(
+    layer: &CacheLayer,
+    task: &Forward,
+    fill: &Fill,
+    parts: &http::response::Parts,
+    key: &Key,
+    vary: Option<rfc::VaryKey>,
+    times: StoredTimes,
+) -> bool {
+    let (Some(body), Some(vary)) = (fill.body(), vary) else {
+        return false;
+    };
+    let cost = task.switch.epoch.now_nanos() / 1000;
+    let entry = Entry::new(
+        &key.url,
+        &key.extra,
+        vary,
+        parts.status,
+        owned_headers(&rfc::headers_to_store(&parts.headers)),
+        body,
+        times,
+    );
+    let inserted = layer.store.insert(entry, cost.max(1));
+    match &inserted.stored {
+        Ok(entry) => {
+            bump(&layer.counters.stored);
+            layer.write_through(entry);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// After an unsafe method succeeded: drop the target URI and same-host `Location` and
+/// `Content-Location` (RFC 9111 §4.4).
+pub(crate) fn invalidate(forward: &Forward, host: &str, resp: &Response<ResponseBody>) {
+    let Some(layer) = &forward.switch.cache else {
+        return;
+    };
+    let targets = rfc::invalidation_targets(
+        &forward.method,
+        resp.status(),
+        host,
+        forward.pq.as_str(),
+        resp.headers(),
+    );
+    for target in targets {
+        let url = format!("http://{}{target}", host.to_ascii_lowercase());
+        if layer.drop_url(&url) > 0 {
+            bump(&layer.counters.invalidations);
+        }
+    }
+}
+
+/// A `PURGE` on a client listener, allowed from `purge_from` networks only.
+pub(crate) fn client_purge(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+) -> Response<ResponseBody> {
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
+    let allowed = peer
+        .to_str()
+        .ok()
+        .and_then(|p| p.parse::<IpAddr>().ok())
+        .is_some_and(|ip| cfg.purge_from.iter().any(|n| n.contains(ip)));
+    if !allowed {
+        return error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "PURGE is not allowed from this address (see cache.purge_from)",
+        );
+    }
+    let host = request_host(parts).to_ascii_lowercase();
+    let url = format!("http://{host}{}", forward.pq.as_str());
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    let purged = layer.purge(&url);
+    let mut resp = Response::new(ResponseBody::full(format!(
+        "{{\"url\":{},\"purged\":{purged}}}\n",
+        serde_json::Value::String(url)
+    )));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}

@@ -1,0 +1,834 @@
+//! Proxying one request: limits, classification, dispatch, admission, forwarding, retry and
+//! accounting.
+//!
+//! A request's way to a node: the policy picks a node (hiding nodes whose admission gate is
+//! saturated, see [`crate::state::admission`]); the node's gate admits it at once, queues it, or sheds
+//! it with `503` + `Retry-After`; the request is sent with the class's first-byte timeout
+//! (bounded by what is left of `timeouts.upstream`); the response head, or the failure, goes to
+//! the admission limiter, passive health and the outlier detector ([`crate::state::outlier`]). A
+//! request that waited out a node's queue timeout never reached it, so it goes to another node
+//! with room, if one has (HAProxy's `option redispatch`). A request that failed before any byte reached the client, is idempotent and has no body, is
+//! sent once more to another node when the node refused the connection, closed it without a
+//! response, or missed the first-byte timeout — within the retry budget.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Body;
+use tokio::time::error::Elapsed;
+
+use crate::config::NodeProtocol;
+use crate::pipeline::response::error_response;
+use crate::pipeline::response::{OnEnd, ResponseBody};
+use crate::state::admission::{Permit, Shed};
+use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
+use crate::state::outlier::Verdict;
+use crate::state::switch::{ConnState, Switch};
+use crate::upstream::body::UpstreamBody;
+use crate::upstream::connect::UpstreamError;
+use crate::upstream::pool::NodeBody;
+use crate::upstream::pool::Pooled;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
+/// `Trailer` stays: it is end to end (RFC 9110 §6.6.2), and hyper writes HTTP/1.1 trailers
+/// only for the fields a head's `Trailer` declares.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names finds the few present: cheaper than a hashed removal of each
+    // (this runs twice per request).
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    if present & 1 != 0 {
+        remove_connection_options(headers);
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(*name);
+        }
+    }
+}
+
+/// Always hop by hop; `Connection` first.
+static HOP_BY_HOP: [&HeaderName; 8] = [
+    &header::CONNECTION,
+    &KEEP_ALIVE,
+    &PROXY_CONNECTION,
+    &header::TE,
+    &header::TRANSFER_ENCODING,
+    &header::UPGRADE,
+    &header::PROXY_AUTHENTICATE,
+    &header::PROXY_AUTHORIZATION,
+];
+
+/// Where `name` is in [`HOP_BY_HOP`]: one match on the text (names are lower case) rather
+/// than a comparison with each of the eight.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    match name.as_str() {
+        "connection" => Some(0),
+        "keep-alive" => Some(1),
+        "proxy-connection" => Some(2),
+        "te" => Some(3),
+        "transfer-encoding" => Some(4),
+        "upgrade" => Some(5),
+        "proxy-authenticate" => Some(6),
+        "proxy-authorization" => Some(7),
+        _ => None,
+    }
+}
+
+/// Removes the fields the `Connection` header names. The usual options are not looked up:
+/// `close` names no field, and `Keep-Alive` is removed with the others.
+fn remove_connection_options(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|name| {
+            !name.eq_ignore_ascii_case("close") && !name.eq_ignore_ascii_case("keep-alive")
+        })
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+}
+
+fn via_value(version: Version) -> HeaderValue {
+    HeaderValue::from_static(match version {
+        Version::HTTP_10 => "1.0 capstan",
+        Version::HTTP_2 => "2 capstan",
+        _ => "1.1 capstan",
+    })
+}
+
+/// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
+    match headers.entry(name) {
+        http::header::Entry::Occupied(mut present) if !present.get().is_empty() => {
+            let existing = present.get().as_bytes();
+            let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
+            joined.extend_from_slice(existing);
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(value.as_bytes());
+            if let Ok(joined) = HeaderValue::from_bytes(&joined) {
+                present.insert(joined);
+            }
+        }
+        http::header::Entry::Occupied(mut empty) => {
+            empty.insert(value.clone());
+        }
+        // The common case: nothing to join, no allocation.
+        http::header::Entry::Vacant(absent) => {
+            absent.insert(value.clone());
+        }
+    }
+}
+
+/// The client's address as a header value, made once per connection.
+pub(crate) fn peer_header(peer: SocketAddr) -> HeaderValue {
+    HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value")
+}
+
+/// Bookkeeping for one request placed on a node, settled when its response ends — or, whatever
+/// else ends it (the client gone, an error, a panic), when it is dropped.
+pub(crate) struct Placement {
+    switch: Arc<Switch>,
+    cluster: Arc<Cluster>,
+    node_id: NodeId,
+    class: ClassId,
+    key: PathAndQuery,
+    /// `Epoch` nanoseconds at dispatch.
+    started_nanos: u64,
+    conn: Arc<ConnState>,
+    /// The node's admission slot, freed when the placement is dropped.
+    pub(crate) permit: Permit,
+    settled: bool,
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.settle(false);
+        }
+    }
+}
+
+impl Placement {
+    fn node(&self) -> &Arc<NodeRuntime> {
+        &self.cluster.nodes[self.node_id]
+    }
+
+    /// Releases the node's `active` count and tells the policy how it went (once).
+    pub(crate) fn settle(&mut self, ok: bool) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let node = self.node();
+        node.active.fetch_sub(1, Ordering::Relaxed);
+        let now = self.switch.epoch.now_nanos();
+        let elapsed_nanos = now.saturating_sub(self.started_nanos);
+        node.record_latency(elapsed_nanos / 1000);
+        let key = crate::state::request::key_of(&self.key, self.cluster.config.upstream.key);
+        let info = crate::state::request::request_info(self.class, key);
+        let outcome = Outcome {
+            ok,
+            latency_nanos: elapsed_nanos,
+            finished_at_nanos: now,
+        };
+        self.cluster.policy.on_done(self.node_id, &info, &outcome);
+    }
+}
+
+/// Settles a placement when the response body ends, releases the client connection's
+/// request, and gives the node connection back to its pool if the body ended whole.
+struct SettleOnEnd(Option<Placement>, Option<Pooled>);
+
+impl OnEnd for SettleOnEnd {
+    fn on_end(&mut self, completed: bool) {
+        if let Some(mut p) = self.0.take() {
+            p.settle(completed);
+            p.conn.request_done();
+        }
+        if let (Some(pooled), true) = (self.1.take(), completed) {
+            pooled.release();
+        }
+    }
+}
+
+/// A request on its way to a node: what dispatching and forwarding need, owned so that a
+/// background task (a cache fill) can carry it.
+pub(crate) struct Forward {
+    pub switch: Arc<Switch>,
+    pub cluster: Arc<Cluster>,
+    pub conn: Arc<ConnState>,
+    pub class: ClassId,
+    pub method: Method,
+    pub pq: PathAndQuery,
+    pub client_version: Version,
+    /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
+    /// [`crate::upstream::h2::accept_trailers`]).
+    pub te_trailers: bool,
+}
+
+impl Forward {
+    pub(crate) fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
+        let headers = resp.headers_mut();
+        crate::pipeline::response::debug_headers(headers, &self.cluster, self.class, None);
+        resp
+    }
+
+    /// Counts a request placed on `node_id`; the placement settles the count when it ends.
+    pub(crate) fn place(&self, node_id: NodeId, now: u64, permit: Permit) -> Placement {
+        let node = &self.cluster.nodes[node_id];
+        node.active.fetch_add(1, Ordering::Relaxed);
+        node.class_placed[self.class].fetch_add(1, Ordering::Relaxed);
+        Placement {
+            switch: Arc::clone(&self.switch),
+            cluster: Arc::clone(&self.cluster),
+            node_id,
+            class: self.class,
+            key: self.pq.clone(),
+            started_nanos: now,
+            conn: Arc::clone(&self.conn),
+            permit,
+            settled: false,
+        }
+    }
+
+    /// The policy's pick among the nodes with a free admission slot; when none has one and
+    /// `may_wait`, among those with room in their queue, and when none has, among all of them
+    /// (that node will shed the request). A request that has already waited out one queue
+    /// timeout does not wait again: it goes where a slot is free, or is shed.
+    pub(crate) fn pick(
+        &self,
+        info: &RequestInfo<'_>,
+        exclude: Option<NodeId>,
+        may_wait: bool,
+        now: u64,
+    ) -> Option<NodeId> {
+        let cluster = &self.cluster;
+        let pick = |hide| {
+            let view = LiveView {
+                now_nanos: now,
+                nodes: &cluster.nodes,
+                exclude,
+                weights: cluster.needs.weights,
+                hide,
+            };
+            cluster.policy.pick(info, &view)
+        };
+        pick(Hide::Full)
+            .or_else(|| may_wait.then(|| pick(Hide::Saturated)).flatten())
+            .or_else(|| may_wait.then(|| pick(Hide::Nothing)).flatten())
+            .filter(|&id| id < cluster.nodes.len())
+    }
+
+    /// `503` with `Retry-After` for a request the node's admission gate turned away.
+    pub(crate) fn shed(&self, node: &NodeRuntime, shed: Shed) -> Response<ResponseBody> {
+        crate::observe::access_log::note_decision("shed");
+        let admission = &self.cluster.config.admission;
+        let name = &node.config.name;
+        let cause = match shed {
+            Shed::QueueFull => format!(
+                "node {name} is at its concurrency limit ({}) and cannot queue more requests \
+                 ({} waiting); request shed",
+                node.admission.limit(),
+                node.admission.queued()
+            ),
+            Shed::QueueTimeout => format!(
+                "node {name} had no free slot within the queue timeout ({}); request shed",
+                humantime::format_duration(admission.queue_timeout)
+            ),
+            Shed::Stalled => {
+                node.admission.count_stalled_shed();
+                format!(
+                    "node {name} stopped answering while the request waited for it, and no \
+                     other node could take it; request shed"
+                )
+            }
+        };
+        let mut resp = error_response(StatusCode::SERVICE_UNAVAILABLE, &cause);
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(admission.retry_after_s()),
+        );
+        self.with_class(resp)
+    }
+
+    /// The policy found no node: 502 with the last failure when a retry found none, else 503.
+    pub(crate) fn no_node(&self, last_failure: Option<&str>) -> Response<ResponseBody> {
+        crate::observe::access_log::note_decision("no-node");
+        self.with_class(match last_failure {
+            Some(failure) => error_response(StatusCode::BAD_GATEWAY, failure),
+            None => error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no node available (all are down or backed off)",
+            ),
+        })
+    }
+
+    fn body_too_large(&self) -> Response<ResponseBody> {
+        self.with_class(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!(
+                "request body exceeds the limit of {} bytes",
+                self.cluster.config.limits.max_body_bytes
+            ),
+        ))
+    }
+
+    /// Picks a node with the policy, waits for its admission and sends the request there (once
+    /// more elsewhere when `retryable`, the failure is one a retry can cure, and the retry
+    /// budget allows). `Ok` is the node's response, `Err` the switch's own.
+    pub(crate) async fn dispatch(
+        &self,
+        mut headers: HeaderMap,
+        body: UpstreamBody,
+        retryable: bool,
+        body_limit_hit: Option<Arc<AtomicBool>>,
+    ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+        let (switch, cluster) = (&self.switch, &self.cluster);
+        let config = &cluster.config;
+        if self.conn.tls.get().is_some() {
+            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+        }
+        let key = crate::state::request::key_of(&self.pq, config.upstream.key);
+        let info = crate::state::request::request_info(self.class, key);
+        switch.retry_budget.record_request(switch.epoch.now_nanos());
+        let mut body = Some(body);
+        let mut exclude = None;
+        let mut last_failure: Option<String> = None;
+        // What is left of `timeouts.upstream` (time in a queue does not count).
+        let mut time_left = config.timeouts.upstream;
+        // A request that left a node's queue without a slot: that node, and why.
+        let mut queued_out: Option<(NodeId, Shed)> = None;
+        for attempt in 0..2 {
+            let now = switch.epoch.now_nanos();
+            // One that waited out a queue timeout is not queued a second time (under overload
+            // it would wait twice); one whose node stalled may wait again elsewhere.
+            let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
+            let Some(node_id) = self.pick(&info, exclude, may_wait, now) else {
+                return Err(match queued_out {
+                    Some((id, why)) => self.shed(&cluster.nodes[id], why),
+                    None => self.no_node(last_failure.as_deref()),
+                });
+            };
+            let node = &cluster.nodes[node_id];
+            crate::observe::access_log::note_node(&node.name_header);
+            let permit = match node
+                .admission
+                .admit(self.class, switch.epoch.now_nanos())
+                .await
+            {
+                Ok(permit) => permit,
+                // It never reached the node: another node with room may take it, whatever
+                // its method (HAProxy's `option redispatch`); no retry budget is spent.
+                Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
+                    queued_out = Some((node_id, why));
+                    exclude = Some(node_id);
+                    continue;
+                }
+                Err(shed) => return Err(self.shed(node, shed)),
+            };
+            let now = switch.epoch.now_nanos();
+            let mut placement = self.place(node_id, now, permit);
+            let keep_for_retry = retryable && attempt == 0;
+            let up_body = body.take().unwrap_or(UpstreamBody::Empty);
+            let first_byte = cluster.first_byte[self.class];
+            let wait = first_byte.min(time_left);
+            let sent = self
+                .send_attempt(node, &mut headers, up_body, keep_for_retry, wait)
+                .await;
+            let after = switch.epoch.now_nanos();
+            let took = after.saturating_sub(now);
+            time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
+            let failure = match sent {
+                Ok(Ok((resp, pooled))) => {
+                    crate::observe::access_log::note_first_byte();
+                    // The node's own latency when the socket timed it: the switch's time
+                    // around it (connecting included) says nothing of the node
+                    // (crate::net::node_clock). Its answer came `ago` before the switch got to it.
+                    let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
+                        Some((latency, ago)) => {
+                            (latency.min(took), after.saturating_sub(ago).max(now))
+                        }
+                        None => (took, after),
+                    };
+                    let status = resp.status();
+                    self.head_arrived(node_id, status, latency, &placement.permit, answered);
+                    return Ok(forward_response(
+                        resp,
+                        placement,
+                        pooled,
+                        cluster,
+                        self.class,
+                        self.client_version,
+                    ));
+                }
+                Ok(Err(_))
+                    if body_limit_hit
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::Relaxed)) =>
+                {
+                    placement.settle(false);
+                    return Err(self.body_too_large());
+                }
+                Ok(Err(e)) if e.connect => Failure::of(FailureKind::Connect, &*e.error),
+                Ok(Err(e)) => Failure::of(FailureKind::Other, &*e.error),
+                Err(_elapsed) => {
+                    node.admission
+                        .record(self.class, took, &placement.permit, after, false);
+                    Failure::timeout(wait, wait < first_byte || time_left.is_zero())
+                }
+            };
+            placement.settle(false);
+            drop(placement);
+            let described = self.count_failure(node_id, &failure, after);
+            if keep_for_retry && failure.worth_retrying() && self.retry_allowed(after) {
+                node.retries.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("{described}; retrying on another node");
+                last_failure = Some(described);
+                exclude = Some(node_id);
+                continue;
+            }
+            let status = match failure.kind {
+                FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+                FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
+            };
+            return Err(self.with_class(error_response(status, &described)));
+        }
+        Err(self.with_class(error_response(
+            StatusCode::BAD_GATEWAY,
+            last_failure
+                .as_deref()
+                .unwrap_or("no node could take the request"),
+        )))
+    }
+
+    /// A response head from `node_id`: the admission limiter learns its latency, the outlier
+    /// detector whether it was a server error.
+    pub(crate) fn head_arrived(
+        &self,
+        node_id: NodeId,
+        status: StatusCode,
+        took_nanos: u64,
+        permit: &Permit,
+        now: u64,
+    ) {
+        let node = &self.cluster.nodes[node_id];
+        node.record_response();
+        node.admission
+            .record(self.class, took_nanos, permit, now, true);
+        if status.is_server_error() {
+            self.count_outlier_failure(node_id, now);
+        } else {
+            node.outlier.on_success(now, &self.cluster.config.outlier);
+        }
+    }
+
+    /// Records a failed request to `node_id` with passive health and the outlier detector, and
+    /// describes it as the client reads it.
+    fn count_failure(&self, node_id: NodeId, failure: &Failure, now: u64) -> String {
+        let node = &self.cluster.nodes[node_id];
+        node.record_failure(failure.kind, now, &self.cluster.config.health);
+        // Connect failures are passive health's (it takes a node out sooner).
+        if failure.kind != FailureKind::Connect {
+            self.count_outlier_failure(node_id, now);
+        }
+        failure.describe(node)
+    }
+
+    fn count_outlier_failure(&self, node_id: NodeId, now: u64) {
+        let cluster = &self.cluster;
+        let settings = &cluster.config.outlier;
+        let name = &cluster.nodes[node_id].config.name;
+        match crate::state::outlier::on_failure(&cluster.nodes, node_id, now, settings) {
+            Verdict::Stays => {}
+            Verdict::Ejected(length) => {
+                cluster.nodes[node_id].admission.evict_waiters();
+                tracing::warn!(
+                    node = %name,
+                    "node ejected for {} after {} failed requests in a row",
+                    humantime::format_duration(length),
+                    settings.consecutive_failures
+                )
+            }
+            Verdict::Prevented => tracing::warn!(
+                node = %name,
+                "node failed {} requests in a row but stays: {} % of the nodes are ejected already",
+                settings.consecutive_failures,
+                settings.max_ejected_percent
+            ),
+        }
+    }
+}
+
+/// Why one attempt to a node failed.
+struct Failure {
+    kind: FailureKind,
+    cause: String,
+    /// The node closed or reset the connection before a response head.
+    empty_reply: bool,
+    /// For a timeout: how long the node had.
+    waited: std::time::Duration,
+    /// For a timeout: the first-byte timeout fired with time left for another node.
+    retry_time_left: bool,
+}
+
+impl Failure {
+    fn of(kind: FailureKind, e: &(dyn std::error::Error + 'static)) -> Failure {
+        Failure {
+            kind,
+            cause: innermost_cause(e),
+            empty_reply: kind == FailureKind::Other && is_empty_reply(e),
+            waited: std::time::Duration::ZERO,
+            retry_time_left: false,
+        }
+    }
+
+    /// No response head within `waited`; `overall` when that was the last of
+    /// `timeouts.upstream`.
+    fn timeout(waited: std::time::Duration, overall: bool) -> Failure {
+        Failure {
+            kind: FailureKind::Timeout,
+            cause: String::new(),
+            empty_reply: false,
+            waited,
+            retry_time_left: !overall,
+        }
+    }
+
+    /// HAProxy's `retry-on conn-failure empty-response response-timeout`: the node cannot
+    /// have answered a request it never answered, and an idempotent one may be sent again.
+    fn worth_retrying(&self) -> bool {
+        match self.kind {
+            FailureKind::Connect => true,
+            FailureKind::Other => self.empty_reply,
+            FailureKind::Timeout => self.retry_time_left,
+        }
+    }
+
+    /// The cause of the failure, as the client reads it.
+    fn describe(&self, node: &NodeRuntime) -> String {
+        let (name, addr, cause) = (&node.config.name, node.config.address, &self.cause);
+        match self.kind {
+            FailureKind::Connect => format!("could not connect to node {name} ({addr}): {cause}"),
+            FailureKind::Timeout => format!(
+                "node {name} ({addr}) sent no response within {}",
+                humantime::format_duration(self.waited)
+            ),
+            FailureKind::Other if self.empty_reply => {
+                format!("node {name} ({addr}) closed the connection without a response: {cause}")
+            }
+            FailureKind::Other => format!("node {name} ({addr}) failed: {cause}"),
+        }
+    }
+}
+
+impl Forward {
+    /// Whether the retry budget has a retry left, counting it if so.
+    fn retry_allowed(&self, now_nanos: u64) -> bool {
+        let upstream = &self.cluster.config.upstream;
+        let granted = self.switch.retry_budget.try_retry(
+            now_nanos,
+            upstream.retry_budget_percent,
+            upstream.retry_budget_min_per_second,
+        );
+        if !granted {
+            tracing::debug!("retry budget spent; the failure goes to the client");
+        }
+        granted
+    }
+}
+
+/// Whether a node closed or reset the connection before a whole response head arrived.
+/// (hyper reports a head cut short the same way as no head at all; either way the request is
+/// idempotent by the time this matters.)
+fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        if let Some(reply) = err.downcast_ref::<crate::upstream::h1::NodeReplyError>() {
+            return reply.is_empty_reply();
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return crate::upstream::h1::is_reset(io);
+        }
+        cause = err.source();
+    }
+    false
+}
+
+/// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
+pub(crate) fn rewrite_request_headers(
+    headers: &mut HeaderMap,
+    peer: &HeaderValue,
+    version: Version,
+) {
+    strip_hop_by_hop(headers);
+    append_list(headers, &X_FORWARDED_FOR, peer);
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    append_list(headers, &header::VIA, &via_value(version));
+}
+
+impl Forward {
+    /// The request as sent to `node`: HTTP/1.1 (HTTP/2 to an h2 node), the client's method,
+    /// target and (rewritten) headers, `TE: trailers` when the client accepts trailers. With
+    /// PROXY protocol to nodes, the node's URI carries the client's addresses
+    /// (see [`crate::upstream::proxy_protocol::authority_for`]).
+    fn upstream_request(
+        &self,
+        node: &NodeRuntime,
+        headers: HeaderMap,
+        body: UpstreamBody,
+    ) -> Request<UpstreamBody> {
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method.clone();
+        *req.uri_mut() = self.node_uri(node);
+        *req.version_mut() = Version::HTTP_11;
+        *req.headers_mut() = headers;
+        if node.config.protocol == NodeProtocol::H2 {
+            crate::upstream::h2::adapt_request(&mut req, node.config.tls.is_some());
+        }
+        if self.te_trailers {
+            crate::upstream::h2::accept_trailers(&mut req, node.config.protocol);
+        }
+        req
+    }
+
+    /// Sends the request to `node`, waiting at most `wait` for the head of its answer.
+    /// `headers` stay for a retry when `keep_for_retry`.
+    async fn send_attempt(
+        &self,
+        node: &NodeRuntime,
+        headers: &mut HeaderMap,
+        body: UpstreamBody,
+        keep_for_retry: bool,
+        wait: std::time::Duration,
+    ) -> Result<Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>, Elapsed> {
+        let cluster = &self.cluster;
+        if node.config.protocol == NodeProtocol::Http1 && body.is_end_stream() {
+            // Most requests: the head is encoded from the fields where they are, so a retry
+            // needs no copy of them.
+            let target = self.node_uri(node);
+            let head = crate::upstream::pool::bodiless_head(
+                &self.method,
+                &target,
+                headers,
+                self.te_trailers,
+            );
+            crate::observe::access_log::note_sent();
+            let sending =
+                crate::upstream::pool::send_bodiless(cluster, &target, &head, &self.method);
+            let sent = tokio::time::timeout(wait, sending).await;
+            return sent.map(|sent| sent.map(|(resp, pooled)| (resp, Some(pooled))));
+        }
+        let attempt_headers = if keep_for_retry {
+            headers.clone()
+        } else {
+            std::mem::take(headers)
+        };
+        let up_req = self.upstream_request(node, attempt_headers, body);
+        crate::observe::access_log::note_sent();
+        // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
+        // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
+        // moved into hyper's box per request) for the rarer case.
+        tokio::time::timeout(wait, Box::pin(crate::upstream::send(cluster, node, up_req))).await
+    }
+
+    /// The URI the request has at `node`, which says where to connect. With PROXY protocol to
+    /// nodes its authority carries the client's addresses
+    /// (see [`crate::upstream::proxy_protocol::authority_for`]).
+    fn node_uri(&self, node: &NodeRuntime) -> Uri {
+        let send = self.cluster.config.proxy_protocol.send;
+        let authority = match &self.conn.peer {
+            Some(peer) if send != crate::config::sections::proxy_protocol::SendVersion::Off => {
+                crate::upstream::proxy_protocol::authority_for(
+                    &node.authority,
+                    peer.client,
+                    peer.local,
+                )
+            }
+            _ => node.authority.clone(),
+        };
+        Uri::builder()
+            .scheme(Scheme::HTTP)
+            .authority(authority)
+            .path_and_query(self.pq.clone())
+            .build()
+            .expect("scheme, authority and path are valid")
+    }
+}
+
+/// The innermost cause of an error, which is the part worth showing.
+fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+fn forward_response(
+    resp: Response<NodeBody>,
+    placement: Placement,
+    pooled: Option<Pooled>,
+    cluster: &Cluster,
+    class: ClassId,
+    client_version: Version,
+) -> Response<ResponseBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let via = via_value(parts.version);
+    append_list(&mut parts.headers, &header::VIA, &via);
+    let node = Some(&placement.node().name_header);
+    crate::pipeline::response::debug_headers(&mut parts.headers, cluster, class, node);
+    parts.version = client_version;
+    Response::from_parts(
+        parts,
+        ResponseBody::Upstream {
+            inner: body,
+            on_end: Some(Box::new(SettleOnEnd(Some(placement), pooled))),
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    fn headers(fields: &[(&str, &str)]) -> super::HeaderMap {
+        let mut map = super::HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                super::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    /// The field names, sorted (a removal may reorder the rest).
+    fn names(map: &super::HeaderMap) -> Vec<&str> {
+        let mut names: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_go() {
+        let mut map = headers(&[
+            ("host", "a"),
+            ("connection", "close, X-Trace"),
+            ("connection", "Keep-Alive,x-other"),
+            ("keep-alive", "timeout=5"),
+            ("x-trace", "1"),
+            ("x-other", "2"),
+            ("x-kept", "3"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-authenticate", "Basic"),
+            ("trailer", "x-sum"),
+        ]);
+        super::strip_hop_by_hop(&mut map);
+        assert_eq!(names(&map), ["host", "trailer", "x-kept"]);
+    }
+
+    #[test]
+    fn the_index_of_each_hop_by_hop_name_is_its_place_in_the_list() {
+        for (i, name) in super::HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(super::hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(super::hop_by_hop_index(&http::header::TRAILER), None);
+    }
+
+    #[test]
+    fn end_to_end_fields_stay_untouched() {
+        let fields = [("host", "a"), ("content-length", "2"), ("via", "1.1 x")];
+        let mut map = headers(&fields);
+        super::strip_hop_by_hop(&mut map);
+        assert_eq!(map, headers(&fields));
+        let mut only_keep_alive = headers(&[("keep-alive", "timeout=5"), ("date", "x")]);
+        super::strip_hop_by_hop(&mut only_keep_alive);
+        assert_eq!(names(&only_keep_alive), ["date"]);
+    }
+
+    #[test]
+    fn list_fields_are_joined() {
+        let xff = super::HeaderName::from_static("x-forwarded-for");
+        let peer = super::HeaderValue::from_static("10.0.0.9");
+        let mut map = headers(&[("x-forwarded-for", "10.0.0.1")]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.1, 10.0.0.9");
+        let mut map = headers(&[("x-forwarded-for", "")]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.9");
+        let mut map = headers(&[]);
+        super::append_list(&mut map, &xff, &peer);
+        assert_eq!(map[&xff], "10.0.0.9");
+    }
+}

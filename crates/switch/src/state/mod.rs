@@ -1,0 +1,17 @@
+//! Shared state: the running switch and a client connection's state, the cluster and each
+//! node's runtime (passive health, outlier ejection, admission gates), the policy's view, the
+//! retry budget, the connection limits, and what a policy sees of a request.
+//!
+//! May use: `net`, `config`, `observe`.
+
+pub(crate) mod admission;
+pub(crate) mod cache;
+pub(crate) mod cluster;
+pub(crate) mod connection_limits;
+pub(crate) mod counters;
+pub(crate) mod health;
+pub(crate) mod node_tls;
+pub(crate) mod outlier;
+pub(crate) mod request;
+pub(crate) mod retry;
+pub(crate) mod switch;

@@ -1,7 +1,7 @@
 //! `timeouts.client_send` for each HTTP/2 stream, and the count of responses it cut.
 //!
 //! On HTTP/1 a client that stops reading blocks the socket, and the connection's watchdog
-//! closes the connection (see `server::Watchdog`). On HTTP/2 a client can instead stop granting
+//! closes the connection (see `frontend::serve::Watchdog`). On HTTP/2 a client can instead stop granting
 //! flow-control window to one stream (never a WINDOW_UPDATE) while the connection stays busy
 //! with PINGs or other streams: the socket never blocks, yet hyper never polls that stream's
 //! body again (it holds one chunk, waiting for send capacity), so the node connection, the

@@ -150,7 +150,7 @@ async fn proxy(
     let cache = crate::pipeline::cache::Route::of(switch, cluster, class, &parts);
     if let crate::pipeline::cache::Route::Lookup = cache {
         // A hit never leaves the switch: the forwarding headers are added only on the way to
-        // a node (see `caching::forwarded_headers`).
+        // a node (see `pipeline::cache::forwarded_headers`).
         // Boxed, as the tunnel above: the cache path's future is several KB, and an unboxed
         // one would be in every request's future, cached or not (see `handle`).
         return Box::pin(crate::pipeline::cache::serve(forward, parts, peer)).await;

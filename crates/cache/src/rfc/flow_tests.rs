@@ -80,7 +80,12 @@ fn object_lifecycle_fill_hit_swr_refresh_vary_invalidate() {
 
     // Stale at t=70 but inside stale-while-revalidate (RFC 5861 §3).
     let swr = decide(&Method::GET, &again, &stored, &times, at(70), &rules);
-    assert_eq!(swr, Decision::StaleWhileRevalidate);
+    assert_eq!(
+        swr,
+        Decision::StaleWhileRevalidate {
+            why: StaleWhy::ResponseStaleWhileRevalidate
+        }
+    );
     let conditional = revalidation_headers(&stored);
     assert_eq!(conditional.get("if-none-match").unwrap(), "\"v1\"");
 

@@ -482,6 +482,7 @@ mod tests {
             "max-age=-1",
             "max-age=-0",
             "max-age=1.5",
+            "max-age=60s",
             "max-age=",
             "max-age",
         ] {

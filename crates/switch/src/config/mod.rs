@@ -1157,12 +1157,27 @@ fn describe_cache(cache: Option<&CacheConfig>) -> String {
         Some(list) => list.join(", "),
         None => "every class".to_string(),
     };
+    let targeted = match c.targeted_fields.as_slice() {
+        [] => "none (Cache-Control only)".to_string(),
+        names => names.join(", "),
+    };
+    let d = |t| humantime::format_duration(t);
+    let stale = match c.operator_stale() {
+        None => String::new(),
+        Some(_) => format!(
+            "\n          may serve stale answers beyond RFC 9111 (§4.2.4): while refreshing for {}, \
+             when the node fails for {}",
+            d(c.grace),
+            d(c.stale_if_error)
+        ),
+    };
     format!(
-        "cache     memory {}, {disk}, eviction {}, objects up to {}, grace {}, for {classes}",
+        "cache     memory {}, {disk}, eviction {}, objects up to {}, grace {}, for {classes}\n          \
+         targeted fields: {targeted}{stale}",
         c.memory,
         c.policy.name(),
         c.max_object,
-        humantime::format_duration(c.grace)
+        d(c.grace)
     )
 }
 

@@ -135,7 +135,11 @@ async fn an_expires_in_the_past_equal_to_date_or_invalid_is_stale_at_once() {
         for (path, expires) in &cases {
             origin.script(
                 path,
-                script(200, path, &[("date", date.clone()), ("expires", expires.clone())]),
+                script(
+                    200,
+                    path,
+                    &[("date", date.clone()), ("expires", expires.clone())],
+                ),
             );
         }
         let sw = switch_with_cache(&origin, config).await;
@@ -169,7 +173,9 @@ async fn an_expires_in_the_past_equal_to_date_or_invalid_is_stale_at_once() {
 /// `stale-while-revalidate` it is answered stale at once, saying why, and refreshed behind.
 #[tokio::test]
 async fn stale_responses_of_every_status_need_a_permission() {
-    const STATUSES: [u16; 13] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 500, 501, 503];
+    const STATUSES: [u16; 13] = [
+        200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 500, 501, 503,
+    ];
     let origin = Origin::start().await;
     for status in STATUSES {
         let body = if status == 204 { "" } else { "stored" };
@@ -179,10 +185,7 @@ async fn stale_responses_of_every_status_need_a_permission() {
             script(
                 status,
                 body,
-                &[
-                    ("cache-control", "max-age=1".into()),
-                    ("age", "5".into()),
-                ],
+                &[("cache-control", "max-age=1".into()), ("age", "5".into())],
             ),
         );
         origin.script(
@@ -191,7 +194,10 @@ async fn stale_responses_of_every_status_need_a_permission() {
                 status,
                 body,
                 &[
-                    ("cache-control", "max-age=1, stale-while-revalidate=600".into()),
+                    (
+                        "cache-control",
+                        "max-age=1, stale-while-revalidate=600".into(),
+                    ),
                     ("age", "5".into()),
                 ],
             ),
@@ -230,7 +236,10 @@ async fn stale_while_revalidate_is_served_stale_and_says_so() {
             200,
             "old",
             &[
-                ("cache-control", "max-age=10, stale-while-revalidate=60".into()),
+                (
+                    "cache-control",
+                    "max-age=10, stale-while-revalidate=60".into(),
+                ),
                 ("age", "30".into()),
             ],
         ),
@@ -239,7 +248,11 @@ async fn stale_while_revalidate_is_served_stale_and_says_so() {
     let sw = switch_with_cache(&origin, "").await;
     let addr = sw.listen_addrs[0];
     let (first, second) = twice(addr, "/swr").await;
-    assert!(cache_status(&first).contains("fwd=uri-miss"), "{}", cache_status(&first));
+    assert!(
+        cache_status(&first).contains("fwd=uri-miss"),
+        "{}",
+        cache_status(&first)
+    );
     assert_eq!(second.text(), "old");
     let why = cache_status(&second);
     assert!(
@@ -255,7 +268,10 @@ async fn stale_while_revalidate_is_served_stale_and_says_so() {
             200,
             "x",
             &[
-                ("cache-control", "max-age=10, stale-while-revalidate=60".into()),
+                (
+                    "cache-control",
+                    "max-age=10, stale-while-revalidate=60".into(),
+                ),
                 ("age", "100".into()),
             ],
         ),
@@ -343,7 +359,11 @@ async fn cdn_cache_control_no_store_beside_max_age_is_not_stored() {
     );
     let sw = switch_with_cache(&origin, "").await;
     let (first, second) = twice(sw.listen_addrs[0], "/cdn-no-store").await;
-    assert!(!cache_status(&first).contains("stored"), "{}", cache_status(&first));
+    assert!(
+        !cache_status(&first).contains("stored"),
+        "{}",
+        cache_status(&first)
+    );
     assert_went_to_origin(&origin, "/cdn-no-store", &second, "");
 }
 
@@ -363,7 +383,11 @@ async fn cdn_cache_control_max_age_beside_no_store_is_stored_and_passes_no_store
     );
     let sw = switch_with_cache(&origin, "").await;
     let (first, second) = twice(sw.listen_addrs[0], "/cdn-only").await;
-    assert!(cache_status(&first).contains("stored"), "{}", cache_status(&first));
+    assert!(
+        cache_status(&first).contains("stored"),
+        "{}",
+        cache_status(&first)
+    );
     assert!(is_hit(&second), "{}", cache_status(&second));
     assert_eq!(origin.hits("/cdn-only"), 1);
     // Cache-Control is for the caches after this one (the browser): it goes on unchanged.

@@ -1162,13 +1162,24 @@ fn describe_cache(cache: Option<&CacheConfig>) -> String {
         names => names.join(", "),
     };
     let d = |t| humantime::format_duration(t);
+    // RFC 9111 §4.2.4: stale only when the response or the request allowed it; the operator's
+    // windows go beyond that, and the output says so.
+    let mut windows = Vec::new();
+    if !c.grace.is_zero() {
+        windows.push(format!("{} while refreshing (grace)", d(c.grace)));
+    }
+    if !c.stale_if_error.is_zero() {
+        windows.push(format!(
+            "{} when the node fails (stale_if_error)",
+            d(c.stale_if_error)
+        ));
+    }
     let stale = match c.operator_stale() {
         None => String::new(),
         Some(_) => format!(
-            "\n          may serve stale answers beyond RFC 9111 (§4.2.4): while refreshing for {}, \
-             when the node fails for {}",
-            d(c.grace),
-            d(c.stale_if_error)
+            "\n          may serve stale answers beyond RFC 9111 §4.2.4, that neither the response nor \
+             the request allowed: for {}",
+            windows.join(", for ")
         ),
     };
     format!(

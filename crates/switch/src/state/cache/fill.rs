@@ -54,7 +54,9 @@ impl FillOutcome {
     pub(crate) fn shareable(self) -> bool {
         match self {
             FillOutcome::Fetched { shareable, .. } => shareable,
-            FillOutcome::Revalidated | FillOutcome::StaleOnError { .. } | FillOutcome::Error => true,
+            FillOutcome::Revalidated | FillOutcome::StaleOnError { .. } | FillOutcome::Error => {
+                true
+            }
         }
     }
 }

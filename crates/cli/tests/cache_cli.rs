@@ -48,6 +48,11 @@ fn check_rejects_bad_cache_sections_with_file_line_and_column() {
         ("purge_from = [\"10.0.0.0/40\"]\n", "5:14:", "prefix"),
         ("colour = \"blue\"\n", "5:1:", "colour"),
         ("grace = \"soon\"\n", "5:9:", "duration"),
+        (
+            "targeted_fields = [\"CDN-Cache-Control\", \"Expires\"]\n",
+            "5:19:",
+            "\"Expires\" is not a targeted cache-control field name",
+        ),
     ];
     for (i, (body, location, says)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad{i}.toml"));
@@ -70,6 +75,60 @@ fn check_rejects_bad_cache_sections_with_file_line_and_column() {
     assert!(out.status.success());
     let described = String::from_utf8(out.stdout).unwrap();
     assert!(described.contains("cache     memory 256MiB"), "{described}");
+    assert!(!described.contains("stale answers"), "{described}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 31: serving stale is off by default; an operator who turns grace or stale_if_error on
+/// is told, by `capstan check`, that the cache may then answer stale beyond RFC 9111 and how
+/// long; the targeted fields it obeys are listed.
+#[test]
+fn check_says_when_the_cache_may_serve_stale_beyond_rfc_9111() {
+    let dir = temp_dir("check-stale");
+    let head = "listen = [\"127.0.0.1:8080\"]\n[[node]]\naddress = \"127.0.0.1:9001\"\n[cache]\n";
+    let describe = |name: &str, body: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("{head}{body}")).unwrap();
+        let out = run(&["check", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{body}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let default = describe("default.toml", "");
+    assert!(default.contains(", grace 0s, "), "{default}");
+    assert!(
+        default.contains("\n          targeted fields: CDN-Cache-Control\n"),
+        "{default}"
+    );
+    assert!(!default.contains("stale answers"), "{default}");
+    let on = describe(
+        "on.toml",
+        "grace = \"30s\"\nstale_if_error = \"5m\"\n\
+         targeted_fields = [\"Capstan-Cache-Control\", \"CDN-Cache-Control\"]\n",
+    );
+    assert!(
+        on.contains("targeted fields: Capstan-Cache-Control, CDN-Cache-Control\n"),
+        "{on}"
+    );
+    assert!(
+        on.contains(
+            "\n          may serve stale answers beyond RFC 9111 §4.2.4, that neither the response \
+             nor the request allowed: for 30s while refreshing (grace), for 5m when the node \
+             fails (stale_if_error)\n"
+        ),
+        "{on}"
+    );
+    let off = describe(
+        "off.toml",
+        "targeted_fields = []\nstale_if_error = \"1m\"\n",
+    );
+    assert!(
+        off.contains("targeted fields: none (Cache-Control only)"),
+        "{off}"
+    );
+    assert!(
+        off.contains("allowed: for 1m when the node fails (stale_if_error)\n"),
+        "{off}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -6,6 +6,9 @@
 //! restrictive reading (RFC 9111 §4.2.1): an invalid `max-age` makes the response stale, a
 //! repeated lifetime keeps the shortest one, and a directive whose argument cannot be read is
 //! dropped when dropping it is the safe side.
+//!
+//! A cache reads a *response's* directives through [`super::targeted::response_directives`],
+//! which prefers a valid targeted field such as `CDN-Cache-Control` (RFC 9213) over this one.
 
 use std::time::Duration;
 

@@ -6,6 +6,8 @@
 
 use http::HeaderValue;
 
+use super::decide::StaleWhy;
+
 /// The name this cache uses in `Cache-Status`.
 pub const CACHE_NAME: &str = "capstan";
 
@@ -74,6 +76,22 @@ impl CacheStatus {
         CacheStatus {
             hit: true,
             ttl: Some(ttl),
+            ..CacheStatus::default()
+        }
+    }
+
+    /// A stale stored response answered the request, with the permission that allowed it
+    /// (RFC 9111 §4.2.4): `fwd=stale`, the (negative) `ttl`, and `detail` =
+    /// [`StaleWhy::detail`], e.g. `capstan; hit; fwd=stale; ttl=-3; detail=stale-while-revalidate`.
+    /// `hit` is set unless the answer came after a failed forward ([`StaleWhy::after_error`]:
+    /// then the caller adds `fwd_status` when the origin answered). `fwd=stale` says the stored
+    /// response was stale when selected; with `hit`, the forward is the background refresh.
+    pub fn stale(ttl: i64, why: StaleWhy) -> CacheStatus {
+        CacheStatus {
+            hit: !why.after_error(),
+            fwd: Some(Fwd::Stale),
+            ttl: Some(ttl),
+            detail: Some(why.detail()),
             ..CacheStatus::default()
         }
     }
@@ -232,5 +250,36 @@ mod tests {
                 "partial"
             ]
         );
+    }
+
+    #[test]
+    fn stale_answer_says_why() {
+        // RFC 9211 §2.2 fwd=stale, §2.8 detail; RFC 9111 §4.2.4 permission named.
+        assert_eq!(
+            CacheStatus::stale(-3, StaleWhy::ResponseStaleWhileRevalidate).header_value(),
+            "capstan; hit; fwd=stale; ttl=-3; detail=stale-while-revalidate"
+        );
+        assert_eq!(
+            CacheStatus::stale(-1, StaleWhy::OperatorGrace).header_value(),
+            "capstan; hit; fwd=stale; ttl=-1; detail=grace"
+        );
+        assert_eq!(
+            CacheStatus::stale(-9, StaleWhy::ClientMaxStale).header_value(),
+            "capstan; hit; fwd=stale; ttl=-9; detail=max-stale"
+        );
+        let mut err = CacheStatus::stale(-20, StaleWhy::ResponseStaleIfError);
+        err.fwd_status = Some(503);
+        assert_eq!(
+            err.header_value(),
+            "capstan; fwd=stale; fwd-status=503; ttl=-20; detail=stale-if-error"
+        );
+        for why in [StaleWhy::ClientStaleIfError, StaleWhy::OperatorStaleIfError] {
+            let v = CacheStatus::stale(-1, why).header_value();
+            assert!(!v.to_str().unwrap().contains("; hit"), "{v:?}");
+            assert!(
+                !v.to_str().unwrap().contains('"'),
+                "detail is a token: {v:?}"
+            );
+        }
     }
 }

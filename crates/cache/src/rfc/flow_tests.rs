@@ -80,7 +80,12 @@ fn object_lifecycle_fill_hit_swr_refresh_vary_invalidate() {
 
     // Stale at t=70 but inside stale-while-revalidate (RFC 5861 §3).
     let swr = decide(&Method::GET, &again, &stored, &times, at(70), &rules);
-    assert_eq!(swr, Decision::StaleWhileRevalidate);
+    assert_eq!(
+        swr,
+        Decision::StaleWhileRevalidate {
+            why: StaleWhy::ResponseStaleWhileRevalidate
+        }
+    );
     let conditional = revalidation_headers(&stored);
     assert_eq!(conditional.get("if-none-match").unwrap(), "\"v1\"");
 
@@ -133,6 +138,91 @@ fn authorized_private_request_is_neither_stored_nor_served() {
     let times = StoredTimes::new(StatusCode::OK, &resp, at(0), at(0), &rules);
     assert_eq!(
         decide(&Method::GET, &auth, &resp, &times, at(1), &rules),
+        Decision::Revalidate
+    );
+}
+
+#[test]
+fn issue_31_second_request_is_never_a_stale_hit_nobody_allowed() {
+    // RFC 9111 §4.2.4: fill, then a second client a few seconds later. Even with an operator
+    // grace of 10 s (the switch's old default), nothing without freshness is answered stale.
+    let rules = CacheRules {
+        grace: Duration::from_secs(10),
+        ..CacheRules::default()
+    };
+    let get = Method::GET;
+    let none = HeaderMap::new();
+    let cases: [(u16, Vec<(&'static str, HeaderValue)>); 6] = [
+        (200, vec![("date", date(0))]),
+        (404, vec![("date", date(0)), ("etag", v("\"a\""))]),
+        (301, vec![("cache-control", v("max-age=0"))]),
+        (503, vec![("date", date(0)), ("expires", date(0))]),
+        (410, vec![("expires", v("0"))]),
+        (204, vec![("cache-control", v("max-age=-5"))]),
+    ];
+    for (code, fields) in cases {
+        let status = StatusCode::from_u16(code).unwrap();
+        let origin = headers(fields);
+        assert_eq!(
+            storability(&get, &none, status, &origin, &rules),
+            Ok(()),
+            "{code}"
+        );
+        let stored = headers_to_store(&origin);
+        let times = StoredTimes::new(status, &stored, at(0), at(0), &rules);
+        assert_eq!(times.freshness_lifetime, Duration::ZERO, "{code}");
+        for later in [0, 1, 5, 9] {
+            assert_eq!(
+                decide(&get, &none, &stored, &times, at(later), &rules),
+                Decision::Revalidate,
+                "{code} at {later}"
+            );
+        }
+    }
+
+    // A response that was fresh is covered by the operator's grace, and says so.
+    let origin = headers(vec![("cache-control", v("max-age=5")), ("date", date(0))]);
+    let times = StoredTimes::new(StatusCode::OK, &origin, at(0), at(0), &rules);
+    let d = decide(&get, &none, &origin, &times, at(7), &rules);
+    assert_eq!(
+        d,
+        Decision::StaleWhileRevalidate {
+            why: StaleWhy::OperatorGrace
+        }
+    );
+    let status = CacheStatus::stale(times.ttl(at(7)), d.stale_why().unwrap());
+    assert_eq!(
+        status.header_value(),
+        "capstan; hit; fwd=stale; ttl=-2; detail=grace"
+    );
+}
+
+#[test]
+fn cdn_cache_control_fill_and_hit_keep_cache_control_for_downstream() {
+    // RFC 9213 §2.2, §3: the CDN field governs this cache; Cache-Control travels untouched.
+    let rules = CacheRules::default();
+    let origin = headers(vec![
+        ("cache-control", v("no-store, private")),
+        ("cdn-cache-control", v("max-age=60")),
+        ("date", date(0)),
+    ]);
+    let get = Method::GET;
+    let none = HeaderMap::new();
+    assert_eq!(
+        storability(&get, &none, StatusCode::OK, &origin, &rules),
+        Ok(())
+    );
+    let stored = headers_to_store(&origin);
+    assert_eq!(stored.get("cache-control").unwrap(), "no-store, private");
+    assert_eq!(stored.get("cdn-cache-control").unwrap(), "max-age=60");
+    let times = StoredTimes::new(StatusCode::OK, &stored, at(0), at(0), &rules);
+    assert_eq!(times.freshness_lifetime, Duration::from_secs(60));
+    assert_eq!(
+        decide(&get, &none, &stored, &times, at(59), &rules),
+        Decision::Fresh
+    );
+    assert_eq!(
+        decide(&get, &none, &stored, &times, at(60), &rules),
         Decision::Revalidate
     );
 }

@@ -10,39 +10,52 @@ use std::time::{Duration, SystemTime};
 use http::header::{AGE, DATE, EXPIRES, LAST_MODIFIED};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::cache_control::CacheControl;
 use super::fields::{header_date, parse_delta_seconds, DELTA_SECONDS_MAX};
 use super::rules::CacheRules;
 use super::storable::is_heuristically_cacheable;
+use super::targeted::response_directives;
 
 /// The freshness lifetime of a response for a shared cache (RFC 9111 §4.2.1), first match wins:
 ///
-/// 1. `s-maxage`, 2. `max-age` (an invalid one reads as 0),
-/// 3. `Expires` − `Date` (an invalid `Expires` means already expired; a missing `Date` is
-///    `response_time`, the moment the response was received),
+/// 0. the directives are those of the first targeted field of `rules.targeted_fields` that is
+///    present and valid (RFC 9213 §2.2), else `Cache-Control`; with a targeted field, `Expires`
+///    is ignored (step 3 is skipped),
+/// 1. `s-maxage`, 2. `max-age` (an invalid or negative one reads as 0: stale at once),
+/// 3. `Expires` − `Date`: an `Expires` at or before `Date` gives 0; an invalid `Expires`
+///    (`0`, a two-digit year in the IMF-fixdate form, a zone other than `GMT`, …) and a
+///    repeated one mean already expired (RFC 9111 §5.3, §4.2.1), so 0; a missing `Date` is
+///    `response_time`, the moment the response was received,
 /// 4. heuristic (§4.2.2), only for heuristically cachable statuses or `public` responses:
 ///    `heuristic_fraction` × (`Date` − `Last-Modified`), capped at `heuristic_max`; with no
-///    usable `Last-Modified`, `rules.default_ttl`,
+///    usable `Last-Modified`, `rules.default_ttl` (zero unless the operator sets one),
 /// 5. zero.
+///
+/// A zero lifetime is stale from the first use: such a response may be stored, but
+/// [`super::decide::decide`] answers it only after validation (or with the response's or the
+/// client's explicit permission to serve it stale).
 pub fn freshness_lifetime(
     status: StatusCode,
     resp: &HeaderMap,
     response_time: SystemTime,
     rules: &CacheRules,
 ) -> Duration {
-    let cc = CacheControl::parse(resp);
+    let (cc, targeted) = response_directives(resp, &rules.targeted_fields);
     if let Some(s_maxage) = cc.s_maxage {
         return s_maxage;
     }
     if let Some(max_age) = cc.max_age {
         return max_age;
     }
-    if let Some(expires) = resp.get(EXPIRES) {
-        let Some(expires) = super::fields::parse_date(expires) else {
-            return Duration::ZERO;
-        };
-        let date = date_value(resp, response_time);
-        return expires.duration_since(date).unwrap_or_default();
+    if targeted.is_none() {
+        let mut lines = resp.get_all(EXPIRES).iter();
+        if let Some(first) = lines.next() {
+            let Some(expires) = super::fields::parse_date(first).filter(|_| lines.next().is_none())
+            else {
+                return Duration::ZERO;
+            };
+            let date = date_value(resp, response_time);
+            return expires.duration_since(date).unwrap_or_default();
+        }
     }
     if !(is_heuristically_cacheable(status) || cc.public) {
         return Duration::ZERO;
@@ -108,7 +121,10 @@ impl StoredTimes {
     /// corrected_initial_age = max(apparent_age, corrected_age_value)
     /// ```
     /// A missing `Date` makes the apparent age 0; a `Date` after `response_time` (clock skew)
-    /// does too; an invalid `Age` counts as 0.
+    /// does too. `Age` (RFC 9111 §5.1) is read from the first member of its first line (a
+    /// list such as `Age: 10, 20` gives 10); a member that is not a non-negative integer
+    /// (`10s`, `-5`, `1.5`) is ignored, i.e. `age_value` is 0, as §5.1 says a cache SHOULD.
+    /// The `Date`-based apparent age still counts in that case.
     pub fn new(
         status: StatusCode,
         resp: &HeaderMap,
@@ -194,6 +210,7 @@ fn corrected_initial_age(
     let age_value = resp
         .get(AGE)
         .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
         .and_then(|v| parse_delta_seconds(v.trim()))
         .unwrap_or_default();
     apparent_age.max(age_value.saturating_add(response_delay))
@@ -440,5 +457,211 @@ mod tests {
         assert_eq!(h.get(DATE), Some(&date(7)));
         ensure_date(&mut h, at(99));
         assert_eq!(h.get(DATE), Some(&date(7)));
+    }
+
+    #[test]
+    fn no_freshness_information_is_zero_lifetime() {
+        // RFC 9111 §4.2.2 (issue 31): no Cache-Control, Expires or Last-Modified and no
+        // operator default_ttl: stored, but stale from the first use.
+        for status in [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
+            let with_date = headers(vec![("date", date(0))]);
+            assert_eq!(lifetime(status, &with_date), Duration::ZERO, "{status}");
+            assert_eq!(
+                lifetime(status, &HeaderMap::new()),
+                Duration::ZERO,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_age_zero_negative_or_invalid_is_stale_at_once() {
+        // RFC 9111 §4.2.1, §5.2.2.1: delta-seconds is 1*DIGIT; anything else is invalid.
+        for v in [
+            "max-age=0",
+            "max-age=-1",
+            "max-age=-0",
+            "max-age=1.5",
+            "max-age=60s",
+            "max-age=",
+            "max-age",
+        ] {
+            let h = headers(vec![
+                cc(v),
+                ("date", date(10_000)),
+                ("last-modified", date(0)),
+            ]);
+            assert_eq!(lifetime(200, &h), Duration::ZERO, "{v}");
+        }
+    }
+
+    #[test]
+    fn max_age_already_passed_by_age_is_stale_at_once() {
+        // RFC 9111 §4.2.3: an upstream Age beyond max-age makes the response arrive stale.
+        let h = headers(vec![
+            cc("max-age=60"),
+            ("age", HeaderValue::from_static("61")),
+        ]);
+        let t = times(&h, 0, 0);
+        assert!(!t.is_fresh(at(0)));
+        assert_eq!(t.ttl(at(0)), -1);
+    }
+
+    #[test]
+    fn expires_equal_to_date_is_stale_at_once() {
+        // RFC 9111 §4.2.1: freshness_lifetime = Expires − Date = 0.
+        let h = headers(vec![("date", date(10)), ("expires", date(10))]);
+        assert_eq!(lifetime(200, &h), Duration::ZERO);
+    }
+
+    #[test]
+    fn every_invalid_expires_means_already_expired() {
+        // RFC 9111 §5.3: "A cache recipient MUST interpret invalid date formats, especially the
+        // value "0", as representing a time in the past". Each also carries a Last-Modified
+        // that would otherwise give a heuristic lifetime.
+        for bad in [
+            "0",
+            "-1",
+            "",
+            "never",
+            "Thu, 01 Dec 94 16:00:00 GMT", // two-digit year in IMF-fixdate
+            "Thu, 01 Dec 2099 16:00:00 PST", // zone other than GMT
+            "Thu, 01 Dec 2099 16:00:00 +0000",
+            "Thu, 01 Dec 2099 16:00:00", // no zone
+            "2099-12-01T16:00:00Z",      // ISO 8601
+            "Thu, 01 Dec 2099 16:00:00 GMT, Fri, 02 Dec 2099 16:00:00 GMT", // a list
+        ] {
+            let h = headers(vec![
+                ("date", date(10_000)),
+                ("expires", HeaderValue::from_static(bad)),
+                ("last-modified", date(0)),
+            ]);
+            assert_eq!(lifetime(200, &h), Duration::ZERO, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rfc850_two_digit_year_is_valid_and_in_the_past() {
+        // RFC 9110 §5.6.7: recipients accept rfc850-date; "94" is 1994, long expired.
+        let h = headers(vec![
+            ("date", date(0)),
+            (
+                "expires",
+                HeaderValue::from_static("Sunday, 06-Nov-94 08:49:37 GMT"),
+            ),
+        ]);
+        assert_eq!(lifetime(200, &h), Duration::ZERO);
+    }
+
+    #[test]
+    fn repeated_expires_is_stale() {
+        // RFC 9111 §4.2.1: with two Expires lines, "the response should be considered stale".
+        let h = headers(vec![
+            ("date", date(0)),
+            ("expires", date(100)),
+            ("expires", date(200)),
+        ]);
+        assert_eq!(lifetime(200, &h), Duration::ZERO);
+    }
+
+    #[test]
+    fn targeted_field_overrides_cache_control_and_expires() {
+        // RFC 9213 §2.2: the first valid targeted field replaces Cache-Control and Expires.
+        let h = headers(vec![
+            cc("max-age=5, private"),
+            ("cdn-cache-control", HeaderValue::from_static("max-age=600")),
+        ]);
+        assert_eq!(lifetime(200, &h), Duration::from_secs(600));
+        let expires_ignored = headers(vec![
+            ("date", date(0)),
+            ("expires", date(3_600)),
+            (
+                "cdn-cache-control",
+                HeaderValue::from_static("must-revalidate"),
+            ),
+        ]);
+        assert_eq!(
+            lifetime(302, &expires_ignored),
+            Duration::ZERO,
+            "no max-age in the targeted field, Expires ignored, 302 not heuristic"
+        );
+        let invalid = headers(vec![
+            cc("max-age=5"),
+            (
+                "cdn-cache-control",
+                HeaderValue::from_static("max-age=600,"),
+            ),
+        ]);
+        assert_eq!(
+            lifetime(200, &invalid),
+            Duration::from_secs(5),
+            "invalid: ignored"
+        );
+        let off = CacheRules {
+            targeted_fields: Vec::new(),
+            ..CacheRules::default()
+        };
+        assert_eq!(
+            freshness_lifetime(StatusCode::OK, &h, at(0), &off),
+            Duration::from_secs(5),
+            "an empty target list ignores CDN-Cache-Control"
+        );
+    }
+
+    #[test]
+    fn own_targeted_field_precedes_cdn_cache_control() {
+        // RFC 9213 §2.2: the target list order decides.
+        let rules = CacheRules {
+            targeted_fields: vec![
+                "Capstan-CDN-Cache-Control".into(),
+                "CDN-Cache-Control".into(),
+            ],
+            ..CacheRules::default()
+        };
+        let h = headers(vec![
+            cc("max-age=5"),
+            ("cdn-cache-control", HeaderValue::from_static("max-age=60")),
+            (
+                "capstan-cdn-cache-control",
+                HeaderValue::from_static("max-age=600"),
+            ),
+        ]);
+        let got = freshness_lifetime(StatusCode::OK, &h, at(0), &rules);
+        assert_eq!(got, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn age_list_uses_first_member_and_invalid_age_is_ignored() {
+        // RFC 9111 §5.1: use the first member of a list-based Age; ignore an invalid value.
+        for (value, expected) in [
+            ("10, 20", 10),
+            ("10,20", 10),
+            (" 7 ", 7),
+            ("10s", 0),
+            ("-5", 0),
+            ("1.5", 0),
+            ("", 0),
+            ("abc, 20", 0),
+        ] {
+            let h = headers(vec![
+                cc("max-age=100"),
+                ("age", HeaderValue::from_static(value)),
+            ]);
+            let t = times(&h, 0, 0);
+            assert_eq!(
+                t.corrected_initial_age,
+                Duration::from_secs(expected),
+                "Age: {value:?}"
+            );
+        }
+        let two_lines = headers(vec![
+            cc("max-age=100"),
+            ("age", HeaderValue::from_static("3")),
+            ("age", HeaderValue::from_static("50")),
+        ]);
+        assert_eq!(
+            times(&two_lines, 0, 0).corrected_initial_age,
+            Duration::from_secs(3)
+        );
     }
 }

@@ -1,10 +1,24 @@
 //! The operator's knobs for the places where RFC 9111 leaves a choice to the cache: heuristic
-//! freshness (§4.2.2), whether `Set-Cookie` responses are shared, and how long stale content may
-//! be served while refreshing or when the origin fails (Varnish's grace, RFC 5861).
+//! freshness (§4.2.2), whether `Set-Cookie` responses are shared, how long stale content may
+//! be served while refreshing or when the origin fails (Varnish's grace, RFC 5861), and which
+//! targeted cache-control fields this cache obeys (RFC 9213).
+//!
+//! Serving stale is off unless someone allowed it (RFC 9111 §4.2.4): by default `grace` and
+//! `stale_if_error` are zero, so only the response (`stale-while-revalidate`, `stale-if-error`)
+//! or the request (`max-stale`, `stale-if-error`) can let a stale response out without
+//! validation. An operator who sets them explicitly extends that to responses that were fresh
+//! when received — never to a response stored with a zero lifetime (no freshness information,
+//! `max-age=0`, an `Expires` at or before `Date`, an invalid `Expires`) or one whose `Age`
+//! already passed its `max-age`, and never past a
+//! directive that forbids stale use (`must-revalidate`, `proxy-revalidate`, `s-maxage`,
+//! `no-cache`).
 
 use std::time::Duration;
 
 use serde::Deserialize;
+
+/// The targeted field for every CDN cache (RFC 9213 §3).
+pub const CDN_CACHE_CONTROL: &str = "CDN-Cache-Control";
 
 /// Cache policy parameters. Every field has a default (see [`CacheRules::default`]), so a
 /// configuration names only what it changes. Durations deserialize in serde's plain form
@@ -25,12 +39,21 @@ pub struct CacheRules {
     /// client's cookie to others.
     pub store_set_cookie: bool,
     /// How long past staleness an entry may be served while a background refresh runs
-    /// (Varnish grace). Zero turns it off; a response's `stale-while-revalidate` may extend it.
-    /// Never applies to responses that forbid serving stale (`must-revalidate` …).
+    /// (Varnish grace), for responses that allow it by none of their own directives. Default
+    /// zero: off (RFC 9111 §4.2.4); a response's own `stale-while-revalidate` gives its own
+    /// window whatever this is. Applies only to responses that were fresh when received, and
+    /// never to responses that forbid serving stale (`must-revalidate` …).
     pub grace: Duration,
     /// How long past staleness an entry may be served when the origin fails, for responses that
-    /// set no `stale-if-error` of their own. Default zero.
+    /// set no `stale-if-error` of their own. Default zero: off. Same limits as `grace`.
     pub stale_if_error: Duration,
+    /// Targeted cache-control fields this cache obeys (RFC 9213 §2.2), most specific first,
+    /// e.g. `["Capstan-CDN-Cache-Control", "CDN-Cache-Control"]`. In a response, the first of
+    /// these that is present and valid replaces `Cache-Control` and `Expires` for this cache's
+    /// freshness and storability (see [`super::targeted`]). Names are case-insensitive. Default
+    /// `["CDN-Cache-Control"]` (RFC 9213 §3: a reverse proxy in front of its own origin is a
+    /// CDN-role cache); empty turns targeted fields off.
+    pub targeted_fields: Vec<String>,
 }
 
 impl Default for CacheRules {
@@ -42,6 +65,7 @@ impl Default for CacheRules {
             store_set_cookie: false,
             grace: Duration::ZERO,
             stale_if_error: Duration::ZERO,
+            targeted_fields: vec![CDN_CACHE_CONTROL.to_owned()],
         }
     }
 }
@@ -52,6 +76,10 @@ pub enum RulesError {
     /// `heuristic_fraction` is NaN, infinite, negative or above 1.
     #[error("cache rules: heuristic_fraction must be between 0 and 1, got {0}")]
     HeuristicFraction(f64),
+    /// An entry of `targeted_fields` is not a valid field name, or names a field with other
+    /// semantics (`Cache-Control`, `Expires`, `Pragma`).
+    #[error("cache rules: targeted_fields: {0:?} is not a targeted cache-control field name")]
+    TargetedField(String),
 }
 
 impl CacheRules {
@@ -60,11 +88,19 @@ impl CacheRules {
     /// and report the error rather than run with a silently changed policy.
     pub fn validate(&self) -> Result<(), RulesError> {
         let f = self.heuristic_fraction;
-        if f.is_finite() && (0.0..=1.0).contains(&f) {
-            Ok(())
-        } else {
-            Err(RulesError::HeuristicFraction(f))
+        if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
+            return Err(RulesError::HeuristicFraction(f));
         }
+        for name in &self.targeted_fields {
+            let bad = match http::HeaderName::from_bytes(name.as_bytes()) {
+                Err(_) => true,
+                Ok(n) => matches!(n.as_str(), "cache-control" | "expires" | "pragma"),
+            };
+            if bad {
+                return Err(RulesError::TargetedField(name.clone()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -79,8 +115,33 @@ mod tests {
         assert_eq!(r.heuristic_fraction, 0.1);
         assert_eq!(r.heuristic_max, Duration::from_secs(86_400));
         assert!(!r.store_set_cookie);
-        assert_eq!(r.grace, Duration::ZERO);
+        assert_eq!(
+            r.grace,
+            Duration::ZERO,
+            "RFC 9111 §4.2.4: no stale unless allowed"
+        );
+        assert_eq!(r.stale_if_error, Duration::ZERO);
+        assert_eq!(r.targeted_fields, vec!["CDN-Cache-Control".to_owned()]);
         assert!(r.validate().is_ok());
+    }
+
+    #[test]
+    fn validate_rejects_bad_targeted_fields() {
+        for bad in ["", "CDN Cache-Control", "cache-control", "Expires"] {
+            let r = CacheRules {
+                targeted_fields: vec!["CDN-Cache-Control".into(), bad.into()],
+                ..CacheRules::default()
+            };
+            assert_eq!(r.validate(), Err(RulesError::TargetedField(bad.into())));
+        }
+        let own = CacheRules {
+            targeted_fields: vec![
+                "Capstan-CDN-Cache-Control".into(),
+                "CDN-Cache-Control".into(),
+            ],
+            ..CacheRules::default()
+        };
+        assert!(own.validate().is_ok());
     }
 
     #[test]

@@ -9,6 +9,14 @@
 //!   marked the field `private="set-cookie"` / `no-cache="set-cookie"` so it is removed before
 //!   storing;
 //! - `Vary: *` is refused: such a response can never be matched by a later request.
+//!
+//! The response directives are those of its first valid targeted field
+//! ([`CacheRules::targeted_fields`], RFC 9213 §2.2), else its `Cache-Control`; with a targeted
+//! field, `Expires` does not count as explicit freshness either. `private` (§5.2.2.7): a shared
+//! cache never stores a response with the unqualified directive, whatever else it carries —
+//! `s-maxage`, `public`, or `private` on another `Cache-Control` line (the lines are one list).
+//! The qualified `private="f"` lets the rest be stored with `f` removed
+//! ([`headers_to_store`]); a qualified form in a targeted field is read as unqualified.
 
 use http::header::{
     AUTHORIZATION, CONNECTION, SET_COOKIE, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
@@ -18,6 +26,7 @@ use http::{HeaderMap, HeaderName, Method, StatusCode};
 use super::cache_control::{CacheControl, FieldScope};
 use super::fields::list_items;
 use super::rules::CacheRules;
+use super::targeted::response_directives;
 
 /// Why a response is not stored. [`NotStorable::reason`] gives a token for an RFC 9211
 /// `Cache-Status: …; detail=` parameter and for logs.
@@ -73,7 +82,12 @@ impl NotStorable {
     }
 }
 
-/// Decides whether a response may be stored, per RFC 9111 §3 for a shared cache.
+/// Decides whether a response may be stored, per RFC 9111 §3 for a shared cache, with the
+/// response directives of [`response_directives`] (a targeted field, else `Cache-Control`).
+///
+/// `Ok` does not mean the response will be answered without validation: one with no
+/// freshness (no explicit lifetime and no heuristic basis) is stored with a zero lifetime and
+/// [`super::decide::decide`] revalidates it on every use.
 ///
 /// `method`/`req` are the request that produced the response; `status`/`resp` the final
 /// response. The checks run in a fixed order, so the reason reported is the first that applies.
@@ -99,7 +113,7 @@ pub fn storability(
     if CacheControl::parse(req).no_store {
         return Err(NotStorable::RequestNoStore);
     }
-    let cc = CacheControl::parse(resp);
+    let (cc, targeted) = response_directives(resp, &rules.targeted_fields);
     // §5.2.2.3: must-understand overrides no-store when the status is understood, which it is
     // by now.
     if cc.no_store && !cc.must_understand {
@@ -117,7 +131,8 @@ pub fn storability(
     if vary_star(resp) {
         return Err(NotStorable::VaryStar);
     }
-    let explicit = cc.has_explicit_lifetime() || resp.contains_key(http::header::EXPIRES);
+    let expires = targeted.is_none() && resp.contains_key(http::header::EXPIRES);
+    let explicit = cc.has_explicit_lifetime() || expires;
     if explicit || cc.public || is_heuristically_cacheable(status) {
         Ok(())
     } else {
@@ -407,5 +422,189 @@ mod tests {
                 "{s}"
             );
         }
+    }
+
+    #[test]
+    fn private_wins_over_s_maxage_and_public() {
+        // RFC 9111 §5.2.2.7, §5.2.2.10: s-maxage does not make a private response shareable.
+        for cc in [
+            "s-maxage=60, private",
+            "private, s-maxage=60",
+            "public, private, max-age=60",
+            "s-maxage=60, private, must-revalidate",
+        ] {
+            assert_eq!(
+                check(Method::GET, &[], 200, &[("cache-control", cc)]),
+                Err(NotStorable::Private),
+                "{cc}"
+            );
+        }
+        let auth = [("authorization", "Bearer t")];
+        assert_eq!(
+            check(
+                Method::GET,
+                &auth,
+                200,
+                &[("cache-control", "s-maxage=60, private")]
+            ),
+            Err(NotStorable::Private),
+            "private checked before the §3.5 exception"
+        );
+    }
+
+    #[test]
+    fn private_on_a_second_cache_control_line_counts() {
+        // RFC 9110 §5.3: field lines combine into one list.
+        let two = [
+            ("cache-control", "s-maxage=60"),
+            ("cache-control", "private"),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 200, &two),
+            Err(NotStorable::Private)
+        );
+        let mixed = [
+            ("cache-control", "private=\"x-user\", max-age=60"),
+            ("cache-control", "PRIVATE"),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 200, &mixed),
+            Err(NotStorable::Private),
+            "the unqualified form wins over a qualified one"
+        );
+        let empty_list = [("cache-control", "private=\"\", max-age=60")];
+        assert_eq!(
+            check(Method::GET, &[], 200, &empty_list),
+            Err(NotStorable::Private),
+            "an empty field list reads as the whole response"
+        );
+    }
+
+    #[test]
+    fn qualified_private_strips_named_fields_across_lines() {
+        // RFC 9111 §5.2.2.7: a shared cache MUST NOT store the named fields; the rest may be.
+        let resp = headers(&[
+            ("cache-control", "private=\"x-user\""),
+            (
+                "cache-control",
+                "max-age=60, private=\"X-Session, x-other\"",
+            ),
+            ("x-user", "a"),
+            ("x-session", "b"),
+            ("content-type", "text/plain"),
+        ]);
+        assert_eq!(
+            storability(
+                &Method::GET,
+                &HeaderMap::new(),
+                StatusCode::OK,
+                &resp,
+                &CacheRules::default()
+            ),
+            Ok(())
+        );
+        let kept = headers_to_store(&resp);
+        assert!(!kept.contains_key("x-user") && !kept.contains_key("x-session"));
+        assert!(kept.contains_key("content-type"));
+        assert_eq!(
+            kept.get_all("cache-control").iter().count(),
+            2,
+            "Cache-Control kept"
+        );
+    }
+
+    #[test]
+    fn no_freshness_information_is_stored_for_heuristic_statuses() {
+        // RFC 9111 §3, §4.2.2: storable, with a zero lifetime (see decide's tests).
+        for status in [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
+            assert_eq!(check(Method::GET, &[], status, &[]), Ok(()), "{status}");
+        }
+        for status in [302, 303, 307, 500, 502, 503] {
+            assert_eq!(
+                check(Method::GET, &[], status, &[]),
+                Err(NotStorable::NoFreshness),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn targeted_no_store_beside_cache_control_max_age_not_stored() {
+        // RFC 9213 §2.2: CDN-Cache-Control decides; Cache-Control is ignored for this cache.
+        let resp = [
+            ("cache-control", "max-age=60"),
+            ("cdn-cache-control", "no-store"),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 200, &resp),
+            Err(NotStorable::NoStore)
+        );
+        let private = [
+            ("cache-control", "max-age=60"),
+            ("cdn-cache-control", "private=\"x-user\""),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 200, &private),
+            Err(NotStorable::Private),
+            "qualified private in a targeted field: not stored at all"
+        );
+    }
+
+    #[test]
+    fn targeted_field_allows_what_cache_control_refuses() {
+        // RFC 9213 §2.2: Cache-Control aimed at browsers does not bind a CDN-role cache.
+        for cc in ["no-store", "private", "no-store, private"] {
+            let resp = [("cache-control", cc), ("cdn-cache-control", "max-age=60")];
+            assert_eq!(check(Method::GET, &[], 200, &resp), Ok(()), "{cc}");
+            assert!(
+                headers_to_store(&headers(&resp)).contains_key("cache-control"),
+                "Cache-Control is kept untouched for downstream"
+            );
+        }
+        let invalid = [
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=60, "),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 200, &invalid),
+            Err(NotStorable::NoStore),
+            "an invalid targeted field is ignored"
+        );
+        let expires_only = [
+            ("expires", "Thu, 01 Jan 2099 00:00:00 GMT"),
+            ("cdn-cache-control", "must-revalidate"),
+        ];
+        assert_eq!(
+            check(Method::GET, &[], 302, &expires_only),
+            Err(NotStorable::NoFreshness),
+            "Expires is ignored beside a valid targeted field"
+        );
+    }
+
+    #[test]
+    fn targeted_field_names_come_from_the_rules() {
+        // RFC 9213 §2.2: only fields on the target list change behaviour.
+        let resp = headers(&[
+            ("cache-control", "max-age=60"),
+            ("capstan-cdn-cache-control", "no-store"),
+        ]);
+        let get = Method::GET;
+        let req = HeaderMap::new();
+        let ok = StatusCode::OK;
+        assert_eq!(
+            storability(&get, &req, ok, &resp, &CacheRules::default()),
+            Ok(())
+        );
+        let own = CacheRules {
+            targeted_fields: vec![
+                "Capstan-CDN-Cache-Control".into(),
+                "CDN-Cache-Control".into(),
+            ],
+            ..CacheRules::default()
+        };
+        assert_eq!(
+            storability(&get, &req, ok, &resp, &own),
+            Err(NotStorable::NoStore)
+        );
     }
 }

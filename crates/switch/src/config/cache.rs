@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use capstan_cache::evict::EvictionKind;
 use capstan_cache::key::KeyRules;
-use capstan_cache::rfc::CacheRules;
+use capstan_cache::rfc::{CacheRules, RulesError};
 use serde::{Deserialize, Serialize};
 
 /// A size in bytes, written `1048576`, `"64KB"`, `"256MiB"`, `"1.5GB"` (KB/MB/GB are powers of
@@ -181,13 +181,21 @@ pub struct CacheConfig {
     #[serde(with = "humantime_serde")]
     pub default_ttl: Duration,
     /// Varnish's grace: a stale entry is served for this long while one background request
-    /// refreshes it (a response's own `stale-while-revalidate` may extend it).
+    /// refreshes it, for responses that gave no `stale-while-revalidate` of their own (that
+    /// window applies whatever this is). Default 0: off, as RFC 9111 §4.2.4 asks; when set, the
+    /// cache serves stale answers nobody but the operator allowed (only responses that were
+    /// fresh when received, never past `must-revalidate` and the like), and `capstan check`
+    /// says so.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
-    /// Serve a stale entry for this long when the node fails or answers 5xx, when the
-    /// response did not say (`stale-if-error`).
+    /// Serve a stale entry for this long when the node fails or answers 5xx, for responses that
+    /// set no `stale-if-error` of their own. Default 0: off; same limits as `grace`.
     #[serde(with = "humantime_serde")]
     pub stale_if_error: Duration,
+    /// Targeted cache-control fields this cache obeys (RFC 9213), most specific first: the
+    /// first one a response carries (and that parses) replaces its `Cache-Control` and
+    /// `Expires` for freshness and storability here. `[]` turns targeting off.
+    pub targeted_fields: Vec<String>,
     /// Store responses that set cookies (off by default: they are usually per user).
     pub store_set_cookie: bool,
     /// Classes whose requests may be answered from the cache; all when absent.
@@ -219,8 +227,9 @@ impl Default for CacheConfig {
             heuristic_fraction: rules.heuristic_fraction,
             heuristic_max: rules.heuristic_max,
             default_ttl: rules.default_ttl,
-            grace: Duration::from_secs(10),
+            grace: rules.grace,
             stale_if_error: rules.stale_if_error,
+            targeted_fields: rules.targeted_fields,
             store_set_cookie: rules.store_set_cookie,
             classes: None,
             coalesce: true,
@@ -243,7 +252,15 @@ impl CacheConfig {
             store_set_cookie: self.store_set_cookie,
             grace: self.grace,
             stale_if_error: self.stale_if_error,
+            targeted_fields: self.targeted_fields.clone(),
         }
+    }
+
+    /// How long the operator lets stale answers out beyond what responses and requests allow
+    /// (RFC 9111 §4.2.4): the longer of `grace` and `stale_if_error`, `None` when both are 0.
+    pub fn operator_stale(&self) -> Option<Duration> {
+        let longest = self.grace.max(self.stale_if_error);
+        (!longest.is_zero()).then_some(longest)
     }
 
     /// What the parser cannot check; `classes` are the configured class names. The error
@@ -275,6 +292,9 @@ impl CacheConfig {
                 "coalesce_max_waiters",
                 "cache.coalesce_max_waiters must be at least 1".into(),
             ));
+        }
+        if let Err(e @ RulesError::TargetedField(_)) = self.rules().validate() {
+            return Err(("targeted_fields", e.to_string()));
         }
         let unknown = |name: &String| !classes.contains(name);
         if let Some(name) = self.classes.iter().flatten().find(|n| unknown(n)) {
@@ -360,5 +380,27 @@ mod tests {
             ..CacheConfig::default()
         };
         assert_eq!(unknown.check(&classes).unwrap_err().0, "classes");
+        let targeted = CacheConfig {
+            targeted_fields: vec!["Cache-Control".into()],
+            ..CacheConfig::default()
+        };
+        let (key, message) = targeted.check(&classes).unwrap_err();
+        assert_eq!(key, "targeted_fields");
+        assert!(message.contains("\"Cache-Control\""), "{message}");
+    }
+
+    #[test]
+    fn serving_stale_is_off_unless_the_operator_turns_it_on() {
+        let default = CacheConfig::default();
+        assert_eq!(default.grace, Duration::ZERO);
+        assert_eq!(default.stale_if_error, Duration::ZERO);
+        assert_eq!(default.operator_stale(), None);
+        assert_eq!(default.rules().targeted_fields, vec!["CDN-Cache-Control"]);
+        let on = CacheConfig {
+            grace: Duration::from_secs(10),
+            stale_if_error: Duration::from_secs(60),
+            ..CacheConfig::default()
+        };
+        assert_eq!(on.operator_stale(), Some(Duration::from_secs(60)));
     }
 }

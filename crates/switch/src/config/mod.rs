@@ -1157,12 +1157,38 @@ fn describe_cache(cache: Option<&CacheConfig>) -> String {
         Some(list) => list.join(", "),
         None => "every class".to_string(),
     };
+    let targeted = match c.targeted_fields.as_slice() {
+        [] => "none (Cache-Control only)".to_string(),
+        names => names.join(", "),
+    };
+    let d = |t| humantime::format_duration(t);
+    // RFC 9111 §4.2.4: stale only when the response or the request allowed it; the operator's
+    // windows go beyond that, and the output says so.
+    let mut windows = Vec::new();
+    if !c.grace.is_zero() {
+        windows.push(format!("{} while refreshing (grace)", d(c.grace)));
+    }
+    if !c.stale_if_error.is_zero() {
+        windows.push(format!(
+            "{} when the node fails (stale_if_error)",
+            d(c.stale_if_error)
+        ));
+    }
+    let stale = match c.operator_stale() {
+        None => String::new(),
+        Some(_) => format!(
+            "\n          may serve stale answers beyond RFC 9111 §4.2.4, that neither the response nor \
+             the request allowed: for {}",
+            windows.join(", for ")
+        ),
+    };
     format!(
-        "cache     memory {}, {disk}, eviction {}, objects up to {}, grace {}, for {classes}",
+        "cache     memory {}, {disk}, eviction {}, objects up to {}, grace {}, for {classes}\n          \
+         targeted fields: {targeted}{stale}",
         c.memory,
         c.policy.name(),
         c.max_object,
-        humantime::format_duration(c.grace)
+        d(c.grace)
     )
 }
 

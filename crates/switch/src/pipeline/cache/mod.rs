@@ -147,25 +147,29 @@ pub(crate) async fn serve(
     let stale = match found {
         Lookup::Hit(entry) => {
             let stored = entry.headers();
-            let serve_stored = |stored: HeaderMap| {
-                let status = CacheStatus::hit(ttl_of(&entry.times, now));
+            let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {
+                let ttl = ttl_of(&entry.times, now);
+                let status = match why {
+                    Some(why) => CacheStatus::stale(ttl, why),
+                    None => CacheStatus::hit(ttl),
+                };
                 let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
                 with_debug(&forward, resp)
             };
             match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
-                    return Err(serve_stored(stored));
+                    return Err(serve_stored(stored, None));
                 }
-                Decision::StaleAllowed { .. } => {
+                Decision::StaleAllowed { why } => {
                     bump(&layer.counters.stale_hits);
-                    return Err(serve_stored(stored));
+                    return Err(serve_stored(stored, Some(why)));
                 }
-                Decision::StaleWhileRevalidate => {
+                Decision::StaleWhileRevalidate { why } => {
                     bump(&layer.counters.stale_hits);
                     let upstream = forwarded_headers(req, peer, forward.client_version);
                     refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
-                    return Err(serve_stored(stored));
+                    return Err(serve_stored(stored, Some(why)));
                 }
                 Decision::Revalidate => Some(entry),
             }
@@ -314,7 +318,17 @@ fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
             s.ttl = head.ttl;
             s
         }
-        FillOutcome::StaleOnError => CacheStatus::hit(head.ttl.unwrap_or(0)),
+        FillOutcome::StaleOnError { why, node_status } => {
+            let ttl = head.ttl.unwrap_or(0);
+            match why {
+                Some(why) => {
+                    let mut s = CacheStatus::stale(ttl, why);
+                    s.fwd_status = node_status;
+                    s
+                }
+                None => CacheStatus::hit(ttl),
+            }
+        }
         FillOutcome::Error => CacheStatus::forward(fwd_kind, false, false, Some("node-error")),
     }
 }
@@ -466,23 +480,40 @@ async fn run_fill(
         .dispatch(headers, UpstreamBody::Empty, true, None)
         .await;
     let response_time = SystemTime::now();
+    // A stored entry may answer for a node that failed or answered 5xx (RFC 5861 §4): when
+    // still fresh, or stale with a permission `Cache-Status` names.
     let stale_usable = |status: Option<StatusCode>| {
-        stale.as_ref().filter(|e| {
-            status.is_none_or(|s| s.is_server_error())
-                && rfc::stale_if_error_allows(
-                    &client_headers,
-                    &e.headers(),
-                    &e.times,
-                    response_time,
-                    rules,
-                )
+        let entry = stale.as_ref()?;
+        let failed = status.is_none_or(|s| s.is_server_error());
+        let stored = entry.headers();
+        let allowed = failed
+            && rfc::stale_if_error_allows(
+                &client_headers,
+                &stored,
+                &entry.times,
+                response_time,
+                rules,
+            );
+        allowed.then(|| {
+            let why = rfc::stale_if_error_why(
+                &client_headers,
+                &stored,
+                &entry.times,
+                response_time,
+                rules,
+            );
+            let outcome = FillOutcome::StaleOnError {
+                why,
+                node_status: status.map(|s| s.as_u16()),
+            };
+            (entry, outcome)
         })
     };
     let resp = match answer {
         Err(own) => {
-            if let Some(entry) = stale_usable(None) {
+            if let Some((entry, outcome)) = stale_usable(None) {
                 bump(&layer.counters.stale_on_error);
-                publish_entry(fill, entry, FillOutcome::StaleOnError, response_time);
+                publish_entry(fill, entry, outcome, response_time);
             } else {
                 publish_error(fill, own).await;
             }
@@ -490,9 +521,9 @@ async fn run_fill(
         }
         Ok(resp) => resp,
     };
-    if let Some(entry) = stale_usable(Some(resp.status())) {
+    if let Some((entry, outcome)) = stale_usable(Some(resp.status())) {
         bump(&layer.counters.stale_on_error);
-        publish_entry(fill, entry, FillOutcome::StaleOnError, response_time);
+        publish_entry(fill, entry, outcome, response_time);
         return;
     }
     if resp.status() == StatusCode::NOT_MODIFIED {

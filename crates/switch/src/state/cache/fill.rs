@@ -19,7 +19,7 @@ use http::{HeaderMap, StatusCode};
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
-use capstan_cache::rfc::VaryKey;
+use capstan_cache::rfc::{StaleWhy, VaryKey};
 
 use crate::net::BoxError;
 
@@ -38,8 +38,13 @@ pub(crate) enum FillOutcome {
     Fetched { stored: bool, shareable: bool },
     /// A stale entry the node confirmed with `304 Not Modified`.
     Revalidated,
-    /// A stale entry served because the node failed (`stale-if-error`).
-    StaleOnError,
+    /// A stored entry served because the node failed or answered 5xx (`stale-if-error`):
+    /// `why` names the permission when the entry was stale (`None`: it was still fresh), and
+    /// `node_status` is the node's status when it answered.
+    StaleOnError {
+        why: Option<StaleWhy>,
+        node_status: Option<u16>,
+    },
     /// The switch's own error (no node answered).
     Error,
 }
@@ -49,7 +54,9 @@ impl FillOutcome {
     pub(crate) fn shareable(self) -> bool {
         match self {
             FillOutcome::Fetched { shareable, .. } => shareable,
-            FillOutcome::Revalidated | FillOutcome::StaleOnError | FillOutcome::Error => true,
+            FillOutcome::Revalidated | FillOutcome::StaleOnError { .. } | FillOutcome::Error => {
+                true
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use capstan_core::report::LoadReport;
+use capstan_core::text::percent_decode;
 use capstan_model::Demand;
 use capstan_workload::{stream, Dist, DocFile, DocTree, LifeCycle, WorkloadRng};
 use http::header::{self, HeaderValue};
@@ -538,29 +539,6 @@ async fn demand(node: &Node, query: Option<&str>) -> Resp {
     };
     node.nic(t, body.len() as u64).await;
     text(StatusCode::OK, &body)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Map the `file=` parameter to an object of the tree. The thesis passes an absolute path on the

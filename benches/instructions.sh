@@ -13,6 +13,9 @@
 #   PROXIES="capstan nginx" MODES=h2 bash benches/instructions.sh   # nginx 1.22, one process
 #   ACCESS_LOG=combined PROXIES=capstan MODES=h1 bash benches/instructions.sh   # Capstan with an
 #                                    # access log file (common, combined or json): the log's cost
+#   CACHE=1 PROXIES=capstan bash benches/instructions.sh   # Capstan with its cache on: after the
+#                                    # first request every one is a hit (the file's Last-Modified is
+#                                    # years old, so it is heuristically fresh): the hit path's cost
 #   PROFILES=/tmp/prof bash benches/instructions.sh  # keeps each count's callgrind output there
 #                                    # (PROXY-MODE[-LOG].N.out, for callgrind_annotate)
 #
@@ -56,6 +59,11 @@ key = "$pki/localhost.key"
 client_idle = "60s"
 $(capstan_nodes 19101)
 CONF
+if [ -n "${CACHE:-}" ]; then
+  # Heuristic freshness is 10 % of the time since Last-Modified (RFC 9111 §4.2.2): years here.
+  touch -d '2020-01-01' "$work/www/1k.html"
+  printf '[cache]\nmemory = "64MiB"\n' >> "$work/capstan.toml"
+fi
 if [ -n "${ACCESS_LOG:-}" ]; then
   printf '[access_log]\npath = "%s"\nformat = "%s"\n' "$work/access.log" "$ACCESS_LOG" >> "$work/capstan.toml"
 fi
@@ -135,7 +143,7 @@ count() {
   total=$(cat "$out"* | awk '/^totals:/ {s += $2} END {print s}')
   if [ -n "${PROFILES:-}" ]; then
     mkdir -p "$PROFILES"
-    for f in "$out"*; do cp "$f" "$PROFILES/$proxy-$mode${ACCESS_LOG:+-$ACCESS_LOG}${f#"$out"}.out"; done
+    for f in "$out"*; do cp "$f" "$PROFILES/$proxy-$mode${ACCESS_LOG:+-$ACCESS_LOG}${CACHE:+-cache}${f#"$out"}.out"; done
   fi
   rm -f "$out"*
   echo $(( total / N ))

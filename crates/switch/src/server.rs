@@ -64,7 +64,8 @@ type Endpoints = Vec<(SocketAddr, Endpoint)>;
 
 /// A switch for a validated configuration, not yet serving, and every client address it is
 /// to bind with what it speaks.
-fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+    crate::control::discovery::add_initial_nodes(&mut config);
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -138,6 +139,12 @@ fn serve_on(
         tasks.push(tokio::spawn(crate::control::health::check_nodes(
             Arc::clone(&switch),
         )));
+        for source in switch.cluster.load().config.discovery.clone() {
+            tasks.push(tokio::spawn(crate::control::discovery::watch(
+                Arc::clone(&switch),
+                source,
+            )));
+        }
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }

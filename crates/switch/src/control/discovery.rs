@@ -1,0 +1,213 @@
+//! Discovery: `[[discovery]]` sources of nodes beside the static `[[node]]`s. The one source
+//! so far is a watched file (JSON `{"nodes":[{"address":"h:p","weight":2,"name":"a"}]}`, or TOML
+//! `[[node]]` tables), looked at every `interval` by its (mtime, length, inode) — polling, no
+//! inotify — and read again when that changes.
+//!
+//! A good list is applied through membership (`Switch::set_discovered`): nodes that stay keep
+//! their runtime, new ones enter with slow start, removed ones drain. Static nodes are never
+//! removed. A missing, unreadable or invalid file keeps the last good set (one warning per
+//! change of error); an explicitly empty list is applied only after it has lasted `hold`.
+//! Every tick also puts back nodes a reload dropped. The request path is not involved.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::config::{resolve_address, Config, DiscoverySource, NodeConfig};
+use crate::state::switch::Switch;
+
+/// One entry of a node file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    address: String,
+    weight: Option<u32>,
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonFile {
+    nodes: Vec<Entry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlFile {
+    #[serde(default)]
+    node: Vec<Entry>,
+}
+
+/// The nodes a file's text lists, or why the whole file is refused. Resolves addresses
+/// (may block on DNS: call off the event loop).
+pub(crate) fn parse_nodes(source: &DiscoverySource, text: &str) -> Result<Vec<NodeConfig>, String> {
+    let json = source.file.extension().is_some_and(|e| e == "json");
+    let entries = match json {
+        true => {
+            serde_json::from_str::<JsonFile>(text)
+                .map_err(|e| format!("bad JSON: {e}"))?
+                .nodes
+        }
+        false => {
+            toml::from_str::<TomlFile>(text)
+                .map_err(|e| format!("bad TOML: {}", e.message().trim().replace('\n', " ")))?
+                .node
+        }
+    };
+    let mut nodes: Vec<NodeConfig> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let at = format!("node {} (`{}`)", i + 1, entry.address);
+        let address = resolve_address(&entry.address).map_err(|e| format!("{at}: {e}"))?;
+        if address.port() == 0 {
+            return Err(format!("{at}: port 0 is not a node's port"));
+        }
+        let weight = entry.weight.unwrap_or(source.weight);
+        if weight == 0 {
+            return Err(format!("{at}: weight must be at least 1"));
+        }
+        let name = format!(
+            "{}-{}",
+            source.name,
+            entry.name.as_deref().unwrap_or(&entry.address)
+        );
+        if let Some(c) = name
+            .chars()
+            .find(|c| c.is_whitespace() || c.is_control() || "/?#%".contains(*c))
+        {
+            return Err(format!("{at}: name `{name}` has {c:?}"));
+        }
+        if nodes.iter().any(|n| n.name == name || n.address == address) {
+            return Err(format!("{at}: listed twice"));
+        }
+        nodes.push(NodeConfig {
+            name,
+            address,
+            weight,
+            public_url: None,
+            report_address: None,
+            tls: None,
+            protocol: Default::default(),
+        });
+    }
+    Ok(nodes)
+}
+
+/// Reads and parses a source's file (blocking).
+fn read(source: &DiscoverySource) -> Result<Vec<NodeConfig>, String> {
+    let text = std::fs::read_to_string(&source.file)
+        .map_err(|e| format!("cannot read {}: {e}", source.file.display()))?;
+    parse_nodes(source, &text).map_err(|e| format!("{}: {e}", source.file.display()))
+}
+
+/// What identifies a version of the file without reading it.
+type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+fn stamp(source: &DiscoverySource) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(&source.file).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
+}
+
+/// At start: adds each source's nodes to the configuration, so the first cluster has them.
+/// A source whose file cannot be used yet starts empty (its task keeps looking).
+pub(crate) fn add_initial_nodes(config: &mut Config) {
+    let sources = config.discovery.clone();
+    for source in &sources {
+        match read(source) {
+            Ok(nodes) => {
+                for node in nodes {
+                    match config
+                        .nodes
+                        .iter()
+                        .find(|n| n.address == node.address || n.name == node.name)
+                    {
+                        Some(other) => tracing::warn!(
+                            source = %source.name,
+                            "discovered {} skipped: node `{}` ({}) is configured already",
+                            node.address,
+                            other.name,
+                            other.address
+                        ),
+                        None => config.nodes.push(node),
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(source = %source.name, "discovery: {e}; no nodes from it yet"),
+        }
+    }
+}
+
+/// Watches one source for as long as the switch runs.
+pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
+    let mut shutdown = switch.shutdown.subscribe();
+    let mut last_stamp: Stamp = None;
+    let mut first = true;
+    // The last good list, applied or (when empty, within `hold`) waiting to be.
+    let mut good: Option<Vec<NodeConfig>> = None;
+    let mut empty_since: Option<Instant> = None;
+    let mut owned: Vec<String> = Vec::new();
+    let mut last_error: Option<String> = None;
+    loop {
+        let now_stamp = {
+            let s = source.clone();
+            tokio::task::spawn_blocking(move || stamp(&s))
+                .await
+                .unwrap_or(None)
+        };
+        if first || now_stamp != last_stamp || now_stamp.is_none() {
+            last_stamp = now_stamp;
+            let s = source.clone();
+            let read = tokio::task::spawn_blocking(move || read(&s))
+                .await
+                .unwrap_or_else(|e| Err(format!("reading failed: {e}")));
+            match read {
+                Ok(nodes) => {
+                    if last_error.take().is_some() {
+                        tracing::info!(source = %source.name, "discovery: the file is good again");
+                    }
+                    match nodes.is_empty() {
+                        true => {
+                            empty_since.get_or_insert_with(Instant::now);
+                        }
+                        false => empty_since = None,
+                    }
+                    good = Some(nodes);
+                }
+                Err(e) => {
+                    if last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(
+                            source = %source.name,
+                            "discovery: {e}; keeping the last good list"
+                        );
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        first = false;
+        if let Some(nodes) = &good {
+            let held = empty_since.is_some_and(|since| since.elapsed() < source.hold);
+            if !held {
+                match switch
+                    .set_discovered(&source.name, &owned, nodes.clone())
+                    .await
+                {
+                    Ok((now, _changed)) => owned = now,
+                    Err(e) => tracing::warn!(source = %source.name, "discovery: {e}"),
+                }
+            }
+        }
+        let tick = match empty_since {
+            Some(since) if good.as_ref().is_some_and(Vec::is_empty) => source
+                .interval
+                .min(source.hold.saturating_sub(since.elapsed()))
+                .max(Duration::from_millis(10)),
+            _ => source.interval,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}

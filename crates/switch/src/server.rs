@@ -65,7 +65,7 @@ type Endpoints = Vec<(SocketAddr, Endpoint)>;
 /// A switch for a validated configuration, not yet serving, and every client address it is
 /// to bind with what it speaks.
 fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
-    crate::control::discovery::add_initial_nodes(&mut config);
+    let discovered = crate::control::discovery::add_initial_nodes(&mut config);
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -88,6 +88,7 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
         .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
         .collect();
     let switch = Switch::new(cluster, cache, access_log, counters, max_connections);
+    crate::control::discovery::record_initial(&switch, discovered);
     Ok((switch, endpoints))
 }
 

@@ -103,6 +103,9 @@ pub(crate) struct Status {
     /// The HTTP cache, when it is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::pipeline::cache::report::CacheReport>,
+    /// Every `[[discovery]]` source, when there are any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub discovery: Vec<crate::state::discovery::SourceStatus>,
 }
 
 /// A node's gathered state, as `/status` shows it.
@@ -339,6 +342,7 @@ fn status(switch: &Switch) -> Status {
         retry_budget,
         nodes,
         cache: switch.cache.as_ref().map(|c| c.report()),
+        discovery: switch.discovery.status(),
     }
 }
 
@@ -731,6 +735,9 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(
         crate::state::connection_limits::ListenerCollector::of(&switch.listeners()),
     ));
+    registry.register_collector(Box::new(crate::state::discovery::DiscoveryCollector(
+        switch.discovery.snapshot(),
+    )));
     registry.register_collector(Box::new(crate::observe::tls_metrics::TlsCollector::of(
         switch.tls_counters(),
     )));

@@ -109,32 +109,65 @@ fn stamp(source: &DiscoverySource) -> Stamp {
     Some((meta.modified().ok()?, meta.len(), meta.ino()))
 }
 
+/// What one source gave at start: its name, file, and the names of the nodes it added or
+/// why it gave none.
+pub(crate) type Initial = Vec<(DiscoverySource, Result<Vec<String>, String>)>;
+
 /// At start: adds each source's nodes to the configuration, so the first cluster has them.
 /// A source whose file cannot be used yet starts empty (its task keeps looking).
-pub(crate) fn add_initial_nodes(config: &mut Config) {
+pub(crate) fn add_initial_nodes(config: &mut Config) -> Initial {
     let sources = config.discovery.clone();
-    for source in &sources {
-        match read(source) {
-            Ok(nodes) => {
-                for node in nodes {
-                    match config
-                        .nodes
-                        .iter()
-                        .find(|n| n.address == node.address || n.name == node.name)
-                    {
-                        Some(other) => tracing::warn!(
-                            source = %source.name,
-                            "discovered {} skipped: node `{}` ({}) is configured already",
-                            node.address,
-                            other.name,
-                            other.address
-                        ),
-                        None => config.nodes.push(node),
+    let mut initial = Vec::new();
+    for source in sources {
+        let added = read(&source).map(|nodes| {
+            let mut added = Vec::new();
+            for node in nodes {
+                match config
+                    .nodes
+                    .iter()
+                    .find(|n| n.address == node.address || n.name == node.name)
+                {
+                    Some(other) => tracing::warn!(
+                        source = %source.name,
+                        "discovered {} skipped: node `{}` ({}) is configured already",
+                        node.address,
+                        other.name,
+                        other.address
+                    ),
+                    None => {
+                        added.push(node.name.clone());
+                        config.nodes.push(node);
                     }
                 }
             }
-            Err(e) => tracing::warn!(source = %source.name, "discovery: {e}; no nodes from it yet"),
+            added
+        });
+        if let Err(e) = &added {
+            tracing::warn!(source = %source.name, "discovery: {e}; no nodes from it yet");
         }
+        initial.push((source, added));
+    }
+    initial
+}
+
+/// Records what the sources gave at start, for `/status` and for their tasks.
+pub(crate) fn record_initial(switch: &Switch, initial: Initial) {
+    for (source, added) in initial {
+        let path = source.file.display().to_string();
+        switch
+            .discovery
+            .update(&source.name, &path, |s| match added {
+                Ok(owned) => {
+                    s.refreshes_ok += 1;
+                    s.last_good = Some(Instant::now());
+                    s.nodes = owned.len();
+                    s.owned = owned;
+                }
+                Err(e) => {
+                    s.refreshes_error += 1;
+                    s.error = Some(e);
+                }
+            });
     }
 }
 
@@ -146,7 +179,11 @@ pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
     // The last good list, applied or (when empty, within `hold`) waiting to be.
     let mut good: Option<Vec<NodeConfig>> = None;
     let mut empty_since: Option<Instant> = None;
+    let path = source.file.display().to_string();
     let mut owned: Vec<String> = Vec::new();
+    switch
+        .discovery
+        .update(&source.name, &path, |s| owned = s.owned.clone());
     let mut last_error: Option<String> = None;
     loop {
         let now_stamp = {
@@ -161,6 +198,18 @@ pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
             let read = tokio::task::spawn_blocking(move || read(&s))
                 .await
                 .unwrap_or_else(|e| Err(format!("reading failed: {e}")));
+            let ok = read.is_ok();
+            let error = read.as_ref().err().cloned();
+            switch.discovery.update(&source.name, &path, |s| {
+                match ok {
+                    true => {
+                        s.refreshes_ok += 1;
+                        s.last_good = Some(Instant::now());
+                    }
+                    false => s.refreshes_error += 1,
+                }
+                s.error = error;
+            });
             match read {
                 Ok(nodes) => {
                     if last_error.take().is_some() {
@@ -193,7 +242,13 @@ pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
                     .set_discovered(&source.name, &owned, nodes.clone())
                     .await
                 {
-                    Ok((now, _changed)) => owned = now,
+                    Ok((now, _changed)) => {
+                        switch.discovery.update(&source.name, &path, |s| {
+                            s.nodes = now.len();
+                            s.owned = now.clone();
+                        });
+                        owned = now;
+                    }
                     Err(e) => tracing::warn!(source = %source.name, "discovery: {e}"),
                 }
             }

@@ -266,3 +266,69 @@ pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(file: &str) -> DiscoverySource {
+        DiscoverySource {
+            name: "pool".into(),
+            file: file.into(),
+            weight: 3,
+            hold: Duration::from_secs(30),
+            interval: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn json_and_toml_lists_are_read_with_the_source_defaults() {
+        let json = r#"{"nodes":[{"address":"127.0.0.1:9001","weight":2,"name":"a"},
+                                {"address":"127.0.0.1:9002"}]}"#;
+        let nodes = parse_nodes(&source("n.json"), json).unwrap();
+        let seen: Vec<(&str, String, u32)> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.address.to_string(), n.weight))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("pool-a", "127.0.0.1:9001".to_string(), 2),
+                ("pool-127.0.0.1:9002", "127.0.0.1:9002".to_string(), 3)
+            ]
+        );
+        let toml = "[[node]]\naddress = \"127.0.0.1:9003\"\n";
+        let nodes = parse_nodes(&source("n.toml"), toml).unwrap();
+        assert_eq!(nodes[0].name, "pool-127.0.0.1:9003");
+        assert!(parse_nodes(&source("n.toml"), "").unwrap().is_empty());
+        assert!(parse_nodes(&source("n.json"), r#"{"nodes":[]}"#)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn one_bad_entry_refuses_the_whole_file() {
+        let bad = |file: &str, text: &str| parse_nodes(&source(file), text).unwrap_err();
+        let e = bad(
+            "n.json",
+            r#"{"nodes":[{"address":"127.0.0.1:1"},{"address":"127.0.0.1:0"}]}"#,
+        );
+        assert_eq!(e, "node 2 (`127.0.0.1:0`): port 0 is not a node's port");
+        let e = bad(
+            "n.json",
+            r#"{"nodes":[{"address":"127.0.0.1:1","weight":0}]}"#,
+        );
+        assert!(e.contains("weight must be at least 1"), "{e}");
+        assert!(bad("n.json", r#"{"nodes":[{"address":"nowhere"}]}"#).contains("node 1"));
+        assert!(bad("n.json", r#"{"nodes":[{"address":"#).starts_with("bad JSON"));
+        assert!(bad("n.json", r#"{"nodes":[{"addr":"127.0.0.1:1"}]}"#).contains("unknown field"));
+        let twice = r#"{"nodes":[{"address":"127.0.0.1:1"},{"address":"127.0.0.1:1"}]}"#;
+        assert!(bad("n.json", twice).contains("listed twice"));
+        assert!(bad("n.toml", "[[node]]\nadress = 1\n").starts_with("bad TOML"));
+        assert!(bad(
+            "n.json",
+            r#"{"nodes":[{"address":"127.0.0.1:1","name":"a b"}]}"#
+        )
+        .contains("name `pool-a b`"));
+    }
+}

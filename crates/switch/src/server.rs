@@ -66,6 +66,11 @@ type Endpoints = Vec<(SocketAddr, Endpoint)>;
 /// to bind with what it speaks.
 fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
     let discovered = crate::control::discovery::add_initial_nodes(&mut config);
+    if config.nodes.is_empty() {
+        anyhow::bail!(
+            "no node: no [[node]], and the [[discovery]] files gave none yet (the warnings above say why)"
+        );
+    }
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");

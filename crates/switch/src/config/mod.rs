@@ -791,7 +791,7 @@ impl Config {
                 "no listener: give at least one listen address".into(),
             ));
         }
-        if self.nodes.is_empty() {
+        if self.nodes.is_empty() && self.discovery.is_empty() {
             return Err(plain("no node: give at least one back-end node".into()));
         }
         for (i, node) in self.nodes.iter().enumerate() {

@@ -264,3 +264,32 @@ async fn an_empty_list_waits_for_hold_and_a_bad_entry_rejects_the_whole_file() {
     assert_eq!(source_status(&status)["nodes"], 0, "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_reload_keeps_discovered_nodes_and_their_counters() {
+    let (s, d) = (Backend::start("s").await, Backend::start("d").await);
+    let dir = temp_dir("reload");
+    let file = dir.join("nodes.json");
+    write_atomically(&file, &json_nodes(&[&d]));
+    let config = dir.join("switch.toml");
+    std::fs::write(&config, discovery_config(&file, "", &[&s])).unwrap();
+    let sw = capstan_switch::start(capstan_switch::Config::load(&config).unwrap())
+        .await
+        .unwrap();
+    let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
+    while d.hits() < 5 {
+        assert_eq!(get(addr, "/slow?ms=1").await.status, StatusCode::OK);
+    }
+    let served = node_status(&status_json(admin).await, &node_name(&d))["served"]
+        .as_u64()
+        .unwrap();
+    assert!(served >= 5, "{served}");
+
+    let reload = send(admin, Request::post("/reload"), Bytes::new()).await;
+    assert_eq!(reload.status, StatusCode::OK, "{}", reload.text());
+    assert!(!reload.text().contains("left"), "{}", reload.text());
+    let status = status_json(admin).await;
+    let after = node_status(&status, &node_name(&d))["served"].as_u64();
+    assert!(after >= Some(served), "{status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

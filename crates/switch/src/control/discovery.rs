@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::config::{resolve_address, Config, DiscoverySource, NodeConfig};
+use crate::state::cluster::Cluster;
 use crate::state::switch::Switch;
 
 /// One entry of a node file.
@@ -171,21 +172,57 @@ pub(crate) fn record_initial(switch: &Switch, initial: Initial) {
     }
 }
 
+/// On reload: keeps the nodes of the sources the new configuration still has (the file
+/// decides static nodes; a discovered node whose name or address a static one now has leaves).
+pub(crate) fn keep_discovered(switch: &Switch, current: &Cluster, config: &mut Config) {
+    for state in switch.discovery.snapshot() {
+        if !config.discovery.iter().any(|s| s.name == state.name) {
+            continue;
+        }
+        for node in current.nodes.iter().map(|n| &n.config) {
+            let clash = config
+                .nodes
+                .iter()
+                .any(|n| n.name == node.name || n.address == node.address);
+            if state.owned.contains(&node.name) && !clash {
+                config.nodes.push(node.clone());
+            }
+        }
+    }
+}
+
 /// Watches one source for as long as the switch runs.
-pub(crate) async fn watch(switch: Arc<Switch>, source: DiscoverySource) {
+pub(crate) async fn watch(switch: Arc<Switch>, initial: DiscoverySource) {
     let mut shutdown = switch.shutdown.subscribe();
     let mut last_stamp: Stamp = None;
     let mut first = true;
     // The last good list, applied or (when empty, within `hold`) waiting to be.
     let mut good: Option<Vec<NodeConfig>> = None;
     let mut empty_since: Option<Instant> = None;
-    let path = source.file.display().to_string();
+    let name = initial.name.clone();
+    let mut source = initial;
     let mut owned: Vec<String> = Vec::new();
     switch
         .discovery
-        .update(&source.name, &path, |s| owned = s.owned.clone());
+        .update(&name, "", |s| owned = s.owned.clone());
     let mut last_error: Option<String> = None;
     loop {
+        // A reload may change the source's settings, or take it out (its nodes then leave
+        // with the reload, and it rests until a reload brings it back).
+        let configured = (switch.cluster.load().config.discovery.iter())
+            .find(|s| s.name == name)
+            .cloned();
+        let Some(now_source) = configured else {
+            tokio::select! {
+                _ = tokio::time::sleep(source.interval) => continue,
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+        };
+        if now_source != source {
+            source = now_source;
+            first = true;
+        }
+        let path = source.file.display().to_string();
         let now_stamp = {
             let s = source.clone();
             tokio::task::spawn_blocking(move || stamp(&s))

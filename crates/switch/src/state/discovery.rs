@@ -48,7 +48,8 @@ pub(crate) struct SourceStatus {
 pub(crate) struct DiscoveryBoard(Mutex<Vec<SourceState>>);
 
 impl DiscoveryBoard {
-    /// Changes the named source's state (adding it when new).
+    /// Changes the named source's state (adding it when new); an empty `path` keeps the one
+    /// it has.
     pub(crate) fn update(&self, name: &str, path: &str, change: impl FnOnce(&mut SourceState)) {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let at = match all.iter().position(|s| s.name == name) {
@@ -67,6 +68,9 @@ impl DiscoveryBoard {
                 all.len() - 1
             }
         };
+        if !path.is_empty() {
+            all[at].path = path.to_string();
+        }
         change(&mut all[at]);
     }
 

@@ -206,6 +206,8 @@ pub(crate) async fn watch(switch: Arc<Switch>, initial: DiscoverySource) {
         .discovery
         .update(&name, "", |s| owned = s.owned.clone());
     let mut last_error: Option<String> = None;
+    // Why the cluster refused the last list (logged once per reason).
+    let mut last_refusal: Option<String> = None;
     loop {
         // A reload may change the source's settings, or take it out (its nodes then leave
         // with the reload, and it rests until a reload brings it back).
@@ -280,13 +282,20 @@ pub(crate) async fn watch(switch: Arc<Switch>, initial: DiscoverySource) {
                     .await
                 {
                     Ok((now, _changed)) => {
+                        last_refusal = None;
                         switch.discovery.update(&source.name, &path, |s| {
                             s.nodes = now.len();
                             s.owned = now.clone();
                         });
                         owned = now;
                     }
-                    Err(e) => tracing::warn!(source = %source.name, "discovery: {e}"),
+                    Err(e) => {
+                        let e = e.to_string();
+                        if last_refusal.as_deref() != Some(e.as_str()) {
+                            tracing::warn!(source = %source.name, "discovery: {e}");
+                        }
+                        last_refusal = Some(e);
+                    }
                 }
             }
         }

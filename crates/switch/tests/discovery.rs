@@ -130,6 +130,11 @@ async fn a_watched_file_adds_and_removes_nodes_and_bad_files_keep_the_last_good_
     assert_eq!(source_status(&status)["state"], "ok", "{status}");
     assert_eq!(source_status(&status)["kind"], "file", "{status}");
     assert_eq!(source_status(&status)["nodes"], 2, "{status}");
+    assert_eq!(
+        node_status(&status, &node_name(&a))["source"],
+        "file",
+        "{status}"
+    );
 
     // A third node joins.
     write_atomically(&file, &json_nodes(&[&a, &b, &c]));
@@ -229,6 +234,7 @@ async fn an_empty_list_waits_for_hold_and_a_bad_entry_rejects_the_whole_file() {
         "{status}"
     );
     assert!(!node_status(&status, "s").is_null(), "{status}");
+    assert!(node_status(&status, "s")["source"].is_null(), "{status}");
 
     // A bad entry (port 0): the whole file is refused with a clear message; d stays.
     write_atomically(

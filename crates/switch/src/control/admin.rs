@@ -125,6 +125,10 @@ pub(crate) struct GatheredStatus {
 pub(crate) struct NodeStatus {
     pub name: String,
     pub address: String,
+    /// The `[[discovery]]` source that gave the node (absent for `[[node]]`s and nodes added
+    /// through the admin API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// `http/1.1` or `h2`: the protocol the switch speaks to the node.
     pub protocol: &'static str,
     pub weight: u32,
@@ -249,6 +253,7 @@ fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u
     NodeStatus {
         name: node.config.name.clone(),
         address: node.config.address.to_string(),
+        source: None,
         protocol: node.config.protocol.name(),
         weight: node.config.weight,
         available: out.is_none(),
@@ -316,10 +321,17 @@ fn status(switch: &Switch) -> Status {
         .iter()
         .map(|c| c.name.clone())
         .collect();
+    let discovered = switch.discovery.snapshot();
     let nodes = cluster
         .nodes
         .iter()
-        .map(|node| node_status(&cluster, node, &classes, now))
+        .map(|node| {
+            let mut status = node_status(&cluster, node, &classes, now);
+            status.source = (discovered.iter())
+                .find(|s| s.owned.contains(&node.config.name))
+                .map(|s| s.name.clone());
+            status
+        })
         .collect();
     let window = switch.retry_budget.window(now);
     let retry_budget = RetryBudgetStatus {

@@ -297,5 +297,20 @@ async fn a_reload_keeps_discovered_nodes_and_their_counters() {
     let status = status_json(admin).await;
     let after = node_status(&status, &node_name(&d))["served"].as_u64();
     assert!(after >= Some(served), "{status}");
+
+    // A new weight applies to the node in place: its counters go on.
+    write_atomically(
+        &file,
+        &format!(
+            "{{\"nodes\": [{{\"address\": \"{}\", \"weight\": 5}}]}}",
+            d.addr
+        ),
+    );
+    let status = wait_for_status(admin, "the new weight", |s| {
+        node_status(s, &node_name(&d))["weight"] == 5
+    })
+    .await;
+    let after = node_status(&status, &node_name(&d))["served"].as_u64();
+    assert!(after >= Some(served), "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }

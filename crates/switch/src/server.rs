@@ -64,7 +64,13 @@ type Endpoints = Vec<(SocketAddr, Endpoint)>;
 
 /// A switch for a validated configuration, not yet serving, and every client address it is
 /// to bind with what it speaks.
-fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+    let discovered = crate::control::discovery::add_initial_nodes(&mut config);
+    if config.nodes.is_empty() {
+        anyhow::bail!(
+            "no node: no [[node]], and the [[discovery]] files gave none yet (the warnings above say why)"
+        );
+    }
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -87,6 +93,7 @@ fn new_switch(config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
         .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
         .collect();
     let switch = Switch::new(cluster, cache, access_log, counters, max_connections);
+    crate::control::discovery::record_initial(&switch, discovered);
     Ok((switch, endpoints))
 }
 
@@ -138,6 +145,12 @@ fn serve_on(
         tasks.push(tokio::spawn(crate::control::health::check_nodes(
             Arc::clone(&switch),
         )));
+        for source in switch.cluster.load().config.discovery.clone() {
+            tasks.push(tokio::spawn(crate::control::discovery::watch(
+                Arc::clone(&switch),
+                source,
+            )));
+        }
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }

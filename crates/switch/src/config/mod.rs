@@ -26,6 +26,7 @@ use toml::Spanned;
 pub use crate::config::cache::CacheConfig;
 pub use crate::config::sections::access_log::AccessLogConfig;
 pub use crate::config::sections::admin_token::AdminToken;
+pub use crate::config::sections::discovery::DiscoverySource;
 pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
 pub use crate::config::sections::upgrade::UpgradeConfig;
 
@@ -84,6 +85,9 @@ pub struct Config {
     pub proxy_protocol: ProxyProtocolConfig,
     /// WebSocket and other upgrades, `CONNECT` (see `crate::pipeline::tunnel`).
     pub upgrade: UpgradeConfig,
+    /// `[[discovery]]` sources of nodes beside `nodes` (see `crate::control::discovery`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub discovery: Vec<DiscoverySource>,
 }
 
 /// A back-end node.
@@ -661,6 +665,8 @@ struct RawConfig {
     proxy_protocol: ProxyProtocolConfig,
     #[serde(default)]
     upgrade: UpgradeConfig,
+    #[serde(default)]
+    discovery: Vec<Spanned<crate::config::sections::discovery::RawDiscovery>>,
 }
 
 #[derive(Deserialize)]
@@ -767,6 +773,7 @@ impl Config {
             access_log: None,
             proxy_protocol: ProxyProtocolConfig::default(),
             upgrade: UpgradeConfig::default(),
+            discovery: Vec::new(),
         }
     }
 
@@ -784,7 +791,7 @@ impl Config {
                 "no listener: give at least one listen address".into(),
             ));
         }
-        if self.nodes.is_empty() {
+        if self.nodes.is_empty() && self.discovery.is_empty() {
             return Err(plain("no node: give at least one back-end node".into()));
         }
         for (i, node) in self.nodes.iter().enumerate() {
@@ -911,6 +918,9 @@ impl Config {
                 };
                 let _ = writeln!(out, "  {:<16} protocol h2: {how}", "");
             }
+        }
+        for source in &self.discovery {
+            let _ = writeln!(out, "discovery {}: {}", source.name, source.describe());
         }
         for warning in self.self_addressed_node_warnings() {
             let _ = writeln!(out, "warning   {warning}");
@@ -1487,7 +1497,9 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         None => None,
     };
     let admin_token = resolve_admin_token(&raw, loc)?;
-    if raw.nodes.is_empty() {
+    let discovery = crate::config::sections::discovery::resolve(&raw.discovery, loc.base_dir)
+        .map_err(|(span, e)| loc.error(span, e))?;
+    if raw.nodes.is_empty() && discovery.is_empty() {
         return Err(loc.error(None, "no node: add at least one [[node]] with an address"));
     }
     let mut nodes: Vec<NodeConfig> = Vec::new();
@@ -1614,6 +1626,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         access_log: raw.access_log,
         proxy_protocol: raw.proxy_protocol,
         upgrade: raw.upgrade,
+        discovery,
     };
 
     let classifier = config.classifier().map_err(|e| {
@@ -1912,6 +1925,53 @@ address = "127.0.0.1:9001"
         let e = Config::parse(&text, Some("x.toml")).unwrap_err();
         assert_eq!(e.line, 7, "{e}");
         assert!(e.message.contains("speed"), "{e}");
+    }
+
+    #[test]
+    fn discovery_sources_are_read_with_defaults_and_located_errors() {
+        let c = Config::parse(
+            "listen = [\"127.0.0.1:0\"]\n[[discovery]]\nfile = \"/tmp/nodes.json\"\n\n\
+             [[discovery]]\nfile = \"more.toml\"\nname = \"b\"\nweight = 3\nhold = \"1s\"\n\
+             interval = \"250ms\"\n",
+            None,
+        )
+        .unwrap();
+        assert!(c.nodes.is_empty());
+        assert_eq!(c.discovery.len(), 2);
+        let (a, b) = (&c.discovery[0], &c.discovery[1]);
+        assert_eq!(
+            (a.name.as_str(), a.weight, a.hold, a.interval),
+            ("file", 1, Duration::from_secs(30), Duration::from_secs(2))
+        );
+        assert_eq!(a.file, PathBuf::from("/tmp/nodes.json"));
+        assert_eq!(
+            (b.name.as_str(), b.weight, b.hold, b.interval),
+            ("b", 3, Duration::from_secs(1), Duration::from_millis(250))
+        );
+        assert!(
+            c.describe().contains("discovery b: file more.toml"),
+            "{}",
+            c.describe()
+        );
+        let bad = |body: &str| {
+            let text = format!("listen = [\"127.0.0.1:0\"]\n[[discovery]]\n{body}\n");
+            Config::parse(&text, Some("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("dns = \"_http._tcp.example\"");
+        assert_eq!(
+            e,
+            "c.toml:3:7: discovery: `dns` sources are not supported yet; use `file`"
+        );
+        assert!(bad("etcd = \"http://e:2379\"").contains("`etcd` sources are not supported yet"));
+        assert!(bad("name = \"x\"").contains("give `file = "));
+        assert!(bad("file = \"n.yaml\"").contains("must end in .json or .toml"));
+        assert!(bad("file = \"n.json\"\nweight = 0").contains("c.toml:4:10: discovery: weight"));
+        assert!(bad("file = \"n.json\"\nhold = \"soon\"").contains("hold `soon`"));
+        assert!(bad("file = \"n.json\"\ninterval = \"0s\"").contains("more than 0s"));
+        assert!(bad("file = \"n.json\"\nname = \"a/b\"").contains("name `a/b`"));
+        assert!(bad("file = \"n.json\"\nsrv = 1").contains("unknown field `srv`"));
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub(crate) struct Status {
     /// The HTTP cache, when it is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::pipeline::cache::report::CacheReport>,
+    /// Every `[[discovery]]` source, when there are any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub discovery: Vec<crate::state::discovery::SourceStatus>,
 }
 
 /// A node's gathered state, as `/status` shows it.
@@ -122,6 +125,10 @@ pub(crate) struct GatheredStatus {
 pub(crate) struct NodeStatus {
     pub name: String,
     pub address: String,
+    /// The `[[discovery]]` source that gave the node (absent for `[[node]]`s and nodes added
+    /// through the admin API).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// `http/1.1` or `h2`: the protocol the switch speaks to the node.
     pub protocol: &'static str,
     pub weight: u32,
@@ -246,6 +253,7 @@ fn node_status(cluster: &Cluster, node: &NodeRuntime, classes: &[String], now: u
     NodeStatus {
         name: node.config.name.clone(),
         address: node.config.address.to_string(),
+        source: None,
         protocol: node.config.protocol.name(),
         weight: node.config.weight,
         available: out.is_none(),
@@ -313,10 +321,17 @@ fn status(switch: &Switch) -> Status {
         .iter()
         .map(|c| c.name.clone())
         .collect();
+    let discovered = switch.discovery.snapshot();
     let nodes = cluster
         .nodes
         .iter()
-        .map(|node| node_status(&cluster, node, &classes, now))
+        .map(|node| {
+            let mut status = node_status(&cluster, node, &classes, now);
+            status.source = (discovered.iter())
+                .find(|s| s.owned.contains(&node.config.name))
+                .map(|s| s.name.clone());
+            status
+        })
         .collect();
     let window = switch.retry_budget.window(now);
     let retry_budget = RetryBudgetStatus {
@@ -339,6 +354,7 @@ fn status(switch: &Switch) -> Status {
         retry_budget,
         nodes,
         cache: switch.cache.as_ref().map(|c| c.report()),
+        discovery: switch.discovery.status(),
     }
 }
 
@@ -731,6 +747,9 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(
         crate::state::connection_limits::ListenerCollector::of(&switch.listeners()),
     ));
+    registry.register_collector(Box::new(crate::state::discovery::DiscoveryCollector(
+        switch.discovery.snapshot(),
+    )));
     registry.register_collector(Box::new(crate::observe::tls_metrics::TlsCollector::of(
         switch.tls_counters(),
     )));

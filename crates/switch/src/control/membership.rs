@@ -135,6 +135,77 @@ impl Switch {
         Ok(node)
     }
 
+    /// Makes the nodes a discovery source owns exactly `wanted` (see
+    /// `crate::control::discovery`): `owned` names the nodes it added before; every other node
+    /// stays. A wanted node whose name or address another node has is skipped with a warning.
+    /// Returns the names the source owns now, and whether the cluster changed.
+    pub(crate) async fn set_discovered(
+        &self,
+        source: &str,
+        owned: &[String],
+        wanted: Vec<NodeConfig>,
+    ) -> Result<(Vec<String>, bool), MembershipError> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let current = self.cluster.load_full();
+        let mut nodes: Vec<NodeConfig> = current
+            .config
+            .nodes
+            .iter()
+            .filter(|n| !owned.contains(&n.name))
+            .cloned()
+            .collect();
+        let others = nodes.len();
+        for node in wanted {
+            if let Some(other) = nodes[..others]
+                .iter()
+                .find(|n| n.address == node.address || n.name == node.name)
+            {
+                tracing::warn!(
+                    source,
+                    node = %node.name,
+                    "discovered {} skipped: node `{}` ({}) is configured already",
+                    node.address,
+                    other.name,
+                    other.address
+                );
+                continue;
+            }
+            nodes.push(node);
+        }
+        let now_owned: Vec<String> = nodes[others..].iter().map(|n| n.name.clone()).collect();
+        let unchanged = nodes.len() == current.config.nodes.len()
+            && nodes
+                .iter()
+                .all(|n| current.config.nodes.iter().any(|c| c == n));
+        if unchanged {
+            return Ok((now_owned, false));
+        }
+        if nodes.is_empty() {
+            return Err(MembershipError::Conflict(
+                "the discovered list would leave no node; the current ones stay".into(),
+            ));
+        }
+        let removed: Vec<Arc<NodeRuntime>> = current
+            .nodes
+            .iter()
+            .filter(|n| !nodes.iter().any(|k| k.name == n.config.name))
+            .cloned()
+            .collect();
+        let cluster = self.rebuild(&current, nodes)?;
+        // Before the swap, as in `remove_node`.
+        for node in &removed {
+            node.set_draining(true, self.epoch.now_nanos());
+        }
+        let generation = cluster.generation;
+        let summary = difference(&current, &cluster);
+        self.cluster.store(Arc::new(cluster));
+        tracing::info!(
+            source,
+            "discovered nodes applied (generation {generation}){summary}"
+        );
+        Ok((now_owned, true))
+    }
+
     /// The current cluster with another node list, as the next generation.
     fn rebuild(
         &self,

@@ -1,10 +1,12 @@
-//! Control: active health checks, load gathering, membership changes, reloads, the admin API
-//! (its token, its replies) and the operation metrics.
+//! Control: active health checks, load gathering, membership changes, discovery sources
+//! (`[[discovery]]` files), reloads, the admin API (its token, its replies) and the operation
+//! metrics.
 //!
 //! May use: every layer below (`net` … `frontend`).
 
 pub(crate) mod admin;
 pub(crate) mod admin_auth;
+pub(crate) mod discovery;
 pub(crate) mod gather;
 pub(crate) mod health;
 pub(crate) mod membership;

@@ -11,7 +11,8 @@ use crate::state::switch::Switch;
 impl Switch {
     /// Re-reads the configuration file and swaps the new cluster in. A bad file changes nothing.
     /// The file decides membership: nodes added through the admin API and not in the file
-    /// leave, nodes removed through it come back (see `crate::control::membership`).
+    /// leave, nodes removed through it come back (see `crate::control::membership`). Nodes of
+    /// a `[[discovery]]` source the file still has stay (see `crate::control::discovery`).
     pub async fn reload(&self) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
@@ -21,7 +22,8 @@ impl Switch {
         let loaded = tokio::task::spawn_blocking(move || Config::load(&path))
             .await
             .map_err(|e| format!("reload failed: {e}"))?;
-        let config = loaded.map_err(|e| e.to_string())?;
+        let mut config = loaded.map_err(|e| e.to_string())?;
+        crate::control::discovery::keep_discovered(self, &current, &mut config);
         for warning in config.warnings() {
             tracing::warn!("{warning}");
         }

@@ -168,7 +168,7 @@ impl NodeRuntime {
 
     /// Takes over what decides whether `old` (the same node, rebuilt for a new weight or class
     /// list) takes requests: drain, checks, passive back-off, ejection, gathered state, slow
-    /// start, and its admission gate.
+    /// start, and its admission gate; and its counters.
     fn inherit(&mut self, old: &NodeRuntime) {
         self.admission = Arc::clone(&old.admission);
         self.outlier.copy_from(&old.outlier);
@@ -185,6 +185,25 @@ impl NodeRuntime {
             old.consecutive_connect_failures.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
+        // Its counters go on (a new weight must not reset them in `/metrics`); what the old
+        // runtime's requests in flight count after this is not carried.
+        for (to, from) in [
+            (&self.served, &old.served),
+            (&self.redirects, &old.redirects),
+            (&self.connect_errors, &old.connect_errors),
+            (&self.timeout_errors, &old.timeout_errors),
+            (&self.other_errors, &old.other_errors),
+            (&self.retries, &old.retries),
+            (&self.load_reports, &old.load_reports),
+            (&self.load_report_failures, &old.load_report_failures),
+        ] {
+            to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        if self.class_placed.len() == old.class_placed.len() {
+            for (to, from) in self.class_placed.iter().zip(&old.class_placed) {
+                to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
         self.publish(old.feedback());
     }
 

@@ -1,6 +1,7 @@
 //! Shared state: the running switch and a client connection's state, the cluster and each
 //! node's runtime (passive health, outlier ejection, admission gates), the policy's view, the
-//! retry budget, the connection limits, and what a policy sees of a request.
+//! retry budget, the connection limits, each discovery source's state, and what a policy sees
+//! of a request.
 //!
 //! May use: `net`, `config`, `observe`.
 
@@ -9,6 +10,7 @@ pub(crate) mod cache;
 pub(crate) mod cluster;
 pub(crate) mod connection_limits;
 pub(crate) mod counters;
+pub(crate) mod discovery;
 pub(crate) mod health;
 pub(crate) mod node_tls;
 pub(crate) mod outlier;

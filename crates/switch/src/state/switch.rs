@@ -115,6 +115,8 @@ pub struct Switch {
     pub tunnels: crate::state::counters::TunnelCounts,
     /// Responses cut by `timeouts.client_send` (see `crate::frontend::send_timeout`).
     pub client_send_timeouts: crate::state::counters::ClientSendTimeouts,
+    /// Each `[[discovery]]` source's state (see `crate::control::discovery`).
+    pub(crate) discovery: crate::state::discovery::DiscoveryBoard,
     /// One permit per open client connection, up to `limits.max_connections`.
     pub(crate) connection_slots: Arc<Semaphore>,
     /// Every client listener's limits and TLS handshake counters, shared with the front end's
@@ -150,6 +152,7 @@ impl Switch {
             proxy_rejections: Default::default(),
             tunnels: Default::default(),
             client_send_timeouts: Default::default(),
+            discovery: Default::default(),
             connection_slots: Arc::new(Semaphore::new(max_connections)),
             listener_counters,
             reload_lock: tokio::sync::Mutex::new(()),

@@ -6,6 +6,7 @@
 
 pub(crate) mod access_log;
 pub(crate) mod admin_token;
+pub(crate) mod discovery;
 pub(crate) mod http2;
 pub(crate) mod listener;
 pub(crate) mod node_tls;

@@ -1,0 +1,168 @@
+//! `[[discovery]]` entries: sources of nodes beside the static `[[node]]`s, as written and
+//! resolved. Only the `file` source exists for now (`dns` and `etcd` are refused with a
+//! located error); `crate::control::discovery` watches it.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+/// One `[[discovery]]` entry, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDiscovery {
+    file: Option<Spanned<String>>,
+    dns: Option<Spanned<toml::Value>>,
+    etcd: Option<Spanned<toml::Value>>,
+    name: Option<Spanned<String>>,
+    weight: Option<Spanned<u32>>,
+    hold: Option<Spanned<String>>,
+    interval: Option<Spanned<String>>,
+}
+
+/// One `[[discovery]]` entry, resolved: a watched file of nodes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DiscoverySource {
+    /// Prefix of the nodes' names (`PREFIX-ADDRESS`), and the source's name in `/status`.
+    pub name: String,
+    /// The watched file (`.json` or `.toml`), relative paths taken from the config's folder.
+    pub file: PathBuf,
+    /// Weight of a node that does not give one.
+    pub weight: u32,
+    /// How long an explicitly empty list must persist before it is applied.
+    #[serde(with = "humantime_serde")]
+    pub hold: Duration,
+    /// How often the file is looked at.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+impl DiscoverySource {
+    /// One line for `capstan check`.
+    pub fn describe(&self) -> String {
+        format!(
+            "file {} (nodes {}-ADDRESS, weight {} unless given, looked at every {}, \
+             an empty list applied after {})",
+            self.file.display(),
+            self.name,
+            self.weight,
+            humantime::format_duration(self.interval),
+            humantime::format_duration(self.hold),
+        )
+    }
+}
+
+type Located = (Option<Range<usize>>, String);
+
+/// Resolves every entry; an error comes with the span of the key at fault.
+pub(crate) fn resolve(
+    raw: &[Spanned<RawDiscovery>],
+    base_dir: Option<&Path>,
+) -> Result<Vec<DiscoverySource>, Located> {
+    let mut sources: Vec<DiscoverySource> = Vec::new();
+    for entry in raw {
+        let span = entry.span();
+        let entry = entry.get_ref();
+        for (key, value) in [("dns", &entry.dns), ("etcd", &entry.etcd)] {
+            if let Some(value) = value {
+                return Err((
+                    Some(value.span()),
+                    format!("discovery: `{key}` sources are not supported yet; use `file`"),
+                ));
+            }
+        }
+        let Some(file) = &entry.file else {
+            return Err((
+                Some(span),
+                "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes)".into(),
+            ));
+        };
+        let path = Path::new(file.get_ref());
+        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(extension, "json" | "toml") {
+            return Err((
+                Some(file.span()),
+                format!(
+                    "discovery: `{}` must end in .json or .toml (that is how it is read)",
+                    file.get_ref()
+                ),
+            ));
+        }
+        let path = match base_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
+        };
+        let name = match &entry.name {
+            Some(n) => {
+                check_prefix(n.get_ref()).map_err(|e| (Some(n.span()), e))?;
+                n.get_ref().clone()
+            }
+            None => "file".to_string(),
+        };
+        if sources.iter().any(|s| s.name == name) {
+            let at = entry.name.as_ref().map_or(span.clone(), |n| n.span());
+            return Err((
+                Some(at),
+                format!("discovery: two sources are named `{name}`; give each its own `name`"),
+            ));
+        }
+        let weight = match &entry.weight {
+            Some(w) if *w.get_ref() == 0 => {
+                return Err((
+                    Some(w.span()),
+                    "discovery: weight must be at least 1".into(),
+                ))
+            }
+            Some(w) => *w.get_ref(),
+            None => 1,
+        };
+        let hold = duration(&entry.hold, "hold", Duration::from_secs(30))?;
+        let interval = duration(&entry.interval, "interval", Duration::from_secs(2))?;
+        if interval.is_zero() {
+            let at = entry.interval.as_ref().map(|i| i.span());
+            return Err((at, "discovery: interval must be more than 0s".into()));
+        }
+        sources.push(DiscoverySource {
+            name,
+            file: path,
+            weight,
+            hold,
+            interval,
+        });
+    }
+    Ok(sources)
+}
+
+fn duration(
+    value: &Option<Spanned<String>>,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, Located> {
+    match value {
+        Some(v) => humantime::parse_duration(v.get_ref()).map_err(|e| {
+            (
+                Some(v.span()),
+                format!("discovery: {key} `{}`: {e}", v.get_ref()),
+            )
+        }),
+        None => Ok(default),
+    }
+}
+
+/// The prefix ends up in node names: `/nodes/NAME` and the `X-Capstan-Node` header.
+fn check_prefix(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 {
+        return Err("discovery: name must be 1 to 64 bytes".into());
+    }
+    match name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(*c)))
+    {
+        Some(c) => Err(format!(
+            "discovery: name `{name}` has {c:?}; use letters, digits, - _ ."
+        )),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,134 @@
+//! Each `[[discovery]]` source's state, written by `crate::control::discovery` and read by
+//! `/status` and `/metrics`. Only control tasks and the admin listener touch it, never the
+//! request path.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use serde::Serialize;
+
+/// One source's state.
+#[derive(Clone, Debug)]
+pub(crate) struct SourceState {
+    pub name: String,
+    pub path: String,
+    /// The last read failed (the last good list stays).
+    pub error: Option<String>,
+    pub last_good: Option<Instant>,
+    /// Nodes of this source in the cluster now.
+    pub nodes: usize,
+    pub refreshes_ok: u64,
+    pub refreshes_error: u64,
+    /// The names of this source's nodes in the cluster.
+    pub owned: Vec<String>,
+}
+
+/// A source as `/status` shows it.
+#[derive(Serialize)]
+pub(crate) struct SourceStatus {
+    pub kind: &'static str,
+    pub name: String,
+    pub path: String,
+    /// `ok` or `error`.
+    pub state: &'static str,
+    pub last_error: Option<String>,
+    /// Seconds since the file last read well (`null`: never).
+    pub last_good_s_ago: Option<f64>,
+    pub nodes: usize,
+    pub failures: u64,
+}
+
+/// Every source's state, by name.
+#[derive(Default)]
+pub(crate) struct DiscoveryBoard(Mutex<Vec<SourceState>>);
+
+impl DiscoveryBoard {
+    /// Changes the named source's state (adding it when new); an empty `path` keeps the one
+    /// it has.
+    pub(crate) fn update(&self, name: &str, path: &str, change: impl FnOnce(&mut SourceState)) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = match all.iter().position(|s| s.name == name) {
+            Some(at) => at,
+            None => {
+                all.push(SourceState {
+                    name: name.to_string(),
+                    path: path.to_string(),
+                    error: None,
+                    last_good: None,
+                    nodes: 0,
+                    refreshes_ok: 0,
+                    refreshes_error: 0,
+                    owned: Vec::new(),
+                });
+                all.len() - 1
+            }
+        };
+        if !path.is_empty() {
+            all[at].path = path.to_string();
+        }
+        change(&mut all[at]);
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<SourceState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn status(&self) -> Vec<SourceStatus> {
+        self.snapshot()
+            .into_iter()
+            .map(|s| SourceStatus {
+                kind: "file",
+                state: if s.error.is_some() { "error" } else { "ok" },
+                last_good_s_ago: s.last_good.map(|t| t.elapsed().as_secs_f64()),
+                failures: s.refreshes_error,
+                nodes: s.nodes,
+                name: s.name,
+                path: s.path,
+                last_error: s.error,
+            })
+            .collect()
+    }
+}
+
+/// `capstan_discovery_refreshes_total{source,result}` and `capstan_discovery_nodes{source}`.
+#[derive(Debug)]
+pub(crate) struct DiscoveryCollector(pub Vec<SourceState>);
+
+impl Collector for DiscoveryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_discovery_refreshes",
+            "Reads of a discovery source's file, by result (ok, error)",
+            None,
+            MetricType::Counter,
+        )?;
+        for s in &self.0 {
+            for (result, n) in [("ok", s.refreshes_ok), ("error", s.refreshes_error)] {
+                let labels = [
+                    ("source".to_string(), s.name.clone()),
+                    ("result".to_string(), result.to_string()),
+                ];
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_discovery_nodes",
+            "Nodes of a discovery source in the cluster now",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            let labels = [("source".to_string(), s.name.clone())];
+            ConstGauge::new(s.nodes as i64).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}

@@ -8,32 +8,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cache_common::{Origin, Poll, Script};
-use capstan_switch::Running;
+use cache_common::{get, switch_with_cache, Origin, Poll, Script};
 use common::{send, start_switch, status_json, Answer};
 use http_body_util::BodyExt;
 use hyper::{Request, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// A switch with one node (the origin) and a cache; `extra` goes into `[cache]`.
-async fn switch_with_cache(origin: &Origin, extra: &str) -> Running {
-    let toml = format!(
-        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"16MiB\"\nmax_object = \"1MiB\"\n{extra}\n\
-         [[node]]\nname = \"origin\"\naddress = \"{}\"\n",
-        origin.addr
-    );
-    start_switch(&toml).await
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Answer {
-    send(
-        addr,
-        Request::get(path).header("host", "site.test"),
-        Bytes::new(),
-    )
-    .await
-}
 
 async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
     let mut req = Request::get(path).header("host", "site.test");

@@ -15,32 +15,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use cache_common::{Origin, Poll, Script};
-use capstan_switch::Running;
-use common::{send, start_switch, Answer};
-use hyper::{Request, StatusCode};
-
-/// A switch with one node (the origin) and a cache; `extra` goes into `[cache]`.
-async fn switch_with_cache(origin: &Origin, extra: &str) -> Running {
-    let toml = format!(
-        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
-         [cache]\nmemory = \"16MiB\"\nmax_object = \"1MiB\"\n{extra}\n\
-         [[node]]\nname = \"origin\"\naddress = \"{}\"\n",
-        origin.addr
-    );
-    start_switch(&toml).await
-}
-
-/// One request on a connection of its own (a client of its own).
-async fn get(addr: SocketAddr, path: &str) -> Answer {
-    send(
-        addr,
-        Request::get(path).header("host", "site.test"),
-        Bytes::new(),
-    )
-    .await
-}
+use cache_common::{get, switch_with_cache, Origin, Poll, Script};
+use common::Answer;
+use hyper::StatusCode;
 
 /// The same path asked by two clients, one after the other.
 async fn twice(addr: SocketAddr, path: &str) -> (Answer, Answer) {

@@ -5,10 +5,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -53,62 +50,6 @@ fn node_name(b: &Backend) -> String {
 
 fn source_status(status: &serde_json::Value) -> &serde_json::Value {
     &status["discovery"][0]
-}
-
-/// Clients sending requests one after another until stopped, counting failures.
-struct Traffic {
-    stop: Arc<AtomicBool>,
-    ok: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Traffic {
-    fn start(addr: SocketAddr, clients: usize) -> Traffic {
-        let stop = Arc::new(AtomicBool::new(false));
-        let ok = Arc::new(AtomicU64::new(0));
-        let failed = Arc::new(AtomicU64::new(0));
-        let tasks = (0..clients)
-            .map(|_| {
-                let (stop, ok, failed) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
-                tokio::spawn(async move {
-                    let client = client();
-                    while !stop.load(Ordering::Relaxed) {
-                        let req = Request::get(format!("http://{addr}/slow?ms=2"))
-                            .body(http_body_util::Full::new(Bytes::new()))
-                            .unwrap();
-                        let answered = match client.request(req).await {
-                            Ok(resp) => {
-                                use http_body_util::BodyExt;
-                                let status = resp.status();
-                                resp.into_body().collect().await.is_ok() && status == StatusCode::OK
-                            }
-                            Err(_) => false,
-                        };
-                        let counter = if answered { &ok } else { &failed };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        Traffic {
-            stop,
-            ok,
-            failed,
-            tasks,
-        }
-    }
-
-    async fn finish(self) -> (u64, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        (
-            self.ok.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
-    }
 }
 
 #[tokio::test]

@@ -289,3 +289,24 @@ fn body_of(script: &Script, shared: &Arc<Shared>) -> BoxBody {
     }
     full(body.to_vec())
 }
+
+/// A switch with one node (the origin) and a cache; `extra` goes into `[cache]`.
+pub async fn switch_with_cache(origin: &Origin, extra: &str) -> capstan_switch::Running {
+    let toml = format!(
+        "listen = [\"127.0.0.1:0\"]\nadmin = \"127.0.0.1:0\"\n\
+         [cache]\nmemory = \"16MiB\"\nmax_object = \"1MiB\"\n{extra}\n\
+         [[node]]\nname = \"origin\"\naddress = \"{}\"\n",
+        origin.addr
+    );
+    crate::common::start_switch(&toml).await
+}
+
+/// One `GET` for `site.test` on a connection of its own (a client of its own).
+pub async fn get(addr: SocketAddr, path: &str) -> crate::common::Answer {
+    crate::common::send(
+        addr,
+        Request::get(path).header("host", "site.test"),
+        Bytes::new(),
+    )
+    .await
+}

@@ -499,3 +499,59 @@ pub fn node_status<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_j
         .and_then(|nodes| nodes.iter().find(|n| n["name"] == name))
         .unwrap_or(&serde_json::Value::Null)
 }
+
+/// Clients sending `GET /slow?ms=2` one request after another on each of `clients` tasks until
+/// stopped, counting answers that are not `200` (or not answers at all).
+pub struct Traffic {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Traffic {
+    pub fn start(addr: SocketAddr, clients: usize) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let tasks = (0..clients)
+            .map(|_| {
+                let (stop, ok, failed) = (Arc::clone(&stop), Arc::clone(&ok), Arc::clone(&failed));
+                tokio::spawn(async move {
+                    let client = client();
+                    while !stop.load(Ordering::Relaxed) {
+                        let req = Request::get(format!("http://{addr}/slow?ms=2"))
+                            .body(http_body_util::Full::new(Bytes::new()))
+                            .unwrap();
+                        let answered = match client.request(req).await {
+                            Ok(resp) => {
+                                let status = resp.status();
+                                resp.into_body().collect().await.is_ok() && status == StatusCode::OK
+                            }
+                            Err(_) => false,
+                        };
+                        let counter = if answered { &ok } else { &failed };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Traffic {
+            stop,
+            ok,
+            failed,
+            tasks,
+        }
+    }
+
+    pub async fn finish(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}

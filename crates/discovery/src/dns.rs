@@ -1,0 +1,1 @@
+//! DNS SRV and A/AAAA lookups for discovery (hickory-resolver).

@@ -1,0 +1,1 @@
+//! etcd: a key prefix watched from a revision, and self-registration under a lease (etcd-client).

@@ -5,7 +5,11 @@
 //! now, or a specific error. What a failure means for a cluster (keep the last good set, hold
 //! an empty one) is the switch's decision, not this crate's.
 //!
-//! Layers: `dns` and `etcd` are independent of each other and use only external crates.
+//! Layers: `dns` and `etcd` are independent of each other and use only external crates;
+//! `testing` (a real etcd for tests, here so the switch's and the CLI's tests can use it too)
+//! uses nothing of this crate.
 
 pub mod dns;
 pub mod etcd;
+#[doc(hidden)]
+pub mod testing;

@@ -18,8 +18,13 @@ use capstan_origin::agent::AgentConfig;
                   server pass the path on, e.g. in nginx: \
                   `location = /_capstan/load { proxy_pass http://127.0.0.1:9901; }` \
                   (examples/agent-nginx.conf).\n\n\
-                  Prints `listening on ADDR` on standard output once it is serving; stops on \
-                  Ctrl-C or SIGTERM."
+                  With --register etcd://HOST:PORT/PREFIX --advertise HOST:PORT (the web \
+                  server's address) the agent registers the web server in etcd for a switch's \
+                  etcd discovery source, with this agent as its load report address, under a \
+                  lease it renews; on SIGTERM it deletes the key first and serves \
+                  --deregister-wait more before stopping.\n\n\
+                  Prints `listening on ADDR` on standard output once it is serving (then \
+                  `registered KEY` with --register); stops on Ctrl-C or SIGTERM."
 )]
 pub struct AgentArgs {
     /// Address to serve the report on; port 0 picks a free one [default: 127.0.0.1:9901]
@@ -53,6 +58,9 @@ pub struct AgentArgs {
     /// active_requests and its handled requests `served` [default: none; active_requests 0]
     #[arg(long, value_name = "URL")]
     nginx_status: Option<String>,
+
+    #[command(flatten)]
+    register: crate::register::RegisterArgs,
 }
 
 fn resolve(args: &AgentArgs) -> anyhow::Result<AgentConfig> {
@@ -76,16 +84,37 @@ fn resolve(args: &AgentArgs) -> anyhow::Result<AgentConfig> {
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
+    let plan = args.register.plan()?;
+    if plan.is_some() && !args.register.advertises() {
+        anyhow::bail!(
+            "--register needs --advertise HOST:PORT: the web server's address, which switches \
+             send requests to (the agent only serves the load report)"
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
     rt.block_on(async move {
+        let stop = crate::origin::stop_signal()?;
         let agent = capstan_origin::agent::start(config).await?;
         tracing::info!("agent serving the load report on {}", agent.addr());
         println!("listening on {}", agent.addr());
         let _ = std::io::stdout().flush();
-        let stopped = crate::origin::wait_for_stop().await;
+        let registration = match &plan {
+            Some(plan) => {
+                let report = Some(agent.addr());
+                Some(
+                    plan.register(agent.addr(), args.name.as_deref(), report)
+                        .await?,
+                )
+            }
+            None => None,
+        };
+        let stopped = stop.await;
+        if let (Some(plan), Some(registration)) = (&plan, registration) {
+            plan.deregister(registration).await;
+        }
         agent.shutdown().await;
         stopped
     })

@@ -12,6 +12,7 @@ mod agent;
 mod bench;
 mod lab;
 mod origin;
+mod register;
 mod serve;
 mod sim;
 mod wan;

@@ -51,8 +51,16 @@ use capstan_workload::{DocTree, TreeKind};
                   emulated nothing changes: /secure/… pays the CAP paper's modelled SSL costs \
                   (Table 2) on either listener. The load report's `tls` object counts \
                   handshakes (completed, of them resumed; failed).\n\n\
+                  With --register etcd://HOST:PORT/PREFIX the node puts its address \
+                  (--advertise, or the listen address) at PREFIX + its name (--name, or the \
+                  address) in etcd, as {\"address\":\"HOST:PORT\"} under a lease it renews, for \
+                  a switch's etcd discovery source to follow. On SIGTERM or Ctrl-C it deletes \
+                  the key first, serves --deregister-wait more while switches drain it, then \
+                  closes its listener; killed, its key vanishes at lease expiry \
+                  (--register-ttl).\n\n\
                   Prints `listening on ADDR` on standard output once it is serving, then \
-                  `tls listening on ADDR` when there is a TLS listener.")]
+                  `tls listening on ADDR` when there is a TLS listener, then `registered KEY` \
+                  when --register has put its key.")]
 pub struct OriginArgs {
     /// TOML file with any of the settings below (same names; node capacity under [node],
     /// [node.disk], [node.nic], [node.ssl]; service demands under [services]).
@@ -186,6 +194,9 @@ pub struct OriginArgs {
     /// Print the tree as a WebStone file list (`/path weight #size`) and exit.
     #[arg(long)]
     print_filelist: bool,
+
+    #[command(flatten)]
+    register: Box<crate::register::RegisterArgs>,
 }
 
 fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
@@ -285,6 +296,11 @@ fn resolve(args: &OriginArgs) -> anyhow::Result<OriginConfig> {
 
 pub fn run(args: OriginArgs) -> anyhow::Result<()> {
     let config = resolve(&args)?;
+    let plan = args.register.plan()?;
+    if let Some(plan) = &plan {
+        plan.check_listen(config.listen)?;
+    }
+    let name = args.name.clone();
     if args.print_filelist {
         let tree = DocTree::generate(config.tree, config.seed, config.files)?;
         let mut out = std::io::stdout().lock();
@@ -311,11 +327,13 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
          thread(s)",
         config.tree, config.seed, config.resources, config.node.cores, config.node.speed
     );
+    let bound_at = std::sync::OnceLock::new();
     let stopped = capstan_origin::serve_threads_bound(
         config,
         threads,
         |bound| {
             let addr = bound.addr;
+            let _ = bound_at.set(addr);
             tracing::info!("origin serving the {summary} on {addr}");
             println!("listening on {addr}");
             if let Some(tls) = bound.tls {
@@ -323,25 +341,41 @@ pub fn run(args: OriginArgs) -> anyhow::Result<()> {
             }
             let _ = std::io::stdout().flush();
         },
-        wait_for_stop,
+        || async {
+            // Watched before registering: a SIGTERM during registration still deregisters.
+            let stop = stop_signal()?;
+            let Some(plan) = &plan else {
+                return stop.await;
+            };
+            let addr = *bound_at.get().expect("the node is bound before it waits");
+            let registration = plan.register(addr, name.as_deref(), None).await?;
+            let stopped = stop.await;
+            // Deleted before the listener closes (when this returns), so switches drain it.
+            plan.deregister(registration).await;
+            stopped
+        },
     )?;
     stopped
 }
 
-/// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager).
-pub(crate) async fn wait_for_stop() -> anyhow::Result<()> {
+/// Ctrl-C, or SIGTERM from whoever started the node (the lab, a service manager), watched
+/// from the call on (not from the first poll), so a SIGTERM that comes while the node
+/// registers is not lost.
+pub(crate) fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = anyhow::Result<()>>>
+{
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.context("cannot watch Ctrl-C")?,
-            _ = term.recv() => {}
-        }
+        let mut int = signal(SignalKind::interrupt()).context("cannot watch Ctrl-C")?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            Ok(())
+        })
     }
     #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("cannot watch Ctrl-C")?;
-    Ok(())
+    Ok(async { tokio::signal::ctrl_c().await.context("cannot watch Ctrl-C") })
 }

@@ -136,6 +136,32 @@ pub fn check_endpoint(endpoint: &str) -> Result<(), String> {
     }
 }
 
+/// Reads `etcd://HOST:PORT[,HOST:PORT…]/PREFIX` (the form of `capstan origin --register`)
+/// into client URLs and a key prefix ending in `/`.
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String), String> {
+    let Some(rest) = url.strip_prefix("etcd://") else {
+        return Err(format!(
+            "`{url}`: give etcd://HOST:PORT/PREFIX (e.g. etcd://127.0.0.1:2379/capstan/nodes/)"
+        ));
+    };
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let endpoints: Vec<String> = hosts.split(',').map(|h| format!("http://{h}")).collect();
+    for endpoint in &endpoints {
+        check_endpoint(endpoint).map_err(|e| format!("`{url}`: {e}"))?;
+    }
+    if path.is_empty() {
+        return Err(format!(
+            "`{url}`: no key prefix (etcd://HOST:PORT/PREFIX, e.g. /capstan/nodes/)"
+        ));
+    }
+    let mut prefix = format!("/{path}");
+    if !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    check_prefix(&prefix).map_err(|e| format!("`{url}`: {e}"))?;
+    Ok((endpoints, prefix))
+}
+
 /// Checks a key prefix: starts with `/`, printable, no whitespace.
 pub fn check_prefix(prefix: &str) -> Result<(), String> {
     if !prefix.starts_with('/') {
@@ -195,6 +221,16 @@ mod tests {
             .unwrap_err()
             .contains("bad host"));
         assert!(check_prefix("/capstan/nodes/").is_ok());
+        let (endpoints, prefix) = parse_url("etcd://127.0.0.1:2379,h:2380/capstan/nodes").unwrap();
+        assert_eq!(endpoints, ["http://127.0.0.1:2379", "http://h:2380"]);
+        assert_eq!(prefix, "/capstan/nodes/");
+        assert!(parse_url("http://h:1/p")
+            .unwrap_err()
+            .contains("etcd://HOST:PORT/PREFIX"));
+        assert!(parse_url("etcd://h:1")
+            .unwrap_err()
+            .contains("no key prefix"));
+        assert!(parse_url("etcd://h/p").unwrap_err().contains("no port"));
         assert!(check_prefix("capstan/")
             .unwrap_err()
             .contains("start with /"));

@@ -1,7 +1,8 @@
 //! A node as an etcd value: `{"address":"HOST:PORT","weight":2,"name":"a","zone":"eu-1",
-//! "classes":["static"]}`, only `address` required. The fields are those of a switch's
-//! `[[node]]` (`address`, `weight`, `name`) plus `zone` and `classes`, which are carried for
-//! the switch to use or ignore.
+//! "classes":["static"],"report_address":"HOST:PORT"}`, only `address` required. The fields
+//! are those of a switch's `[[node]]` (`address`, `weight`, `name`, `report_address`: where a
+//! `capstan agent` beside a web server serves the load report) plus `zone` and `classes`,
+//! which are carried for the switch to use or ignore.
 //!
 //! A value is checked as far as it can be without DNS: JSON, known fields, an address of the
 //! form `HOST:PORT` with a port from 1 to 65535, a weight of at least 1, names without spaces.
@@ -27,6 +28,9 @@ pub struct NodeValue {
     /// Request classes the node is meant for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<String>>,
+    /// `HOST:PORT` of the node's load report, when not at `address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_address: Option<String>,
 }
 
 impl NodeValue {
@@ -38,6 +42,7 @@ impl NodeValue {
             name: None,
             zone: None,
             classes: None,
+            report_address: None,
         }
     }
 
@@ -62,6 +67,9 @@ impl NodeValue {
 
     fn check(&self) -> Result<(), String> {
         check_address(&self.address)?;
+        if let Some(report) = &self.report_address {
+            check_address(report).map_err(|e| format!("report_address: {e}"))?;
+        }
         if self.weight == Some(0) {
             return Err("weight must be at least 1".into());
         }
@@ -156,6 +164,8 @@ mod tests {
         assert!(bad(br#"{"weight":2}"#).contains("missing field `address`"));
         assert!(bad(br#"{"address":"h:1","name":"a/b"}"#).contains("name `a/b`"));
         assert!(bad(b"\xff").contains("not UTF-8"));
+        let e = bad(br#"{"address":"h:1","report_address":"h"}"#);
+        assert!(e.contains("report_address: address `h` has no port"), "{e}");
         assert!(bad("x".repeat(500).as_bytes()).contains('…'));
     }
 }

@@ -129,7 +129,7 @@ pub(crate) async fn serve(
     // fill path clones what its background task keeps.
     let cluster = Arc::clone(&forward.cluster);
     let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
-    let rules = cfg.rules();
+    let rules = cluster.cache_rules.as_ref().expect("built with [cache]");
     let key = Key::of(&forward, cfg, &parts);
     let now = SystemTime::now();
     let req = &parts.headers;
@@ -156,7 +156,7 @@ pub(crate) async fn serve(
                 let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
                 with_debug(&forward, resp)
             };
-            match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
+            match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
                     return Err(serve_stored(stored, None));
@@ -201,7 +201,17 @@ pub(crate) async fn serve(
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
-    through_fill(forward, parts, peer, key, stale, cfg, rules, fwd_kind).await
+    through_fill(
+        forward,
+        parts,
+        peer,
+        key,
+        stale,
+        cfg,
+        rules.clone(),
+        fwd_kind,
+    )
+    .await
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 pub use node::NodeValue;
 pub use register::{register, Registration};
-pub use watch::{watch_prefix, PrefixWatch, Snapshot};
+pub use watch::{get_prefix, watch_prefix, PrefixWatch, Snapshot};
 
 /// Where etcd is and how long to wait for it.
 #[derive(Clone, Debug, PartialEq)]

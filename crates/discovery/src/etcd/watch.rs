@@ -69,6 +69,20 @@ pub fn watch_prefix(settings: Settings, prefix: impl Into<String>) -> PrefixWatc
     PrefixWatch { rx, task }
 }
 
+/// Every key under `prefix` now, in one Get (no watch): for a caller that needs the list once
+/// (a switch before it starts, `capstan check --resolve`).
+pub async fn get_prefix(settings: &Settings, prefix: &str) -> Result<Snapshot, Error> {
+    let client = settings.connect().await?;
+    let mut state = State {
+        prefix: prefix.to_string(),
+        snapshot: Snapshot::default(),
+        need_get: true,
+        watching: false,
+    };
+    get_all(settings, &client, &mut state).await?;
+    Ok(state.snapshot)
+}
+
 /// What the watch knows between connections.
 struct State {
     prefix: String,

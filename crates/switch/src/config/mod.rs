@@ -26,7 +26,7 @@ use toml::Spanned;
 pub use crate::config::cache::CacheConfig;
 pub use crate::config::sections::access_log::AccessLogConfig;
 pub use crate::config::sections::admin_token::AdminToken;
-pub use crate::config::sections::discovery::{DiscoverySource, SourceKind};
+pub use crate::config::sections::discovery::{DiscoverySource, EtcdSource, SourceKind};
 pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
 pub use crate::config::sections::upgrade::UpgradeConfig;
 
@@ -1967,7 +1967,7 @@ address = "127.0.0.1:9001"
             e,
             "c.toml:3:7: discovery: `dns` sources are not supported yet; use `file`"
         );
-        assert!(bad("etcd = \"http://e:2379\"").contains("`etcd` sources are not supported yet"));
+        assert!(bad("etcd = \"http://e:2379\"").contains("c.toml:3:8: invalid type: string"));
         assert!(bad("name = \"x\"").contains("give `file = "));
         assert!(bad("file = \"n.yaml\"").contains("must end in .json or .toml"));
         assert!(bad("file = \"n.json\"\nweight = 0").contains("c.toml:4:10: discovery: weight"));

@@ -31,6 +31,8 @@ pub(crate) struct SourceState {
     pub refreshes_error: u64,
     /// The names of this source's nodes in the cluster.
     pub owned: Vec<String>,
+    /// Why each entry left out of the last list was (an etcd value that is not a node).
+    pub skipped: Vec<String>,
 }
 
 /// A source as `/status` shows it.
@@ -46,6 +48,9 @@ pub(crate) struct SourceStatus {
     pub last_good_s_ago: Option<f64>,
     pub nodes: usize,
     pub failures: u64,
+    /// Entries of the last list left out, each with why (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 /// Every source's state, by name.
@@ -69,6 +74,7 @@ impl DiscoveryBoard {
                     refreshes_ok: 0,
                     refreshes_error: 0,
                     owned: Vec::new(),
+                    skipped: Vec::new(),
                 });
                 all.len() - 1
             }
@@ -100,12 +106,14 @@ impl DiscoveryBoard {
                 name: s.name,
                 target: s.target,
                 last_error: s.error,
+                skipped: s.skipped,
             })
             .collect()
     }
 }
 
-/// `capstan_discovery_refreshes_total{source,result}` and `capstan_discovery_nodes{source}`.
+/// `capstan_discovery_refreshes_total{source,result}`, `capstan_discovery_nodes{source}` and
+/// `capstan_discovery_skipped_entries{source}`.
 #[derive(Debug)]
 pub(crate) struct DiscoveryCollector(pub Vec<SourceState>);
 
@@ -138,6 +146,16 @@ impl Collector for DiscoveryCollector {
         for s in &self.0 {
             let labels = [("source".to_string(), s.name.clone())];
             ConstGauge::new(s.nodes as i64).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_discovery_skipped_entries",
+            "Entries of a discovery source's last list left out as not a node (a bad etcd value)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            let labels = [("source".to_string(), s.name.clone())];
+            ConstGauge::new(s.skipped.len() as i64).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //!
 //! Each source kind only says what its source lists: a feed task sends a [`Look`] (the nodes,
 //! or why there are none to be had) whenever the source may have changed (`file`: its stamp
-//! changed). Everything else is common and lives here:
+//! changed; `etcd`: its watch saw a change). Everything else is common and lives here:
 //!
 //! - A good list is applied through membership (`Switch::set_discovered`): nodes that stay
 //!   keep their runtime, new ones enter with slow start, removed ones drain. Static nodes and
@@ -17,9 +17,10 @@
 //!
 //! The request path is never involved: it sees a new cluster when one is swapped in.
 //!
-//! Layers: `entries` (one entry made a node) ← `file` (a kind) ← this module.
+//! Layers: `entries` (one entry made a node) ← `file`, `etcd` (the kinds) ← this module.
 
 mod entries;
+mod etcd;
 mod file;
 
 use std::sync::Arc;
@@ -36,9 +37,19 @@ use crate::state::switch::Switch;
 pub(crate) type Look = Result<Vec<NodeConfig>, String>;
 
 /// Starts the feed of a source's kind, sending its looks to `looks`.
-fn spawn_feed(source: &DiscoverySource, looks: mpsc::Sender<Look>) -> JoinHandle<()> {
+fn spawn_feed(
+    switch: &Arc<Switch>,
+    source: &DiscoverySource,
+    looks: mpsc::Sender<Look>,
+) -> JoinHandle<()> {
     match &source.kind {
         SourceKind::File(path) => tokio::spawn(file::feed(source.clone(), path.clone(), looks)),
+        SourceKind::Etcd(e) => tokio::spawn(etcd::feed(
+            Arc::clone(switch),
+            source.clone(),
+            e.clone(),
+            looks,
+        )),
     }
 }
 
@@ -46,6 +57,7 @@ fn spawn_feed(source: &DiscoverySource, looks: mpsc::Sender<Look>) -> JoinHandle
 pub(crate) fn look_once(source: &DiscoverySource) -> Look {
     match &source.kind {
         SourceKind::File(path) => file::read(source, path),
+        SourceKind::Etcd(e) => etcd::read(source, e),
     }
 }
 
@@ -235,7 +247,10 @@ impl Follower {
     /// the caller drops its handle.
     fn start_feed(&self) -> (mpsc::Receiver<Look>, AbortOnDrop) {
         let (send, receive) = mpsc::channel(1);
-        (receive, AbortOnDrop(spawn_feed(&self.source, send)))
+        (
+            receive,
+            AbortOnDrop(spawn_feed(&self.switch, &self.source, send)),
+        )
     }
 
     /// How long to wait for a look before the next timed wake: `interval`, or sooner when a

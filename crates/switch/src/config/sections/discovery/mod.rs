@@ -5,9 +5,13 @@
 //! kind's own keys in its module (`file`). A kind not built yet is refused with a located
 //! error.
 //!
-//! Layers: `file` is below this module and uses nothing of it but the [`Located`] error type.
+//! Layers: `file` and `etcd` are below this module and use nothing of it but the [`Located`]
+//! error type.
 
+mod etcd;
 mod file;
+
+pub use etcd::EtcdSource;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -23,7 +27,9 @@ use toml::Spanned;
 pub(crate) struct RawDiscovery {
     file: Option<Spanned<String>>,
     dns: Option<Spanned<toml::Value>>,
-    etcd: Option<Spanned<toml::Value>>,
+    etcd: Option<Spanned<Vec<Spanned<String>>>>,
+    prefix: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
     name: Option<Spanned<String>>,
     weight: Option<Spanned<u32>>,
     hold: Option<Spanned<String>>,
@@ -36,6 +42,8 @@ pub(crate) struct RawDiscovery {
 pub enum SourceKind {
     /// A watched file (`.json` or `.toml`), relative paths taken from the config's folder.
     File(PathBuf),
+    /// A watched etcd key prefix.
+    Etcd(EtcdSource),
 }
 
 impl SourceKind {
@@ -43,6 +51,7 @@ impl SourceKind {
     pub fn name(&self) -> &'static str {
         match self {
             SourceKind::File(_) => "file",
+            SourceKind::Etcd(_) => "etcd",
         }
     }
 
@@ -51,6 +60,7 @@ impl SourceKind {
     pub fn target(&self) -> String {
         match self {
             SourceKind::File(path) => path.display().to_string(),
+            SourceKind::Etcd(etcd) => etcd.target(),
         }
     }
 }
@@ -76,14 +86,22 @@ pub struct DiscoverySource {
 impl DiscoverySource {
     /// One line for `capstan check`.
     pub fn describe(&self) -> String {
+        let looked = match &self.kind {
+            SourceKind::Etcd(e) => {
+                format!("watched, timeout {}", humantime::format_duration(e.timeout))
+            }
+            _ => format!(
+                "looked at every {}",
+                humantime::format_duration(self.interval)
+            ),
+        };
         format!(
-            "{} {} (nodes {}-ADDRESS, weight {} unless given, looked at every {}, \
+            "{} {} (nodes {}-ADDRESS, weight {} unless given, {looked}, \
              an empty list applied after {})",
             self.kind.name(),
             self.kind.target(),
             self.name,
             self.weight,
-            humantime::format_duration(self.interval),
             humantime::format_duration(self.hold),
         )
     }
@@ -101,23 +119,46 @@ pub(crate) fn resolve(
     for entry in raw {
         let span = entry.span();
         let entry = entry.get_ref();
-        for (key, value) in [("dns", &entry.dns), ("etcd", &entry.etcd)] {
-            if let Some(value) = value {
-                return Err((
-                    Some(value.span()),
-                    format!("discovery: `{key}` sources are not supported yet; use `file`"),
-                ));
-            }
+        if let Some(value) = &entry.dns {
+            return Err((
+                Some(value.span()),
+                "discovery: `dns` sources are not supported yet; use `file`".into(),
+            ));
         }
-        let kind = match &entry.file {
-            Some(file) => SourceKind::File(file::resolve(file, base_dir)?),
-            None => {
+        if let (Some(_), Some(etcd)) = (&entry.file, &entry.etcd) {
+            return Err((
+                Some(etcd.span()),
+                "discovery: one kind per source: `file` or `etcd`, in two [[discovery]] tables"
+                    .into(),
+            ));
+        }
+        let kind = match (&entry.file, &entry.etcd) {
+            (Some(file), _) => SourceKind::File(file::resolve(file, base_dir)?),
+            (None, Some(endpoints)) => SourceKind::Etcd(etcd::resolve(
+                endpoints,
+                entry.prefix.as_ref(),
+                entry.timeout.as_ref(),
+                span.clone(),
+            )?),
+            (None, None) => {
                 return Err((
                     Some(span),
-                    "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes)".into(),
+                    "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes) or \
+                     `etcd = [\"http://HOST:2379\"]` with `prefix`"
+                        .into(),
                 ))
             }
         };
+        if !matches!(kind, SourceKind::Etcd(_)) {
+            for (key, value) in [("prefix", &entry.prefix), ("timeout", &entry.timeout)] {
+                if let Some(value) = value {
+                    return Err((
+                        Some(value.span()),
+                        format!("discovery: `{key}` applies to etcd sources"),
+                    ));
+                }
+            }
+        }
         let name = match &entry.name {
             Some(n) => {
                 check_prefix(n.get_ref()).map_err(|e| (Some(n.span()), e))?;

@@ -8,8 +8,8 @@
 //!   is not one.
 //! - [`register`] puts one key bound to a lease and keeps the lease alive until shut down.
 //!
-//! Layers: `node` uses nothing of this crate; `watch` and `register` use this module's
-//! [`Settings`] and [`Error`] only; `testing` (crate root) uses only external crates.
+//! Layers: `node` uses nothing of this crate; `watch` uses this module's [`Settings`],
+//! [`Error`] and backoff, and `node`; `register` the same without `node`.
 
 pub mod node;
 pub mod register;

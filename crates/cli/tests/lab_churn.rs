@@ -12,10 +12,21 @@ use support::run;
 fn churn_quick_changes_membership_under_load_without_failed_requests() {
     let out_dir = std::env::temp_dir().join(format!("capstan-labchurn-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out_dir);
-    let out = run(&["lab", "churn", "--quick", "--out", out_dir.to_str().unwrap()]);
+    let out = run(&[
+        "lab",
+        "churn",
+        "--quick",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    for step in ["scale-out", "scale-in", "rolling restart", "registry outage"] {
+    for step in [
+        "scale-out",
+        "scale-in",
+        "rolling restart",
+        "registry outage",
+    ] {
         assert!(stderr.contains(step), "progress names {step}: {stderr}");
     }
     let results: Value =

@@ -67,7 +67,12 @@ struct Node {
 
 impl Node {
     fn hit(&self, path: &str) {
-        *self.hits.lock().unwrap().entry(path.to_string()).or_insert(0) += 1;
+        *self
+            .hits
+            .lock()
+            .unwrap()
+            .entry(path.to_string())
+            .or_insert(0) += 1;
     }
 
     fn hits(&self, path: &str) -> u64 {
@@ -183,7 +188,8 @@ async fn h2_node() -> (SocketAddr, Arc<Node>) {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let node = Arc::clone(&shared);
-            let service = service_fn(move |req: Request<Incoming>| h2_answer(req, Arc::clone(&node)));
+            let service =
+                service_fn(move |req: Request<Incoming>| h2_answer(req, Arc::clone(&node)));
             tokio::spawn(
                 hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service),
@@ -265,7 +271,10 @@ fn code(head: &str) -> u16 {
 fn assert_hints_then_ok(raw: &str) {
     let heads = heads(raw);
     assert_eq!(heads.len(), 2, "one interim and one final head: {raw:?}");
-    assert!(heads[0].starts_with("http/1.1 103 early hints\r\n"), "{raw:?}");
+    assert!(
+        heads[0].starts_with("http/1.1 103 early hints\r\n"),
+        "{raw:?}"
+    );
     assert!(heads[0].contains(&format!("link: {STYLE}")), "{raw:?}");
     assert!(!heads[0].contains("x-hop"), "hop-by-hop fields go: {raw:?}");
     assert_eq!(code(&heads[1]), 200, "{raw:?}");
@@ -315,7 +324,10 @@ async fn an_http1_client_gets_an_http1_nodes_103_before_the_200() {
     let mut stream = TcpStream::connect(sw.listen_addrs[0]).await.unwrap();
     let two = "GET /two HTTP/1.1\r\nHost: site.test\r\n\r\n";
     let last = "GET /plain HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
-    stream.write_all(format!("{two}{last}").as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("{two}{last}").as_bytes())
+        .await
+        .unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(NO_HANG, stream.read_to_end(&mut raw))
         .await
@@ -369,7 +381,10 @@ async fn an_http2_client_gets_an_http1_nodes_103_before_the_200() {
     let (addr, _node) = raw_node().await;
     let sw = switch_for(addr, false, false).await;
     let (seen, status, body) = h2_get(sw.listen_addrs[1], "/hints").await;
-    assert_eq!((seen, status, &body[..]), (hints(), StatusCode::OK, &b"hello"[..]));
+    assert_eq!(
+        (seen, status, &body[..]),
+        (hints(), StatusCode::OK, &b"hello"[..])
+    );
     let (seen, _, _) = h2_get(sw.listen_addrs[1], "/two").await;
     let codes: Vec<u16> = seen.iter().map(|(code, _)| *code).collect();
     assert_eq!(codes, [102, 103, 103]);
@@ -381,7 +396,10 @@ async fn an_http2_client_gets_an_http2_nodes_103_before_the_200() {
     let (addr, _node) = h2_node().await;
     let sw = switch_for(addr, true, false).await;
     let (seen, status, body) = h2_get(sw.listen_addrs[1], "/hints").await;
-    assert_eq!((seen, status, &body[..]), (hints(), StatusCode::OK, &b"hello"[..]));
+    assert_eq!(
+        (seen, status, &body[..]),
+        (hints(), StatusCode::OK, &b"hello"[..])
+    );
     let (seen, _, _) = h2_get(sw.listen_addrs[1], "/continue").await;
     assert_eq!(seen, hints(), "no 100 Continue from the node");
 }
@@ -389,7 +407,11 @@ async fn an_http2_client_gets_an_http2_nodes_103_before_the_200() {
 #[tokio::test]
 async fn an_http10_client_gets_no_interim_response() {
     for h2 in [false, true] {
-        let (addr, _node) = if h2 { h2_node().await } else { raw_node().await };
+        let (addr, _node) = if h2 {
+            h2_node().await
+        } else {
+            raw_node().await
+        };
         let sw = switch_for(addr, h2, false).await;
         let raw = raw_get(sw.listen_addrs[0], "/hints", "HTTP/1.0").await;
         let heads = heads(&raw);
@@ -410,19 +432,37 @@ fn cache_status(raw_head: &str) -> String {
 #[tokio::test]
 async fn interim_responses_reach_the_filling_client_and_are_never_stored() {
     for h2 in [false, true] {
-        let (addr, node) = if h2 { h2_node().await } else { raw_node().await };
+        let (addr, node) = if h2 {
+            h2_node().await
+        } else {
+            raw_node().await
+        };
         let sw = switch_for(addr, h2, true).await;
         let first = raw_get(sw.listen_addrs[0], "/cached", "HTTP/1.1").await;
         assert_hints_then_ok(&first);
         let status = cache_status(&heads(&first)[1]);
-        assert!(status.contains("fwd=uri-miss") && status.contains("stored"), "{status}");
+        assert!(
+            status.contains("fwd=uri-miss") && status.contains("stored"),
+            "{status}"
+        );
         // A hit: the final response only.
         let second = raw_get(sw.listen_addrs[0], "/cached", "HTTP/1.1").await;
         let heads2 = heads(&second);
-        assert_eq!(heads2.len(), 1, "no interim head from the cache: {second:?}");
-        assert!(cache_status(&heads2[0]).starts_with("capstan; hit"), "{second:?}");
+        assert_eq!(
+            heads2.len(),
+            1,
+            "no interim head from the cache: {second:?}"
+        );
+        assert!(
+            cache_status(&heads2[0]).starts_with("capstan; hit"),
+            "{second:?}"
+        );
         let (seen, status, _) = h2_get(sw.listen_addrs[1], "/cached").await;
-        assert_eq!((seen, status), (vec![], StatusCode::OK), "a hit over HTTP/2");
+        assert_eq!(
+            (seen, status),
+            (vec![], StatusCode::OK),
+            "a hit over HTTP/2"
+        );
         assert_eq!(node.hits("/cached"), 1);
         // An HTTP/2 client that fills the cache gets the 103 too.
         let (seen, status, _) = h2_get(sw.listen_addrs[1], "/cached?h2").await;
@@ -433,7 +473,11 @@ async fn interim_responses_reach_the_filling_client_and_are_never_stored() {
 #[tokio::test]
 async fn a_request_that_joins_a_fill_gets_the_final_response_only() {
     for h2 in [false, true] {
-        let (addr, node) = if h2 { h2_node().await } else { raw_node().await };
+        let (addr, node) = if h2 {
+            h2_node().await
+        } else {
+            raw_node().await
+        };
         let sw = switch_for(addr, h2, true).await;
         let (listen, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
         // The leader: its 103 arrives while the node holds the final response.
@@ -442,7 +486,10 @@ async fn a_request_that_joins_a_fill_gets_the_final_response_only() {
         leader.write_all(request.as_bytes()).await.unwrap();
         let mut raw = Vec::new();
         let interim = tokio::time::timeout(NO_HANG, read_until_head(&mut leader, &mut raw));
-        let head_len = interim.await.expect("the 103 before the node answers").unwrap();
+        let head_len = interim
+            .await
+            .expect("the 103 before the node answers")
+            .unwrap();
         assert!(raw[..head_len].starts_with(b"HTTP/1.1 103 Early Hints\r\n"));
         // The follower joins the fill, then the node answers.
         let follower = tokio::spawn(raw_get(listen, "/held", "HTTP/1.1"));
@@ -461,7 +508,10 @@ async fn a_request_that_joins_a_fill_gets_the_final_response_only() {
         let heads = heads(&followed);
         assert_eq!(heads.len(), 1, "the final head only: {followed:?}");
         assert_eq!(code(&heads[0]), 200);
-        assert!(cache_status(&heads[0]).contains("collapsed"), "{followed:?}");
+        assert!(
+            cache_status(&heads[0]).contains("collapsed"),
+            "{followed:?}"
+        );
         assert!(followed.ends_with("hello"));
         assert_eq!(node.hits("/held"), 1);
     }
@@ -476,7 +526,11 @@ async fn curl_shows_the_103_before_the_200() {
     };
     assert!(version.status.success());
     for h2 in [false, true] {
-        let (addr, _node) = if h2 { h2_node().await } else { raw_node().await };
+        let (addr, _node) = if h2 {
+            h2_node().await
+        } else {
+            raw_node().await
+        };
         let sw = switch_for(addr, h2, false).await;
         let h1 = format!("http://{}/hints", sw.listen_addrs[0]);
         let h2c = format!("http://{}/hints", sw.listen_addrs[1]);
@@ -492,7 +546,9 @@ async fn curl_shows_the_103_before_the_200() {
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             let lower = text.to_lowercase();
             assert!(text.starts_with(first), "{flag}: {text:?}");
-            let hints = lower.find(&format!("link: {STYLE}")).expect("the Link field");
+            let hints = lower
+                .find(&format!("link: {STYLE}"))
+                .expect("the Link field");
             let ok = lower.find(" 200").expect("the final response");
             assert!(hints < ok, "{flag}: {text:?}");
             assert!(text.ends_with("hello"), "{flag}: {text:?}");

@@ -9,7 +9,9 @@
 //! request that waited out a node's queue timeout never reached it, so it goes to another node
 //! with room, if one has (HAProxy's `option redispatch`). A request that failed before any byte reached the client, is idempotent and has no body, is
 //! sent once more to another node when the node refused the connection, closed it without a
-//! response, or missed the first-byte timeout — within the retry budget.
+//! response, or missed the first-byte timeout — within the retry budget. Interim (1xx) heads
+//! the node sends before its response go on to the client as they arrive
+//! ([`crate::pipeline::interim`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

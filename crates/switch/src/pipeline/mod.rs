@@ -12,9 +12,9 @@
 //! 6. **log**: the access-log line, written when the response body ends ([`response::Pending`]).
 //!
 //! [`handle`] below is that list. Inside the folder: `checks` and `redirect` use `response`;
-//! `tunnel` and `cache` use `dispatch` and `response` (`cache` also `interim`); `dispatch` uses `response` and
-//! `interim`; `interim` uses `hop_by_hop`, as do `dispatch` and `tunnel`; nothing here uses
-//! `handle`.
+//! `tunnel` and `cache` use `dispatch` and `response` (`cache` also `interim`); `dispatch`
+//! uses `response` and `interim`; `interim` uses `hop_by_hop`, as do `dispatch` and `tunnel`;
+//! nothing here uses `handle`.
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`.
 

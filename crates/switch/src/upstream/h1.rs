@@ -6,9 +6,10 @@
 //! switch writes the head and reads the answer itself, in the task that already waits for it,
 //! as Pingora does: no channel, no second task. `httparse` parses the head; the body is
 //! delimited here by RFC 9112 §6.3 (no body, Content-Length, chunked, or until the node
-//! closes). The connection goes back to its pool ([`crate::upstream::pool`]) the moment its
-//! response has been read whole. Requests with a body, upgrades and HTTP/2 nodes keep going
-//! through hyper.
+//! closes); interim (1xx) heads before the response go to the caller's [`OnInterim`], their
+//! fields made only then. The connection goes back to its pool ([`crate::upstream::pool`]) the
+//! moment its response has been read whole. Requests with a body, upgrades and HTTP/2 nodes
+//! keep going through hyper.
 
 use std::io;
 use std::mem::MaybeUninit;

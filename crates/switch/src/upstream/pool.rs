@@ -254,7 +254,15 @@ pub(crate) async fn send_bodiless(
     method: &Method,
     interim: h1::OnInterim<'_>,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
-    send_h1(pool_for(cluster), target, pool_key(target), head, method, interim).await
+    send_h1(
+        pool_for(cluster),
+        target,
+        pool_key(target),
+        head,
+        method,
+        interim,
+    )
+    .await
 }
 
 /// [`send_bodiless`] on a connection the switch drives itself. A request a reused connection

@@ -121,7 +121,9 @@ impl Slot {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         // A panic while holding the lock leaves the queue consistent (pushes and takes only).
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -198,7 +200,11 @@ impl InterimReceiver {
             queue.generation += 1;
             self.generation = queue.generation;
             queue.waker = None;
-        } else if !queue.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        } else if !queue
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
             queue.waker = Some(cx.waker().clone());
         }
         heads

@@ -62,6 +62,8 @@ mod informational;
 pub use informational::on_informational;
 #[cfg(all(any(feature = "http1", feature = "http2"), feature = "client"))]
 pub(crate) use informational::OnInformational;
+#[cfg(all(feature = "http1", feature = "client", feature = "ffi"))]
+pub(crate) use informational::{on_informational_raw, OnInformationalCallback};
 
 // Capstan patch: 1xx informational responses sent by a server (see CAPSTAN-PATCH.md).
 #[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
@@ -70,8 +72,6 @@ mod interim;
 pub use interim::InformationalSender;
 #[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
 pub(crate) use interim::InterimReceiver;
-#[cfg(all(feature = "http1", feature = "client", feature = "ffi"))]
-pub(crate) use informational::{on_informational_raw, OnInformationalCallback};
 
 #[cfg(feature = "http2")]
 /// Extension type representing the `:protocol` pseudo-header in HTTP/2.

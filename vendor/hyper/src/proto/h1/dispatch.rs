@@ -44,7 +44,11 @@ pub(crate) trait Dispatch {
     /// written before its final head (see `crate::ext::InformationalSender`). Unless `last`,
     /// `cx` is woken when another is queued; when `last` (the final head is ready), no more are
     /// taken for this message. Servers only.
-    fn take_informational(&mut self, _cx: &mut Context<'_>, _last: bool) -> Vec<http::Response<()>> {
+    fn take_informational(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _last: bool,
+    ) -> Vec<http::Response<()>> {
         Vec::new()
     }
 }

@@ -621,7 +621,8 @@ where
         // Capstan patch: the 1xx heads received so far, in order, before the final response
         // (h2 keeps them queued ahead of it; unasked, they are skipped).
         if let Some(callback) = this.on_informational.as_ref() {
-            while let Poll::Ready(Some(Ok(res))) = this.fut.as_mut().get_mut().poll_informational(cx)
+            while let Poll::Ready(Some(Ok(res))) =
+                this.fut.as_mut().get_mut().poll_informational(cx)
             {
                 callback.call(res);
             }

@@ -173,13 +173,8 @@ impl Forward {
 
     /// Passes an interim head from the node on to the client, if it takes them.
     fn pass_interim(&self, status: StatusCode, headers: HeaderMap) {
-        match &self.interim {
-            Some(interim) => interim.pass(status, headers),
-            None => {
-                if let Some(interim) = Interim::of_client(self.client_version) {
-                    interim.pass(status, headers);
-                }
-            }
+        if let Some(interim) = self.interim() {
+            interim.pass(status, headers);
         }
     }
 

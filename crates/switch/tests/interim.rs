@@ -36,7 +36,8 @@ const SCRIPT: &str = "</app.js>; rel=preload; as=script";
 
 /// The interim heads a node sends before its final response to `path`, as status and fields:
 /// `/hints` and `/cached` one 103; `/two` a 102 and two 103s; `/continue` a 100 and a 103;
-/// `/held` a 103 at once (the final response waits for [`Node::release`]); others none.
+/// `/held` a 103 at once (the final response waits for [`Node::release`]); `/flood` twenty
+/// 103s; others none.
 fn interims(path: &str) -> Vec<(u16, Vec<(&'static str, &'static str)>)> {
     match path {
         "/hints" | "/cached" | "/held" => vec![(103, vec![("link", STYLE)])],
@@ -46,6 +47,7 @@ fn interims(path: &str) -> Vec<(u16, Vec<(&'static str, &'static str)>)> {
             (103, vec![("link", SCRIPT)]),
         ],
         "/continue" => vec![(100, vec![]), (103, vec![("link", STYLE)])],
+        "/flood" => vec![(103, vec![("link", STYLE)]); 20],
         _ => vec![],
     }
 }
@@ -515,6 +517,30 @@ async fn a_request_that_joins_a_fill_gets_the_final_response_only() {
         assert!(followed.ends_with("hello"));
         assert_eq!(node.hits("/held"), 1);
     }
+}
+
+#[tokio::test]
+async fn no_more_than_16_interim_responses_go_ahead_of_one_response() {
+    let (addr, node) = raw_node().await;
+    let sw = switch_for(addr, false, false).await;
+    // The next response on the connection has its own count.
+    let flood = "GET /flood HTTP/1.1\r\nHost: site.test\r\n\r\n";
+    let hints_last = "GET /hints HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n";
+    let raw = raw_exchange(
+        sw.listen_addrs[0],
+        format!("{flood}{hints_last}").as_bytes(),
+    )
+    .await;
+    let codes: Vec<u16> = raw
+        .match_indices("HTTP/1.1 ")
+        .map(|(at, _)| code(&raw[at..]))
+        .collect();
+    let mut expected = vec![103; 16];
+    expected.extend([200, 103, 200]);
+    assert_eq!(codes, expected, "{raw:?}");
+    let (seen, status, _) = h2_get(sw.listen_addrs[1], "/flood").await;
+    assert_eq!((seen.len(), status), (16, StatusCode::OK));
+    assert_eq!(node.hits("/flood"), 2);
 }
 
 /// `curl -i` shows interim heads; the 103 comes before the 200 over HTTP/1.1 and HTTP/2.

@@ -8,7 +8,8 @@
 //! and HTTP/2 clients. Passed on: every 1xx but `100 Continue` (hyper answers a client's
 //! `Expect: 100-continue` itself, when the switch starts reading the body) and `101 Switching
 //! Protocols` (the upgrade path's, [`crate::pipeline::tunnel`]); hop-by-hop fields out. Not to
-//! an HTTP/1.0 client (RFC 9110 §15.2). Nothing interim is ever stored by the cache; a cache
+//! an HTTP/1.0 client (RFC 9110 §15.2), nor more than
+//! [`hyper::ext::MAX_INFORMATIONAL_PER_RESPONSE`] (16) ahead of one response. Nothing interim is ever stored by the cache; a cache
 //! fill passes them to the client whose request started it, not to those that joined it.
 //!
 //! Nothing here runs, and nothing is allocated, for a response without interim heads from a
@@ -45,7 +46,11 @@ impl Interim {
         *head.status_mut() = status;
         *head.headers_mut() = headers;
         if !self.0.send(head) {
-            tracing::debug!(%status, "interim response not passed on: the final one has gone");
+            tracing::debug!(
+                %status,
+                "interim response not passed on: the final one has gone, or {} went before it",
+                hyper::ext::MAX_INFORMATIONAL_PER_RESPONSE
+            );
         }
     }
 

@@ -16,6 +16,11 @@ use std::task::{Context, Waker};
 
 use http::{Response, StatusCode};
 
+/// The most informational heads sent ahead of one response. RFC 9110 sets no limit, and a server
+/// sends one or two; the bound keeps a peer that never stops sending them (a node behind a
+/// proxy that passes them on) from making a connection hold as many.
+pub const MAX_INFORMATIONAL_PER_RESPONSE: usize = 16;
+
 /// Sends 1xx informational responses (such as `103 Early Hints`) to the client ahead of the
 /// final response of the request being answered, on hyper's HTTP/1 and HTTP/2 servers.
 ///
@@ -76,17 +81,21 @@ impl InformationalSender {
 
     /// Queues an informational response head (its body is never sent) to go out before the
     /// final response. Returns `false` when it will not be sent: its status is not 1xx or is
-    /// `101`, the final response head has already been handed over, or the connection (or
-    /// stream) is gone.
+    /// `101`, the final response head has already been handed over, the connection (or
+    /// stream) is gone, or [`MAX_INFORMATIONAL_PER_RESPONSE`] have been sent for this response.
     pub fn send(&self, res: Response<()>) -> bool {
         let status = res.status();
         if !status.is_informational() || status == StatusCode::SWITCHING_PROTOCOLS {
             return false;
         }
         let mut queue = self.slot.lock();
-        if queue.closed || queue.generation != self.generation {
+        if queue.closed
+            || queue.generation != self.generation
+            || queue.sent >= MAX_INFORMATIONAL_PER_RESPONSE
+        {
             return false;
         }
+        queue.sent += 1;
         queue.heads.push(res);
         let waker = queue.waker.take();
         drop(queue);
@@ -104,6 +113,8 @@ struct Queue {
     /// The request being answered; heads of another are refused.
     generation: u64,
     heads: Vec<Response<()>>,
+    /// Heads sent for this generation.
+    sent: usize,
     waker: Option<Waker>,
     /// The receiving end has gone.
     closed: bool,
@@ -114,6 +125,7 @@ impl Slot {
         Slot(Mutex::new(Queue {
             generation,
             heads: Vec::new(),
+            sent: 0,
             waker: None,
             closed: false,
         }))
@@ -198,6 +210,7 @@ impl InterimReceiver {
         let heads = std::mem::take(&mut queue.heads);
         if last {
             queue.generation += 1;
+            queue.sent = 0;
             self.generation = queue.generation;
             queue.waker = None;
         } else if !queue

@@ -69,9 +69,9 @@ pub(crate) use informational::{on_informational_raw, OnInformationalCallback};
 #[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
 mod interim;
 #[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
-pub use interim::InformationalSender;
-#[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
 pub(crate) use interim::InterimReceiver;
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
+pub use interim::{InformationalSender, MAX_INFORMATIONAL_PER_RESPONSE};
 
 #[cfg(feature = "http2")]
 /// Extension type representing the `:protocol` pseudo-header in HTTP/2.

@@ -9,8 +9,9 @@
 //! `Expect: 100-continue` itself, when the switch starts reading the body) and `101 Switching
 //! Protocols` (the upgrade path's, [`crate::pipeline::tunnel`]); hop-by-hop fields out. Not to
 //! an HTTP/1.0 client (RFC 9110 §15.2), nor more than
-//! [`hyper::ext::MAX_INFORMATIONAL_PER_RESPONSE`] (16) ahead of one response. Nothing interim is ever stored by the cache; a cache
-//! fill passes them to the client whose request started it, not to those that joined it.
+//! [`hyper::ext::MAX_INFORMATIONAL_PER_RESPONSE`] (16) ahead of one response. Nothing interim
+//! is ever stored by the cache; a cache fill passes them to the client whose request started
+//! it, not to those that joined it.
 //!
 //! Nothing here runs, and nothing is allocated, for a response without interim heads from a
 //! node on the switch's own HTTP/1.1 path: the sender is asked for only when a head arrives

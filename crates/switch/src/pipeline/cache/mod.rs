@@ -289,14 +289,17 @@ async fn through_fill(
     }
     let method = parts.method.clone();
     let client_req = parts.headers.clone();
+    // The node's interim responses go to this client, the fill's leader, and never to the
+    // store nor to the requests that join the fill (see `crate::pipeline::interim`).
+    let interim = forward.interim();
     spawn_fill(
         &forward,
         parts.headers,
         key,
         stale,
-        cfg.clone(),
-        rules,
+        (cfg.clone(), rules),
         Arc::clone(&fill),
+        interim,
     );
     let Some(head) = fill
         .head(forward.cluster.config.timeouts.upstream * 2)
@@ -403,26 +406,28 @@ fn refresh_in_background(
         url: key.url.clone(),
         extra: key.extra.clone(),
     };
+    // No client waits for a background refresh: its interim responses go nowhere.
     spawn_fill(
         forward,
         upstream,
         key,
         Some(Arc::clone(entry)),
-        cfg,
-        rules,
+        (cfg, rules),
         fill,
+        None,
     );
 }
 
-/// Starts the task that fetches the key's response into `fill`.
+/// Starts the task that fetches the key's response into `fill`; the node's interim responses
+/// go to `interim` (the leader's client).
 fn spawn_fill(
     forward: &Forward,
     client_headers: HeaderMap,
     key: Key,
     stale: Option<Arc<Entry>>,
-    cfg: CacheConfig,
-    rules: CacheRules,
+    (cfg, rules): (CacheConfig, CacheRules),
     fill: Arc<Fill>,
+    interim: Option<crate::pipeline::interim::Interim>,
 ) {
     let task = Forward {
         switch: Arc::clone(&forward.switch),
@@ -436,6 +441,7 @@ fn spawn_fill(
         client_version: http::Version::HTTP_11,
         // A fill is a GET for the cache: trailers are not stored.
         te_trailers: false,
+        interim,
     };
     // The access log line of the request that started the fill names the node it went to.
     let notes = crate::observe::access_log::current_notes();

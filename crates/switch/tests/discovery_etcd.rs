@@ -2,7 +2,8 @@
 //! is not installed), while clients keep requesting and none fails: keys put, deleted and
 //! expired with their lease add and remove nodes; a restart of etcd keeps the last set and the
 //! watch resumes; a registration shut down drains its node before it stops; a value that is
-//! not a node is left out, listed in `/status` and counted, never a node.
+//! not a node is left out, listed in `/status` and counted, never a node; etcd down at start
+//! leaves the source empty until it comes up.
 
 mod common;
 
@@ -271,4 +272,32 @@ async fn a_value_that_is_not_a_node_is_left_out_shown_and_counted() {
         source_status(st)["skipped"].is_null()
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_down_at_start_starts_empty_and_its_nodes_join_when_it_comes_up() {
+    let Some(mut server) = EtcdServer::start() else {
+        return;
+    };
+    let (s, a) = (Backend::start("s").await, Backend::start("a").await);
+    let mut kv = etcd(&server).await;
+    kv.put(key(&a), value(&a), None).await.unwrap();
+    server.stop();
+    let sw = start_switch(&etcd_config(&server, &[&s])).await;
+    let admin = sw.admin_addr.unwrap();
+    let status = status_json(admin).await;
+    assert_eq!(source_status(&status)["state"], "error", "{status}");
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 1, "{status}");
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().expect("etcd starts");
+        server
+    })
+    .await
+    .unwrap();
+    let status = wait_for_status(admin, "a to join", |st| {
+        !node_status(st, &node_name(&a)).is_null()
+    })
+    .await;
+    assert_eq!(source_status(&status)["state"], "ok", "{status}");
+    drop(server);
 }

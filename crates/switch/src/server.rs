@@ -68,7 +68,7 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
     let discovered = crate::control::discovery::add_initial_nodes(&mut config);
     if config.nodes.is_empty() {
         anyhow::bail!(
-            "no node: no [[node]], and the [[discovery]] files gave none yet (the warnings above say why)"
+            "no node: no [[node]], and the [[discovery]] sources gave none yet (the warnings above say why)"
         );
     }
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -145,12 +145,9 @@ fn serve_on(
         tasks.push(tokio::spawn(crate::control::health::check_nodes(
             Arc::clone(&switch),
         )));
-        for source in switch.cluster.load().config.discovery.clone() {
-            tasks.push(tokio::spawn(crate::control::discovery::watch(
-                Arc::clone(&switch),
-                source,
-            )));
-        }
+        tasks.push(tokio::spawn(crate::control::discovery::follow_all(
+            Arc::clone(&switch),
+        )));
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }

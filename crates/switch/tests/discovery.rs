@@ -255,3 +255,59 @@ async fn a_reload_keeps_discovered_nodes_and_their_counters() {
     assert!(after >= Some(served), "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_source_added_by_a_reload_starts_and_one_taken_out_stops() {
+    let (s, d, e) = (
+        Backend::start("s").await,
+        Backend::start("d").await,
+        Backend::start("e").await,
+    );
+    let dir = temp_dir("added");
+    let (first, second) = (dir.join("first.json"), dir.join("second.json"));
+    write_atomically(&first, &json_nodes(&[&d]));
+    write_atomically(&second, &json_nodes(&[&e]));
+    let config = dir.join("switch.toml");
+    std::fs::write(&config, discovery_config(&first, "", &[&s])).unwrap();
+    let sw = capstan_switch::start(capstan_switch::Config::load(&config).unwrap())
+        .await
+        .unwrap();
+    let admin = sw.admin_addr.unwrap();
+
+    let mut text = discovery_config(&first, "", &[&s]);
+    text.push_str(&format!(
+        "[[discovery]]\nname = \"more\"\nfile = \"{}\"\ninterval = \"50ms\"\n",
+        second.display()
+    ));
+    std::fs::write(&config, &text).unwrap();
+    let reload = send(admin, Request::post("/reload"), Bytes::new()).await;
+    assert_eq!(reload.status, StatusCode::OK, "{}", reload.text());
+    let more = format!("more-{}", e.addr);
+    let status = wait_for_status(admin, "the added source's node", |s| {
+        node_status(s, &more)["name"] == more.as_str()
+    })
+    .await;
+    let sources: Vec<&str> = (status["discovery"].as_array().unwrap().iter())
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["file", "more"], "{status}");
+    assert_eq!(
+        status["discovery"][1]["target"],
+        second.display().to_string()
+    );
+
+    // Taken out again: its node leaves with the reload, and the source with it.
+    std::fs::write(&config, discovery_config(&first, "", &[&s])).unwrap();
+    let reload = send(admin, Request::post("/reload"), Bytes::new()).await;
+    assert_eq!(reload.status, StatusCode::OK, "{}", reload.text());
+    let status = wait_for_status(admin, "the source to leave /status", |s| {
+        s["discovery"].as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    assert!(node_status(&status, &more).is_null(), "{status}");
+    assert_eq!(
+        node_status(&status, &node_name(&d))["name"],
+        node_name(&d).as_str()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

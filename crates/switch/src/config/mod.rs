@@ -26,7 +26,7 @@ use toml::Spanned;
 pub use crate::config::cache::CacheConfig;
 pub use crate::config::sections::access_log::AccessLogConfig;
 pub use crate::config::sections::admin_token::AdminToken;
-pub use crate::config::sections::discovery::DiscoverySource;
+pub use crate::config::sections::discovery::{DiscoverySource, SourceKind};
 pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
 pub use crate::config::sections::upgrade::UpgradeConfig;
 
@@ -1943,7 +1943,10 @@ address = "127.0.0.1:9001"
             (a.name.as_str(), a.weight, a.hold, a.interval),
             ("file", 1, Duration::from_secs(30), Duration::from_secs(2))
         );
-        assert_eq!(a.file, PathBuf::from("/tmp/nodes.json"));
+        assert_eq!(
+            a.kind,
+            crate::config::SourceKind::File("/tmp/nodes.json".into())
+        );
         assert_eq!(
             (b.name.as_str(), b.weight, b.hold, b.interval),
             ("b", 3, Duration::from_secs(1), Duration::from_millis(250))

@@ -1,5 +1,5 @@
 //! Control: active health checks, load gathering, membership changes, discovery sources
-//! (`[[discovery]]` files), reloads, the admin API (its token, its replies) and the operation
+//! (`[[discovery]]`), reloads, the admin API (its token, its replies) and the operation
 //! metrics.
 //!
 //! May use: every layer below (`net` … `frontend`).

@@ -12,11 +12,16 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use serde::Serialize;
 
+use crate::config::DiscoverySource;
+
 /// One source's state.
 #[derive(Clone, Debug)]
 pub(crate) struct SourceState {
     pub name: String,
-    pub path: String,
+    /// The source's kind (`file`, …).
+    pub kind: &'static str,
+    /// Where its nodes come from (a path, a DNS name, endpoints and a prefix).
+    pub target: String,
     /// The last read failed (the last good list stays).
     pub error: Option<String>,
     pub last_good: Option<Instant>,
@@ -33,11 +38,11 @@ pub(crate) struct SourceState {
 pub(crate) struct SourceStatus {
     pub kind: &'static str,
     pub name: String,
-    pub path: String,
+    pub target: String,
     /// `ok` or `error`.
     pub state: &'static str,
     pub last_error: Option<String>,
-    /// Seconds since the file last read well (`null`: never).
+    /// Seconds since the source last gave a good list (`null`: never).
     pub last_good_s_ago: Option<f64>,
     pub nodes: usize,
     pub failures: u64,
@@ -48,16 +53,16 @@ pub(crate) struct SourceStatus {
 pub(crate) struct DiscoveryBoard(Mutex<Vec<SourceState>>);
 
 impl DiscoveryBoard {
-    /// Changes the named source's state (adding it when new); an empty `path` keeps the one
-    /// it has.
-    pub(crate) fn update(&self, name: &str, path: &str, change: impl FnOnce(&mut SourceState)) {
+    /// Changes a source's state (adding it when new; its kind and target as configured now).
+    pub(crate) fn update(&self, source: &DiscoverySource, change: impl FnOnce(&mut SourceState)) {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let at = match all.iter().position(|s| s.name == name) {
+        let at = match all.iter().position(|s| s.name == source.name) {
             Some(at) => at,
             None => {
                 all.push(SourceState {
-                    name: name.to_string(),
-                    path: path.to_string(),
+                    name: source.name.clone(),
+                    kind: source.kind.name(),
+                    target: source.kind.target(),
                     error: None,
                     last_good: None,
                     nodes: 0,
@@ -68,10 +73,15 @@ impl DiscoveryBoard {
                 all.len() - 1
             }
         };
-        if !path.is_empty() {
-            all[at].path = path.to_string();
-        }
+        all[at].kind = source.kind.name();
+        all[at].target = source.kind.target();
         change(&mut all[at]);
+    }
+
+    /// Forgets a source a reload took out.
+    pub(crate) fn remove(&self, name: &str) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|s| s.name != name);
     }
 
     pub(crate) fn snapshot(&self) -> Vec<SourceState> {
@@ -82,13 +92,13 @@ impl DiscoveryBoard {
         self.snapshot()
             .into_iter()
             .map(|s| SourceStatus {
-                kind: "file",
+                kind: s.kind,
                 state: if s.error.is_some() { "error" } else { "ok" },
                 last_good_s_ago: s.last_good.map(|t| t.elapsed().as_secs_f64()),
                 failures: s.refreshes_error,
                 nodes: s.nodes,
                 name: s.name,
-                path: s.path,
+                target: s.target,
                 last_error: s.error,
             })
             .collect()
@@ -106,7 +116,7 @@ impl Collector for DiscoveryCollector {
         }
         let mut family = encoder.encode_descriptor(
             "capstan_discovery_refreshes",
-            "Reads of a discovery source's file, by result (ok, error)",
+            "Looks at a discovery source (a file read, a DNS answer, a registry update), by result (ok, error)",
             None,
             MetricType::Counter,
         )?;

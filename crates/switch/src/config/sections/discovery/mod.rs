@@ -1,9 +1,17 @@
 //! `[[discovery]]` entries: sources of nodes beside the static `[[node]]`s, as written and
-//! resolved. Only the `file` source exists for now (`dns` and `etcd` are refused with a
-//! located error); `crate::control::discovery` watches it.
+//! resolved; `crate::control::discovery` follows them.
+//!
+//! The keys every source has (`name`, `weight`, `hold`, `interval`) are resolved here; each
+//! kind's own keys in its module (`file`). A kind not built yet is refused with a located
+//! error.
+//!
+//! Layers: `file` is below this module and uses nothing of it but the [`Located`] error type.
+
+mod file;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -22,19 +30,45 @@ pub(crate) struct RawDiscovery {
     interval: Option<Spanned<String>>,
 }
 
-/// One `[[discovery]]` entry, resolved: a watched file of nodes.
+/// What a source is: where its nodes come from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// A watched file (`.json` or `.toml`), relative paths taken from the config's folder.
+    File(PathBuf),
+}
+
+impl SourceKind {
+    /// The kind's name, as `/status` and `capstan check` give it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SourceKind::File(_) => "file",
+        }
+    }
+
+    /// Where the nodes come from, in one short phrase (a path, a DNS name, endpoints and a
+    /// prefix).
+    pub fn target(&self) -> String {
+        match self {
+            SourceKind::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// One `[[discovery]]` entry, resolved.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DiscoverySource {
     /// Prefix of the nodes' names (`PREFIX-ADDRESS`), and the source's name in `/status`.
     pub name: String,
-    /// The watched file (`.json` or `.toml`), relative paths taken from the config's folder.
-    pub file: PathBuf,
+    /// Where the nodes come from.
+    pub kind: SourceKind,
     /// Weight of a node that does not give one.
     pub weight: u32,
     /// How long an explicitly empty list must persist before it is applied.
     #[serde(with = "humantime_serde")]
     pub hold: Duration,
-    /// How often the file is looked at.
+    /// How often the source is looked at (a `file`); how often its last good list is put
+    /// back into the cluster (every kind).
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
 }
@@ -43,9 +77,10 @@ impl DiscoverySource {
     /// One line for `capstan check`.
     pub fn describe(&self) -> String {
         format!(
-            "file {} (nodes {}-ADDRESS, weight {} unless given, looked at every {}, \
+            "{} {} (nodes {}-ADDRESS, weight {} unless given, looked at every {}, \
              an empty list applied after {})",
-            self.file.display(),
+            self.kind.name(),
+            self.kind.target(),
             self.name,
             self.weight,
             humantime::format_duration(self.interval),
@@ -54,7 +89,8 @@ impl DiscoverySource {
     }
 }
 
-type Located = (Option<Range<usize>>, String);
+/// A configuration error and the span of the key at fault.
+pub(crate) type Located = (Option<Range<usize>>, String);
 
 /// Resolves every entry; an error comes with the span of the key at fault.
 pub(crate) fn resolve(
@@ -73,33 +109,21 @@ pub(crate) fn resolve(
                 ));
             }
         }
-        let Some(file) = &entry.file else {
-            return Err((
-                Some(span),
-                "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes)".into(),
-            ));
-        };
-        let path = Path::new(file.get_ref());
-        let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if !matches!(extension, "json" | "toml") {
-            return Err((
-                Some(file.span()),
-                format!(
-                    "discovery: `{}` must end in .json or .toml (that is how it is read)",
-                    file.get_ref()
-                ),
-            ));
-        }
-        let path = match base_dir {
-            Some(dir) if path.is_relative() => dir.join(path),
-            _ => path.to_path_buf(),
+        let kind = match &entry.file {
+            Some(file) => SourceKind::File(file::resolve(file, base_dir)?),
+            None => {
+                return Err((
+                    Some(span),
+                    "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes)".into(),
+                ))
+            }
         };
         let name = match &entry.name {
             Some(n) => {
                 check_prefix(n.get_ref()).map_err(|e| (Some(n.span()), e))?;
                 n.get_ref().clone()
             }
-            None => "file".to_string(),
+            None => kind.name().to_string(),
         };
         if sources.iter().any(|s| s.name == name) {
             let at = entry.name.as_ref().map_or(span.clone(), |n| n.span());
@@ -126,7 +150,7 @@ pub(crate) fn resolve(
         }
         sources.push(DiscoverySource {
             name,
-            file: path,
+            kind,
             weight,
             hold,
             interval,

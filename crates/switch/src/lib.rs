@@ -20,7 +20,11 @@ mod upstream;
 
 pub use config::cache::ByteSize;
 pub use config::sections::admin_token::AdminToken;
-pub use config::{policy_from_table, resolve_address, Config, ConfigError, NodeConfig};
+pub use config::{
+    policy_from_table, resolve_address, Config, ConfigError, DiscoverySource, NodeConfig,
+    SourceKind,
+};
+pub use control::discovery::{resolve_once, Listing};
 pub use server::{run, start, Running};
 pub use state::switch::Switch;
 

@@ -31,6 +31,12 @@ pub(crate) struct SourceState {
     pub refreshes_error: u64,
     /// The names of this source's nodes in the cluster.
     pub owned: Vec<String>,
+    /// Entries of the last good list the kind dropped, and why (a DNS record with port 0, a
+    /// target that does not exist): the rest of the list applies.
+    pub dropped: Vec<String>,
+    /// Entries of the last applied list left out because another node (static, admin-added
+    /// or another source's) has their address or name.
+    pub clashes: Vec<String>,
 }
 
 /// A source as `/status` shows it.
@@ -46,6 +52,8 @@ pub(crate) struct SourceStatus {
     pub last_good_s_ago: Option<f64>,
     pub nodes: usize,
     pub failures: u64,
+    /// Entries of its last good list that gave no node, and why (`dropped` and `clashes`).
+    pub skipped: Vec<String>,
 }
 
 /// Every source's state, by name.
@@ -69,6 +77,8 @@ impl DiscoveryBoard {
                     refreshes_ok: 0,
                     refreshes_error: 0,
                     owned: Vec::new(),
+                    dropped: Vec::new(),
+                    clashes: Vec::new(),
                 });
                 all.len() - 1
             }
@@ -97,6 +107,7 @@ impl DiscoveryBoard {
                 last_good_s_ago: s.last_good.map(|t| t.elapsed().as_secs_f64()),
                 failures: s.refreshes_error,
                 nodes: s.nodes,
+                skipped: s.dropped.iter().chain(&s.clashes).cloned().collect(),
                 name: s.name,
                 target: s.target,
                 last_error: s.error,
@@ -105,7 +116,8 @@ impl DiscoveryBoard {
     }
 }
 
-/// `capstan_discovery_refreshes_total{source,result}` and `capstan_discovery_nodes{source}`.
+/// `capstan_discovery_refreshes_total{source,result}`, `capstan_discovery_nodes{source}` and
+/// `capstan_discovery_skipped{source}`.
 #[derive(Debug)]
 pub(crate) struct DiscoveryCollector(pub Vec<SourceState>);
 
@@ -138,6 +150,17 @@ impl Collector for DiscoveryCollector {
         for s in &self.0 {
             let labels = [("source".to_string(), s.name.clone())];
             ConstGauge::new(s.nodes as i64).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "capstan_discovery_skipped",
+            "Entries of a discovery source's last list that gave no node (a bad record, an address another node has)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            let labels = [("source".to_string(), s.name.clone())];
+            let skipped = s.dropped.len() + s.clashes.len();
+            ConstGauge::new(skipped as i64).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

@@ -2,12 +2,16 @@
 //! resolved; `crate::control::discovery` follows them.
 //!
 //! The keys every source has (`name`, `weight`, `hold`, `interval`) are resolved here; each
-//! kind's own keys in its module (`file`). A kind not built yet is refused with a located
-//! error.
+//! kind's own keys in its module (`file`, `dns`). A kind not built yet is refused with a
+//! located error.
 //!
-//! Layers: `file` is below this module and uses nothing of it but the [`Located`] error type.
+//! Layers: `file` and `dns` are below this module and use nothing of it but the [`Located`]
+//! error type, the raw entry and the duration parser.
 
+mod dns;
 mod file;
+
+pub use dns::DnsSource;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -22,8 +26,13 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDiscovery {
     file: Option<Spanned<String>>,
-    dns: Option<Spanned<toml::Value>>,
+    dns: Option<Spanned<String>>,
     etcd: Option<Spanned<toml::Value>>,
+    resolvers: Option<Spanned<Vec<String>>>,
+    min_ttl: Option<Spanned<String>>,
+    max_ttl: Option<Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+    attempts: Option<Spanned<u32>>,
     name: Option<Spanned<String>>,
     weight: Option<Spanned<u32>>,
     hold: Option<Spanned<String>>,
@@ -36,6 +45,8 @@ pub(crate) struct RawDiscovery {
 pub enum SourceKind {
     /// A watched file (`.json` or `.toml`), relative paths taken from the config's folder.
     File(PathBuf),
+    /// SRV or A/AAAA records, looked up again at their TTL.
+    Dns(DnsSource),
 }
 
 impl SourceKind {
@@ -43,6 +54,7 @@ impl SourceKind {
     pub fn name(&self) -> &'static str {
         match self {
             SourceKind::File(_) => "file",
+            SourceKind::Dns(_) => "dns",
         }
     }
 
@@ -51,6 +63,7 @@ impl SourceKind {
     pub fn target(&self) -> String {
         match self {
             SourceKind::File(path) => path.display().to_string(),
+            SourceKind::Dns(dns) => dns.name.to_string(),
         }
     }
 }
@@ -76,14 +89,20 @@ pub struct DiscoverySource {
 impl DiscoverySource {
     /// One line for `capstan check`.
     pub fn describe(&self) -> String {
+        let how = match &self.kind {
+            SourceKind::Dns(dns) => dns.describe(),
+            SourceKind::File(_) => format!(
+                "looked at every {}",
+                humantime::format_duration(self.interval)
+            ),
+        };
         format!(
-            "{} {} (nodes {}-ADDRESS, weight {} unless given, looked at every {}, \
+            "{} {} (nodes {}-ADDRESS, weight {} unless given, {how}, \
              an empty list applied after {})",
             self.kind.name(),
             self.kind.target(),
             self.name,
             self.weight,
-            humantime::format_duration(self.interval),
             humantime::format_duration(self.hold),
         )
     }
@@ -101,23 +120,39 @@ pub(crate) fn resolve(
     for entry in raw {
         let span = entry.span();
         let entry = entry.get_ref();
-        for (key, value) in [("dns", &entry.dns), ("etcd", &entry.etcd)] {
-            if let Some(value) = value {
-                return Err((
-                    Some(value.span()),
-                    format!("discovery: `{key}` sources are not supported yet; use `file`"),
-                ));
-            }
+        if let Some(value) = &entry.etcd {
+            return Err((
+                Some(value.span()),
+                "discovery: `etcd` sources are not supported yet; use `file` or `dns`".into(),
+            ));
         }
-        let kind = match &entry.file {
-            Some(file) => SourceKind::File(file::resolve(file, base_dir)?),
-            None => {
+        let kind = match (&entry.file, &entry.dns) {
+            (Some(_), Some(dns)) => {
+                return Err((
+                    Some(dns.span()),
+                    "discovery: give one of `file` and `dns` per [[discovery]]".into(),
+                ))
+            }
+            (Some(file), None) => SourceKind::File(file::resolve(file, base_dir)?),
+            (None, Some(name)) => SourceKind::Dns(dns::resolve(name, entry)?),
+            (None, None) => {
                 return Err((
                     Some(span),
-                    "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes)".into(),
+                    "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes) or \
+                     `dns = \"NAME\"` (an SRV name, or host:port)"
+                        .into(),
                 ))
             }
         };
+        if !matches!(kind, SourceKind::Dns(_)) {
+            if let Some((key, at)) = dns::own_keys(entry)
+                .into_iter()
+                .find(|(_, at)| at.is_some())
+            {
+                let e = format!("discovery: `{key}` is for `dns` sources only");
+                return Err((at, e));
+            }
+        }
         let name = match &entry.name {
             Some(n) => {
                 check_prefix(n.get_ref()).map_err(|e| (Some(n.span()), e))?;

@@ -12,14 +12,19 @@
 //!
 //! Records the lookup dropped (port 0, target `.`, a target that does not exist, a bad or
 //! repeated address) and entries the shared checks refuse are listed in `/status` (`skipped`)
-//! and counted in `capstan_discovery_skipped`, logged when they change; the rest apply. A
-//! lookup that fails (NXDOMAIN, SERVFAIL, no answer, nothing usable) is a failed look: the
-//! last good set stays.
+//! and counted in `capstan_discovery_skipped`, logged when they change; the rest apply.
+//!
+//! A lookup that fails without a definite answer (SERVFAIL or another error code, no answer,
+//! records of which none is usable) is a failed look: the last good set stays for as long as
+//! the failure lasts. A definite "there is no such service" (NXDOMAIN, or no record of the
+//! type asked for) is an empty list, which the common part applies only once it has lasted
+//! `hold` (HAProxy's `hold nx`): a record deleted for a moment costs nothing, a service taken
+//! out of the DNS is followed. The reason is in `skipped` meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use capstan_discovery::dns::{Answer, DnsName, Options, Resolver};
+use capstan_discovery::dns::{Answer, DnsError, DnsName, Options, Resolver};
 use tokio::sync::mpsc;
 
 use super::entries;
@@ -105,28 +110,36 @@ pub(super) async fn feed(
     let mut failures = 0;
     let mut dropped: Vec<String> = Vec::new();
     loop {
-        let (look, wait) = match lookup(&mut resolver, &dns).await {
+        let (listing, wait) = match lookup(&mut resolver, &dns).await {
             Ok(answer) => {
                 failures = 0;
-                let listing = listing(&source, &dns, &answer);
-                for line in listing.dropped.iter().filter(|l| !dropped.contains(l)) {
-                    tracing::warn!(source = %source.name, "discovery: dropped {line}");
-                }
-                if listing.dropped != dropped {
-                    dropped = listing.dropped.clone();
-                    let now = dropped.clone();
-                    switch.discovery.update(&source, |s| s.dropped = now);
-                }
-                (
-                    Ok(listing.nodes),
-                    answer.ttl.clamp(dns.min_ttl, dns.max_ttl),
-                )
+                let wait = answer.ttl.clamp(dns.min_ttl, dns.max_ttl);
+                (Ok(listing(&source, &dns, &answer)), wait)
+            }
+            Err(e) if matches!(e.kind(), "nxdomain" | "no_records") => {
+                failures += 1;
+                let gone = Listing {
+                    dropped: vec![format!("{e}: an empty list, applied after `hold`")],
+                    ..Listing::default()
+                };
+                (Ok(gone), retry_after(&dns, failures))
             }
             Err(e) => {
                 failures += 1;
-                (Err(e), retry_after(&dns, failures))
+                (Err(e.to_string()), retry_after(&dns, failures))
             }
         };
+        if let Ok(listing) = &listing {
+            for line in listing.dropped.iter().filter(|l| !dropped.contains(l)) {
+                tracing::warn!(source = %source.name, "discovery: dropped {line}");
+            }
+            if listing.dropped != dropped {
+                dropped.clone_from(&listing.dropped);
+                let now = dropped.clone();
+                switch.discovery.update(&source, |s| s.dropped = now);
+            }
+        }
+        let look = listing.map(|l| l.nodes);
         if looks.send(look).await.is_err() {
             return;
         }
@@ -136,18 +149,21 @@ pub(super) async fn feed(
 
 /// One lookup, making the resolver first if need be (it reads `/etc/resolv.conf`: off the
 /// event loop).
-async fn lookup(resolver: &mut Option<Resolver>, dns: &DnsSource) -> Result<Answer, String> {
-    if resolver.is_none() {
-        let options = options(dns);
-        let made = tokio::task::spawn_blocking(move || Resolver::new(options))
-            .await
-            .map_err(|e| format!("making the resolver failed: {e}"))?;
-        *resolver = Some(made.map_err(|e| e.to_string())?);
-    }
-    let Some(resolver) = resolver.as_ref() else {
-        return Err("no resolver".into());
+async fn lookup(resolver: &mut Option<Resolver>, dns: &DnsSource) -> Result<Answer, DnsError> {
+    let resolver = match resolver {
+        Some(resolver) => resolver,
+        None => {
+            let options = options(dns);
+            let made = tokio::task::spawn_blocking(move || Resolver::new(options))
+                .await
+                .map_err(|e| DnsError::Failed {
+                    name: dns.name.to_string(),
+                    message: format!("making the resolver failed: {e}"),
+                })?;
+            resolver.insert(made?)
+        }
     };
-    resolver.resolve(&dns.name).await.map_err(|e| e.to_string())
+    resolver.resolve(&dns.name).await
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub(super) fn listing(source: &DiscoverySource, dns: &DnsSource, answer: &Answer
     for (address, record) in answer.endpoints() {
         let at = format!("{} ({}:{})", address, record.target, record.port);
         if Some(record.priority) != first {
-            let why = format!("{at}: priority {}, standby", record.priority);
+            let why = format!("{at}: priority {}", record.priority);
             listing.standby.push(why);
             continue;
         }
@@ -224,10 +224,7 @@ mod tests {
                 ("web-[::1]:81".to_string(), 7)
             ]
         );
-        assert_eq!(
-            listing.standby,
-            ["10.0.0.3:80 (t.test:80): priority 5, standby"]
-        );
+        assert_eq!(listing.standby, ["10.0.0.3:80 (t.test:80): priority 5"]);
         assert_eq!(listing.dropped, answer.skipped);
     }
 

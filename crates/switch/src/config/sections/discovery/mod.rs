@@ -13,6 +13,8 @@ mod file;
 
 pub use dns::DnsSource;
 
+use capstan_discovery::dns::DnsName;
+
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -96,13 +98,17 @@ impl DiscoverySource {
                 humantime::format_duration(self.interval)
             ),
         };
+        let weight = match &self.kind {
+            SourceKind::Dns(dns) if matches!(dns.name, DnsName::Srv(_)) => {
+                "weight from each SRV record".to_string()
+            }
+            _ => format!("weight {} unless given", self.weight),
+        };
         format!(
-            "{} {} (nodes {}-ADDRESS, weight {} unless given, {how}, \
-             an empty list applied after {})",
+            "{} {} (nodes {}-ADDRESS, {weight}, {how}, an empty list applied after {})",
             self.kind.name(),
             self.kind.target(),
             self.name,
-            self.weight,
             humantime::format_duration(self.hold),
         )
     }

@@ -615,3 +615,33 @@ host-record=b.web.test,127.0.0.1
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Kubernetes example cannot run here, but the configuration in its ConfigMap is a
+/// valid one with a dns source.
+#[test]
+fn the_kubernetes_example_holds_a_valid_configuration() {
+    let yaml =
+        std::fs::read_to_string(repo_root().join("examples/kubernetes/capstan.yaml")).unwrap();
+    let toml: String = yaml
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("capstan.toml: |"))
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(toml.contains("[[discovery]]"), "{toml}");
+    let path = std::env::temp_dir().join(format!("capstan-k8s-{}.toml", std::process::id()));
+    std::fs::write(&path, &toml).unwrap();
+    let out = run(&["check", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("discovery web: dns _http._tcp.web.default.svc.cluster.local"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(&path);
+}

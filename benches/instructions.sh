@@ -16,6 +16,8 @@
 #   CACHE=1 PROXIES=capstan bash benches/instructions.sh   # Capstan with its cache on: after the
 #                                    # first request every one is a hit (the file's Last-Modified is
 #                                    # years old, so it is heuristically fresh): the hit path's cost
+#   DISCOVERY=1 PROXIES=capstan bash benches/instructions.sh   # the nodes from a [[discovery]]
+#                                    # file (looked at every 200 ms) instead of [[node]]s
 #   PROFILES=/tmp/prof bash benches/instructions.sh  # keeps each count's callgrind output there
 #                                    # (PROXY-MODE[-LOG].N.out, for callgrind_annotate)
 #
@@ -59,6 +61,13 @@ key = "$pki/localhost.key"
 client_idle = "60s"
 $(capstan_nodes 19101)
 CONF
+if [ -n "${DISCOVERY:-}" ]; then
+  # The same four nodes from a watched [[discovery]] file instead of [[node]]s: the request
+  # path must not pay for discovery (issue 32).
+  sed -i '/^\[\[node\]\]$/,$d' "$work/capstan.toml"
+  printf '{"nodes": [%s]}\n' "$(for p in 19101 19102 19103 19104; do printf '{"address": "127.0.0.1:%s"}' "$p"; done | sed 's/}{/}, {/g')" > "$work/nodes.json"
+  printf '[[discovery]]\nfile = "%s"\ninterval = "200ms"\n' "$work/nodes.json" >> "$work/capstan.toml"
+fi
 if [ -n "${CACHE:-}" ]; then
   # Heuristic freshness is 10 % of the time since Last-Modified (RFC 9111 §4.2.2): years here.
   touch -d '2020-01-01' "$work/www/1k.html"

@@ -22,6 +22,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab cache-best-effort --contenders capstan,varnish
   capstan lab wan-delay --quick                # behind capstan wan's delay router (root), < 3 minutes
   capstan lab wan-loss --contenders origin-processes,apache2
+  capstan lab churn --quick                    # nodes join and leave under load (< 1 minute)
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
@@ -56,6 +57,14 @@ process node (switch), and the real apache2 (prefork, MaxRequestWorkers 152) and
 same tree from disk (installed with apt-get when missing; skipped with the reason otherwise). The
 report plots throughput, open connections and processes against the RTT or loss, and the paper's
 numbers beside ours.
+
+`capstan lab churn` runs one open-loop load twice against a switch in front of emulated nodes:
+with static [[node]]s, and with the nodes from a [[discovery]] file the lab rewrites during the
+run: a scale-out (+2 nodes), a scale-in (-2), a rolling restart of every node (each leaves the
+list, is drained, stopped, started again on a new port and listed again) and a registry outage (a
+half-written list, then none). The report gives, per change, how long the switch took to show
+it on /status and the failed requests and worst p99 around it against the same seconds of the
+static run, with plots over time. --quick: about 25 s per run instead of 50.
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
 classes, workload, load levels, --quick settings, the paper's numbers).
@@ -154,7 +163,8 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
     let other_room = capstan_lab::CacheExperiment::find(&name).is_some()
         || capstan_lab::WanExperiment::find(&name).is_some()
-        || name == "validate";
+        || name == "validate"
+        || name == capstan_lab::CHURN;
     if other_room && (args.secure_tls.is_some() || args.real_nodes) {
         bail!("--secure-tls and --real-nodes apply to the switch experiments, not to {name}");
     }
@@ -163,6 +173,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     if let Some(exp) = capstan_lab::WanExperiment::find(&name) {
         return run_wan(&args, exp?);
+    }
+    if name == capstan_lab::CHURN {
+        return run_churn(&args);
     }
     if args.full || !args.contenders.is_empty() {
         bail!(
@@ -401,6 +414,26 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::WanExperiment) -> anyhow::Result<()
     Ok(())
 }
 
+/// The churn experiment: static membership, then discovery with changes; the report.
+fn run_churn(args: &LabArgs) -> anyhow::Result<()> {
+    if args.full || !args.contenders.is_empty() || !args.policies.is_empty() {
+        bail!("churn takes --quick and --out only");
+    }
+    let opts = capstan_lab::ChurnOptions {
+        quick: args.quick,
+        exe: std::env::current_exe().context("cannot find the capstan binary")?,
+        work_dir: args.out.join("logs"),
+        command: command_line(),
+    };
+    eprintln!("capstan lab: churn — nodes joining and leaving under load (two runs)");
+    let say = |m: String| eprintln!("  {m}");
+    let results = until_interrupted(capstan_lab::run_churn(&opts, &say))?;
+    let path = capstan_lab::write_churn_report(&results, &args.out)?;
+    let table = capstan_lab::churn_summary_table(&results);
+    print_summary(&results.title, &table, &results.findings, &path, &args.out);
+    Ok(())
+}
+
 /// What a finished contender experiment prints: its heading, table, findings and files.
 fn print_summary(
     heading: &str,
@@ -444,6 +477,11 @@ fn list() {
             Err(e) => println!("  {name:<17} (broken: {e})"),
         }
     }
+    println!("Membership experiments (capstan lab NAME [--quick]):");
+    println!(
+        "  {:<17} nodes joining and leaving under load through [[discovery]], against static [[node]]s",
+        capstan_lab::CHURN
+    );
     println!("Default: {}", capstan_lab::DEFAULT);
 }
 

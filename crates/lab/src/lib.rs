@@ -5,7 +5,9 @@
 //! Cache experiments (`cache-mixed-inc`, `cache-best-effort`) run Web Polygraph workloads
 //! against Capstan's cache, Varnish and Traffic Server instead ([`run_cache`]); WAN experiments
 //! (`wan-delay`, `wan-loss`, `wan-mix`) put the load behind `capstan wan`'s delay router in
-//! front of emulated nodes, the switch, apache2 and nginx ([`run_wan`]).
+//! front of emulated nodes, the switch, apache2 and nginx ([`run_wan`]). The `churn`
+//! experiment adds and removes nodes through a `[[discovery]]` file under load and compares
+//! it with static membership ([`run_churn`]).
 //!
 //! The modules form four layers, each using only those below it: `model` (experiment and
 //! result schema, the papers' rows) → `procs` (cluster, servers, daemons) → `run` (runner,
@@ -30,6 +32,7 @@ mod report;
 mod run;
 
 pub use model::cache::{CacheExperiment, CacheOptions, Mode as CacheMode, BUILTIN_CACHE};
+pub use model::churn::{ChurnResults, NAME as CHURN};
 pub use model::error::LabError;
 pub use model::experiment::{Experiment, BUILTIN, DEFAULT};
 pub use model::results::{fmt_level, LabResults};
@@ -37,9 +40,11 @@ pub use model::wan::{
     check_contender as check_wan_contender, Mode as WanMode, WanExperiment, WanOptions, BUILTIN_WAN,
 };
 pub use report::cache::{summary_table as cache_summary_table, write_report as write_cache_report};
+pub use report::churn::{summary_table as churn_summary_table, write_report as write_churn_report};
 pub use report::experiment::{conclude, summary_table, write as write_report};
 pub use report::wan::{summary_table as wan_summary_table, write_report as write_wan_report};
 pub use run::cache::run_cache;
+pub use run::churn::{run_churn, ChurnOptions};
 pub use run::plan::{Event, Observer, Options, Plan, Worlds};
 pub use run::runner::run;
 pub use run::simulate::{

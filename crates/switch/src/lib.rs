@@ -34,4 +34,28 @@ pub mod testing {
     pub use crate::pipeline::checks::forwarding_loop::{capstan_hops, MAX_HOPS};
     pub use crate::state::cluster::Cluster;
     pub use crate::upstream::proxy_protocol::encode_v2;
+
+    /// One refresh of the `file` discovery source called `source`, as its follower makes it:
+    /// the file's text parsed (`path` says JSON or TOML), then applied through membership.
+    /// Returns the names of the source's nodes after it.
+    pub async fn discovery_refresh(
+        switch: &crate::Switch,
+        source: &str,
+        path: &std::path::Path,
+        text: &str,
+    ) -> Result<Vec<String>, String> {
+        let cluster = switch.cluster.load_full();
+        let source = (cluster.config.discovery.iter())
+            .find(|s| s.name == source)
+            .ok_or("no such source")?;
+        let nodes = crate::control::discovery::parse_file(source, path, text)?;
+        let owned = (switch.discovery.snapshot().into_iter())
+            .find(|s| s.name == source.name)
+            .map(|s| s.owned)
+            .unwrap_or_default();
+        let (now, _) = (switch.set_discovered(&source.name, &owned, nodes).await)
+            .map_err(|e| e.to_string())?;
+        switch.discovery.update(source, |s| s.owned = now.clone());
+        Ok(now)
+    }
 }

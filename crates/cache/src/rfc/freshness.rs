@@ -613,8 +613,8 @@ mod tests {
         // RFC 9213 §2.2: the target list order decides.
         let rules = CacheRules {
             targeted_fields: vec![
-                "Capstan-CDN-Cache-Control".into(),
-                "CDN-Cache-Control".into(),
+                super::super::rules::targeted_field("Capstan-CDN-Cache-Control").unwrap(),
+                super::super::rules::targeted_field("CDN-Cache-Control").unwrap(),
             ],
             ..CacheRules::default()
         };

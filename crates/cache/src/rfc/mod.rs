@@ -57,7 +57,7 @@ pub use range::{
     content_range, parse_range, unsatisfied_content_range, Multipart, MultipartError, RangeAnswer,
     MAX_RANGES,
 };
-pub use rules::{CacheRules, RulesError, CDN_CACHE_CONTROL};
+pub use rules::{targeted_field, CacheRules, RulesError, CDN_CACHE_CONTROL};
 pub use serve::{stored_answer, StoredAnswer};
 pub use storable::{
     headers_to_store, is_heuristically_cacheable, status_understood, storability, NotStorable,

@@ -15,10 +15,31 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use http::HeaderName;
+use serde::{Deserialize, Deserializer};
 
 /// The targeted field for every CDN cache (RFC 9213 §3).
 pub const CDN_CACHE_CONTROL: &str = "CDN-Cache-Control";
+
+/// A name for [`CacheRules::targeted_fields`]: a valid field name that is not one of the
+/// fields with other semantics (`Cache-Control`, `Expires`, `Pragma`).
+pub fn targeted_field(name: &str) -> Result<HeaderName, RulesError> {
+    match HeaderName::from_bytes(name.as_bytes()) {
+        Ok(n) if !has_other_semantics(&n) => Ok(n),
+        _ => Err(RulesError::TargetedField(name.to_owned())),
+    }
+}
+
+fn has_other_semantics(name: &HeaderName) -> bool {
+    matches!(name.as_str(), "cache-control" | "expires" | "pragma")
+}
+
+fn targeted_fields<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<HeaderName>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    (names.iter().map(|n| targeted_field(n)))
+        .collect::<Result<_, _>>()
+        .map_err(serde::de::Error::custom)
+}
 
 /// Cache policy parameters. Every field has a default (see [`CacheRules::default`]), so a
 /// configuration names only what it changes. Durations deserialize in serde's plain form
@@ -52,8 +73,10 @@ pub struct CacheRules {
     /// these that is present and valid replaces `Cache-Control` and `Expires` for this cache's
     /// freshness and storability (see [`super::targeted`]). Names are case-insensitive. Default
     /// `["CDN-Cache-Control"]` (RFC 9213 §3: a reverse proxy in front of its own origin is a
-    /// CDN-role cache); empty turns targeted fields off.
-    pub targeted_fields: Vec<String>,
+    /// CDN-role cache); empty turns targeted fields off. Held parsed, so a hit looks a field
+    /// up without parsing its name again; build them with [`targeted_field`].
+    #[serde(deserialize_with = "targeted_fields")]
+    pub targeted_fields: Vec<HeaderName>,
 }
 
 impl Default for CacheRules {
@@ -65,7 +88,7 @@ impl Default for CacheRules {
             store_set_cookie: false,
             grace: Duration::ZERO,
             stale_if_error: Duration::ZERO,
-            targeted_fields: vec![CDN_CACHE_CONTROL.to_owned()],
+            targeted_fields: vec![HeaderName::from_static("cdn-cache-control")],
         }
     }
 }
@@ -91,14 +114,8 @@ impl CacheRules {
         if !(f.is_finite() && (0.0..=1.0).contains(&f)) {
             return Err(RulesError::HeuristicFraction(f));
         }
-        for name in &self.targeted_fields {
-            let bad = match http::HeaderName::from_bytes(name.as_bytes()) {
-                Err(_) => true,
-                Ok(n) => matches!(n.as_str(), "cache-control" | "expires" | "pragma"),
-            };
-            if bad {
-                return Err(RulesError::TargetedField(name.clone()));
-            }
+        if let Some(name) = self.targeted_fields.iter().find(|n| has_other_semantics(n)) {
+            return Err(RulesError::TargetedField(name.to_string()));
         }
         Ok(())
     }
@@ -121,23 +138,33 @@ mod tests {
             "RFC 9111 §4.2.4: no stale unless allowed"
         );
         assert_eq!(r.stale_if_error, Duration::ZERO);
-        assert_eq!(r.targeted_fields, vec!["CDN-Cache-Control".to_owned()]);
+        assert_eq!(
+            r.targeted_fields,
+            vec![targeted_field(CDN_CACHE_CONTROL).unwrap()]
+        );
         assert!(r.validate().is_ok());
     }
 
     #[test]
     fn validate_rejects_bad_targeted_fields() {
         for bad in ["", "CDN Cache-Control", "cache-control", "Expires"] {
-            let r = CacheRules {
-                targeted_fields: vec!["CDN-Cache-Control".into(), bad.into()],
-                ..CacheRules::default()
-            };
-            assert_eq!(r.validate(), Err(RulesError::TargetedField(bad.into())));
+            assert_eq!(
+                targeted_field(bad),
+                Err(RulesError::TargetedField(bad.into()))
+            );
         }
+        let r = CacheRules {
+            targeted_fields: vec![http::header::CACHE_CONTROL],
+            ..CacheRules::default()
+        };
+        assert_eq!(
+            r.validate(),
+            Err(RulesError::TargetedField("cache-control".into()))
+        );
         let own = CacheRules {
             targeted_fields: vec![
-                "Capstan-CDN-Cache-Control".into(),
-                "CDN-Cache-Control".into(),
+                targeted_field("Capstan-CDN-Cache-Control").unwrap(),
+                targeted_field("CDN-Cache-Control").unwrap(),
             ],
             ..CacheRules::default()
         };

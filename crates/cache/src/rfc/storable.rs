@@ -597,8 +597,8 @@ mod tests {
         );
         let own = CacheRules {
             targeted_fields: vec![
-                "Capstan-CDN-Cache-Control".into(),
-                "CDN-Cache-Control".into(),
+                super::super::rules::targeted_field("Capstan-CDN-Cache-Control").unwrap(),
+                super::super::rules::targeted_field("CDN-Cache-Control").unwrap(),
             ],
             ..CacheRules::default()
         };

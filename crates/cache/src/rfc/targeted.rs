@@ -30,7 +30,8 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::header::AsHeaderName;
+use http::{HeaderMap, HeaderName};
 
 use super::cache_control::{CacheControl, FieldScope};
 use super::fields::DELTA_SECONDS_MAX;
@@ -40,7 +41,10 @@ use super::fields::DELTA_SECONDS_MAX;
 /// Returns the directives of the first field in `targets` that is present and valid together
 /// with its index in `targets`, or, when none is, the `Cache-Control` directives and `None`.
 /// When the index is `Some`, `Expires` must be ignored as well.
-pub fn response_directives(resp: &HeaderMap, targets: &[String]) -> (CacheControl, Option<usize>) {
+pub fn response_directives(
+    resp: &HeaderMap,
+    targets: &[HeaderName],
+) -> (CacheControl, Option<usize>) {
     for (i, name) in targets.iter().enumerate() {
         if let Some(cc) = parse_targeted(resp, name) {
             return (cc, Some(i));
@@ -51,7 +55,7 @@ pub fn response_directives(resp: &HeaderMap, targets: &[String]) -> (CacheContro
 
 /// Parses every line of the targeted field `name` as one Structured Fields Dictionary. `None`
 /// when the field is absent, empty or invalid (RFC 9213 §2.1: then ignored).
-pub fn parse_targeted(resp: &HeaderMap, name: &str) -> Option<CacheControl> {
+pub fn parse_targeted(resp: &HeaderMap, name: impl AsHeaderName) -> Option<CacheControl> {
     let mut lines = resp.get_all(name).iter().peekable();
     lines.peek()?;
     let mut cc = CacheControl::default();
@@ -324,10 +328,10 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn targets() -> Vec<String> {
+    fn targets() -> Vec<HeaderName> {
         vec![
-            "capstan-cdn-cache-control".into(),
-            "cdn-cache-control".into(),
+            HeaderName::from_static("capstan-cdn-cache-control"),
+            HeaderName::from_static("cdn-cache-control"),
         ]
     }
 

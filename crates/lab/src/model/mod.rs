@@ -1,10 +1,11 @@
-//! Layer 1, the lab's schema: experiment files (policy, cache and WAN experiments), the results
+//! Layer 1, the lab's schema: experiment files (policy, cache, WAN and churn experiments), the results
 //! they produce as `results.json` keeps them, the papers' rows beside ours, and the lab's error
 //! type. Plain data with parsing and small pure helpers.
 //!
 //! May use: other crates only (no other layer of the lab).
 
 pub(crate) mod cache;
+pub(crate) mod churn;
 pub(crate) mod error;
 pub(crate) mod experiment;
 pub(crate) mod paper;

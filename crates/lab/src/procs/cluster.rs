@@ -297,7 +297,7 @@ fn start_node(
 
 /// [`start_node`] (on a blocking thread: it waits for the node's first lines), again on another
 /// report port when the one picked was taken meanwhile.
-async fn start_node_on_fresh_ports(
+pub async fn start_node_on_fresh_ports(
     exe: &Path,
     spec: &NodeSpec,
     args: &NodeArgs,
@@ -424,10 +424,52 @@ async fn start_switch(
         None => None,
     };
     switch_config.insert("node".into(), node_tables(nodes, reports, tls));
+    let mut ready: Vec<SocketAddr> = reports.to_vec();
+    ready.extend([listen].into_iter().chain(tls_listen));
+    let switch = spawn_switch(exe, &switch_config, switch_threads, admin, &ready, log_dir).await?;
+    Ok((switch, listen, admin, tls_listen))
+}
+
+/// Starts a switch on fresh ports with `switch_config` (TOML without listen and admin, which
+/// are added here, and with its nodes however it gets them: `[[node]]`s or `[[discovery]]`):
+/// its process, listener and admin addresses.
+pub async fn start_bare_switch(
+    exe: &Path,
+    switch_config: toml::Table,
+    switch_threads: usize,
+    log_dir: &Path,
+) -> Result<(Proc, SocketAddr, SocketAddr), LabError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    let switch_config = &switch_config;
+    on_fresh_ports(|| async {
+        let (listen, admin) = (free_port()?, free_port()?);
+        let mut config = switch_config.clone();
+        config.insert(
+            "listen".into(),
+            toml::Value::Array(vec![listen.to_string().into()]),
+        );
+        config.insert("admin".into(), admin.to_string().into());
+        let switch = spawn_switch(exe, &config, switch_threads, admin, &[listen], log_dir).await?;
+        Ok((switch, listen, admin))
+    })
+    .await
+}
+
+/// Writes `switch.toml` into `log_dir`, starts `capstan serve` on it and waits until it
+/// answers on `admin` and every address in `ready` accepts.
+async fn spawn_switch(
+    exe: &Path,
+    switch_config: &toml::Table,
+    switch_threads: usize,
+    admin: SocketAddr,
+    ready: &[SocketAddr],
+    log_dir: &Path,
+) -> Result<Proc, LabError> {
     let path = log_dir.join("switch.toml");
     std::fs::write(
         &path,
-        toml::to_string(&switch_config).map_err(|e| LabError::Run(e.to_string()))?,
+        toml::to_string(switch_config).map_err(|e| LabError::Run(e.to_string()))?,
     )
     .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
     let log = log_dir.join("switch.log");
@@ -448,10 +490,8 @@ async fn start_switch(
         name: "switch".into(),
         log,
     };
-    let mut ready: Vec<SocketAddr> = reports.to_vec();
-    ready.extend([listen].into_iter().chain(tls_listen));
-    wait_for_switch(&mut switch, admin, &ready).await?;
-    Ok((switch, listen, admin, tls_listen))
+    wait_for_switch(&mut switch, admin, ready).await?;
+    Ok(switch)
 }
 
 /// The switch's `[[node]]` tables: each node's address, its report address and, when the

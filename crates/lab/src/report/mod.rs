@@ -1,10 +1,11 @@
 //! Layer 4, reports: the findings a policy experiment concludes with, the summary tables, and
-//! `index.html` (SVG plots) beside `results.json`, for policy, cache and WAN experiments.
+//! `index.html` (SVG plots) beside `results.json`, for policy, cache, WAN and churn experiments.
 //!
 //! May use: [`crate::model`], [`crate::procs`], [`crate::run`](mod@crate::run). Inside it, `experiment` (the
 //! policy experiment's report) uses `figures` and `sclient`.
 
 pub(crate) mod cache;
+pub(crate) mod churn;
 pub(crate) mod experiment;
 pub(crate) mod figures;
 pub(crate) mod sclient;

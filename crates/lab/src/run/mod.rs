@@ -1,11 +1,12 @@
 //! Layer 3, running experiments: the plan of a policy experiment and its runner (with the
 //! secure clients and the HTTP path probe), the simulated world beside it, the validation of
-//! the load generator against queueing theory, and the cache and WAN experiments.
+//! the load generator against queueing theory, and the cache, WAN and churn experiments.
 //!
 //! May use: [`crate::model`], [`crate::procs`]. Inside it, [`plan`] is at the bottom; the
 //! runner uses `secure`, `http_path` and `simulate`; `http_path` uses `simulate`.
 
 pub(crate) mod cache;
+pub(crate) mod churn;
 pub(crate) mod http_path;
 pub(crate) mod plan;
 pub(crate) mod runner;

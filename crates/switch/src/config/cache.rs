@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use capstan_cache::evict::EvictionKind;
 use capstan_cache::key::KeyRules;
-use capstan_cache::rfc::{CacheRules, RulesError};
+use capstan_cache::rfc::{targeted_field, CacheRules};
 use serde::{Deserialize, Serialize};
 
 /// A size in bytes, written `1048576`, `"64KB"`, `"256MiB"`, `"1.5GB"` (KB/MB/GB are powers of
@@ -229,7 +229,7 @@ impl Default for CacheConfig {
             default_ttl: rules.default_ttl,
             grace: rules.grace,
             stale_if_error: rules.stale_if_error,
-            targeted_fields: rules.targeted_fields,
+            targeted_fields: vec![capstan_cache::rfc::CDN_CACHE_CONTROL.to_owned()],
             store_set_cookie: rules.store_set_cookie,
             classes: None,
             coalesce: true,
@@ -243,7 +243,9 @@ impl Default for CacheConfig {
 }
 
 impl CacheConfig {
-    /// The RFC 9111 rules this section sets.
+    /// The RFC 9111 rules this section sets (a targeted field name that is not one is left
+    /// out: [`CacheConfig::check`] refuses it first). Built once per configuration
+    /// (`Cluster::cache_rules`), not per request.
     pub fn rules(&self) -> CacheRules {
         CacheRules {
             heuristic_fraction: self.heuristic_fraction,
@@ -252,7 +254,9 @@ impl CacheConfig {
             store_set_cookie: self.store_set_cookie,
             grace: self.grace,
             stale_if_error: self.stale_if_error,
-            targeted_fields: self.targeted_fields.clone(),
+            targeted_fields: (self.targeted_fields.iter())
+                .filter_map(|name| targeted_field(name).ok())
+                .collect(),
         }
     }
 
@@ -293,7 +297,10 @@ impl CacheConfig {
                 "cache.coalesce_max_waiters must be at least 1".into(),
             ));
         }
-        if let Err(e @ RulesError::TargetedField(_)) = self.rules().validate() {
+        if let Some(Err(e)) = (self.targeted_fields.iter())
+            .map(|name| targeted_field(name))
+            .find(Result::is_err)
+        {
             return Err(("targeted_fields", e.to_string()));
         }
         let unknown = |name: &String| !classes.contains(name);
@@ -395,7 +402,7 @@ mod tests {
         assert_eq!(default.grace, Duration::ZERO);
         assert_eq!(default.stale_if_error, Duration::ZERO);
         assert_eq!(default.operator_stale(), None);
-        assert_eq!(default.rules().targeted_fields, vec!["CDN-Cache-Control"]);
+        assert_eq!(default.rules().targeted_fields, vec!["cdn-cache-control"]);
         let on = CacheConfig {
             grace: Duration::from_secs(10),
             stale_if_error: Duration::from_secs(60),

@@ -9,7 +9,9 @@
 //! request that waited out a node's queue timeout never reached it, so it goes to another node
 //! with room, if one has (HAProxy's `option redispatch`). A request that failed before any byte reached the client, is idempotent and has no body, is
 //! sent once more to another node when the node refused the connection, closed it without a
-//! response, or missed the first-byte timeout — within the retry budget.
+//! response, or missed the first-byte timeout — within the retry budget. Interim (1xx) heads
+//! the node sends before its response go on to the client as they arrive
+//! ([`crate::pipeline::interim`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +25,7 @@ use hyper::body::Body;
 use tokio::time::error::Elapsed;
 
 use crate::config::NodeProtocol;
+use crate::pipeline::interim::Interim;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::{OnEnd, ResponseBody};
 use crate::state::admission::{Permit, Shed};
@@ -36,80 +39,6 @@ use crate::upstream::pool::Pooled;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Removes the hop-by-hop headers of RFC 9110 §7.6.1, and those the Connection header names.
-/// `Trailer` stays: it is end to end (RFC 9110 §6.6.2), and hyper writes HTTP/1.1 trailers
-/// only for the fields a head's `Trailer` declares.
-pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names finds the few present: cheaper than a hashed removal of each
-    // (this runs twice per request).
-    let mut present = 0u8;
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
-            present |= 1 << i;
-        }
-    }
-    if present == 0 {
-        return;
-    }
-    if present & 1 != 0 {
-        remove_connection_options(headers);
-    }
-    for (i, name) in HOP_BY_HOP.iter().enumerate() {
-        if present & (1 << i) != 0 {
-            headers.remove(*name);
-        }
-    }
-}
-
-/// Always hop by hop; `Connection` first.
-static HOP_BY_HOP: [&HeaderName; 8] = [
-    &header::CONNECTION,
-    &KEEP_ALIVE,
-    &PROXY_CONNECTION,
-    &header::TE,
-    &header::TRANSFER_ENCODING,
-    &header::UPGRADE,
-    &header::PROXY_AUTHENTICATE,
-    &header::PROXY_AUTHORIZATION,
-];
-
-/// Where `name` is in [`HOP_BY_HOP`]: one match on the text (names are lower case) rather
-/// than a comparison with each of the eight.
-fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    match name.as_str() {
-        "connection" => Some(0),
-        "keep-alive" => Some(1),
-        "proxy-connection" => Some(2),
-        "te" => Some(3),
-        "transfer-encoding" => Some(4),
-        "upgrade" => Some(5),
-        "proxy-authenticate" => Some(6),
-        "proxy-authorization" => Some(7),
-        _ => None,
-    }
-}
-
-/// Removes the fields the `Connection` header names. The usual options are not looked up:
-/// `close` names no field, and `Keep-Alive` is removed with the others.
-fn remove_connection_options(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|name| {
-            !name.eq_ignore_ascii_case("close") && !name.eq_ignore_ascii_case("keep-alive")
-        })
-        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-}
 
 fn via_value(version: Version) -> HeaderValue {
     HeaderValue::from_static(match version {
@@ -226,9 +155,29 @@ pub(crate) struct Forward {
     /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
     /// [`crate::upstream::h2::accept_trailers`]).
     pub te_trailers: bool,
+    /// Where the node's interim (1xx) responses go when they cannot find the client's way
+    /// themselves, as in a cache fill's own task: its leader's. `None` for the client's own
+    /// request, whose way is taken when needed ([`Forward::interim`]).
+    pub interim: Option<Interim>,
 }
 
 impl Forward {
+    /// The way to the client for the node's interim responses: the one this request carries,
+    /// else its client's (only from the request's own task, see [`Interim::of_client`]).
+    pub(crate) fn interim(&self) -> Option<Interim> {
+        match &self.interim {
+            Some(interim) => Some(interim.clone()),
+            None => Interim::of_client(self.client_version),
+        }
+    }
+
+    /// Passes an interim head from the node on to the client, if it takes them.
+    fn pass_interim(&self, status: StatusCode, headers: HeaderMap) {
+        if let Some(interim) = self.interim() {
+            interim.pass(status, headers);
+        }
+    }
+
     pub(crate) fn with_class(&self, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
         let headers = resp.headers_mut();
         crate::pipeline::response::debug_headers(headers, &self.cluster, self.class, None);
@@ -628,7 +577,7 @@ pub(crate) fn rewrite_request_headers(
     peer: &HeaderValue,
     version: Version,
 ) {
-    strip_hop_by_hop(headers);
+    crate::pipeline::hop_by_hop::strip(headers);
     append_list(headers, &X_FORWARDED_FOR, peer);
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     append_list(headers, &header::VIA, &via_value(version));
@@ -681,8 +630,16 @@ impl Forward {
                 self.te_trailers,
             );
             crate::observe::access_log::note_sent();
-            let sending =
-                crate::upstream::pool::send_bodiless(cluster, &target, &head, &self.method);
+            // Read in this task: the way back to the client is asked for only when an
+            // interim head arrives.
+            let interim = |status, headers| self.pass_interim(status, headers);
+            let sending = crate::upstream::pool::send_bodiless(
+                cluster,
+                &target,
+                &head,
+                &self.method,
+                &interim,
+            );
             let sent = tokio::time::timeout(wait, sending).await;
             return sent.map(|sent| sent.map(|(resp, pooled)| (resp, Some(pooled))));
         }
@@ -691,7 +648,12 @@ impl Forward {
         } else {
             std::mem::take(headers)
         };
-        let up_req = self.upstream_request(node, attempt_headers, body);
+        let mut up_req = self.upstream_request(node, attempt_headers, body);
+        // hyper's clients read the node in tasks of their own: the way back goes with the
+        // request.
+        if let Some(interim) = self.interim() {
+            interim.attach(&mut up_req);
+        }
         crate::observe::access_log::note_sent();
         // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
         // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
@@ -741,7 +703,7 @@ fn forward_response(
     client_version: Version,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
+    crate::pipeline::hop_by_hop::strip(&mut parts.headers);
     let via = via_value(parts.version);
     append_list(&mut parts.headers, &header::VIA, &via);
     let node = Some(&placement.node().name_header);
@@ -767,54 +729,6 @@ mod tests {
             );
         }
         map
-    }
-
-    /// The field names, sorted (a removal may reorder the rest).
-    fn names(map: &super::HeaderMap) -> Vec<&str> {
-        let mut names: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
-        names.sort_unstable();
-        names
-    }
-
-    #[test]
-    fn hop_by_hop_fields_and_those_connection_names_go() {
-        let mut map = headers(&[
-            ("host", "a"),
-            ("connection", "close, X-Trace"),
-            ("connection", "Keep-Alive,x-other"),
-            ("keep-alive", "timeout=5"),
-            ("x-trace", "1"),
-            ("x-other", "2"),
-            ("x-kept", "3"),
-            ("te", "trailers"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("proxy-connection", "keep-alive"),
-            ("proxy-authorization", "Basic x"),
-            ("proxy-authenticate", "Basic"),
-            ("trailer", "x-sum"),
-        ]);
-        super::strip_hop_by_hop(&mut map);
-        assert_eq!(names(&map), ["host", "trailer", "x-kept"]);
-    }
-
-    #[test]
-    fn the_index_of_each_hop_by_hop_name_is_its_place_in_the_list() {
-        for (i, name) in super::HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(super::hop_by_hop_index(name), Some(i), "{name}");
-        }
-        assert_eq!(super::hop_by_hop_index(&http::header::TRAILER), None);
-    }
-
-    #[test]
-    fn end_to_end_fields_stay_untouched() {
-        let fields = [("host", "a"), ("content-length", "2"), ("via", "1.1 x")];
-        let mut map = headers(&fields);
-        super::strip_hop_by_hop(&mut map);
-        assert_eq!(map, headers(&fields));
-        let mut only_keep_alive = headers(&[("keep-alive", "timeout=5"), ("date", "x")]);
-        super::strip_hop_by_hop(&mut only_keep_alive);
-        assert_eq!(names(&only_keep_alive), ["date"]);
     }
 
     #[test]

@@ -7,18 +7,22 @@
 //!    is answered, a miss fills through dispatch), or forwarding;
 //! 4. **dispatch** ([`dispatch`]): the policy picks a node, its admission gate admits, queues or
 //!    sheds, the request goes up (`crate::upstream`), with retries;
-//! 5. **respond** ([`response`]): the node's response streamed back, or the switch's own;
+//! 5. **respond** ([`response`]): the node's response streamed back (its interim 1xx heads
+//!    first, [`interim`]), or the switch's own;
 //! 6. **log**: the access-log line, written when the response body ends ([`response::Pending`]).
 //!
 //! [`handle`] below is that list. Inside the folder: `checks` and `redirect` use `response`;
-//! `tunnel` and `cache` use `dispatch` and `response`; `dispatch` uses `response`; nothing here
-//! uses `handle`.
+//! `tunnel` and `cache` use `dispatch` and `response` (`cache` also `interim`); `dispatch`
+//! uses `response` and `interim`; `interim` uses `hop_by_hop`, as do `dispatch` and `tunnel`;
+//! nothing here uses `handle`.
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`.
 
 pub(crate) mod cache;
 pub(crate) mod checks;
 pub(crate) mod dispatch;
+pub(crate) mod hop_by_hop;
+pub(crate) mod interim;
 pub(crate) mod redirect;
 pub(crate) mod response;
 pub(crate) mod tunnel;
@@ -143,6 +147,7 @@ async fn proxy(
         pq,
         client_version: parts.version,
         te_trailers: crate::upstream::h2::wants_trailers(&parts.headers),
+        interim: None,
     };
     if let Some(tunnel) = tunnel {
         return Err(Box::pin(crate::pipeline::tunnel::pass(&forward, parts, peer, tunnel)).await);

@@ -133,7 +133,7 @@ pub(crate) async fn pass(
 /// Hop-by-hop fields removed; a `101` keeps the two it needs (`Connection: upgrade`, `Upgrade`).
 fn keep_upgrade_fields(headers: &mut HeaderMap, switching: bool) {
     let protocol = headers.get(header::UPGRADE).cloned();
-    crate::pipeline::dispatch::strip_hop_by_hop(headers);
+    crate::pipeline::hop_by_hop::strip(headers);
     if let (Some(protocol), true) = (protocol, switching) {
         headers.insert(header::UPGRADE, protocol);
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));

@@ -409,6 +409,8 @@ pub struct Cluster {
     pub first_byte: Vec<Duration>,
     /// TLS settings of the nodes reached over TLS (see `crate::upstream::tls`).
     pub node_tls: Arc<crate::state::node_tls::TlsToNodes>,
+    /// The cache's RFC 9111 rules (`[cache]`), built once here so a hit borrows them.
+    pub cache_rules: Option<capstan_cache::rfc::CacheRules>,
 }
 
 impl Cluster {
@@ -473,6 +475,7 @@ impl Cluster {
         let node_tls = Arc::new(crate::state::node_tls::TlsToNodes::of(&config.nodes));
         Ok(Cluster {
             node_tls,
+            cache_rules: config.cache.as_ref().map(|c| c.rules()),
             generation,
             config: Arc::new(config),
             classifier,

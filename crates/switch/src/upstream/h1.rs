@@ -6,9 +6,10 @@
 //! switch writes the head and reads the answer itself, in the task that already waits for it,
 //! as Pingora does: no channel, no second task. `httparse` parses the head; the body is
 //! delimited here by RFC 9112 §6.3 (no body, Content-Length, chunked, or until the node
-//! closes). The connection goes back to its pool ([`crate::upstream::pool`]) the moment its
-//! response has been read whole. Requests with a body, upgrades and HTTP/2 nodes keep going
-//! through hyper.
+//! closes); interim (1xx) heads before the response go to the caller's [`OnInterim`], their
+//! fields made only then. The connection goes back to its pool ([`crate::upstream::pool`]) the
+//! moment its response has been read whole. Requests with a body, upgrades and HTTP/2 nodes
+//! keep going through hyper.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -34,6 +35,10 @@ const MAX_HEAD_BYTES: usize = 8192 + 4096 * 100;
 const MAX_CHUNK_LINE: usize = 1024;
 /// Room made in the read buffer before each read.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Where the informational (1xx) heads before a response go as they are read (the request's
+/// way to its client, see `crate::pipeline::interim`); their fields are made only for it.
+pub(crate) type OnInterim<'a> = &'a (dyn Fn(StatusCode, HeaderMap) + Sync);
 
 /// A connection to an HTTP/1.1 node, with the bytes read from it and not yet used.
 pub(crate) struct H1Conn {
@@ -146,10 +151,15 @@ impl H1Conn {
         self.io.flush().await
     }
 
-    /// Reads the response head to a `method` request, informational (1xx) ones skipped.
-    pub(crate) async fn read_head(&mut self, method: &Method) -> Result<Head, NodeReplyError> {
+    /// Reads the response head to a `method` request; informational (1xx) ones before it go to
+    /// `interim`.
+    pub(crate) async fn read_head(
+        &mut self,
+        method: &Method,
+        interim: OnInterim<'_>,
+    ) -> Result<Head, NodeReplyError> {
         loop {
-            if let Some(head) = parse_head(&mut self.buf, method)? {
+            if let Some(head) = parse_head(&mut self.buf, method, Some(interim))? {
                 return Ok(head);
             }
             if self.buf.len() >= MAX_HEAD_BYTES {
@@ -214,8 +224,12 @@ pub(crate) fn encode_head(
 }
 
 /// A whole response head from the start of `buf` (taken out of it), `None` if more bytes are
-/// needed. Informational responses before it are dropped.
-fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, NodeReplyError> {
+/// needed. Informational responses before it go to `interim` (dropped without one).
+fn parse_head(
+    buf: &mut BytesMut,
+    method: &Method,
+    interim: Option<OnInterim<'_>>,
+) -> Result<Option<Head>, NodeReplyError> {
     loop {
         let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut res = httparse::Response::new(&mut []);
@@ -251,20 +265,14 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, NodeR
                     "101 to a request without Upgrade".into(),
                 ));
             }
+            if let Some(interim) = interim {
+                // SAFETY: the loop above wrote the first `count` spans (one per parsed field).
+                interim(status, unsafe { fields_of(&block, &spans[..count]) }?);
+            }
             continue;
         }
-        let mut headers = HeaderMap::with_capacity(count);
-        for span in &spans[..count] {
-            // SAFETY: the loop above wrote the first `count` spans (one per parsed field).
-            let (name, value) = unsafe { span.assume_init_read() };
-            let name = HeaderName::from_bytes(&block[name.0..name.1])
-                .map_err(|_| NodeReplyError::Malformed("invalid field name".into()))?;
-            // SAFETY: httparse admits in a field value exactly the bytes a `HeaderValue` may
-            // hold (HTAB, 0x20–0x7E, 0x80–0xFF: no CR, LF, NUL or DEL), as hyper relies on.
-            let value =
-                unsafe { HeaderValue::from_maybe_shared_unchecked(block.slice(value.0..value.1)) };
-            headers.append(name, value);
-        }
+        // SAFETY: the loop above wrote the first `count` spans (one per parsed field).
+        let mut headers = unsafe { fields_of(&block, &spans[..count]) }?;
         let (framing, mut reusable) = framing_of(status, method, version, &mut headers)?;
         reusable &= keeps_alive(version, &headers);
         let mut resp = Response::new(());
@@ -285,6 +293,31 @@ fn parse_head(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, NodeR
 
 /// A field's name and value: where each lies in the head.
 type Span = ((usize, usize), (usize, usize));
+
+/// The fields of a head whose bytes are `block`, where `spans` say.
+///
+/// # Safety
+///
+/// Every one of `spans` is initialised, and lies in `block` at a field httparse parsed.
+unsafe fn fields_of(
+    block: &Bytes,
+    spans: &[MaybeUninit<Span>],
+) -> Result<HeaderMap, NodeReplyError> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for span in spans {
+        // SAFETY: the caller vouches that every span is initialised.
+        let (name, value) = unsafe { span.assume_init_read() };
+        let name = HeaderName::from_bytes(&block[name.0..name.1])
+            .map_err(|_| NodeReplyError::Malformed("invalid field name".into()))?;
+        // SAFETY: httparse admits in a field value exactly the bytes a `HeaderValue` may
+        // hold (HTAB, 0x20–0x7E, 0x80–0xFF: no CR, LF, NUL or DEL), as hyper relies on, and
+        // the span is one of its field values.
+        let value =
+            unsafe { HeaderValue::from_maybe_shared_unchecked(block.slice(value.0..value.1)) };
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
 
 /// Where `part` (a slice of `buf`) lies in it.
 fn span_of(buf: &[u8], part: &[u8]) -> (usize, usize) {
@@ -621,7 +654,7 @@ mod tests {
     use http::Request;
 
     fn head_of(text: &str, method: &Method) -> Result<Option<Head>, NodeReplyError> {
-        parse_head(&mut BytesMut::from(text), method)
+        parse_head(&mut BytesMut::from(text), method, None)
     }
 
     fn framing(text: &str) -> (Framing, bool) {
@@ -633,7 +666,7 @@ mod tests {
     fn a_head_is_parsed_and_taken_out_of_the_buffer() {
         let mut buf =
             BytesMut::from("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: 1\r\nX-A: 2\r\n\r\nabc");
-        let head = parse_head(&mut buf, &Method::GET).unwrap().unwrap();
+        let head = parse_head(&mut buf, &Method::GET, None).unwrap().unwrap();
         assert_eq!(head.parts.status, StatusCode::OK);
         assert_eq!(head.parts.headers.get_all("x-a").iter().count(), 2);
         assert_eq!((head.framing, head.reusable), (Framing::Length(3), true));
@@ -658,14 +691,14 @@ mod tests {
     #[test]
     fn field_values_hold_what_a_header_value_may_and_nothing_else() {
         let ok = b"HTTP/1.1 200 OK\r\nX-V: caf\xc3\xa9\tx \r\nContent-Length: 0\r\n\r\n";
-        let head = parse_head(&mut BytesMut::from(&ok[..]), &Method::GET);
+        let head = parse_head(&mut BytesMut::from(&ok[..]), &Method::GET, None);
         let value = head.unwrap().unwrap().parts.headers["x-v"].clone();
         assert_eq!(value.as_bytes(), b"caf\xc3\xa9\tx");
         for bad in [&b"X-V: a\x7fb"[..], b"X-V: a\x00b", b"X-V: a\rb"] {
             let mut text = b"HTTP/1.1 200 OK\r\n".to_vec();
             text.extend_from_slice(bad);
             text.extend_from_slice(b"\r\n\r\n");
-            let parsed = parse_head(&mut BytesMut::from(&text[..]), &Method::GET);
+            let parsed = parse_head(&mut BytesMut::from(&text[..]), &Method::GET, None);
             assert!(
                 matches!(parsed, Err(NodeReplyError::Malformed(_))),
                 "{bad:?}"
@@ -851,7 +884,7 @@ mod tests {
                 }
             }
             let mut buf = BytesMut::from(&bytes[..]);
-            if let Ok(Some(head)) = parse_head(&mut buf, &Method::GET) {
+            if let Ok(Some(head)) = parse_head(&mut buf, &Method::GET, None) {
                 if head.framing == Framing::Chunked {
                     let rest = buf.to_vec();
                     let _ = decode_all(&rest, 1 + (next() as usize) % 7);

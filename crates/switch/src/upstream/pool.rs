@@ -245,14 +245,24 @@ fn pool_key(target: &Uri) -> Authority {
 }
 
 /// Sends the head of a request without a body (see [`bodiless_head`]) to the HTTP/1.1 node
-/// `target` names, on a pooled connection or a new one.
+/// `target` names, on a pooled connection or a new one. Informational (1xx) heads before the
+/// response go to `interim`.
 pub(crate) async fn send_bodiless(
     cluster: &Cluster,
     target: &Uri,
     head: &[u8],
     method: &Method,
+    interim: h1::OnInterim<'_>,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
-    send_h1(pool_for(cluster), target, pool_key(target), head, method).await
+    send_h1(
+        pool_for(cluster),
+        target,
+        pool_key(target),
+        head,
+        method,
+        interim,
+    )
+    .await
 }
 
 /// [`send_bodiless`] on a connection the switch drives itself. A request a reused connection
@@ -264,16 +274,17 @@ async fn send_h1(
     key: Authority,
     head: &[u8],
     method: &Method,
+    interim: h1::OnInterim<'_>,
 ) -> Result<(Response<NodeBody>, Pooled), UpstreamError> {
     let (mut conn, reused) = match pool.idle_h1.checkout(&key, pool.idle_timeout) {
         Some(conn) => (conn, true),
         None => (pool.connect_h1(target).await?, false),
     };
-    let mut answer = exchange(&mut conn, head, method).await;
+    let mut answer = exchange(&mut conn, head, method, interim).await;
     let lost = answer.as_ref().is_err_and(NodeReplyError::never_taken);
     if reused && lost && method.is_idempotent() {
         conn = pool.connect_h1(target).await?;
-        answer = exchange(&mut conn, head, method).await;
+        answer = exchange(&mut conn, head, method, interim).await;
     }
     let head = answer.map_err(|e| UpstreamError {
         connect: false,
@@ -296,9 +307,10 @@ async fn exchange(
     conn: &mut H1Conn,
     head: &[u8],
     method: &http::Method,
+    interim: h1::OnInterim<'_>,
 ) -> Result<h1::Head, NodeReplyError> {
     conn.send(head).await?;
-    conn.read_head(method).await
+    conn.read_head(method, interim).await
 }
 
 /// Puts the request in the form an HTTP/1.1 origin server expects: origin-form target and a

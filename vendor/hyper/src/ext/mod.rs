@@ -27,7 +27,8 @@
 //! The extensions in this module can be grouped as follows:
 //!
 //! - **HTTP/1 Reason Phrase**: [`ReasonPhrase`] — Access non-canonical reason phrases in HTTP/1 responses.
-//! - **Informational Responses**: [`on_informational`] — Register callbacks for 1xx HTTP/1 responses on the client.
+//! - **Informational Responses**: [`on_informational`] — Register callbacks for 1xx HTTP/1 and HTTP/2 responses on the client
+//!   (HTTP/2: Capstan patch); [`InformationalSender`] — send 1xx responses from a server (Capstan patch).
 //! - **Header Case Tracking**: Internal types for tracking the original casing and order of headers as received.
 //! - **HTTP/2 Protocol Extensions**: [`Protocol`] — Access the `:protocol` pseudo-header for Extended CONNECT in HTTP/2.
 //!
@@ -54,14 +55,23 @@ mod h1_reason_phrase;
 #[cfg(any(feature = "http1", feature = "ffi"))]
 pub use h1_reason_phrase::ReasonPhrase;
 
-#[cfg(all(feature = "http1", feature = "client"))]
+// Capstan patch: also for the HTTP/2 client (was `all(feature = "http1", feature = "client")`).
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "client"))]
 mod informational;
-#[cfg(all(feature = "http1", feature = "client"))]
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "client"))]
 pub use informational::on_informational;
-#[cfg(all(feature = "http1", feature = "client"))]
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "client"))]
 pub(crate) use informational::OnInformational;
 #[cfg(all(feature = "http1", feature = "client", feature = "ffi"))]
 pub(crate) use informational::{on_informational_raw, OnInformationalCallback};
+
+// Capstan patch: 1xx informational responses sent by a server (see CAPSTAN-PATCH.md).
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
+mod interim;
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
+pub(crate) use interim::InterimReceiver;
+#[cfg(all(any(feature = "http1", feature = "http2"), feature = "server"))]
+pub use interim::{InformationalSender, MAX_INFORMATIONAL_PER_RESPONSE};
 
 #[cfg(feature = "http2")]
 /// Extension type representing the `:protocol` pseudo-header in HTTP/2.

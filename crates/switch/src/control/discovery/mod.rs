@@ -40,6 +40,8 @@ use crate::config::{Config, DiscoverySource, NodeConfig, SourceKind};
 use crate::state::cluster::Cluster;
 use crate::state::switch::Switch;
 
+pub(crate) use file::parse_nodes as parse_file;
+
 /// What a source lists now, or why it could not be had.
 pub(crate) type Look = Result<Vec<NodeConfig>, String>;
 

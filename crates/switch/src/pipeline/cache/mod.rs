@@ -129,7 +129,7 @@ pub(crate) async fn serve(
     // fill path clones what its background task keeps.
     let cluster = Arc::clone(&forward.cluster);
     let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
-    let rules = cfg.rules();
+    let rules = cluster.cache_rules.as_ref().expect("built with [cache]");
     let key = Key::of(&forward, cfg, &parts);
     let now = SystemTime::now();
     let req = &parts.headers;
@@ -156,7 +156,7 @@ pub(crate) async fn serve(
                 let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
                 with_debug(&forward, resp)
             };
-            match rfc::decide(&parts.method, req, &stored, &entry.times, now, &rules) {
+            match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
                 Decision::Fresh => {
                     bump(&layer.counters.hits);
                     return Err(serve_stored(stored, None));
@@ -201,7 +201,17 @@ pub(crate) async fn serve(
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
-    through_fill(forward, parts, peer, key, stale, cfg, rules, fwd_kind).await
+    through_fill(
+        forward,
+        parts,
+        peer,
+        key,
+        stale,
+        cfg,
+        rules.clone(),
+        fwd_kind,
+    )
+    .await
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
@@ -279,14 +289,17 @@ async fn through_fill(
     }
     let method = parts.method.clone();
     let client_req = parts.headers.clone();
+    // The node's interim responses go to this client, the fill's leader, and never to the
+    // store nor to the requests that join the fill (see `crate::pipeline::interim`).
+    let interim = forward.interim();
     spawn_fill(
         &forward,
         parts.headers,
         key,
         stale,
-        cfg.clone(),
-        rules,
+        (cfg.clone(), rules),
         Arc::clone(&fill),
+        interim,
     );
     let Some(head) = fill
         .head(forward.cluster.config.timeouts.upstream * 2)
@@ -393,26 +406,28 @@ fn refresh_in_background(
         url: key.url.clone(),
         extra: key.extra.clone(),
     };
+    // No client waits for a background refresh: its interim responses go nowhere.
     spawn_fill(
         forward,
         upstream,
         key,
         Some(Arc::clone(entry)),
-        cfg,
-        rules,
+        (cfg, rules),
         fill,
+        None,
     );
 }
 
-/// Starts the task that fetches the key's response into `fill`.
+/// Starts the task that fetches the key's response into `fill`; the node's interim responses
+/// go to `interim` (the leader's client).
 fn spawn_fill(
     forward: &Forward,
     client_headers: HeaderMap,
     key: Key,
     stale: Option<Arc<Entry>>,
-    cfg: CacheConfig,
-    rules: CacheRules,
+    (cfg, rules): (CacheConfig, CacheRules),
     fill: Arc<Fill>,
+    interim: Option<crate::pipeline::interim::Interim>,
 ) {
     let task = Forward {
         switch: Arc::clone(&forward.switch),
@@ -426,6 +441,7 @@ fn spawn_fill(
         client_version: http::Version::HTTP_11,
         // A fill is a GET for the cache: trailers are not stored.
         te_trailers: false,
+        interim,
     };
     // The access log line of the request that started the fill names the node it went to.
     let notes = crate::observe::access_log::current_notes();

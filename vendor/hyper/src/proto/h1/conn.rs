@@ -611,6 +611,38 @@ where
         }
     }
 
+    /// Capstan patch: buffers a 1xx informational head (status line and fields, no body)
+    /// ahead of the final head of the request being answered; it leaves with the next flush.
+    /// Not to an HTTP/1.0 client (RFC 9110 §15.2), nor once the final head is written. A 1xx
+    /// has no content, so `Content-Length` and `Transfer-Encoding` are left out (RFC 9110
+    /// §8.6, RFC 9112 §6.1).
+    #[cfg(feature = "server")]
+    pub(crate) fn write_informational(&mut self, res: &http::Response<()>) {
+        if !T::should_read_first()
+            || self.state.version < Version::HTTP_11
+            || !matches!(self.state.writing, Writing::Init)
+        {
+            return;
+        }
+        let title_case_headers = self.state.title_case_headers;
+        let status = res.status();
+        let dst = self.io.headers_buf();
+        dst.extend_from_slice(b"HTTP/1.1 ");
+        dst.extend_from_slice(status.as_str().as_bytes());
+        dst.push(b' ');
+        dst.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+        dst.extend_from_slice(b"\r\n");
+        let mut fields = res.headers().clone();
+        fields.remove(http::header::CONTENT_LENGTH);
+        fields.remove(http::header::TRANSFER_ENCODING);
+        if title_case_headers {
+            super::role::write_headers_title_case(&fields, dst);
+        } else {
+            super::role::write_headers(&fields, dst);
+        }
+        dst.extend_from_slice(b"\r\n");
+    }
+
     fn encode_head(
         &mut self,
         mut head: MessageHead<T::Outgoing>,

@@ -40,6 +40,17 @@ pub(crate) trait Dispatch {
         -> crate::Result<()>;
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>>;
     fn should_poll(&self) -> bool;
+    /// Capstan patch: the 1xx heads the service queued for the message being answered, to be
+    /// written before its final head (see `crate::ext::InformationalSender`). Unless `last`,
+    /// `cx` is woken when another is queued; when `last` (the final head is ready), no more are
+    /// taken for this message. Servers only.
+    fn take_informational(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _last: bool,
+    ) -> Vec<http::Response<()>> {
+        Vec::new()
+    }
 }
 
 cfg_server! {
@@ -48,6 +59,8 @@ cfg_server! {
     pub(crate) struct Server<S: HttpService<B>, B> {
         in_flight: Pin<Box<Option<S::Future>>>,
         pub(crate) service: S,
+        /// Capstan patch: 1xx heads the service sends (`crate::ext::InformationalSender`).
+        interim: crate::ext::InterimReceiver,
     }
 }
 
@@ -361,7 +374,12 @@ where
                 && self.conn.can_write_head()
                 && self.dispatch.should_poll()
             {
-                if let Some(msg) = ready!(Pin::new(&mut self.dispatch).poll_msg(cx)) {
+                let msg = Pin::new(&mut self.dispatch).poll_msg(cx);
+                // Capstan patch: 1xx heads the service sent go out first, as they come.
+                for res in self.dispatch.take_informational(cx, msg.is_ready()) {
+                    self.conn.write_informational(&res);
+                }
+                if let Some(msg) = ready!(msg) {
                     let (head, body) = msg.map_err(crate::Error::new_user_service)?;
 
                     let body_type = if body.is_end_stream() {
@@ -572,6 +590,7 @@ cfg_server! {
             Server {
                 in_flight: Box::pin(None),
                 service,
+                interim: crate::ext::InterimReceiver::new(),
             }
         }
 
@@ -599,8 +618,10 @@ cfg_server! {
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<(Self::PollItem, Self::PollBody), Self::PollError>>> {
             let mut this = self.as_mut();
+            let this = &mut *this;
             let ret = if let Some(fut) = &mut this.in_flight.as_mut().as_pin_mut() {
-                let resp = ready!(fut.as_mut().poll(cx)?);
+                // Capstan patch: polled with this connection's 1xx sender current.
+                let resp = ready!(this.interim.enter(|| fut.as_mut().poll(cx))?);
                 let (parts, body) = resp.into_parts();
                 let head = MessageHead {
                     version: parts.version,
@@ -641,6 +662,10 @@ cfg_server! {
 
         fn should_poll(&self) -> bool {
             self.in_flight.is_some()
+        }
+
+        fn take_informational(&mut self, cx: &mut Context<'_>, last: bool) -> Vec<http::Response<()>> {
+            self.interim.take(cx, last)
         }
     }
 }

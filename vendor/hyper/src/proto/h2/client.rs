@@ -418,6 +418,8 @@ where
     body_tx: SendStream<SendBuf<B::Data>>,
     body: B,
     cb: Callback<Request<B>, Response<IncomingBody>>,
+    // Capstan patch: the request's `hyper::ext::on_informational` callback.
+    on_informational: Option<crate::ext::OnInformational>,
 }
 
 impl<B: Body> Unpin for FutCtx<B> {}
@@ -567,6 +569,7 @@ where
             send_when: SendWhen {
                 when: ResponseFutMap {
                     fut: f.fut,
+                    on_informational: f.on_informational,
                     ping: Some(ping),
                     send_stream: Some(send_stream),
                     exec: self.executor.clone(),
@@ -586,6 +589,8 @@ pin_project! {
     {
         #[pin]
         fut: ResponseFuture,
+        // Capstan patch: called with each 1xx head before the final response.
+        on_informational: Option<crate::ext::OnInformational>,
         ping: Option<Recorder>,
         #[pin]
         send_stream: Option<Option<SendStream<SendBuf<<B as Body>::Data>>>>,
@@ -612,6 +617,16 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.as_mut().project();
+
+        // Capstan patch: the 1xx heads received so far, in order, before the final response
+        // (h2 keeps them queued ahead of it; unasked, they are skipped).
+        if let Some(callback) = this.on_informational.as_ref() {
+            while let Poll::Ready(Some(Ok(res))) =
+                this.fut.as_mut().get_mut().poll_informational(cx)
+            {
+                callback.call(res);
+            }
+        }
 
         let result = ready!(this.fut.poll(cx));
 
@@ -706,6 +721,9 @@ where
                     }
                     let (head, body) = req.into_parts();
                     let mut req = ::http::Request::from_parts(head, ());
+                    // Capstan patch: the 1xx callback stays here, with the response future.
+                    let on_informational =
+                        req.extensions_mut().remove::<crate::ext::OnInformational>();
                     super::strip_connection_headers(req.headers_mut(), super::MessageKind::Request);
                     if let Some(len) = body.size_hint().exact() {
                         if len != 0 || headers::method_has_defined_payload_semantics(req.method()) {
@@ -751,6 +769,7 @@ where
                         body_tx,
                         body,
                         cb,
+                        on_informational,
                     };
 
                     // Check poll_ready() again.

@@ -369,6 +369,8 @@ pin_project! {
         state: H2StreamState<F, B>,
         date_header: bool,
         exec: E,
+        // Capstan patch: 1xx heads the service sends (`crate::ext::InformationalSender`).
+        interim: crate::ext::InterimReceiver,
     }
 }
 
@@ -412,6 +414,22 @@ where
             state: H2StreamState::Service { fut, connect_parts },
             date_header,
             exec,
+            interim: crate::ext::InterimReceiver::new(),
+        }
+    }
+}
+
+/// Capstan patch: sends the 1xx heads the service queued (see
+/// `crate::ext::InformationalSender`) on the stream, without the fields HTTP/2 forbids. A head
+/// h2 refuses is dropped: the final response still follows.
+fn send_informational<D: bytes::Buf>(
+    reply: &mut SendResponse<SendBuf<D>>,
+    heads: Vec<::http::Response<()>>,
+) {
+    for mut res in heads {
+        super::strip_connection_headers(res.headers_mut(), super::MessageKind::Response);
+        if let Err(_e) = reply.send_informational(res) {
+            debug!("send informational response error: {}", _e);
         }
     }
 }
@@ -446,7 +464,14 @@ where
                     fut: h,
                     connect_parts,
                 } => {
-                    let res = match h.poll(cx) {
+                    // Capstan patch: polled with this stream's 1xx sender current; what it
+                    // queued goes out before the final head.
+                    let polled = me.interim.enter(|| h.poll(cx));
+                    let heads = me.interim.take(cx, polled.is_ready());
+                    if !heads.is_empty() {
+                        send_informational(me.reply, heads);
+                    }
+                    let res = match polled {
                         Poll::Ready(Ok(r)) => r,
                         Poll::Pending => {
                             // Response is not yet ready, so we want to check if the client has sent a

@@ -1,0 +1,236 @@
+// Capstan patch (see CAPSTAN-PATCH.md): sending 1xx informational responses from a server.
+//
+// A service gets an `InformationalSender` for the request it is answering by calling
+// `InformationalSender::current()` while hyper polls its response future. Nothing is allocated
+// and nothing is put in the request's extensions until a service asks: hyper only moves an
+// `Option<Arc<_>>` into and out of a thread-local around each poll of a response future. The
+// queue behind a sender is made on the first `current()` and then kept, per connection for
+// HTTP/1 (one request is answered at a time; a generation number tells the requests apart) and
+// per stream for HTTP/2. The sender may be moved to another task or thread; a head it sends
+// wakes the connection (HTTP/1) or stream (HTTP/2) task, which writes it before the final head.
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
+
+use http::{Response, StatusCode};
+
+/// The most informational heads sent ahead of one response. RFC 9110 sets no limit, and a server
+/// sends one or two; the bound keeps a peer that never stops sending them (a node behind a
+/// proxy that passes them on) from making a connection hold as many.
+pub const MAX_INFORMATIONAL_PER_RESPONSE: usize = 16;
+
+/// Sends 1xx informational responses (such as `103 Early Hints`) to the client ahead of the
+/// final response of the request being answered, on hyper's HTTP/1 and HTTP/2 servers.
+///
+/// Get one with [`InformationalSender::current`] from inside a service's response future. A
+/// sender may be cloned and moved to other tasks; what it sends after the final response head
+/// has been handed to hyper (or after the connection or stream has gone) is dropped.
+///
+/// On HTTP/1, heads sent for a request from an HTTP/1.0 client are dropped (RFC 9110 §15.2:
+/// a server must not send a 1xx response to an HTTP/1.0 client). `101 Switching Protocols` is
+/// never sent this way (it is the upgrade path's); `100 Continue` may be, but note that hyper
+/// sends its own `100 Continue` when a service reads the body of a request that expects one.
+///
+/// # Example
+///
+/// ```
+/// # async fn service(_req: http::Request<()>) -> Result<http::Response<()>, std::convert::Infallible> {
+/// if let Some(interim) = hyper::ext::InformationalSender::current() {
+///     let hints = http::Response::builder()
+///         .status(http::StatusCode::from_u16(103).unwrap())
+///         .header("link", "</style.css>; rel=preload; as=style")
+///         .body(())
+///         .unwrap();
+///     interim.send(hints);
+/// }
+/// Ok(http::Response::new(()))
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct InformationalSender {
+    slot: Arc<Slot>,
+    generation: u64,
+}
+
+impl fmt::Debug for InformationalSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InformationalSender")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl InformationalSender {
+    /// The sender for the request whose response future hyper's server is polling on this
+    /// thread; `None` anywhere else (outside a poll of a response future, in another task, or
+    /// on a connection that does not support it).
+    pub fn current() -> Option<InformationalSender> {
+        CURRENT.with(|current| {
+            let mut entered = current.take()?;
+            let generation = entered.generation;
+            let slot = entered
+                .slot
+                .get_or_insert_with(|| Arc::new(Slot::new(generation)))
+                .clone();
+            current.set(Some(entered));
+            Some(InformationalSender { slot, generation })
+        })
+    }
+
+    /// Queues an informational response head (its body is never sent) to go out before the
+    /// final response. Returns `false` when it will not be sent: its status is not 1xx or is
+    /// `101`, the final response head has already been handed over, the connection (or
+    /// stream) is gone, or [`MAX_INFORMATIONAL_PER_RESPONSE`] have been sent for this response.
+    pub fn send(&self, res: Response<()>) -> bool {
+        let status = res.status();
+        if !status.is_informational() || status == StatusCode::SWITCHING_PROTOCOLS {
+            return false;
+        }
+        let mut queue = self.slot.lock();
+        if queue.closed
+            || queue.generation != self.generation
+            || queue.sent >= MAX_INFORMATIONAL_PER_RESPONSE
+        {
+            return false;
+        }
+        queue.sent += 1;
+        queue.heads.push(res);
+        let waker = queue.waker.take();
+        drop(queue);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        true
+    }
+}
+
+/// What senders and the connection share.
+struct Slot(Mutex<Queue>);
+
+struct Queue {
+    /// The request being answered; heads of another are refused.
+    generation: u64,
+    heads: Vec<Response<()>>,
+    /// Heads sent for this generation.
+    sent: usize,
+    waker: Option<Waker>,
+    /// The receiving end has gone.
+    closed: bool,
+}
+
+impl Slot {
+    fn new(generation: u64) -> Slot {
+        Slot(Mutex::new(Queue {
+            generation,
+            heads: Vec::new(),
+            sent: 0,
+            waker: None,
+            closed: false,
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves the queue consistent (pushes and takes only).
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The receiving end hyper keeps per HTTP/1 connection or HTTP/2 stream.
+pub(crate) struct InterimReceiver {
+    slot: Option<Arc<Slot>>,
+    generation: u64,
+}
+
+impl fmt::Debug for InterimReceiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InterimReceiver")
+            .field("active", &self.slot.is_some())
+            .finish()
+    }
+}
+
+/// The receiver of the response future being polled on this thread.
+struct Entered {
+    slot: Option<Arc<Slot>>,
+    generation: u64,
+}
+
+thread_local! {
+    static CURRENT: Cell<Option<Entered>> = const { Cell::new(None) };
+}
+
+impl InterimReceiver {
+    pub(crate) fn new() -> InterimReceiver {
+        InterimReceiver {
+            slot: None,
+            generation: 0,
+        }
+    }
+
+    /// Runs `poll` (a poll of the response future) with this receiver as the one
+    /// [`InformationalSender::current`] answers for.
+    pub(crate) fn enter<R>(&mut self, poll: impl FnOnce() -> R) -> R {
+        struct Restore<'a> {
+            receiver: &'a mut InterimReceiver,
+            outer: Option<Entered>,
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                let entered = CURRENT.with(|current| current.replace(self.outer.take()));
+                if let Some(entered) = entered {
+                    self.receiver.slot = entered.slot;
+                }
+            }
+        }
+        let entered = Entered {
+            slot: self.slot.take(),
+            generation: self.generation,
+        };
+        let outer = CURRENT.with(|current| current.replace(Some(entered)));
+        let _restore = Restore {
+            receiver: self,
+            outer,
+        };
+        poll()
+    }
+
+    /// The heads queued so far, in the order they were sent. Unless `last`, the task of `cx` is
+    /// woken when another arrives; when `last` (the final head is ready), no more are taken for
+    /// this request.
+    pub(crate) fn take(&mut self, cx: &mut Context<'_>, last: bool) -> Vec<Response<()>> {
+        // No sender was ever made for this connection (or stream): nothing to take.
+        let Some(slot) = &self.slot else {
+            return Vec::new();
+        };
+        let mut queue = slot.lock();
+        let heads = std::mem::take(&mut queue.heads);
+        if last {
+            queue.generation += 1;
+            queue.sent = 0;
+            self.generation = queue.generation;
+            queue.waker = None;
+        } else if !queue
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            queue.waker = Some(cx.waker().clone());
+        }
+        heads
+    }
+}
+
+impl Drop for InterimReceiver {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.slot {
+            let mut queue = slot.lock();
+            queue.closed = true;
+            queue.heads.clear();
+            queue.waker = None;
+        }
+    }
+}

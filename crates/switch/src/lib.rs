@@ -53,7 +53,7 @@ pub mod testing {
             .find(|s| s.name == source.name)
             .map(|s| s.owned)
             .unwrap_or_default();
-        let (now, _) = (switch.set_discovered(&source.name, &owned, nodes).await)
+        let (now, _, _) = (switch.set_discovered(&source.name, &owned, nodes).await)
             .map_err(|e| e.to_string())?;
         switch.discovery.update(source, |s| s.owned = now.clone());
         Ok(now)

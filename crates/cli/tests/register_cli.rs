@@ -343,3 +343,51 @@ fn a_switch_drains_an_origin_stopped_with_sigterm_and_no_request_fails() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn check_resolve_prints_what_an_etcd_prefix_gives_now() {
+    let Some(mut server) = EtcdServer::start() else {
+        return;
+    };
+    let rt = runtime();
+    let settings = Settings::new(vec![server.endpoint()]);
+    let ttl = Duration::from_secs(30);
+    let good = NodeValue::new("127.0.0.1:9001").to_json();
+    let _good = rt
+        .block_on(register(settings.clone(), PREFIX, "a", good, ttl))
+        .unwrap();
+    let _junk = rt
+        .block_on(register(settings, PREFIX, "junk", b"hello".to_vec(), ttl))
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("capstan-resolve-etcd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("switch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n[[discovery]]\netcd = [\"{}\"]\nprefix = \"{PREFIX}\"\n\
+             timeout = \"1s\"\n",
+            server.endpoint()
+        ),
+    )
+    .unwrap();
+    let out = run(&["check", "--resolve", config.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let head = format!(
+        "resolved  etcd etcd {} {PREFIX}: 1 nodes",
+        server.endpoint()
+    );
+    assert!(text.contains(&head), "{text}");
+    assert!(text.contains("etcd-127.0.0.1:9001"), "{text}");
+    assert!(
+        text.contains("  skipped  key `/capstan/nodes/junk`: not a node"),
+        "{text}"
+    );
+    server.stop();
+    let out = run(&["check", "--resolve", config.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains(": error: etcd http://127.0.0.1:"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -546,3 +546,102 @@ fn admin_token_file_flag_guards_reload() {
     );
     assert_eq!(get(admin, "/status").status, 200, "reads stay open");
 }
+
+/// `check --resolve` against a real dnsmasq (skipped with a note when it is missing) and a
+/// node file: each source's nodes now, its standby and skipped records, and a source that
+/// gives no list makes the exit status 1.
+#[tokio::test]
+async fn check_resolve_prints_what_each_source_gives_now() {
+    let records = "\
+srv-host=_http._tcp.web.test,a.web.test,8080,0,3
+srv-host=_http._tcp.web.test,b.web.test,8081,5,1
+srv-host=_http._tcp.web.test,a.web.test,0,0,1
+host-record=a.web.test,127.0.0.1
+host-record=b.web.test,127.0.0.1
+";
+    let Some(server) = capstan_discovery::dns::testing::Dnsmasq::start(records, 30).await else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("capstan-check-resolve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("nodes.json"),
+        r#"{"nodes": [{"address": "127.0.0.1:9001"}]}"#,
+    )
+    .unwrap();
+    let config = |extra: &str| {
+        let path = dir.join("switch.toml");
+        let text = format!(
+            "listen = [\"127.0.0.1:0\"]\n\
+             [[discovery]]\ndns = \"_http._tcp.web.test\"\nresolvers = [\"{}\"]\n\
+             [[discovery]]\nfile = \"nodes.json\"\n{extra}",
+            server.addr()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let out = run(&["check", "--resolve", config("").to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    for line in [
+        "resolved  dns dns _http._tcp.web.test: 1 nodes",
+        "  dns-127.0.0.1:8080 127.0.0.1:8080         weight 3",
+        "  standby  127.0.0.1:8081 (b.web.test:8081): priority 5",
+        "  skipped  _http._tcp.web.test: a.web.test:0: port 0",
+        "resolved  file file ",
+        "  file-127.0.0.1:9001 127.0.0.1:9001         weight 1",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in\n{stdout}");
+    }
+
+    let gone = format!(
+        "[[discovery]]\ndns = \"gone.test:80\"\nname = \"gone\"\nresolvers = [\"{}\"]\n",
+        server.addr()
+    );
+    let out = run(&["check", "--resolve", config(&gone).to_str().unwrap()]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout
+            .contains("resolved  gone dns gone.test:80: error: gone.test: no such name (NXDOMAIN)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("1 of 3 discovery sources gave no list"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Kubernetes example cannot run here, but the configuration in its ConfigMap is a
+/// valid one with a dns source.
+#[test]
+fn the_kubernetes_example_holds_a_valid_configuration() {
+    let yaml =
+        std::fs::read_to_string(repo_root().join("examples/kubernetes/capstan.yaml")).unwrap();
+    let toml: String = yaml
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("capstan.toml: |"))
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(toml.contains("[[discovery]]"), "{toml}");
+    let path = std::env::temp_dir().join(format!("capstan-k8s-{}.toml", std::process::id()));
+    std::fs::write(&path, &toml).unwrap();
+    let out = run(&["check", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("discovery web: dns _http._tcp.web.default.svc.cluster.local"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(&path);
+}

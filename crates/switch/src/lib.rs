@@ -20,7 +20,11 @@ mod upstream;
 
 pub use config::cache::ByteSize;
 pub use config::sections::admin_token::AdminToken;
-pub use config::{policy_from_table, resolve_address, Config, ConfigError, NodeConfig};
+pub use config::{
+    policy_from_table, resolve_address, Config, ConfigError, DiscoverySource, NodeConfig,
+    SourceKind,
+};
+pub use control::discovery::{resolve_once, Listing};
 pub use server::{run, start, Running};
 pub use state::switch::Switch;
 
@@ -49,7 +53,7 @@ pub mod testing {
             .find(|s| s.name == source.name)
             .map(|s| s.owned)
             .unwrap_or_default();
-        let (now, _) = (switch.set_discovered(&source.name, &owned, nodes).await)
+        let (now, _, _) = (switch.set_discovered(&source.name, &owned, nodes).await)
             .map_err(|e| e.to_string())?;
         switch.discovery.update(source, |s| s.owned = now.clone());
         Ok(now)

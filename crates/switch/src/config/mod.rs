@@ -26,7 +26,7 @@ use toml::Spanned;
 pub use crate::config::cache::CacheConfig;
 pub use crate::config::sections::access_log::AccessLogConfig;
 pub use crate::config::sections::admin_token::AdminToken;
-pub use crate::config::sections::discovery::{DiscoverySource, EtcdSource, SourceKind};
+pub use crate::config::sections::discovery::{DiscoverySource, DnsSource, EtcdSource, SourceKind};
 pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
 pub use crate::config::sections::upgrade::UpgradeConfig;
 
@@ -1928,6 +1928,75 @@ address = "127.0.0.1:9001"
     }
 
     #[test]
+    fn dns_sources_have_defaults_and_located_errors() {
+        let c = Config::parse(
+            "listen = [\"127.0.0.1:0\"]\n[[discovery]]\ndns = \"_http._tcp.web.example.\"\n\
+             resolvers = [\"10.0.0.53\", \"[::1]:5353\"]\nmin_ttl = \"2s\"\n\n\
+             [[discovery]]\ndns = \"web.example:8080\"\nname = \"web\"\n",
+            None,
+        )
+        .unwrap();
+        let crate::config::SourceKind::Dns(srv) = &c.discovery[0].kind else {
+            panic!("{:?}", c.discovery[0]);
+        };
+        assert_eq!(c.discovery[0].name, "dns");
+        assert_eq!(srv.name.to_string(), "_http._tcp.web.example");
+        let resolvers: Vec<String> = srv.resolvers.iter().map(|r| r.to_string()).collect();
+        assert_eq!(resolvers, ["10.0.0.53:53", "[::1]:5353"]);
+        assert_eq!(
+            (srv.min_ttl, srv.max_ttl, srv.timeout, srv.attempts),
+            (
+                Duration::from_secs(2),
+                Duration::from_secs(300),
+                Duration::from_secs(2),
+                2
+            )
+        );
+        let describe = c.describe();
+        assert!(
+            describe.contains(
+                "discovery web: dns web.example:8080 (nodes web-ADDRESS, weight 1 unless given, \
+                 A/AAAA via /etc/resolv.conf, looked up again after its TTL within 1s..5m"
+            ),
+            "{describe}"
+        );
+        let bad = |body: &str| {
+            let text = format!("listen = [\"127.0.0.1:0\"]\n[[discovery]]\n{body}\n");
+            Config::parse(&text, Some("c.toml"))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("dns = \"web.example\"");
+        assert!(
+            e.starts_with("c.toml:3:7: discovery: dns `web.example`: give an SRV"),
+            "{e}"
+        );
+        assert!(bad("dns = \"web:0\"").contains("port 0"));
+        assert!(bad("dns = \"_http._tcp.we b\"").contains("not allowed in a DNS name"));
+        let e = bad("dns = \"w:80\"\nresolvers = [\"dns.example:53\"]");
+        assert!(
+            e.starts_with("c.toml:4:13: discovery: resolvers: `dns.example:53` is not IP:PORT"),
+            "{e}"
+        );
+        let e = bad("dns = \"w:80\"\nmin_ttl = \"10s\"\nmax_ttl = \"5s\"");
+        assert!(
+            e.starts_with("c.toml:5:11: discovery: max_ttl must be at least min_ttl"),
+            "{e}"
+        );
+        assert!(bad("dns = \"w:80\"\nmin_ttl = \"0s\"").contains("min_ttl must be more than 0s"));
+        assert!(bad("dns = \"w:80\"\nattempts = 0").contains("attempts must be 1 to 10"));
+        assert!(bad("dns = \"w:80\"\ntimeout = \"0s\"").contains("timeout must be more"));
+        let e = bad("file = \"n.json\"\nmin_ttl = \"1s\"");
+        assert_eq!(
+            e,
+            "c.toml:4:11: discovery: `min_ttl` is for `dns` sources only"
+        );
+        let e = bad("file = \"n.json\"\ndns = \"w:80\"");
+        assert!(e.contains("give one of `file`, `dns` and `etcd`"), "{e}");
+        assert!(bad("dns = 5").contains("c.toml:3:7"));
+    }
+
+    #[test]
     fn discovery_sources_are_read_with_defaults_and_located_errors() {
         let c = Config::parse(
             "listen = [\"127.0.0.1:0\"]\n[[discovery]]\nfile = \"/tmp/nodes.json\"\n\n\
@@ -1962,11 +2031,6 @@ address = "127.0.0.1:9001"
                 .unwrap_err()
                 .to_string()
         };
-        let e = bad("dns = \"_http._tcp.example\"");
-        assert_eq!(
-            e,
-            "c.toml:3:7: discovery: `dns` sources are not supported yet; use `file`"
-        );
         assert!(bad("etcd = \"http://e:2379\"").contains("c.toml:3:8: invalid type: string"));
         assert!(bad("name = \"x\"").contains("give `file = "));
         assert!(bad("file = \"n.yaml\"").contains("must end in .json or .toml"));

@@ -137,14 +137,15 @@ impl Switch {
 
     /// Makes the nodes a discovery source owns exactly `wanted` (see
     /// `crate::control::discovery`): `owned` names the nodes it added before; every other node
-    /// stays. A wanted node whose name or address another node has is skipped with a warning.
-    /// Returns the names the source owns now, and whether the cluster changed.
+    /// stays. A wanted node whose name or address another node has is skipped.
+    /// Returns the names the source owns now, whether the cluster changed, and the skipped
+    /// nodes with why (the caller logs them once, not at every look).
     pub(crate) async fn set_discovered(
         &self,
         source: &str,
         owned: &[String],
         wanted: Vec<NodeConfig>,
-    ) -> Result<(Vec<String>, bool), MembershipError> {
+    ) -> Result<(Vec<String>, bool, Vec<String>), MembershipError> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let current = self.cluster.load_full();
         let mut nodes: Vec<NodeConfig> = current
@@ -155,19 +156,16 @@ impl Switch {
             .cloned()
             .collect();
         let others = nodes.len();
+        let mut clashes = Vec::new();
         for node in wanted {
             if let Some(other) = nodes[..others]
                 .iter()
                 .find(|n| n.address == node.address || n.name == node.name)
             {
-                tracing::warn!(
-                    source,
-                    node = %node.name,
-                    "discovered {} skipped: node `{}` ({}) is configured already",
-                    node.address,
-                    other.name,
-                    other.address
-                );
+                clashes.push(format!(
+                    "{} ({}): node `{}` ({}) is in the cluster already",
+                    node.name, node.address, other.name, other.address
+                ));
                 continue;
             }
             nodes.push(node);
@@ -178,7 +176,7 @@ impl Switch {
                 .iter()
                 .all(|n| current.config.nodes.iter().any(|c| c == n));
         if unchanged {
-            return Ok((now_owned, false));
+            return Ok((now_owned, false, clashes));
         }
         if nodes.is_empty() {
             return Err(MembershipError::Conflict(
@@ -203,7 +201,7 @@ impl Switch {
             source,
             "discovered nodes applied (generation {generation}){summary}"
         );
-        Ok((now_owned, true))
+        Ok((now_owned, true, clashes))
     }
 
     /// The current cluster with another node list, as the next generation.

@@ -31,8 +31,12 @@ pub(crate) struct SourceState {
     pub refreshes_error: u64,
     /// The names of this source's nodes in the cluster.
     pub owned: Vec<String>,
-    /// Why each entry left out of the last list was (an etcd value that is not a node).
-    pub skipped: Vec<String>,
+    /// Entries of the last good list the kind dropped, and why (a DNS record with port 0, a
+    /// target that does not exist): the rest of the list applies.
+    pub dropped: Vec<String>,
+    /// Entries of the last applied list left out because another node (static, admin-added
+    /// or another source's) has their address or name.
+    pub clashes: Vec<String>,
 }
 
 /// A source as `/status` shows it.
@@ -48,8 +52,7 @@ pub(crate) struct SourceStatus {
     pub last_good_s_ago: Option<f64>,
     pub nodes: usize,
     pub failures: u64,
-    /// Entries of the last list left out, each with why (absent when none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Entries of its last good list that gave no node, and why (`dropped` and `clashes`).
     pub skipped: Vec<String>,
 }
 
@@ -74,7 +77,8 @@ impl DiscoveryBoard {
                     refreshes_ok: 0,
                     refreshes_error: 0,
                     owned: Vec::new(),
-                    skipped: Vec::new(),
+                    dropped: Vec::new(),
+                    clashes: Vec::new(),
                 });
                 all.len() - 1
             }
@@ -103,17 +107,17 @@ impl DiscoveryBoard {
                 last_good_s_ago: s.last_good.map(|t| t.elapsed().as_secs_f64()),
                 failures: s.refreshes_error,
                 nodes: s.nodes,
+                skipped: s.dropped.iter().chain(&s.clashes).cloned().collect(),
                 name: s.name,
                 target: s.target,
                 last_error: s.error,
-                skipped: s.skipped,
             })
             .collect()
     }
 }
 
 /// `capstan_discovery_refreshes_total{source,result}`, `capstan_discovery_nodes{source}` and
-/// `capstan_discovery_skipped_entries{source}`.
+/// `capstan_discovery_skipped{source}`.
 #[derive(Debug)]
 pub(crate) struct DiscoveryCollector(pub Vec<SourceState>);
 
@@ -148,14 +152,15 @@ impl Collector for DiscoveryCollector {
             ConstGauge::new(s.nodes as i64).encode(family.encode_family(&labels)?)?;
         }
         let mut family = encoder.encode_descriptor(
-            "capstan_discovery_skipped_entries",
-            "Entries of a discovery source's last list left out as not a node (a bad etcd value)",
+            "capstan_discovery_skipped",
+            "Entries of a discovery source's last list that gave no node (a bad record, an address another node has)",
             None,
             MetricType::Gauge,
         )?;
         for s in &self.0 {
             let labels = [("source".to_string(), s.name.clone())];
-            ConstGauge::new(s.skipped.len() as i64).encode(family.encode_family(&labels)?)?;
+            let skipped = s.dropped.len() + s.clashes.len();
+            ConstGauge::new(skipped as i64).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

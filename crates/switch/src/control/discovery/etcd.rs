@@ -6,10 +6,10 @@
 //! from the revision it saw and sends the list again once whole.
 //!
 //! A value that is not a node (bad JSON, a bad address, one that does not resolve, an address
-//! or name another key has already) is left out of the list, not the list refused: one bad
-//! registrant does not freeze the others. Each is logged once when it appears, and the
-//! source's `skipped` entries (in `/status`, and `capstan_discovery_skipped_entries`) list them
-//! while they last. `zone` and `classes` are read but not used by the switch yet.
+//! or name another key has already) is dropped from the list, not the list refused: one bad
+//! registrant does not freeze the others. Each is logged once when it appears, and listed in
+//! the source's `skipped` (`/status`) and counted in `capstan_discovery_skipped` while it
+//! lasts. `zone` and `classes` are read but not used by the switch yet.
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use capstan_discovery::etcd::{self, Settings, Snapshot};
 use tokio::sync::mpsc;
 
 use super::entries;
-use super::Look;
+use super::{Listing, Look};
 use crate::config::{resolve_address, DiscoverySource, EtcdSource, NodeConfig};
 use crate::state::switch::Switch;
 
@@ -29,9 +29,9 @@ fn settings(etcd: &EtcdSource) -> Settings {
     }
 }
 
-/// The nodes of a snapshot (resolves host names: blocking), and why each left-out key was.
+/// The nodes of a snapshot (resolves host names: blocking), and why each dropped key was.
 fn nodes_of(source: &DiscoverySource, snapshot: &Snapshot) -> (Vec<NodeConfig>, Vec<String>) {
-    let (values, mut skipped) = snapshot.nodes();
+    let (values, mut dropped) = snapshot.nodes();
     let mut nodes: Vec<NodeConfig> = Vec::with_capacity(values.len());
     for (key, value) in values {
         let at = format!("key `{key}`");
@@ -50,15 +50,15 @@ fn nodes_of(source: &DiscoverySource, snapshot: &Snapshot) -> (Vec<NodeConfig>, 
                 entries::push_unique(&mut nodes, &at, node)
             });
         if let Err(e) = made {
-            skipped.push(e);
+            dropped.push(e);
         }
     }
-    (nodes, skipped)
+    (nodes, dropped)
 }
 
-/// The list once, blocking (before the switch starts): one Get on a thread of its own, as
-/// the caller may be inside a runtime.
-pub(super) fn read(source: &DiscoverySource, etcd: &EtcdSource) -> Look {
+/// The list once, blocking (before the switch starts, `capstan check --resolve`): one Get on
+/// a thread of its own, as the caller may be inside a runtime.
+pub(super) fn look_once(source: &DiscoverySource, etcd: &EtcdSource) -> Result<Listing, String> {
     let (source, etcd) = (source.clone(), etcd.clone());
     let got = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -68,11 +68,12 @@ pub(super) fn read(source: &DiscoverySource, etcd: &EtcdSource) -> Look {
         let snapshot = runtime
             .block_on(etcd::get_prefix(&settings(&etcd), &etcd.prefix))
             .map_err(|e| e.to_string())?;
-        let (nodes, skipped) = nodes_of(&source, &snapshot);
-        for e in skipped {
-            tracing::warn!(source = %source.name, "discovery: {e}; left out");
-        }
-        Ok(nodes)
+        let (nodes, dropped) = nodes_of(&source, &snapshot);
+        Ok(Listing {
+            nodes,
+            dropped,
+            ..Listing::default()
+        })
     })
     .join();
     got.unwrap_or_else(|_| Err("reading etcd failed (a panic)".into()))
@@ -87,16 +88,16 @@ pub(super) async fn feed(
     looks: mpsc::Sender<Look>,
 ) {
     let mut watch = etcd::watch_prefix(settings(&etcd), etcd.prefix.clone());
-    let mut skipped_before: Vec<String> = Vec::new();
+    let mut dropped_before: Vec<String> = Vec::new();
     while let Some(next) = watch.next().await {
         let look = match next {
             Ok(snapshot) => {
                 let s = source.clone();
                 let made = tokio::task::spawn_blocking(move || nodes_of(&s, &snapshot)).await;
                 match made {
-                    Ok((nodes, skipped)) => {
-                        report_skipped(&switch, &source, &skipped, &skipped_before);
-                        skipped_before = skipped;
+                    Ok((nodes, dropped)) => {
+                        report_dropped(&switch, &source, &dropped, &dropped_before);
+                        dropped_before = dropped;
                         Ok(nodes)
                     }
                     Err(e) => Err(format!("reading the etcd list failed: {e}")),
@@ -110,17 +111,19 @@ pub(super) async fn feed(
     }
 }
 
-/// Logs the keys newly left out (once each), and records the current ones for `/status`.
-fn report_skipped(switch: &Switch, source: &DiscoverySource, now: &[String], before: &[String]) {
+/// Logs the keys newly dropped (once each), and records the current ones for `/status`.
+fn report_dropped(switch: &Switch, source: &DiscoverySource, now: &[String], before: &[String]) {
     for e in now.iter().filter(|e| !before.contains(e)) {
-        tracing::warn!(source = %source.name, "discovery: {e}; left out");
+        tracing::warn!(source = %source.name, "discovery: dropped {e}");
     }
     if now.is_empty() && !before.is_empty() {
-        tracing::info!(source = %source.name, "discovery: no key is left out any more");
+        tracing::info!(source = %source.name, "discovery: no key is dropped any more");
     }
-    switch
-        .discovery
-        .update(source, |s| s.skipped = now.to_vec());
+    if now != before {
+        switch
+            .discovery
+            .update(source, |s| s.dropped = now.to_vec());
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Each source kind only says what its source lists: a feed task sends a [`Look`] (the nodes,
 //! or why there are none to be had) whenever the source may have changed (`file`: its stamp
-//! changed; `etcd`: its watch saw a change). Everything else is common and lives here:
+//! changed; `dns`: the answer's TTL passed; `etcd`: its watch saw a change). Everything else
+//! is common and lives here:
 //!
 //! - A good list is applied through membership (`Switch::set_discovered`): nodes that stay
 //!   keep their runtime, new ones enter with slow start, removed ones drain. Static nodes and
@@ -17,8 +18,17 @@
 //!
 //! The request path is never involved: it sees a new cluster when one is swapped in.
 //!
-//! Layers: `entries` (one entry made a node) ← `file`, `etcd` (the kinds) ← this module.
+//! - Entries a kind dropped (a bad DNS record, an etcd value that is not a node:
+//!   [`Listing::dropped`]) and entries that clash with another node's address or name are
+//!   shown in `/status` (`skipped`), counted (`capstan_discovery_skipped`) and logged once
+//!   each; the rest of the list applies.
+//!
+//! A new kind adds: its variant of `SourceKind` (config), a module here with a feed, and an
+//! arm in [`spawn_feed`] and [`resolve_once`].
+//!
+//! Layers: `entries` (one entry made a node) ← `file`, `dns`, `etcd` (the kinds) ← this module.
 
+mod dns;
 mod entries;
 mod etcd;
 mod file;
@@ -46,6 +56,12 @@ fn spawn_feed(
 ) -> JoinHandle<()> {
     match &source.kind {
         SourceKind::File(path) => tokio::spawn(file::feed(source.clone(), path.clone(), looks)),
+        SourceKind::Dns(settings) => tokio::spawn(dns::feed(
+            Arc::clone(switch),
+            source.clone(),
+            settings.clone(),
+            looks,
+        )),
         SourceKind::Etcd(e) => tokio::spawn(etcd::feed(
             Arc::clone(switch),
             source.clone(),
@@ -55,12 +71,38 @@ fn spawn_feed(
     }
 }
 
-/// One look at a source, blocking (at start, before the first cluster is built).
-pub(crate) fn look_once(source: &DiscoverySource) -> Look {
+/// What one look at a source found, in full (for `capstan check --resolve`).
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The nodes it gives.
+    pub nodes: Vec<NodeConfig>,
+    /// Entries dropped one by one, and why (the rest apply).
+    pub dropped: Vec<String>,
+    /// Entries not used now but ready to be (DNS SRV records of a higher priority value).
+    pub standby: Vec<String>,
+}
+
+/// One look at a source, blocking, in full: what `capstan check --resolve` prints. A DNS
+/// lookup takes at most about 2 × `attempts` × `timeout`.
+pub fn resolve_once(source: &DiscoverySource) -> Result<Listing, String> {
     match &source.kind {
-        SourceKind::File(path) => file::read(source, path),
-        SourceKind::Etcd(e) => etcd::read(source, e),
+        SourceKind::File(path) => file::read(source, path).map(|nodes| Listing {
+            nodes,
+            ..Listing::default()
+        }),
+        SourceKind::Dns(settings) => dns::look_once(source, settings),
+        SourceKind::Etcd(e) => etcd::look_once(source, e),
     }
+}
+
+/// One look at a source, blocking (at start, before the first cluster is built); what it
+/// dropped is logged.
+pub(crate) fn look_once(source: &DiscoverySource) -> Look {
+    let listing = resolve_once(source)?;
+    for line in &listing.dropped {
+        tracing::warn!(source = %source.name, "discovery: dropped {line}");
+    }
+    Ok(listing.nodes)
 }
 
 /// A task aborted when this handle is dropped, so a source's feed never outlives its
@@ -226,6 +268,8 @@ struct Follower {
     last_error: Option<String>,
     /// Why the cluster refused the last list, logged once.
     last_refusal: Option<String>,
+    /// The entries of the last applied list that clashed with other nodes, logged once each.
+    clashes: Vec<String>,
 }
 
 impl Follower {
@@ -242,6 +286,7 @@ impl Follower {
             owned,
             last_error: None,
             last_refusal: None,
+            clashes: Vec::new(),
         }
     }
 
@@ -317,11 +362,16 @@ impl Follower {
             .set_discovered(name, &self.owned, nodes.clone())
             .await
         {
-            Ok((now, _changed)) => {
+            Ok((now, _changed, clashes)) => {
                 self.last_refusal = None;
+                for clash in clashes.iter().filter(|c| !self.clashes.contains(c)) {
+                    tracing::warn!(source = %name, "discovery: skipped {clash}");
+                }
+                self.clashes.clone_from(&clashes);
                 self.switch.discovery.update(&self.source, |s| {
                     s.nodes = now.len();
                     s.owned = now.clone();
+                    s.clashes = clashes;
                 });
                 self.owned = now;
             }

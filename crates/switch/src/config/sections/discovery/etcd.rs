@@ -152,8 +152,12 @@ mod tests {
                 .contains("timeout `x`")
         );
         assert!(bad("file = \"n.json\"\netcd = [\"http://e:2379\"]")
-            .contains("c.toml:4:8: discovery: one kind per source"));
+            .contains("c.toml:4:8: discovery: give one of `file`, `dns` and `etcd` per"));
+        assert!(
+            bad("etcd = [\"http://e:2379\"]\nprefix = \"/n/\"\nattempts = 2")
+                .contains("c.toml:5:12: discovery: `attempts` is for `dns` sources only")
+        );
         assert!(bad("file = \"n.json\"\nprefix = \"/n/\"")
-            .contains("c.toml:4:10: discovery: `prefix` applies to etcd sources"));
+            .contains("c.toml:4:10: discovery: `prefix` is for `etcd` sources only"));
     }
 }

@@ -2,16 +2,19 @@
 //! resolved; `crate::control::discovery` follows them.
 //!
 //! The keys every source has (`name`, `weight`, `hold`, `interval`) are resolved here; each
-//! kind's own keys in its module (`file`). A kind not built yet is refused with a located
-//! error.
+//! kind's own keys in its module (`file`, `dns`, `etcd`).
 //!
-//! Layers: `file` and `etcd` are below this module and use nothing of it but the [`Located`]
-//! error type.
+//! Layers: `file`, `dns` and `etcd` are below this module and use nothing of it but the
+//! [`Located`] error type, the raw entry and the duration parser (`etcd`: only `Located`).
 
+mod dns;
 mod etcd;
 mod file;
 
+pub use dns::DnsSource;
 pub use etcd::EtcdSource;
+
+use capstan_discovery::dns::DnsName;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -26,10 +29,14 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDiscovery {
     file: Option<Spanned<String>>,
-    dns: Option<Spanned<toml::Value>>,
+    dns: Option<Spanned<String>>,
     etcd: Option<Spanned<Vec<Spanned<String>>>>,
     prefix: Option<Spanned<String>>,
+    resolvers: Option<Spanned<Vec<String>>>,
+    min_ttl: Option<Spanned<String>>,
+    max_ttl: Option<Spanned<String>>,
     timeout: Option<Spanned<String>>,
+    attempts: Option<Spanned<u32>>,
     name: Option<Spanned<String>>,
     weight: Option<Spanned<u32>>,
     hold: Option<Spanned<String>>,
@@ -42,6 +49,8 @@ pub(crate) struct RawDiscovery {
 pub enum SourceKind {
     /// A watched file (`.json` or `.toml`), relative paths taken from the config's folder.
     File(PathBuf),
+    /// SRV or A/AAAA records, looked up again at their TTL.
+    Dns(DnsSource),
     /// A watched etcd key prefix.
     Etcd(EtcdSource),
 }
@@ -51,6 +60,7 @@ impl SourceKind {
     pub fn name(&self) -> &'static str {
         match self {
             SourceKind::File(_) => "file",
+            SourceKind::Dns(_) => "dns",
             SourceKind::Etcd(_) => "etcd",
         }
     }
@@ -60,6 +70,7 @@ impl SourceKind {
     pub fn target(&self) -> String {
         match self {
             SourceKind::File(path) => path.display().to_string(),
+            SourceKind::Dns(dns) => dns.name.to_string(),
             SourceKind::Etcd(etcd) => etcd.target(),
         }
     }
@@ -86,22 +97,27 @@ pub struct DiscoverySource {
 impl DiscoverySource {
     /// One line for `capstan check`.
     pub fn describe(&self) -> String {
-        let looked = match &self.kind {
+        let how = match &self.kind {
+            SourceKind::Dns(dns) => dns.describe(),
             SourceKind::Etcd(e) => {
                 format!("watched, timeout {}", humantime::format_duration(e.timeout))
             }
-            _ => format!(
+            SourceKind::File(_) => format!(
                 "looked at every {}",
                 humantime::format_duration(self.interval)
             ),
         };
+        let weight = match &self.kind {
+            SourceKind::Dns(dns) if matches!(dns.name, DnsName::Srv(_)) => {
+                "weight from each SRV record".to_string()
+            }
+            _ => format!("weight {} unless given", self.weight),
+        };
         format!(
-            "{} {} (nodes {}-ADDRESS, weight {} unless given, {looked}, \
-             an empty list applied after {})",
+            "{} {} (nodes {}-ADDRESS, {weight}, {how}, an empty list applied after {})",
             self.kind.name(),
             self.kind.target(),
             self.name,
-            self.weight,
             humantime::format_duration(self.hold),
         )
     }
@@ -119,45 +135,52 @@ pub(crate) fn resolve(
     for entry in raw {
         let span = entry.span();
         let entry = entry.get_ref();
-        if let Some(value) = &entry.dns {
+        let given = [
+            entry.file.as_ref().map(Spanned::span),
+            entry.dns.as_ref().map(Spanned::span),
+            entry.etcd.as_ref().map(Spanned::span),
+        ];
+        if let Some(second) = given.into_iter().flatten().nth(1) {
             return Err((
-                Some(value.span()),
-                "discovery: `dns` sources are not supported yet; use `file`".into(),
+                Some(second),
+                "discovery: give one of `file`, `dns` and `etcd` per [[discovery]]".into(),
             ));
         }
-        if let (Some(_), Some(etcd)) = (&entry.file, &entry.etcd) {
-            return Err((
-                Some(etcd.span()),
-                "discovery: one kind per source: `file` or `etcd`, in two [[discovery]] tables"
-                    .into(),
-            ));
-        }
-        let kind = match (&entry.file, &entry.etcd) {
-            (Some(file), _) => SourceKind::File(file::resolve(file, base_dir)?),
-            (None, Some(endpoints)) => SourceKind::Etcd(etcd::resolve(
+        let kind = match (&entry.file, &entry.dns, &entry.etcd) {
+            (Some(file), _, _) => SourceKind::File(file::resolve(file, base_dir)?),
+            (None, Some(name), _) => SourceKind::Dns(dns::resolve(name, entry)?),
+            (None, None, Some(endpoints)) => SourceKind::Etcd(etcd::resolve(
                 endpoints,
                 entry.prefix.as_ref(),
                 entry.timeout.as_ref(),
                 span.clone(),
             )?),
-            (None, None) => {
+            (None, None, None) => {
                 return Err((
                     Some(span),
                     "discovery: give `file = \"PATH\"` (a .json or .toml list of nodes) or \
+                     `dns = \"NAME\"` (an SRV name, or host:port) or \
                      `etcd = [\"http://HOST:2379\"]` with `prefix`"
                         .into(),
                 ))
             }
         };
-        if !matches!(kind, SourceKind::Etcd(_)) {
-            for (key, value) in [("prefix", &entry.prefix), ("timeout", &entry.timeout)] {
-                if let Some(value) = value {
-                    return Err((
-                        Some(value.span()),
-                        format!("discovery: `{key}` applies to etcd sources"),
-                    ));
-                }
+        if !matches!(kind, SourceKind::Dns(_)) {
+            // `timeout` is an etcd key too.
+            let etcd = matches!(kind, SourceKind::Etcd(_));
+            if let Some((key, at)) = dns::own_keys(entry)
+                .into_iter()
+                .find(|(key, at)| at.is_some() && !(etcd && *key == "timeout"))
+            {
+                let e = format!("discovery: `{key}` is for `dns` sources only");
+                return Err((at, e));
             }
+        }
+        if let (false, Some(prefix)) = (matches!(kind, SourceKind::Etcd(_)), &entry.prefix) {
+            return Err((
+                Some(prefix.span()),
+                "discovery: `prefix` is for `etcd` sources only".into(),
+            ));
         }
         let name = match &entry.name {
             Some(n) => {

@@ -6,6 +6,8 @@
 #   bash benches/cache.sh [ROUNDS] [SECONDS]        # defaults: 3 rounds × 10 s per hit cell
 #   SECTIONS=hit CONTENDERS=capstan,varnish,nginx bash benches/cache.sh 5 8
 #   SECTIONS=mem MEM_OBJECTS=200000 bash benches/cache.sh
+#   PIN=1 SECTIONS=hit CONTENDERS=capstan,varnish bash benches/cache.sh 3 8   # proxy on CPU 1,
+#                                   # load on CPU 0 (hit-threads.tsv: ms of CPU per proxy thread)
 #
 # Sections (SECTIONS=hit,miss,mem):
 #   hit   keep-alive GETs of one cached object (≈1 KB and ≈100 KB), wrk: requests/s, p50/p99, CPU
@@ -145,6 +147,20 @@ trap 'echo "cache.sh: terminated" >&2; exit 143' TERM
 
 # Run a command in the background and wait for it, so that INT/TERM reach the traps at once.
 run() { "$@" & local p=$!; pids+=("$p"); wait "$p"; }
+# PIN=1: the contender on CPU 1 and the load generators on CPU 0, so the generator never takes
+# CPU from the proxy (nor the proxy from the generator) and each proxy's threads share one core.
+pin_proxy=() pin_load=()
+if [ "${PIN:-0}" = 1 ]; then
+  command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ] || die "PIN=1 needs taskset and two CPUs"
+  pin_proxy=(taskset -c 1) pin_load=(taskset -c 0)
+fi
+# Each thread's CPU time (ns, from schedstat) of process $1, as "tid name ns" lines.
+thread_ns() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    printf '%s %s %s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" "$(awk '{print $1}' "$t/schedstat" 2>/dev/null)"
+  done
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 wait_http() {  # PORT PID SECONDS: a 200 for an object of the tree through PORT, while PID lives
@@ -205,7 +221,7 @@ start_capstan() {  # ===== CAPSTAN BLOCK: adjust here when the cache lands =====
     capstan_note="this build refuses [cache] ($(head -1 "$dir/check.out")): running as a plain proxy"
   fi
   [ -n "$capstan_note" ] && echo "NOTE capstan: $capstan_note" >&2
-  RUST_LOG=warn "$CAPSTAN" serve --config "$conf" --threads "$THREADS" > "$dir/stdout.log" 2>&1 &
+  RUST_LOG=warn "${pin_proxy[@]}" "$CAPSTAN" serve --config "$conf" --threads "$THREADS" > "$dir/stdout.log" 2>&1 &
   started=$!
 }  # ===== end of CAPSTAN BLOCK =====
 
@@ -213,7 +229,7 @@ start_varnish() {
   local dir=$1
   render "$here/varnish.vcl" "$dir/default.vcl" ORIGIN_PORT="$2"
   chmod 644 "$dir/default.vcl"
-  varnishd -F -n "$dir/varnish" -a "127.0.0.1:${port[varnish]}" -T none -f "$dir/default.vcl" \
+  "${pin_proxy[@]}" varnishd -F -n "$dir/varnish" -a "127.0.0.1:${port[varnish]}" -T none -f "$dir/default.vcl" \
     -s "malloc,${3}M" -p thread_pools="$THREADS" > "$dir/stdout.log" 2>&1 &
   started=$!
 }
@@ -246,7 +262,7 @@ start_nginx() {
   echo "$cache_dir" > "$dir/cache_dir"
   render "$here/nginx.conf" "$dir/nginx.conf" THREADS="$THREADS" DIR="$dir" CACHE_DIR="$cache_dir" \
     CACHE_MB="$3" NGINX_KEYS_MB=$(($3 / 8 > 64 ? $3 / 8 : 64)) ORIGIN_PORT="$2" PORT="${port[nginx]}"
-  nginx -e "$dir/error.log" -c "$dir/nginx.conf" > "$dir/stdout.log" 2>&1 &
+  "${pin_proxy[@]}" nginx -e "$dir/error.log" -c "$dir/nginx.conf" > "$dir/stdout.log" 2>&1 &
   started=$!
 }
 
@@ -373,20 +389,27 @@ hit_section() {
   done
   printf 'round\tobject\tbytes\tproxy\trps\tp50_ms\tp99_ms\terrors\tcpu_us_per_req\trequests\torigin_requests\n' > "$OUT/hit.tsv"
   printf 'round\tobject\tbytes\tproxy\trate\tcompleted_rps\tp50_ms\tp99_ms\tp999_ms\terrors\n' > "$OUT/hit-fixed.tsv"
+  printf 'round\tobject\tproxy\tcpu_ms_of_busiest_threads\n' > "$OUT/hit-threads.tsv"
   for round in $(seq "$ROUNDS"); do
     for obj in "${hit_objects[@]}"; do
       path=${obj%%:*}; bytes=${obj##*:}
       for c in $(active); do
         echo "hit round $round/$ROUNDS  $path ($bytes B)  $c" >&2
         s0=$(served "$fast_origin_port"); c0=$(cpu_ticks "${running[$c]}")
-        if run wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency \
+        thread_ns "${running[$c]}" > "$work/threads.0"
+        if run "${pin_load[@]}" wrk -t"$WRK_THREADS" -c"$CONNECTIONS" -d"${SECONDS_PER_RUN}s" --latency \
              "http://127.0.0.1:${port[$c]}$path" > "$work/wrk.out" 2>&1 && kill -0 "${running[$c]}" 2>/dev/null; then
           c1=$(cpu_ticks "${running[$c]}"); s1=$(served "$fast_origin_port")
           python3 "$here/summary.py" wrk "$work/wrk.out" "$round" "$path" "$bytes" "$c" "$((c1 - c0))" \
             "$clk_tck" "$((s1 - s0))" >> "$OUT/hit.tsv"
+          # How the proxy's CPU time spread over its threads (the busiest first): an event
+          # loop per thread with unevenly spread connections shows here.
+          thread_ns "${running[$c]}" > "$work/threads.1"
+          printf '%s\t%s\t%s\t%s\n' "$round" "$path" "$c" "$(awk 'NR==FNR {a[$1]=$3; next} {d=$3-a[$1]; if (d>0) print d/1e6}' \
+            "$work/threads.0" "$work/threads.1" | sort -rn | head -4 | awk '{printf "%s%.0f", (NR>1?" ":""), $1}')" >> "$OUT/hit-threads.tsv"
           # The same object at a fixed rate below every contender's capacity (open loop, latency
           # from each request's intended start): the tail a user sees, not a saturated queue.
-          if [ "$FIXED_RATE" -gt 0 ] && run "$CAPSTAN" bench "http://127.0.0.1:${port[$c]}$path" \
+          if [ "$FIXED_RATE" -gt 0 ] && run "${pin_load[@]}" "$CAPSTAN" bench "http://127.0.0.1:${port[$c]}$path" \
                --rate "$FIXED_RATE" -k -c "$CONNECTIONS" -d "${SECONDS_PER_RUN}s" -q \
                --json "$work/fixed.json" > "$work/fixed.out" 2>&1; then
             python3 "$here/summary.py" fixed "$work/fixed.json" "$round" "$path" "$bytes" "$c" \

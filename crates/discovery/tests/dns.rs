@@ -279,3 +279,25 @@ async fn records_change_between_lookups_and_a_large_answer_comes_over_tcp() {
         ["127.0.0.8".parse::<std::net::IpAddr>().unwrap()]
     );
 }
+
+#[tokio::test]
+async fn an_answer_too_big_for_udp_is_asked_again_over_tcp_and_taken_whole() {
+    // 300 SRV records do not fit a 4,096-byte EDNS datagram: the UDP answer is truncated, and
+    // taking its part as the set would drain every node it left out.
+    let mut records = String::new();
+    for i in 0..300 {
+        records.push_str(&format!(
+            "srv-host=_http._tcp.big.test,h{i}.big.test,8080,0,1\n\
+             host-record=h{i}.big.test,10.1.{}.{}\n",
+            i / 250,
+            i % 250 + 1
+        ));
+    }
+    let Some(server) = Dnsmasq::start(&records, 30).await else {
+        return;
+    };
+    let answer = resolve(&resolver(&server), "_http._tcp.big.test.")
+        .await
+        .unwrap();
+    assert_eq!(answer.endpoints().count(), 300, "{:?}", answer.skipped);
+}

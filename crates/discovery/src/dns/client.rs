@@ -53,6 +53,11 @@ const PARALLEL_TARGETS: usize = 64;
 #[derive(Clone)]
 pub struct Resolver {
     pool: NameServerPool<TokioConnectionProvider>,
+    /// The same servers, asked over TCP (RFC 7766) for an answer that came truncated over
+    /// UDP: hickory's pool hands a truncated UDP answer back as it is (and its own TCP
+    /// connections stalled on large answers here), and a partial SRV set taken as whole would
+    /// drain every node it left out.
+    tcp_servers: Vec<SocketAddr>,
     options: Options,
 }
 
@@ -109,8 +114,14 @@ impl Resolver {
         opts.timeout = options.timeout;
         opts.attempts = options.attempts.max(1) as usize;
         opts.edns0 = true;
+        let mut tcp_servers: Vec<SocketAddr> = servers.iter().map(|s| s.socket_addr).collect();
+        tcp_servers.dedup();
         let pool = NameServerPool::from_config(servers, opts, TokioConnectionProvider::default());
-        Ok(Resolver { pool, options })
+        Ok(Resolver {
+            pool,
+            tcp_servers,
+            options,
+        })
     }
 
     /// Looks `name` up once (see the module doc for what is dropped and what fails).
@@ -291,7 +302,71 @@ impl Resolver {
 
     /// One query, retried while the server does not answer or fails. `label` names it in
     /// errors.
+    /// Asks over UDP (the pool), and again over TCP when the answer came truncated; a
+    /// truncated answer is never taken as the whole set.
     async fn query(&self, name: &Name, rtype: RecordType, label: &str) -> Result<Reply, DnsError> {
+        match self.query_on(name, rtype, label).await? {
+            Reply::Records(m) if m.truncated() => self.query_tcp(name, rtype, label).await,
+            reply => Ok(reply),
+        }
+    }
+
+    /// One query over TCP, each server in turn until one answers in time.
+    async fn query_tcp(&self, name: &Name, rtype: RecordType, label: &str) -> Result<Reply, DnsError> {
+        let mut message = Message::new();
+        message.set_id(query_id());
+        message.set_recursion_desired(true);
+        message.add_query(Query::query(name.clone(), rtype));
+        let question = message.to_vec().map_err(|e| DnsError::Failed {
+            name: label.into(),
+            message: format!("cannot encode the query: {e}"),
+        })?;
+        let mut last = timeout();
+        for server in &self.tcp_servers {
+            let asked = tokio::time::timeout(self.options.timeout, exchange_tcp(*server, &question));
+            match asked.await {
+                Ok(Ok(answer)) if answer.id() == message.id() => {
+                    return match answer.truncated() {
+                        true => Err(DnsError::Failed {
+                            name: label.into(),
+                            message: "the answer came truncated even over TCP; a part of a \
+                                      list is not taken as the list"
+                                .into(),
+                        }),
+                        false => classify_message(answer, label),
+                    };
+                }
+                Ok(Ok(_)) => {
+                    last = DnsError::Failed {
+                        name: label.into(),
+                        message: format!("{server} answered another query over TCP"),
+                    }
+                }
+                Ok(Err(e)) => {
+                    last = DnsError::Failed {
+                        name: label.into(),
+                        message: format!("over TCP to {server}: {e}"),
+                    }
+                }
+                Err(_) => last = timeout(),
+            }
+        }
+        match last {
+            DnsError::Timeout { .. } => Err(DnsError::Timeout {
+                name: label.into(),
+                attempts: 1,
+                timeout: self.options.timeout,
+            }),
+            other => Err(other),
+        }
+    }
+
+    async fn query_on(
+        &self,
+        name: &Name,
+        rtype: RecordType,
+        label: &str,
+    ) -> Result<Reply, DnsError> {
         let attempts = self.options.attempts.max(1);
         let mut options = DnsRequestOptions::default();
         options.use_edns = true;
@@ -345,6 +420,43 @@ fn classify(
         _ => Err(DnsError::Failed {
             name: label.into(),
             message: error.to_string(),
+        }),
+    }
+}
+
+/// One DNS message over TCP: two bytes of length, then the message, each way (RFC 1035 §4.2.2).
+async fn exchange_tcp(server: SocketAddr, question: &[u8]) -> std::io::Result<Message> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(server).await?;
+    let length = u16::try_from(question.len()).map_err(std::io::Error::other)?;
+    let mut framed = Vec::with_capacity(question.len() + 2);
+    framed.extend_from_slice(&length.to_be_bytes());
+    framed.extend_from_slice(question);
+    stream.write_all(&framed).await?;
+    let length = stream.read_u16().await?;
+    let mut answer = vec![0; usize::from(length)];
+    stream.read_exact(&mut answer).await?;
+    Message::from_vec(&answer).map_err(std::io::Error::other)
+}
+
+/// An id for a query of our own (a TCP one: the connection is ours alone, so it need not be
+/// unpredictable).
+fn query_id() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Sorts a message a server sent into a definite answer or an error, as [`classify`] does
+/// for the pool's.
+fn classify_message(message: Message, label: &str) -> Result<Reply, DnsError> {
+    match message.response_code() {
+        ResponseCode::NoError if message.answers().is_empty() => Ok(Reply::NoData),
+        ResponseCode::NoError => Ok(Reply::Records(message)),
+        ResponseCode::NXDomain => Ok(Reply::NxDomain),
+        code => Err(DnsError::Rcode {
+            name: label.into(),
+            rcode: rcode_name(code),
         }),
     }
 }

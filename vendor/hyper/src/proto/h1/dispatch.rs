@@ -376,8 +376,11 @@ where
             {
                 let msg = Pin::new(&mut self.dispatch).poll_msg(cx);
                 // Capstan patch: 1xx heads the service sent go out first, as they come.
-                for res in self.dispatch.take_informational(cx, msg.is_ready()) {
-                    self.conn.write_informational(&res);
+                let interim = self.dispatch.take_informational(cx, msg.is_ready());
+                if !interim.is_empty() {
+                    for res in &interim {
+                        self.conn.write_informational(res);
+                    }
                 }
                 if let Some(msg) = ready!(msg) {
                     let (head, body) = msg.map_err(crate::Error::new_user_service)?;

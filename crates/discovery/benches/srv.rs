@@ -18,7 +18,9 @@ fn records(n: usize) -> String {
     let mut text = String::new();
     for i in 0..n {
         let (a, b) = (i / 250, i % 250 + 1);
-        text.push_str(&format!("srv-host=_http._tcp.big.test,h{i}.big.test,8080,0,1\n"));
+        text.push_str(&format!(
+            "srv-host=_http._tcp.big.test,h{i}.big.test,8080,0,1\n"
+        ));
         text.push_str(&format!("host-record=h{i}.big.test,10.1.{a}.{b}\n"));
     }
     text

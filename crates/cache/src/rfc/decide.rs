@@ -17,7 +17,6 @@ use super::cache_control::{CacheControl, FieldScope};
 use super::freshness::StoredTimes;
 use super::rules::CacheRules;
 use super::storable::authorized_sharing_allowed;
-use super::targeted::response_directives;
 
 /// Why a stale response may be served without (or before) validation. RFC 9111 §4.2.4: a cache
 /// MUST NOT generate a stale response unless it is disconnected or doing so is explicitly
@@ -136,7 +135,7 @@ pub fn decide(
         return Decision::Revalidate;
     }
     let rq = CacheControl::parse_request(req);
-    let (rs, _) = response_directives(stored_resp, &rules.targeted_fields);
+    let rs = times.directives(stored_resp, rules);
     if rq.no_cache.is_some()
         || response_no_cache_applies(&rs, stored_resp)
         || (req.contains_key(AUTHORIZATION) && !authorized_sharing_allowed(&rs))
@@ -217,7 +216,7 @@ pub fn stale_if_error_allows(
     now: SystemTime,
     rules: &CacheRules,
 ) -> bool {
-    let (rs, _) = response_directives(stored_resp, &rules.targeted_fields);
+    let rs = times.directives(stored_resp, rules);
     if rs.stale_forbidden() {
         return false;
     }
@@ -236,7 +235,7 @@ pub fn stale_if_error_why(
     now: SystemTime,
     rules: &CacheRules,
 ) -> Option<StaleWhy> {
-    let (rs, _) = response_directives(stored_resp, &rules.targeted_fields);
+    let rs = times.directives(stored_resp, rules);
     if rs.stale_forbidden() || times.is_fresh(now) {
         return None;
     }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use http::header::{AGE, DATE, EXPIRES, LAST_MODIFIED};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
+use super::cache_control::CacheControl;
 use super::fields::{header_date, parse_delta_seconds, DELTA_SECONDS_MAX};
 use super::rules::CacheRules;
 use super::storable::is_heuristically_cacheable;
@@ -110,6 +111,11 @@ pub struct StoredTimes {
     pub corrected_initial_age: Duration,
     /// How long it is fresh, measured from age zero.
     pub freshness_lifetime: Duration,
+    /// Whether one of the rules' targeted fields (RFC 9213) gave the response's directives
+    /// when it was stored or last refreshed. When not, a hit reads its `Cache-Control` alone
+    /// and looks for no targeted field (most responses carry none); like the lifetime, this is
+    /// decided under the rules of that moment.
+    pub targeted: bool,
 }
 
 impl StoredTimes {
@@ -137,6 +143,9 @@ impl StoredTimes {
             response_time,
             corrected_initial_age: corrected_initial_age(resp, request_time, response_time),
             freshness_lifetime: freshness_lifetime(status, resp, response_time, rules),
+            targeted: response_directives(resp, &rules.targeted_fields)
+                .1
+                .is_some(),
         }
     }
 
@@ -158,6 +167,18 @@ impl StoredTimes {
         self.corrected_initial_age =
             corrected_initial_age(not_modified, request_time, response_time);
         self.freshness_lifetime = freshness_lifetime(status, merged, response_time, rules);
+        self.targeted = response_directives(merged, &rules.targeted_fields)
+            .1
+            .is_some();
+    }
+
+    /// The stored response's directives: its first valid targeted field's when one applied
+    /// when it was stored ([`StoredTimes::targeted`]), else its `Cache-Control`'s.
+    pub fn directives(&self, stored_resp: &HeaderMap, rules: &CacheRules) -> CacheControl {
+        match self.targeted {
+            true => response_directives(stored_resp, &rules.targeted_fields).0,
+            false => CacheControl::parse(stored_resp),
+        }
     }
 
     /// `current_age = corrected_initial_age + (now - response_time)` (RFC 9111 §4.2.3).
@@ -606,6 +627,41 @@ mod tests {
             Duration::from_secs(5),
             "an empty target list ignores CDN-Cache-Control"
         );
+    }
+
+    #[test]
+    fn stored_times_say_whether_a_targeted_field_gave_the_directives() {
+        let rules = CacheRules::default();
+        let plain = headers(vec![cc("max-age=5")]);
+        let targeted = headers(vec![
+            cc("max-age=5"),
+            ("cdn-cache-control", HeaderValue::from_static("no-cache")),
+        ]);
+        let invalid = headers(vec![
+            cc("max-age=5"),
+            ("cdn-cache-control", HeaderValue::from_static("max-age=\"x")),
+        ]);
+        let t = |h: &HeaderMap| StoredTimes::new(StatusCode::OK, h, at(0), at(0), &rules);
+        assert!(!t(&plain).targeted);
+        assert!(t(&targeted).targeted);
+        assert!(
+            !t(&invalid).targeted,
+            "an invalid targeted field is as if absent"
+        );
+        // What a hit reads: the targeted field's directives, or Cache-Control's alone.
+        assert!(t(&targeted)
+            .directives(&targeted, &rules)
+            .no_cache
+            .is_some());
+        assert!(t(&plain).directives(&plain, &rules).no_cache.is_none());
+        assert_eq!(
+            t(&invalid).directives(&invalid, &rules).max_age,
+            Some(Duration::from_secs(5))
+        );
+        // A refresh (304) that adds the field makes it count.
+        let mut times = t(&plain);
+        times.refresh(StatusCode::OK, &targeted, &targeted, at(1), at(1), &rules);
+        assert!(times.targeted);
     }
 
     #[test]

@@ -312,7 +312,12 @@ impl Resolver {
     }
 
     /// One query over TCP, each server in turn until one answers in time.
-    async fn query_tcp(&self, name: &Name, rtype: RecordType, label: &str) -> Result<Reply, DnsError> {
+    async fn query_tcp(
+        &self,
+        name: &Name,
+        rtype: RecordType,
+        label: &str,
+    ) -> Result<Reply, DnsError> {
         let mut message = Message::new();
         message.set_id(query_id());
         message.set_recursion_desired(true);
@@ -323,7 +328,8 @@ impl Resolver {
         })?;
         let mut last = timeout();
         for server in &self.tcp_servers {
-            let asked = tokio::time::timeout(self.options.timeout, exchange_tcp(*server, &question));
+            let asked =
+                tokio::time::timeout(self.options.timeout, exchange_tcp(*server, &question));
             match asked.await {
                 Ok(Ok(answer)) if answer.id() == message.id() => {
                     return match answer.truncated() {

@@ -60,5 +60,5 @@ fn churn_is_listed_and_refuses_flags_it_does_not_take() {
     let out = run(&["lab", "churn", "--contenders", "nginx"]);
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("churn takes --quick and --out only"), "{err}");
+    assert!(err.contains("churn takes --quick, --registry and --out only"), "{err}");
 }

@@ -210,6 +210,9 @@ mod tests {
         for kind in [RegistryKind::File, RegistryKind::Etcd] {
             assert_eq!(kind.as_str().parse::<RegistryKind>(), Ok(kind));
         }
-        assert!("consul".parse::<RegistryKind>().unwrap_err().contains("file or etcd"));
+        assert!("consul"
+            .parse::<RegistryKind>()
+            .unwrap_err()
+            .contains("file or etcd"));
     }
 }

@@ -494,14 +494,14 @@ fn findings(
             continue;
         }
         f.push(format!(
-            "{} at {:.0} s: the switch showed it {:.2} s after the registry {}; \
+            "{} at {:.0} s: the switch showed it {:.2} s after {}; \
              {} failed requests around it (static: {}), worst p99 {:.1} ms (static: {:.1} ms).",
             c.change.describe(),
             c.at_s,
             c.applied_s,
             match registry {
-                RegistryKind::File => "write(s)",
-                RegistryKind::Etcd => "registration(s) or SIGTERM(s)",
+                RegistryKind::File => "the registry write(s)",
+                RegistryKind::Etcd => "the node(s) registered themselves or got SIGTERM",
             },
             c.errors,
             c.static_errors,

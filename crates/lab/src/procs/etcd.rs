@@ -16,6 +16,23 @@ fn binary() -> String {
     std::env::var("CAPSTAN_ETCD").unwrap_or_else(|_| "etcd".into())
 }
 
+/// Whether etcd can be run at all, so a run that needs it fails before it starts anything.
+pub fn check_installed() -> Result<(), LabError> {
+    let installed = Command::new(binary())
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    match installed {
+        true => Ok(()),
+        false => Err(LabError::Run(format!(
+            "`{}` is not installed (Debian: etcd-server); --registry etcd needs it",
+            binary()
+        ))),
+    }
+}
+
 /// How long etcd may take to answer `/health` after it is started.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -31,18 +48,7 @@ pub struct EtcdProcess {
 impl EtcdProcess {
     /// Starts etcd (its log goes to `log_dir/etcd.log`) and waits until it is healthy.
     pub async fn start(log_dir: &Path) -> Result<EtcdProcess, LabError> {
-        let installed = Command::new(binary())
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok();
-        if !installed {
-            return Err(LabError::Run(format!(
-                "`{}` is not installed (Debian: etcd-server); --registry etcd needs it",
-                binary()
-            )));
-        }
+        check_installed()?;
         let port = || cluster::free_loopback_port().map_err(|e| LabError::Run(e.to_string()));
         let data = std::env::temp_dir().join(format!("capstan-lab-etcd-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);

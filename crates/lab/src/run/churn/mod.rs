@@ -57,6 +57,9 @@ pub async fn run_churn(
     opts: &ChurnOptions,
     say: &dyn Fn(String),
 ) -> Result<ChurnResults, LabError> {
+    if opts.registry == RegistryKind::Etcd {
+        crate::procs::etcd::check_installed()?;
+    }
     let plan = ChurnPlan::new(opts.quick);
     say(format!(
         "static membership: {} nodes, {} requests/s for {} s",

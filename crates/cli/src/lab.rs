@@ -23,6 +23,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab wan-delay --quick                # behind capstan wan's delay router (root), < 3 minutes
   capstan lab wan-loss --contenders origin-processes,apache2
   capstan lab churn --quick                    # nodes join and leave under load (< 1 minute)
+  capstan lab churn --quick --registry etcd    # the same with nodes registering in an etcd
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
@@ -62,9 +63,13 @@ numbers beside ours.
 with static [[node]]s, and with the nodes from a [[discovery]] file the lab rewrites during the
 run: a scale-out (+2 nodes), a scale-in (-2), a rolling restart of every node (each leaves the
 list, is drained, stopped, started again on a new port and listed again) and a registry outage (a
-half-written list, then none). The report gives, per change, how long the switch took to show
-it on /status and the failed requests and worst p99 around it against the same seconds of the
-static run, with plots over time. --quick: about 25 s per run instead of 50.
+half-written list, then none). With --registry etcd the lab starts its own etcd (loopback,
+a temporary data folder) instead, the switch watches a prefix in it, and every node registers
+itself (capstan origin --register); a node leaves on SIGTERM (it deletes its key, serves 1 s
+more, exits) and the outage kills etcd and starts it again on its data. The report gives, per
+change, how long the switch took to show it on /status and the failed requests and worst p99
+around it against the same seconds of the static run, with plots over time. --quick: about
+25 s per run instead of 50.
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
 classes, workload, load levels, --quick settings, the paper's numbers).
@@ -150,6 +155,12 @@ pub struct LabArgs {
     /// handshakes and encryption. The experiment file's [nodes.origin] resources = "real".
     #[arg(long)]
     real_nodes: bool,
+
+    /// The churn experiment: where its discovery run's switch finds the nodes, `file` (a node
+    /// list the lab rewrites) or `etcd` (an etcd the lab starts; the nodes register
+    /// themselves) [default: file]
+    #[arg(long, value_name = "REGISTRY", value_parser = ["file", "etcd"])]
+    registry: Option<String>,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -167,6 +178,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         || name == capstan_lab::CHURN;
     if other_room && (args.secure_tls.is_some() || args.real_nodes) {
         bail!("--secure-tls and --real-nodes apply to the switch experiments, not to {name}");
+    }
+    if args.registry.is_some() && name != capstan_lab::CHURN {
+        bail!("--registry applies to the churn experiment, not to {name}");
     }
     if let Some(exp) = capstan_lab::CacheExperiment::find(&name) {
         return run_cache(&args, exp?);
@@ -417,15 +431,22 @@ fn run_wan(args: &LabArgs, exp: capstan_lab::WanExperiment) -> anyhow::Result<()
 /// The churn experiment: static membership, then discovery with changes; the report.
 fn run_churn(args: &LabArgs) -> anyhow::Result<()> {
     if args.full || !args.contenders.is_empty() || !args.policies.is_empty() {
-        bail!("churn takes --quick and --out only");
+        bail!("churn takes --quick, --registry and --out only");
     }
+    let registry: capstan_lab::RegistryKind = (args.registry.as_deref().unwrap_or("file"))
+        .parse()
+        .map_err(anyhow::Error::msg)?;
     let opts = capstan_lab::ChurnOptions {
         quick: args.quick,
+        registry,
         exe: std::env::current_exe().context("cannot find the capstan binary")?,
         work_dir: args.out.join("logs"),
         command: command_line(),
     };
-    eprintln!("capstan lab: churn — nodes joining and leaving under load (two runs)");
+    eprintln!(
+        "capstan lab: churn — nodes joining and leaving under load (two runs, registry: {})",
+        registry.as_str()
+    );
     let say = |m: String| eprintln!("  {m}");
     let results = until_interrupted(capstan_lab::run_churn(&opts, &say))?;
     let path = capstan_lab::write_churn_report(&results, &args.out)?;

@@ -6,8 +6,9 @@
 //! against Capstan's cache, Varnish and Traffic Server instead ([`run_cache`]); WAN experiments
 //! (`wan-delay`, `wan-loss`, `wan-mix`) put the load behind `capstan wan`'s delay router in
 //! front of emulated nodes, the switch, apache2 and nginx ([`run_wan`]). The `churn`
-//! experiment adds and removes nodes through a `[[discovery]]` file under load and compares
-//! it with static membership ([`run_churn`]).
+//! experiment adds and removes nodes through a `[[discovery]]` file, or nodes registering
+//! themselves in an etcd it starts, under load and compares it with static membership
+//! ([`run_churn`]).
 //!
 //! The modules form four layers, each using only those below it: `model` (experiment and
 //! result schema, the papers' rows) → `procs` (cluster, servers, daemons) → `run` (runner,
@@ -32,7 +33,7 @@ mod report;
 mod run;
 
 pub use model::cache::{CacheExperiment, CacheOptions, Mode as CacheMode, BUILTIN_CACHE};
-pub use model::churn::{ChurnResults, NAME as CHURN};
+pub use model::churn::{ChurnResults, RegistryKind, NAME as CHURN};
 pub use model::error::LabError;
 pub use model::experiment::{Experiment, BUILTIN, DEFAULT};
 pub use model::results::{fmt_level, LabResults};

@@ -3,9 +3,10 @@
 //! report shows the errors and response times around each change against the same load on a
 //! cluster whose membership never changes.
 //!
-//! The switch takes its nodes from a `[[discovery]]` source the lab writes to, as a deploy tool
-//! or a registry sidecar would; a node leaves by leaving the registry first and stops only once
-//! the switch has drained it, as a careful rolling restart does. This module holds the schedule
+//! The switch takes its nodes from a `[[discovery]]` source ([`RegistryKind`]): a file the lab
+//! writes to, as a deploy tool or a registry sidecar would, or an etcd prefix the nodes register
+//! themselves under. A node leaves by leaving the registry first and stops only once the switch
+//! has drained it, as a careful rolling restart does. This module holds the schedule
 //! and the results (`results.json`); running is in [`crate::run::churn`], the report in
 //! [`crate::report::churn`].
 
@@ -27,8 +28,8 @@ pub enum Change {
     /// Every node in turn: deregistered, drained, stopped, started again on a new port,
     /// registered again.
     RollingRestart,
-    /// The registry is unusable (a half-written list, then none) for `seconds`, then good again
-    /// with the same nodes.
+    /// The registry is unusable for `seconds` (the file: a half-written list, then none; etcd:
+    /// killed), then good again with the same nodes.
     RegistryOutage { seconds: u64 },
 }
 
@@ -40,6 +41,40 @@ impl Change {
             Change::ScaleIn { nodes } => format!("scale-in (−{nodes} nodes)"),
             Change::RollingRestart => "rolling restart (every node)".into(),
             Change::RegistryOutage { seconds } => format!("registry outage ({seconds} s)"),
+        }
+    }
+}
+
+/// Where the switch finds the nodes in the discovery run (`capstan lab churn --registry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegistryKind {
+    /// A JSON node list the lab rewrites (`[[discovery]] file`).
+    #[default]
+    File,
+    /// An etcd the lab starts, each node registering itself (`capstan origin --register`) and
+    /// deleting its key on SIGTERM (`[[discovery]] etcd`).
+    Etcd,
+}
+
+impl RegistryKind {
+    /// `file` or `etcd`, as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegistryKind::File => "file",
+            RegistryKind::Etcd => "etcd",
+        }
+    }
+}
+
+impl std::str::FromStr for RegistryKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "file" => Ok(RegistryKind::File),
+            "etcd" => Ok(RegistryKind::Etcd),
+            other => Err(format!("unknown registry `{other}` (file or etcd)")),
         }
     }
 }
@@ -103,8 +138,9 @@ impl ChurnPlan {
 pub struct ChangeResult {
     pub at_s: f64,
     pub change: Change,
-    /// Seconds from the registry write until the switch's `/status` showed the new node set
-    /// (for the whole change: a rolling restart is several steps).
+    /// Seconds from the registry write (etcd: a node's registration, or the SIGTERM that makes
+    /// it deregister; the outage: etcd healthy again) until the switch's `/status` showed the
+    /// new node set, summed over the change's steps (a rolling restart is several).
     pub applied_s: f64,
     /// Seconds the change took from start to end (including drains).
     pub took_s: f64,
@@ -125,7 +161,7 @@ pub struct ChangeResult {
 /// One membership's run: totals and its timeline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MembershipRun {
-    /// `static` or `discovery (file)`.
+    /// `static`, `discovery (file)` or `discovery (etcd)`.
     pub membership: String,
     pub completed: u64,
     /// Errors plus requests unfinished at the end.
@@ -144,6 +180,9 @@ pub struct ChurnResults {
     pub title: String,
     pub command: String,
     pub quick: bool,
+    /// Where the discovery run's switch found its nodes.
+    #[serde(default)]
+    pub registry: RegistryKind,
     pub plan: ChurnPlan,
     pub runs: Vec<MembershipRun>,
     pub changes: Vec<ChangeResult>,
@@ -164,5 +203,16 @@ mod tests {
             assert!(plan.changes.windows(2).all(|w| w[0].0 < w[1].0));
             assert!(last.0 < plan.duration_s);
         }
+    }
+
+    #[test]
+    fn a_registry_kind_reads_back_as_written() {
+        for kind in [RegistryKind::File, RegistryKind::Etcd] {
+            assert_eq!(kind.as_str().parse::<RegistryKind>(), Ok(kind));
+        }
+        assert!("consul"
+            .parse::<RegistryKind>()
+            .unwrap_err()
+            .contains("file or etcd"));
     }
 }

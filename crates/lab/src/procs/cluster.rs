@@ -40,6 +40,18 @@ pub struct NodeArgs {
     pub remote_penalty: Option<f64>,
     /// A configuration file for every node (`capstan origin --config`).
     pub config: Option<PathBuf>,
+    /// Every node registers itself in etcd under its name (`capstan origin --register`).
+    pub register: Option<Registration>,
+}
+
+/// Where and how nodes register themselves: `capstan origin --register URL --deregister-wait
+/// WAIT` (the key is the node's `--name`).
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// `etcd://HOST:PORT/PREFIX`.
+    pub url: String,
+    /// How long a node keeps serving after SIGTERM has deleted its key.
+    pub deregister_wait: Duration,
 }
 
 /// The secure class over TLS for real (`[workload.secure]`): the switch gets a TLS listener with
@@ -206,6 +218,10 @@ fn node_command(
     if let Some(r) = args.remote_penalty {
         cmd.args(["--remote-penalty", &r.to_string()]);
     }
+    if let Some(r) = &args.register {
+        let wait = format!("{}ms", r.deregister_wait.as_millis());
+        cmd.args(["--register", &r.url, "--deregister-wait", &wait]);
+    }
     if let Some(t) = tls {
         cmd.args(["--tls-listen", "127.0.0.1:0", "--tls-cert"])
             .arg(&t.cert)
@@ -257,9 +273,10 @@ fn start_node(
         log,
     };
     // The node prints `listening on ADDR` once it serves (then `tls listening on ADDR` with a
-    // TLS listener); read those lines on a thread so a node that hangs cannot hang the lab.
+    // TLS listener, then `registered KEY` once it registered itself); read those lines on a
+    // thread so a node that hangs cannot hang the lab.
     let (tx, rx) = std::sync::mpsc::channel();
-    let lines = if tls.is_some() { 2 } else { 1 };
+    let lines = 1 + usize::from(tls.is_some()) + usize::from(args.register.is_some());
     if let Some(out) = stdout {
         std::thread::spawn(move || {
             let mut r = BufReader::new(out);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use capstan_bench::TimelineSecond;
 use capstan_report::{escape, Chart, Marker, Page, Series};
 
-use crate::model::churn::ChurnResults;
+use crate::model::churn::{ChurnResults, RegistryKind};
 use crate::model::error::LabError;
 
 /// One line per change, then one per membership.
@@ -56,14 +56,12 @@ pub fn write_report(r: &ChurnResults, out: &Path) -> Result<PathBuf, LabError> {
     let _ = write!(
         h,
         "<p>{} nodes behind one switch (least-connections), {} requests/s offered (Poisson, \
-         keep-alive) for {} s, twice: with static <code>[[node]]</code>s, and with the nodes \
-         from a <code>[[discovery]]</code> file (looked at every {} ms) that the lab rewrites \
-         as below. A node leaves the registry first and is stopped once the switch no longer \
-         lists it; a new node is ready before it is registered.</p><p><code>{}</code></p>",
+         keep-alive) for {} s, twice: with static <code>[[node]]</code>s, and {}</p>\
+         <p><code>{}</code></p>",
         r.plan.nodes,
         r.plan.rate,
         r.plan.duration_s,
-        r.plan.interval_ms,
+        registry_text(r),
         escape(&r.command)
     );
     h.section("Findings");
@@ -72,7 +70,9 @@ pub fn write_report(r: &ChurnResults, out: &Path) -> Result<PathBuf, LabError> {
     let _ = write!(h, "<pre>{}</pre>", escape(&summary_table(r)));
     h.push(
         "<p>For each change: when it started, how long the switch took to show the new node \
-         set on <code>/status</code> after the registry write(s), nodes after it, failed \
+         set on <code>/status</code> after the registry write(s) (etcd: after each node \
+         registered itself or was sent SIGTERM; the outage: after etcd was back), nodes after \
+         it, failed \
          requests and the worst one-second p99 in the seconds around it, and the same seconds \
          of the static run.</p>",
     );
@@ -100,6 +100,24 @@ pub fn write_report(r: &ChurnResults, out: &Path) -> Result<PathBuf, LabError> {
     std::fs::write(&path, h.finish())
         .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
     Ok(path)
+}
+
+/// How the discovery run's switch found its nodes, for the page's opening paragraph.
+fn registry_text(r: &ChurnResults) -> String {
+    match r.registry {
+        RegistryKind::File => format!(
+            "with the nodes from a <code>[[discovery]]</code> file (looked at every {} ms) that \
+             the lab rewrites as below. A node leaves the registry first and is stopped once \
+             the switch no longer lists it; a new node is ready before it is registered.",
+            r.plan.interval_ms
+        ),
+        RegistryKind::Etcd => "with the nodes from a <code>[[discovery]]</code> etcd prefix \
+             (watched) in an etcd the lab starts, each node registering itself \
+             (<code>capstan origin --register</code>) once it serves. A node leaves on \
+             SIGTERM: it deletes its key, serves 1 s more while the switch drains it, then \
+             exits; the registry outage kills etcd and starts it again on its data."
+            .into(),
+    }
 }
 
 type PerSecond = Box<dyn Fn(&TimelineSecond) -> f64>;

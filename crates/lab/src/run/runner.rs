@@ -192,6 +192,7 @@ async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Clust
         load_interval_ms: gather_interval(exp)?.as_millis().max(1) as u64,
         remote_penalty: exp.nodes.remote_penalty,
         config: origin_config(exp, &o.work_dir)?,
+        register: None,
     };
     let mut row = s.row.clone();
     if let Some(param) = exp.switch.tree_sizes.get(row.name()) {

@@ -370,6 +370,7 @@ async fn start(case: &Case, o: &ValidateOptions) -> Result<Cluster, LabError> {
         load_interval_ms: 1000,
         remote_penalty: None,
         config: None,
+        register: None,
     };
     let config: toml::Table = toml::from_str(
         "[policy]\nname = \"round-robin\"\n[admission]\nlimit = \"off\"\n\

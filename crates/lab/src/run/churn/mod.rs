@@ -1,11 +1,19 @@
 //! Runs the churn experiment ([`crate::model::churn`]): the same open-loop load twice, once on
 //! a cluster whose nodes never change (`[[node]]`s) and once on one that takes its nodes from a
-//! `[[discovery]]` file the lab rewrites as its schedule says, then lines up the seconds around
-//! each change.
+//! `[[discovery]]` source ([`registry`]: a file the lab rewrites, or an etcd the nodes register
+//! themselves in) while the schedule's changes happen, then lines up the seconds around each
+//! change.
 //!
 //! A node leaves the way a careful deploy takes it out: off the registry first, then — once the
-//! switch's `/status` no longer lists it, plus a moment for answers in flight — stopped. A new
-//! node is started and ready before it is registered.
+//! switch's `/status` no longer lists it — stopped (the file: by the lab, after a moment for
+//! answers in flight; etcd: SIGTERM, on which the node deletes its key, serves a moment more and
+//! exits). A new node is started and ready before it is registered.
+//!
+//! Inside: [`status`] (reading `/status`) and [`registry`] are independent; this module uses
+//! both.
+
+mod registry;
+mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,14 +22,20 @@ use std::time::{Duration, Instant};
 use capstan_bench::{BenchConfig, RunResult, Target};
 use capstan_workload::ArrivalKind;
 
-use crate::model::churn::{Change, ChangeResult, ChurnPlan, ChurnResults, MembershipRun, NAME};
+use crate::model::churn::{
+    Change, ChangeResult, ChurnPlan, ChurnResults, MembershipRun, RegistryKind, NAME,
+};
 use crate::model::error::LabError;
-use crate::procs::cluster::{self, NodeArgs, NodeSpec, Proc};
+use crate::procs::cluster::{self, NodeArgs, NodeSpec, Proc, Registration};
+use registry::Registry;
+use status::{source_state, wait_for_nodes, wait_for_source};
 
 /// How a churn run is made.
 #[derive(Debug, Clone)]
 pub struct ChurnOptions {
     pub quick: bool,
+    /// Where the discovery run's switch finds its nodes.
+    pub registry: RegistryKind,
     /// The `capstan` binary for the nodes and the switch.
     pub exe: PathBuf,
     /// Logs and the node list go here.
@@ -34,33 +48,41 @@ pub struct ChurnOptions {
 /// still on their way (the demand is a few milliseconds).
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
-/// How long the lab waits for the switch to show a change before calling the run failed.
-const APPLY_DEADLINE: Duration = Duration::from_secs(15);
+/// How long a node told to stop (SIGTERM) may take to deregister, serve its deregister wait
+/// and exit.
+const EXIT_DEADLINE: Duration = Duration::from_secs(15);
 
 /// Runs both memberships and compares them.
 pub async fn run_churn(
     opts: &ChurnOptions,
     say: &dyn Fn(String),
 ) -> Result<ChurnResults, LabError> {
+    if opts.registry == RegistryKind::Etcd {
+        crate::procs::etcd::check_installed()?;
+    }
     let plan = ChurnPlan::new(opts.quick);
     say(format!(
         "static membership: {} nodes, {} requests/s for {} s",
         plan.nodes, plan.rate, plan.duration_s
     ));
     let (static_run, _) = run_membership(&plan, opts, false, say).await?;
-    say("discovery: the same load while nodes join and leave".into());
+    say(format!(
+        "discovery ({}): the same load while nodes join and leave",
+        opts.registry.as_str()
+    ));
     let (discovery_run, mut changes) = run_membership(&plan, opts, true, say).await?;
     for c in &mut changes {
         let (errors, p99) = window_figures(&static_run.timeline, c.window);
         c.static_errors = errors;
         c.static_p99_ms = p99;
     }
-    let findings = findings(&static_run, &discovery_run, &changes);
+    let findings = findings(opts.registry, &static_run, &discovery_run, &changes);
     Ok(ChurnResults {
         name: NAME.into(),
         title: "Churn: nodes joining and leaving under load".into(),
         command: opts.command.clone(),
         quick: opts.quick,
+        registry: opts.registry,
         plan,
         runs: vec![static_run, discovery_run],
         changes,
@@ -68,48 +90,53 @@ pub async fn run_churn(
     })
 }
 
-/// The node list the switch follows: a JSON file written atomically, or broken on purpose.
-struct Registry {
-    path: PathBuf,
-}
-
-impl Registry {
-    fn write(&self, nodes: &[Node]) -> Result<(), LabError> {
-        let entries: Vec<serde_json::Value> = nodes
-            .iter()
-            .map(|n| serde_json::json!({"address": n.addr.to_string(), "name": n.name}))
-            .collect();
-        let text = serde_json::json!({ "nodes": entries }).to_string();
-        self.replace(&text)
-    }
-
-    /// Temp file and rename, as a deploy tool should.
-    fn replace(&self, text: &str) -> Result<(), LabError> {
-        let temp = self.path.with_extension("tmp");
-        std::fs::write(&temp, text)
-            .and_then(|()| std::fs::rename(&temp, &self.path))
-            .map_err(|e| LabError::Run(format!("cannot write {}: {e}", self.path.display())))
-    }
-
-    /// The outage: first a half-written list, then no file at all.
-    fn break_down(&self, half_way: bool) -> Result<(), LabError> {
-        match half_way {
-            true => self.replace("{\"nodes\": [{\"address\": \"127.0.0.1:"),
-            false => std::fs::remove_file(&self.path)
-                .map_err(|e| LabError::Run(format!("cannot remove {}: {e}", self.path.display()))),
-        }
-    }
-}
-
 /// One running node.
 struct Node {
     name: String,
     addr: SocketAddr,
-    /// Held, never read: dropping the node stops its process.
-    _process: Proc,
+    /// Dropping the node kills its process.
+    process: Proc,
 }
 
-/// Everything one membership run holds.
+impl Node {
+    /// Asks the node to stop (SIGTERM): a registered node deletes its key, serves its
+    /// deregister wait, then exits.
+    fn terminate(&self) -> Result<(), LabError> {
+        let pid = self.process.pid() as libc::pid_t;
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet (the
+        // `Child` is held and not waited for), so the pid cannot have been reused.
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        match sent {
+            0 => Ok(()),
+            _ => Err(LabError::Run(format!(
+                "cannot send SIGTERM to {}: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            ))),
+        }
+    }
+
+    /// Polls until the node's process has exited.
+    async fn exited(&mut self) -> Result<(), LabError> {
+        let deadline = Instant::now() + EXIT_DEADLINE;
+        loop {
+            match self.process.child.try_wait() {
+                Ok(Some(_)) => return Ok(()),
+                Err(e) => return Err(LabError::Run(format!("{}: {e}", self.name))),
+                Ok(None) if Instant::now() > deadline => {
+                    return Err(LabError::Run(format!(
+                        "{} did not exit within {EXIT_DEADLINE:?} of SIGTERM",
+                        self.name
+                    )))
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+}
+
+/// Everything one membership run holds. The nodes are declared (so dropped) before the
+/// registry: an etcd outlives the nodes registered in it.
 struct Run<'a> {
     opts: &'a ChurnOptions,
     log_dir: PathBuf,
@@ -128,10 +155,11 @@ impl Run<'_> {
             cores: 2,
             partition: None,
         };
-        let (addr, _report, proc) = cluster::start_node_on_fresh_ports(
+        let register = self.registry.as_ref().and_then(Registry::registration);
+        let (addr, _report, process) = cluster::start_node_on_fresh_ports(
             &self.opts.exe,
             &spec,
-            &node_args(),
+            &node_args(register),
             None,
             &self.log_dir,
         )
@@ -139,43 +167,73 @@ impl Run<'_> {
         Ok(Node {
             name: spec.name,
             addr,
-            _process: proc,
+            process,
         })
     }
 
-    /// Registers the current nodes and waits until the switch lists exactly them.
+    /// Whether the nodes put themselves in the registry (etcd) rather than the lab (file).
+    fn self_registering(&self) -> bool {
+        matches!(self.registry, Some(Registry::Etcd { .. }))
+    }
+
+    /// The switch's names of the current nodes.
+    fn wanted(&self) -> Vec<String> {
+        (self.nodes.iter())
+            .map(|n| format!("lab-{}", n.name))
+            .collect()
+    }
+
+    /// Registers the current nodes (etcd: they did so themselves) and waits until the switch
+    /// lists exactly them; returns the seconds that took.
     async fn publish(&mut self) -> Result<f64, LabError> {
         let registry = self.registry.as_ref().expect("a discovery run");
         let t = Instant::now();
-        registry.write(&self.nodes)?;
-        let wanted: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("lab-{}", n.name))
+        let listed: Vec<(&str, SocketAddr)> = (self.nodes.iter())
+            .map(|n| (n.name.as_str(), n.addr))
             .collect();
-        wait_for_nodes(self.admin, &wanted).await?;
+        registry.write(&listed)?;
+        wait_for_nodes(self.admin, &self.wanted()).await?;
         Ok(t.elapsed().as_secs_f64())
     }
 
     /// Takes the node at `index` out: off the registry, drained, stopped.
     async fn retire(&mut self, index: usize) -> Result<f64, LabError> {
-        let node = self.nodes.remove(index);
-        let applied = self.publish().await?;
-        tokio::time::sleep(DRAIN_GRACE).await;
-        drop(node);
+        let mut node = self.nodes.remove(index);
+        if !self.self_registering() {
+            let applied = self.publish().await?;
+            tokio::time::sleep(DRAIN_GRACE).await;
+            drop(node);
+            return Ok(applied);
+        }
+        let t = Instant::now();
+        node.terminate()?;
+        wait_for_nodes(self.admin, &self.wanted()).await?;
+        let applied = t.elapsed().as_secs_f64();
+        node.exited().await?;
+        Ok(applied)
+    }
+
+    /// Starts `count` nodes and waits until the switch lists them: the file lists them in one
+    /// write; in etcd each registers itself as it starts, so each is waited for in turn.
+    async fn add_nodes(&mut self, count: usize) -> Result<f64, LabError> {
+        let mut applied = 0.0;
+        for _ in 0..count {
+            let node = self.start_node().await?;
+            self.nodes.push(node);
+            if self.self_registering() {
+                applied += self.publish().await?;
+            }
+        }
+        if !self.self_registering() {
+            applied = self.publish().await?;
+        }
         Ok(applied)
     }
 
     /// Makes one change; returns the seconds until the switch showed it.
     async fn change(&mut self, change: Change) -> Result<f64, LabError> {
         match change {
-            Change::ScaleOut { nodes } => {
-                for _ in 0..nodes {
-                    let node = self.start_node().await?;
-                    self.nodes.push(node);
-                }
-                self.publish().await
-            }
+            Change::ScaleOut { nodes } => self.add_nodes(nodes).await,
             Change::ScaleIn { nodes } => {
                 let mut applied = 0.0;
                 for _ in 0..nodes.min(self.nodes.len().saturating_sub(1)) {
@@ -187,35 +245,75 @@ impl Run<'_> {
                 let mut applied = 0.0;
                 for _ in 0..self.nodes.len() {
                     applied += self.retire(0).await?;
-                    let node = self.start_node().await?;
-                    self.nodes.push(node);
-                    applied += self.publish().await?;
+                    applied += self.add_nodes(1).await?;
                 }
                 Ok(applied)
             }
             Change::RegistryOutage { seconds } => {
-                let registry = self.registry.as_ref().expect("a discovery run");
-                let failures = source_state(self.admin).await?.1;
-                registry.break_down(true)?;
-                // The switch must see the outage (or the run shows nothing).
-                wait_for_source(self.admin, |state, n| state == "error" && n > failures).await?;
-                tokio::time::sleep(Duration::from_secs(seconds) / 2).await;
-                registry.break_down(false)?;
-                tokio::time::sleep(Duration::from_secs(seconds) / 2).await;
-                let names: Vec<String> = self
-                    .nodes
-                    .iter()
-                    .map(|n| format!("lab-{}", n.name))
-                    .collect();
-                // The switch kept its nodes all along; the list comes back unchanged.
-                wait_for_nodes(self.admin, &names).await?;
-                self.publish().await
+                let (admin, outage) = (self.admin, Duration::from_secs(seconds));
+                match self.registry.as_mut().expect("a discovery run") {
+                    Registry::File { path } => {
+                        let path = path.clone();
+                        file_outage(admin, &path, outage).await?;
+                        // The switch kept its nodes all along; the list comes back unchanged.
+                        wait_for_nodes(admin, &self.wanted()).await?;
+                        self.publish().await
+                    }
+                    Registry::Etcd { server } => {
+                        let back = etcd_outage(admin, server, outage).await?;
+                        // The nodes' keys outlived the outage: the switch lists the same nodes.
+                        wait_for_nodes(admin, &self.wanted()).await?;
+                        Ok(back.elapsed().as_secs_f64())
+                    }
+                }
             }
         }
     }
 }
 
-fn node_args() -> NodeArgs {
+/// The file's outage: half-written for half of it, then missing; the switch must report the
+/// source in error (or the run shows nothing).
+async fn file_outage(
+    admin: SocketAddr,
+    path: &std::path::Path,
+    outage: Duration,
+) -> Result<(), LabError> {
+    let failures = source_state(admin).await?.1;
+    registry::break_file(path, true)?;
+    wait_for_source(admin, "see the registry outage", |state, n| {
+        state == "error" && n > failures
+    })
+    .await?;
+    tokio::time::sleep(outage / 2).await;
+    registry::break_file(path, false)?;
+    tokio::time::sleep(outage / 2).await;
+    Ok(())
+}
+
+/// etcd's outage: killed (SIGKILL) for `outage`, the switch reporting the source in error, then
+/// started again on its ports and data, the switch's watch back to `ok`; returns when etcd was
+/// healthy again. The nodes' leases outlive it (etcd renews leases when it comes back) and
+/// their keep-alives reconnect.
+async fn etcd_outage(
+    admin: SocketAddr,
+    server: &mut crate::procs::etcd::EtcdProcess,
+    outage: Duration,
+) -> Result<Instant, LabError> {
+    let failures = source_state(admin).await?.1;
+    let down = Instant::now();
+    server.kill();
+    wait_for_source(admin, "see etcd go down", |state, n| {
+        state == "error" && n > failures
+    })
+    .await?;
+    tokio::time::sleep_until((down + outage).into()).await;
+    server.restart().await?;
+    let back = Instant::now();
+    wait_for_source(admin, "take etcd back", |state, _| state == "ok").await?;
+    Ok(back)
+}
+
+fn node_args(register: Option<Registration>) -> NodeArgs {
     NodeArgs {
         tree: "webstone".into(),
         files: None,
@@ -228,6 +326,7 @@ fn node_args() -> NodeArgs {
         load_interval_ms: 1000,
         remote_penalty: None,
         config: None,
+        register,
     }
 }
 
@@ -236,11 +335,7 @@ fn switch_config(nodes: &[Node], registry: Option<&Registry>, plan: &ChurnPlan) 
     let mut text =
         String::from("[policy]\nname = \"least-connections\"\n[admission]\nlimit = \"off\"\n");
     match registry {
-        Some(r) => text.push_str(&format!(
-            "[[discovery]]\nname = \"lab\"\nfile = \"{}\"\ninterval = \"{}ms\"\n",
-            r.path.display(),
-            plan.interval_ms
-        )),
+        Some(r) => text.push_str(&r.discovery_toml(plan.interval_ms)),
         None => {
             for n in nodes {
                 text.push_str(&format!(
@@ -264,9 +359,10 @@ async fn run_membership(
     let log_dir = opts.work_dir.join(format!("churn-{label}"));
     std::fs::create_dir_all(&log_dir)
         .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
-    let registry = discovery.then(|| Registry {
-        path: log_dir.join("nodes.json"),
-    });
+    let registry = match discovery {
+        true => Some(Registry::start(opts.registry, &log_dir).await?),
+        false => None,
+    };
     let mut run = Run {
         opts,
         log_dir: log_dir.clone(),
@@ -280,7 +376,10 @@ async fn run_membership(
         run.nodes.push(node);
     }
     if let Some(r) = &run.registry {
-        r.write(&run.nodes)?;
+        let listed: Vec<(&str, SocketAddr)> = (run.nodes.iter())
+            .map(|n| (n.name.as_str(), n.addr))
+            .collect();
+        r.write(&listed)?;
     }
     let config = switch_config(&run.nodes, run.registry.as_ref(), plan);
     let (_switch, listen, admin) =
@@ -317,6 +416,10 @@ async fn run_membership(
     let (result, changes) = tokio::join!(capstan_bench::run(load, None), changes);
     let result = result.map_err(|e| LabError::Run(format!("the load failed: {e}")))?;
     let mut changes = changes?;
+    let label = match &run.registry {
+        Some(r) => format!("discovery ({})", r.kind().as_str()),
+        None => label.to_string(),
+    };
     let membership = membership_run(label, &result);
     for c in &mut changes {
         let (errors, p99) = window_figures(&membership.timeline, c.window);
@@ -339,12 +442,9 @@ fn bench_config(plan: &ChurnPlan, listen: SocketAddr) -> Result<BenchConfig, Lab
     Ok(cfg)
 }
 
-fn membership_run(label: &str, r: &RunResult) -> MembershipRun {
+fn membership_run(label: String, r: &RunResult) -> MembershipRun {
     MembershipRun {
-        membership: match label {
-            "discovery" => "discovery (file)".into(),
-            other => other.into(),
-        },
+        membership: label,
         completed: r.completed,
         failed: r.errors_total + r.unfinished,
         dropped: r.dropped,
@@ -365,80 +465,18 @@ fn window_figures(timeline: &[capstan_bench::TimelineSecond], window: (u64, u64)
     })
 }
 
-/// Polls `/status` until the switch's nodes are exactly `wanted` (by name).
-async fn wait_for_nodes(admin: SocketAddr, wanted: &[String]) -> Result<(), LabError> {
-    let deadline = Instant::now() + APPLY_DEADLINE;
-    let mut wanted = wanted.to_vec();
-    wanted.sort();
-    loop {
-        let now = node_names(admin).await;
-        if now.as_ref() == Ok(&wanted) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(LabError::Run(format!(
-                "the switch did not take the new node list within {APPLY_DEADLINE:?}: \
-                 wanted {wanted:?}, it has {now:?}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The discovery source's `state` and `failures` on `/status`.
-async fn source_state(admin: SocketAddr) -> Result<(String, u64), LabError> {
-    let text = cluster::get(admin, "/status")
-        .await
-        .map_err(LabError::Run)?;
-    let status: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| LabError::Run(e.to_string()))?;
-    let source = &status["discovery"][0];
-    Ok((
-        source["state"].as_str().unwrap_or("").to_owned(),
-        source["failures"].as_u64().unwrap_or(0),
-    ))
-}
-
-/// Polls `/status` until the discovery source's state and failure count satisfy `done`.
-async fn wait_for_source(
-    admin: SocketAddr,
-    done: impl Fn(&str, u64) -> bool,
-) -> Result<(), LabError> {
-    let deadline = Instant::now() + APPLY_DEADLINE;
-    loop {
-        let (state, failures) = source_state(admin).await?;
-        if done(&state, failures) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(LabError::Run(format!(
-                "the switch did not see the registry outage within {APPLY_DEADLINE:?} \
-                 (source state {state}, {failures} failures)"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn node_names(admin: SocketAddr) -> Result<Vec<String>, String> {
-    let text = cluster::get(admin, "/status").await?;
-    let status: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    let mut names: Vec<String> = (status["nodes"].as_array().into_iter().flatten())
-        .filter_map(|n| n["name"].as_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    Ok(names)
-}
-
 fn findings(
+    registry: RegistryKind,
     static_run: &MembershipRun,
     discovery: &MembershipRun,
     changes: &[ChangeResult],
 ) -> Vec<String> {
     let mut f = vec![format!(
         "Across {} changes (scale-out, scale-in, rolling restart, registry outage) the switch \
-         following its node list failed {} of {} requests; with static membership {} of {}.",
+         following its node list ({} registry) failed {} of {} requests; with static \
+         membership {} of {}.",
         changes.len(),
+        registry.as_str(),
         discovery.failed,
         discovery.completed + discovery.failed,
         static_run.failed,
@@ -446,20 +484,28 @@ fn findings(
     )];
     for c in changes {
         if let Change::RegistryOutage { seconds } = c.change {
+            let what = match registry {
+                RegistryKind::File => "the list was half-written, then missing",
+                RegistryKind::Etcd => "etcd was down (killed, then started again on its data)",
+            };
             f.push(format!(
-                "registry outage at {:.0} s: for {seconds} s the list was half-written, then \
-                 missing; the switch reported the source in error and kept its {} nodes, \
-                 {} failed requests around it (static: {}), worst p99 {:.1} ms (static: {:.1} ms).",
+                "registry outage at {:.0} s: for {seconds} s {what}; the switch reported the \
+                 source in error and kept its {} nodes, {} failed requests around it \
+                 (static: {}), worst p99 {:.1} ms (static: {:.1} ms).",
                 c.at_s, c.nodes_after, c.errors, c.static_errors, c.p99_ms, c.static_p99_ms
             ));
             continue;
         }
         f.push(format!(
-            "{} at {:.0} s: the switch showed it {:.2} s after the registry write(s); \
+            "{} at {:.0} s: the switch showed it {:.2} s after {}; \
              {} failed requests around it (static: {}), worst p99 {:.1} ms (static: {:.1} ms).",
             c.change.describe(),
             c.at_s,
             c.applied_s,
+            match registry {
+                RegistryKind::File => "the registry write(s)",
+                RegistryKind::Etcd => "the node(s) registered themselves or got SIGTERM",
+            },
             c.errors,
             c.static_errors,
             c.p99_ms,

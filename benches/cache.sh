@@ -8,6 +8,8 @@
 #   SECTIONS=mem MEM_OBJECTS=200000 bash benches/cache.sh
 #   PIN=1 SECTIONS=hit CONTENDERS=capstan,varnish bash benches/cache.sh 3 8   # proxy on CPU 1,
 #                                   # load on CPU 0 (hit-threads.tsv: ms of CPU per proxy thread)
+#   QUOTA=1 SECTIONS=hit CONTENDERS=capstan,varnish bash benches/cache.sh 3 8  # each proxy in a
+#                                   # cgroup of 1 CPU (root), the generator gets the rest
 #
 # Sections (SECTIONS=hit,miss,mem):
 #   hit   keep-alive GETs of one cached object (≈1 KB and ≈100 KB), wrk: requests/s, p50/p99, CPU
@@ -298,6 +300,22 @@ start() {  # NAME SECTION ORIGIN_PORT CACHE_MB: 0 when it serves
     stop "$name"
     return 1
   fi
+  put_under_quota "$name" "$started"
+}
+
+# QUOTA=N: each contender's processes (all of them, with the threads and children they have
+# once serving) in a cgroup of N CPUs, as benches/tls_duel.sh does, so every proxy gets the same
+# CPU and the load generator the rest.
+declare -A quota_procs=()
+put_under_quota() {
+  [ -n "${QUOTA:-}" ] || return 0
+  local procs p
+  procs=$(cpu_quota_group "$QUOTA")
+  [ -n "$procs" ] || die "QUOTA=$QUOTA needs root and the cgroup cpu controller"
+  quota_procs[$1]=$procs
+  for p in $2 $(pgrep -P "$2" 2>/dev/null) $(pgrep -P "$(pgrep -P "$2" 2>/dev/null | tr '\n' ',' | sed 's/,$//')" 2>/dev/null); do
+    echo "$p" > "$procs" 2>/dev/null || true
+  done
 }
 
 stop() {
@@ -313,6 +331,7 @@ stop() {
     [ -f "${running_dir[$1]}/$f" ] && rm -rf "$(cat "${running_dir[$1]}/$f")"
   done
   unset "running[$1]" "running_dir[$1]"
+  if [ -n "${quota_procs[$1]:-}" ]; then cpu_quota_remove "${quota_procs[$1]}"; unset "quota_procs[$1]"; fi
 }
 
 give_up() {  # NAME REASON: a contender that broke during a section is skipped from then on

@@ -214,7 +214,8 @@ async fn a_registration_lives_until_shutdown_and_survives_a_revoked_lease() {
     assert_eq!(registration.key(), key);
     let mut kv = client(&server).await;
     assert_eq!(value_of(&mut kv, &key).await, Some(value.clone()));
-    // Kept alive: still there after several TTLs (the key's lease is the one we hold).
+    // Kept alive: still there after several TTLs (the key's lease is the one we hold). A
+    // property over a span of time: the key is looked at every 200 ms for 5 s (2.5 TTLs).
     let mut status = registration.status();
     let first_lease = status.borrow().lease;
     let since = Instant::now();
@@ -282,7 +283,8 @@ async fn a_registration_survives_an_etcd_restart() {
     let key = format!("{PREFIX}n3");
     server.stop();
     // Down longer than the TTL: the lease may or may not survive (etcd extends leases on
-    // start); either way the key must be back, and held.
+    // start); either way the key must be back, and held. The sleep is the outage's length
+    // (what the test does to etcd), not a wait for something to happen.
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.restart().unwrap();
     let mut kv = client(&server).await;

@@ -111,17 +111,7 @@ async fn srv_changes_are_followed_while_clients_keep_requesting() {
     // Removed: c. No new request reaches it once it is out.
     let records = web("a", &a2, 1) + &web("b", &b, 5);
     server.set_records(&records).await;
-    wait_for_status(admin, "c to leave", |s| {
-        node_status(s, &node_name(&c)).is_null()
-    })
-    .await;
-    let c_hits = c.hits();
-    let (a2_hits, b_hits) = (a2.hits(), b.hits());
-    wait_until("more traffic on a2 and b", || {
-        a2.hits() > a2_hits + 30 && b.hits() > b_hits + 30
-    })
-    .await;
-    assert!(c.hits() <= c_hits + 4, "a removed node got new requests");
+    assert_left_and_starved(admin, &node_name(&c), &c, &[&a2, &b]).await;
     let metrics = get(admin, "/metrics").await.text();
     assert!(
         metrics.contains("capstan_discovery_nodes{source=\"web\"} 2"),

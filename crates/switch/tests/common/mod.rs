@@ -492,6 +492,32 @@ pub async fn wait_until(what: &str, ready: impl Fn() -> bool) {
     }
 }
 
+/// Waits until the node called `name` (served by `gone`) has left `/status`, then until each
+/// of `staying` has served 30 more requests, and checks that `gone` got at most 4 new ones
+/// meanwhile (those already on their way when it left): a node that leaves the cluster gets
+/// nothing new.
+pub async fn assert_left_and_starved(
+    admin: SocketAddr,
+    name: &str,
+    gone: &Backend,
+    staying: &[&Backend],
+) {
+    wait_for_status(admin, &format!("{name} to leave"), |s| {
+        node_status(s, name).is_null()
+    })
+    .await;
+    let gone_hits = gone.hits();
+    let before: Vec<u64> = staying.iter().map(|b| b.hits()).collect();
+    wait_until("more traffic on the nodes that stay", || {
+        staying.iter().zip(&before).all(|(b, &h)| b.hits() > h + 30)
+    })
+    .await;
+    assert!(
+        gone.hits() <= gone_hits + 4,
+        "{name} got new requests after it left"
+    );
+}
+
 /// The status entry of the node called `name` (`Null` when it is not listed).
 pub fn node_status<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     status["nodes"]

@@ -192,6 +192,11 @@ pub struct BenchConfig {
     /// Source addresses for new connections, used in turn (empty: the kernel's choice). Behind
     /// `capstan wan`, a client group's addresses select its emulated path.
     pub bind: Vec<std::net::IpAddr>,
+    /// Addresses (`host:port`) to connect to instead of the URL's, as a DNS round-robin client
+    /// does with one name's several addresses: the URL still gives the scheme, `Host` and path.
+    /// New connection `i` goes to target `i mod N`; one refused or failed goes to the next
+    /// target, so a dead target costs only the requests in flight on it. Empty: the URL's host.
+    pub targets: Vec<String>,
 }
 
 impl BenchConfig {
@@ -224,6 +229,7 @@ impl BenchConfig {
             tls_session_per_client: false,
             follow_redirects: false,
             bind: Vec::new(),
+            targets: Vec::new(),
         }
     }
 
@@ -282,6 +288,9 @@ impl BenchConfig {
                         .into(),
                 );
             }
+        }
+        for t in &self.targets {
+            split_host_port(t).map_err(BenchError::Config)?;
         }
         if self.connections == 0 {
             return bad("connections must be at least 1".into());
@@ -358,6 +367,21 @@ impl BenchConfig {
             Engine::SClient { .. } => "sclient",
         }
     }
+}
+
+/// `host:port` or `[v6]:port` of a `--target`, as host (brackets removed) and port.
+pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
+    let bad = |why: &str| format!("bad target {s:?}: {why} (expected HOST:PORT, e.g. 127.0.0.2:8080)");
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
+        return Err(bad("bad host"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
+    if port == 0 {
+        return Err(bad("port 0"));
+    }
+    Ok((host.to_string(), port))
 }
 
 /// Parses `6x5%/100s`: `peak`x the mean for `fraction`% of every `period`.
@@ -479,6 +503,21 @@ mod tests {
             (8443, "https://127.0.0.1:8443/")
         );
         assert!(!Target::parse("http://x/").unwrap().tls);
+    }
+
+    #[test]
+    fn target_addresses() {
+        assert_eq!(
+            split_host_port("127.0.0.2:8080").unwrap(),
+            ("127.0.0.2".to_string(), 8080)
+        );
+        assert_eq!(split_host_port("[::1]:9").unwrap(), ("::1".to_string(), 9));
+        assert!(split_host_port("127.0.0.2").unwrap_err().contains("no port"));
+        assert!(split_host_port("h:0").is_err());
+        assert!(split_host_port("http://h:80/x").is_err());
+        let mut c = BenchConfig::open(Target::parse("http://x/").unwrap(), 1.0);
+        c.targets = vec!["a:1".into(), "b".into()];
+        assert!(c.validate().is_err());
     }
 
     #[test]

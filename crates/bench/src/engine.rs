@@ -26,7 +26,8 @@ mod sclient;
 pub(crate) struct Ctx {
     pub cfg: BenchConfig,
     pub table: RequestTable,
-    pub addr: SocketAddr,
+    /// Where connections go: the URL's address, or each of `cfg.targets` in turn.
+    pub addrs: Vec<SocketAddr>,
     pub t0: Instant,
     pub window_s: f64,
     pub lanes: u64,
@@ -64,6 +65,8 @@ pub(crate) struct Lane {
     pending: Cell<usize>,
     /// How many connections this lane has opened: picks the next source address (`cfg.bind`).
     opened: Cell<usize>,
+    /// How many connections this lane has begun: picks the next target (`ctx.addrs`).
+    begun: Cell<usize>,
 }
 
 impl Lane {
@@ -83,12 +86,67 @@ impl Lane {
         Some(bind[n % bind.len()])
     }
 
-    /// Connects, retrying timed-out attempts until `deadline` as an S-Client does; over TLS
-    /// with `user`'s own client when given (its own session cache), else the run's.
+    /// The target of the next new connection: round robin over `ctx.addrs`, each lane starting
+    /// at its own place so that lanes together go `i mod N`.
+    pub(crate) fn next_target(&self) -> usize {
+        let n = self.begun.get();
+        self.begun.set(n.wrapping_add(1));
+        n % self.ctx.addrs.len()
+    }
+
+    /// Connects to the next target, or when it refuses or does not answer, to the one after it
+    /// (a DNS round-robin client trying the name's next address): a dead target costs a connect
+    /// attempt, not the request.
     async fn connect(
         &self,
         deadline: Instant,
         user: Option<&TlsConnector>,
+    ) -> Result<Conn, ErrorKind> {
+        let n = self.ctx.addrs.len();
+        let first = self.next_target();
+        let mut last = ErrorKind::ConnectError;
+        for k in 0..n {
+            let target = (first + k) % n;
+            // One target: retry timed-out attempts until the deadline (S-Client); several:
+            // a timed-out attempt moves on to the next target.
+            match self.connect_to(target, deadline, user, n == 1).await {
+                Ok(mut c) => {
+                    c.target = target;
+                    let mut s = self.stats.borrow_mut();
+                    s.targets[target].connects += 1;
+                    if k > 0 {
+                        s.targets[target].reconnects += 1;
+                    }
+                    return Ok(c);
+                }
+                Err(e @ (ErrorKind::ConnectRefused
+                | ErrorKind::ConnectError
+                | ErrorKind::ConnectTimeout)) => {
+                    self.stats.borrow_mut().targets[target].refused += 1;
+                    last = e;
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.stats.borrow_mut().targets[target].errors += 1;
+                    return Err(e);
+                }
+            }
+        }
+        self.stats.borrow_mut().targets[first].errors += 1;
+        Err(last)
+    }
+
+    /// Connects to target `target`, retrying timed-out attempts until `deadline` as an S-Client
+    /// does when `retry`; over TLS with `user`'s own client when given (its own session cache),
+    /// else the run's.
+    async fn connect_to(
+        &self,
+        target: usize,
+        deadline: Instant,
+        user: Option<&TlsConnector>,
+        retry: bool,
     ) -> Result<Conn, ErrorKind> {
         loop {
             let began = Instant::now();
@@ -100,7 +158,7 @@ impl Lane {
                 .connect_timeout
                 .min(left.max(Duration::from_millis(1)));
             let from = self.next_source();
-            match http::connect(self.ctx.addr, from, t).await {
+            match http::connect(self.ctx.addrs[target], from, t).await {
                 Ok(s) => {
                     self.stats.borrow_mut().connected(began, Instant::now());
                     let Some(tls) = &self.ctx.tls else {
@@ -117,7 +175,7 @@ impl Lane {
                 }
                 Err(ErrorKind::ConnectTimeout) => {
                     self.stats.borrow_mut().connect_timeouts += 1;
-                    if Instant::now() >= deadline {
+                    if !retry || Instant::now() >= deadline {
                         return Err(ErrorKind::ConnectTimeout);
                     }
                 }
@@ -177,6 +235,7 @@ impl Lane {
         let now = Instant::now();
         match r {
             Ok(Ok(resp)) => {
+                self.stats.borrow_mut().targets[c.target].requests += 1;
                 if !(resp.reusable && keepalive) {
                     *conn = None;
                 }
@@ -195,15 +254,17 @@ impl Lane {
                 true
             }
             Ok(Err(k)) => {
+                let mut s = self.stats.borrow_mut();
+                s.targets[c.target].errors += 1;
                 *conn = None;
-                self.stats.borrow_mut().error(req.class, k, now);
+                s.error(req.class, k, now);
                 false
             }
             Err(_) => {
+                let mut s = self.stats.borrow_mut();
+                s.targets[c.target].errors += 1;
                 *conn = None;
-                self.stats
-                    .borrow_mut()
-                    .error(req.class, ErrorKind::ReadTimeout, now);
+                s.error(req.class, ErrorKind::ReadTimeout, now);
                 false
             }
         }
@@ -350,6 +411,7 @@ pub(crate) fn run_lane(
     let cfg = &ctx.cfg;
     let mut stats = Stats::new(ctx.t0, ctx.window_s, ctx.table.classes.len());
     stats.settle_s = cfg.settle.as_secs_f64();
+    stats.targets = vec![Default::default(); ctx.addrs.len()];
     let lane_state = Rc::new(Lane {
         stats: RefCell::new(stats),
         connect_slots: Semaphore::new(cfg.connections),
@@ -358,6 +420,7 @@ pub(crate) fn run_lane(
         pending: Cell::new(0),
         // Lanes start at different source addresses, so a few connections spread over all.
         opened: Cell::new(lane as usize),
+        begun: Cell::new(lane as usize),
         ctx: ctx.clone(),
     });
     let cpu0 = thread_cpu_s();

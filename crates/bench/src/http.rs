@@ -254,6 +254,8 @@ pub struct Conn {
     /// Bytes of `buf` holding data not yet consumed.
     start: usize,
     end: usize,
+    /// Which of the run's connection targets it goes to (`BenchConfig::targets`; 0 without).
+    pub target: usize,
 }
 
 const READ_CHUNK: usize = 16 * 1024;
@@ -273,6 +275,7 @@ impl Conn {
             buf: vec![0; READ_CHUNK],
             start: 0,
             end: 0,
+            target: 0,
         }
     }
 

@@ -38,7 +38,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use config::{
     parse_burst, parse_duration, parse_phases, BenchConfig, Engine, ReplaySpeed, Source, Target,
 };
-pub use result::{merge, Percentiles, RunResult, TimelineSecond, WanPath, WanResult};
+pub use result::{
+    merge, Percentiles, RunResult, TargetResult, TimelineSecond, WanPath, WanResult,
+};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BenchError {
@@ -76,14 +78,7 @@ pub async fn run(
     progress: Option<ProgressFn>,
 ) -> Result<RunResult, BenchError> {
     config.validate()?;
-    let addr = tokio::net::lookup_host((
-        config.target.host.trim_matches(['[', ']']),
-        config.target.port,
-    ))
-    .await
-    .map_err(|e| BenchError::Io(format!("cannot resolve {}: {e}", config.target.host)))?
-    .next()
-    .ok_or_else(|| BenchError::Io(format!("cannot resolve {}", config.target.host)))?;
+    let addrs = resolve_targets(&config).await?;
     raise_fd_limit();
     let tls = tls::client(&config)?;
     let table = source::RequestTable::build(&config)?;
@@ -116,7 +111,7 @@ pub async fn run(
     let ctx = Arc::new(engine::Ctx {
         cfg: config,
         table,
-        addr,
+        addrs,
         t0,
         window_s,
         lanes,
@@ -177,6 +172,11 @@ pub async fn run(
         }
     }
     let total = total.expect("at least one thread");
+    let targets = if ctx.cfg.targets.is_empty() {
+        Vec::new()
+    } else {
+        result::targets(&ctx.cfg.targets, &total.targets)
+    };
     let generator = result::Generator {
         threads,
         cpu_percent_max: (cpu_max * 10.0).round() / 10.0,
@@ -184,7 +184,7 @@ pub async fn run(
     };
     let cfg = &ctx.cfg;
     let offered_rps = cfg.mean_rate().unwrap_or(0.0) / shard.1 as f64;
-    Ok(result::build(
+    let mut out = result::build(
         &total,
         result::Meta {
             engine: cfg.engine_name(),
@@ -196,7 +196,35 @@ pub async fn run(
             classes: &ctx.table.classes,
             generator,
         },
-    ))
+    );
+    out.targets = targets;
+    Ok(out)
+}
+
+/// The addresses connections go to: each `--target` in order, else the URL's host.
+async fn resolve_targets(config: &BenchConfig) -> Result<Vec<std::net::SocketAddr>, BenchError> {
+    let names: Vec<(String, u16)> = if config.targets.is_empty() {
+        vec![(
+            config.target.host.trim_matches(['[', ']']).to_string(),
+            config.target.port,
+        )]
+    } else {
+        config
+            .targets
+            .iter()
+            .map(|t| config::split_host_port(t).map_err(BenchError::Config))
+            .collect::<Result<_, _>>()?
+    };
+    let mut addrs = Vec::with_capacity(names.len());
+    for (host, port) in names {
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| BenchError::Io(format!("cannot resolve {host}: {e}")))?
+            .next()
+            .ok_or_else(|| BenchError::Io(format!("cannot resolve {host}")))?;
+        addrs.push(addr);
+    }
+    Ok(addrs)
 }
 
 /// For the replay engine, each log entry's start time and its row in the request table; empty
@@ -230,7 +258,7 @@ pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, Strin
     let ctx = engine::Ctx {
         cfg: config.clone(),
         table,
-        addr: ([127, 0, 0, 1], 0).into(),
+        addrs: vec![([127, 0, 0, 1], 0).into()],
         t0: Instant::now(),
         window_s: f64::MAX,
         lanes: config.shard.1 as u64 * config.threads as u64,

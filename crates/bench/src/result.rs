@@ -173,6 +173,42 @@ pub struct RunResult {
     /// `capstan bench --wan`: the emulated WAN paths the load crossed; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wan: Option<WanResult>,
+    /// `--target`: per connection target, in the given order; absent without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetResult>,
+}
+
+/// One connection target of a run spread over several (`--target`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetResult {
+    /// `host:port` as given.
+    pub address: String,
+    /// Responses it gave.
+    pub requests: u64,
+    /// Requests that failed on it (transport errors, e.g. in flight when it died).
+    pub errors: u64,
+    /// Connections opened to it.
+    pub connects: u64,
+    /// Connections that came to it because the target they were meant for refused or failed
+    /// to connect (a dead target's share moving over).
+    pub reconnects: u64,
+    /// Connect attempts it refused or let time out.
+    pub refused: u64,
+}
+
+pub(crate) fn targets(addresses: &[String], accs: &[crate::stats::TargetAcc]) -> Vec<TargetResult> {
+    addresses
+        .iter()
+        .zip(accs)
+        .map(|(a, t)| TargetResult {
+            address: a.clone(),
+            requests: t.requests,
+            errors: t.errors,
+            connects: t.connects,
+            reconnects: t.reconnects,
+            refused: t.refused,
+        })
+        .collect()
 }
 
 /// A run behind `capstan wan`'s delay router: per path (client group), the load it carried and
@@ -405,6 +441,23 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
             per_class: class_hists,
         },
         wan: None,
+        targets: Vec::new(),
+    }
+}
+
+/// Shards' per-target counts add by address.
+fn merge_targets(a: &mut Vec<TargetResult>, b: &[TargetResult]) {
+    for t in b {
+        match a.iter_mut().find(|x| x.address == t.address) {
+            Some(x) => {
+                x.requests += t.requests;
+                x.errors += t.errors;
+                x.connects += t.connects;
+                x.reconnects += t.reconnects;
+                x.refused += t.refused;
+            }
+            None => a.push(t.clone()),
+        }
     }
 }
 
@@ -486,6 +539,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
             a.p99_ms = a.p99_ms.max(b.p99_ms);
             a.max_ms = a.max_ms.max(b.max_ms);
         }
+        merge_targets(&mut out.targets, &r.targets);
         match (&mut out.wan, &r.wan) {
             (Some(a), Some(b)) => a.paths.extend(b.paths.iter().cloned()),
             (None, Some(b)) => out.wan = Some(b.clone()),

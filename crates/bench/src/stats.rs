@@ -44,6 +44,22 @@ pub struct ClassAcc {
     pub hist: Histogram<u64>,
 }
 
+/// One connection target's counts (`BenchConfig::targets`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TargetAcc {
+    /// Responses received from it.
+    pub requests: u64,
+    /// Requests that failed on it (transport errors, including those in flight when it died).
+    pub errors: u64,
+    /// Connections opened to it.
+    pub connects: u64,
+    /// Of those, connections that came to it because the target they were meant for refused
+    /// or failed to connect.
+    pub reconnects: u64,
+    /// Connect attempts it refused or let time out.
+    pub refused: u64,
+}
+
 pub struct Stats {
     pub t0: Instant,
     /// End of the schedule (seconds after `t0`): completions after it are drain, not window.
@@ -85,6 +101,8 @@ pub struct Stats {
     pub cpu_s: f64,
     pub busy_wall_s: f64,
     pub inflight: u64,
+    /// Per connection target, in the configured order (one entry without `--target`).
+    pub targets: Vec<TargetAcc>,
 }
 
 impl Stats {
@@ -131,6 +149,7 @@ impl Stats {
             cpu_s: 0.0,
             busy_wall_s: 0.0,
             inflight: 0,
+            targets: Vec::new(),
         }
     }
 
@@ -339,6 +358,16 @@ impl Stats {
                     None => a.latency = Some(h),
                 }
             }
+        }
+        if self.targets.len() < o.targets.len() {
+            self.targets.resize(o.targets.len(), TargetAcc::default());
+        }
+        for (a, b) in self.targets.iter_mut().zip(&o.targets) {
+            a.requests += b.requests;
+            a.errors += b.errors;
+            a.connects += b.connects;
+            a.reconnects += b.reconnects;
+            a.refused += b.refused;
         }
         self.cpu_s += o.cpu_s;
         self.busy_wall_s = self.busy_wall_s.max(o.busy_wall_s);

@@ -122,6 +122,14 @@ pub struct BenchArgs {
     /// After the schedule ends, let in-flight requests finish for this long. Example: --drain 2s
     #[arg(long, value_name = "TIME", default_value = "2s")]
     drain: String,
+    /// Connect to these addresses instead of the URL's host, as a DNS round-robin client does
+    /// with one name's addresses: the URL still gives scheme, Host and path. New connection i
+    /// goes to target i mod N; a target that refuses or does not answer passes the connection
+    /// to the next, so a dead one costs only the requests in flight on it. The result gets
+    /// per-target counts. Repeat or separate with commas.
+    /// Example: --target 127.0.0.2:8080,127.0.0.3:8080
+    #[arg(long, value_name = "HOST:PORT", value_delimiter = ',', conflicts_with_all = ["polygraph", "wan", "wan_group", "wan_config"])]
+    target: Vec<String>,
     /// HTTP/1.1 keep-alive connections (default: HTTP/1.0, a connection per request).
     #[arg(long, short = 'k')]
     keepalive: bool,
@@ -354,6 +362,7 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         bail!("--think applies to --clients (sessions use --think-scale)");
     }
     c.connections = a.connections;
+    c.targets = a.target.clone();
     c.connect_timeout = dur(&a.connect_timeout, "connect-timeout")?;
     c.timeout = dur(&a.timeout, "timeout")?;
     c.drain = dur(&a.drain, "drain")?;
@@ -694,6 +703,12 @@ fn summary(r: &RunResult) -> String {
     if !r.nodes.is_empty() {
         let n: Vec<String> = r.nodes.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!("nodes  {}\n", n.join(", "));
+    }
+    for t in &r.targets {
+        s += &format!(
+            "target {}  responses {}  errors {}  connections {} ({} moved here)  refused {}\n",
+            t.address, t.requests, t.errors, t.connects, t.reconnects, t.refused
+        );
     }
     if let Some(w) = &r.wan {
         s += &wan::summary(w);

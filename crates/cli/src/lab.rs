@@ -24,6 +24,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab wan-loss --contenders origin-processes,apache2
   capstan lab churn --quick                    # nodes join and leave under load (< 1 minute)
   capstan lab churn --quick --registry etcd    # the same with nodes registering in an etcd
+  capstan lab tier --quick                     # K = 1, 2 switches under CPU quotas (< 3 minutes)
 
 Each run starts emulated `capstan origin` nodes and a `capstan serve` switch as child processes on
 free loopback ports, drives the switch with the in-process load generator, and records conn/s,
@@ -70,6 +71,15 @@ more, exits) and the outage kills etcd and starts it again on its data. The repo
 change, how long the switch took to show it on /status and the failed requests and worst p99
 around it against the same seconds of the static run, with plots over time. --quick: about
 25 s per run instead of 50.
+
+`capstan lab tier` starts emulated nodes and tiers of K switches (K = 1, 2, 4; --quick: 1, 2),
+switch i on 127.0.0.(10+i), each in its own cgroup of 0.25 CPU when cgroups can be made (else
+the report says it ran without), and drives them with one generator that spreads its
+connections over the tier as a DNS round-robin client does (capstan bench --target). The report
+gives the saturated throughput against K beside K x one switch; the document hit ratio and node
+requests of K independent caches of M MiB, one cache of K*M MiB and a sharded tier ([cache] with
+[tier] peers on every switch; `not available in this build` when capstan check refuses [tier]);
+and a switch killed mid-run (failed requests, seconds until the nodes' request rate settles).
 
 Experiment files are TOML; see experiments/*.toml for every field (nodes, switch policies and
 classes, workload, load levels, --quick settings, the paper's numbers).
@@ -161,6 +171,11 @@ pub struct LabArgs {
     /// themselves) [default: file]
     #[arg(long, value_name = "REGISTRY", value_parser = ["file", "etcd"])]
     registry: Option<String>,
+
+    /// The tier experiment at second-long windows, for tests of its plumbing (figures mean
+    /// nothing).
+    #[arg(long, hide = true, conflicts_with = "quick")]
+    smoke: bool,
 }
 
 pub fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -175,9 +190,13 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     let other_room = capstan_lab::CacheExperiment::find(&name).is_some()
         || capstan_lab::WanExperiment::find(&name).is_some()
         || name == "validate"
-        || name == capstan_lab::CHURN;
+        || name == capstan_lab::CHURN
+        || name == capstan_lab::TIER;
     if other_room && (args.secure_tls.is_some() || args.real_nodes) {
         bail!("--secure-tls and --real-nodes apply to the switch experiments, not to {name}");
+    }
+    if args.smoke && name != capstan_lab::TIER {
+        bail!("--smoke applies to the tier experiment, not to {name}");
     }
     if args.registry.is_some() && name != capstan_lab::CHURN {
         bail!("--registry applies to the churn experiment, not to {name}");
@@ -190,6 +209,9 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     if name == capstan_lab::CHURN {
         return run_churn(&args);
+    }
+    if name == capstan_lab::TIER {
+        return run_tier(&args);
     }
     if args.full || !args.contenders.is_empty() {
         bail!(
@@ -455,6 +477,31 @@ fn run_churn(args: &LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The tier experiment: capacity against K, the tier's cache, a switch killed; the report.
+fn run_tier(args: &LabArgs) -> anyhow::Result<()> {
+    if args.full || !args.contenders.is_empty() || !args.policies.is_empty() {
+        bail!("tier takes --quick and --out only");
+    }
+    let scale = match (args.quick, args.smoke) {
+        (_, true) => capstan_lab::TierScale::Smoke,
+        (true, false) => capstan_lab::TierScale::Quick,
+        (false, false) => capstan_lab::TierScale::Full,
+    };
+    let opts = capstan_lab::TierOptions {
+        scale,
+        exe: std::env::current_exe().context("cannot find the capstan binary")?,
+        work_dir: args.out.join("logs"),
+        command: command_line(),
+    };
+    eprintln!("capstan lab: tier — K switches on their own addresses and CPU quotas");
+    let say = |m: String| eprintln!("  {m}");
+    let results = until_interrupted(capstan_lab::run_tier(&opts, &say))?;
+    let path = capstan_lab::write_tier_report(&results, &args.out)?;
+    let table = capstan_lab::tier_summary_table(&results);
+    print_summary(&results.title, &table, &results.findings, &path, &args.out);
+    Ok(())
+}
+
 /// What a finished contender experiment prints: its heading, table, findings and files.
 fn print_summary(
     heading: &str,
@@ -502,6 +549,10 @@ fn list() {
     println!(
         "  {:<17} nodes joining and leaving under load through [[discovery]], against static [[node]]s",
         capstan_lab::CHURN
+    );
+    println!(
+        "  {:<17} K switches on their own addresses and CPU quotas: capacity, one cache, a switch killed",
+        capstan_lab::TIER
     );
     println!("Default: {}", capstan_lab::DEFAULT);
 }

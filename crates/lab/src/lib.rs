@@ -8,7 +8,9 @@
 //! front of emulated nodes, the switch, apache2 and nginx ([`run_wan`]). The `churn`
 //! experiment adds and removes nodes through a `[[discovery]]` file, or nodes registering
 //! themselves in an etcd it starts, under load and compares it with static membership
-//! ([`run_churn`]).
+//! ([`run_churn`]). The `tier` experiment starts K switches on their own loopback addresses
+//! and CPU quotas and measures capacity against K, a tier's cache and a switch killed mid-run
+//! ([`run_tier`]).
 //!
 //! The modules form four layers, each using only those below it: `model` (experiment and
 //! result schema, the papers' rows) → `procs` (cluster, servers, daemons) → `run` (runner,
@@ -37,12 +39,14 @@ pub use model::churn::{ChurnResults, RegistryKind, NAME as CHURN};
 pub use model::error::LabError;
 pub use model::experiment::{Experiment, BUILTIN, DEFAULT};
 pub use model::results::{fmt_level, LabResults};
+pub use model::tier::{Scale as TierScale, TierResults, NAME as TIER};
 pub use model::wan::{
     check_contender as check_wan_contender, Mode as WanMode, WanExperiment, WanOptions, BUILTIN_WAN,
 };
 pub use report::cache::{summary_table as cache_summary_table, write_report as write_cache_report};
 pub use report::churn::{summary_table as churn_summary_table, write_report as write_churn_report};
 pub use report::experiment::{conclude, summary_table, write as write_report};
+pub use report::tier::{summary_table as tier_summary_table, write_report as write_tier_report};
 pub use report::wan::{summary_table as wan_summary_table, write_report as write_wan_report};
 pub use run::cache::run_cache;
 pub use run::churn::{run_churn, ChurnOptions};
@@ -55,6 +59,7 @@ pub use run::validate::{
     run as run_validation, summary_table as validation_summary_table, write as write_validation,
     Schedule, ValidateOptions, CASES,
 };
+pub use run::tier::{run_tier, TierOptions};
 pub use run::wan::run_wan;
 
 /// What only tests and examples use: the lab's process helpers and the validation's verdict.

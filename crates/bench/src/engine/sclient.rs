@@ -54,15 +54,19 @@ async fn attempt(l: &Rc<Lane>, picker: &RefCell<Picker>, t: Duration) {
         s.offered(began);
         s.connect_attempts += 1;
     }
-    match http::connect(l.ctx.addr, l.next_source(), t).await {
+    let target = l.next_target();
+    match http::connect(l.ctx.addrs[target], l.next_source(), t).await {
         Ok(stream) => {
+            l.stats.borrow_mut().targets[target].connects += 1;
             l.stats.borrow_mut().connected(began, Instant::now());
             l.pending.set(l.pending.get() + 1);
             let l = l.clone();
             // Hand-off: the response is read by its own task while this socket connects again.
             let handler = l.clone();
             tokio::task::spawn_local(async move {
-                let mut conn = Some(Conn::new(stream));
+                let mut c = Conn::new(stream);
+                c.target = target;
+                let mut conn = Some(c);
                 handler.fetch(&mut conn, idx, began, false).await;
                 handler.pending.set(handler.pending.get() - 1);
             });
@@ -71,13 +75,17 @@ async fn attempt(l: &Rc<Lane>, picker: &RefCell<Picker>, t: Duration) {
         }
         Err(ErrorKind::ConnectTimeout) => {
             // Abandoned: closing an unestablished socket sends nothing.
-            l.stats.borrow_mut().connect_timeouts += 1;
+            let mut s = l.stats.borrow_mut();
+            s.connect_timeouts += 1;
+            s.targets[target].refused += 1;
         }
         Err(kind) => {
             let now = Instant::now();
             {
                 let mut s = l.stats.borrow_mut();
                 s.started(began, now);
+                s.targets[target].refused += 1;
+                s.targets[target].errors += 1;
                 s.error(l.ctx.table.requests[idx as usize].class, kind, now);
             }
             // A refused or failed attempt holds its socket for the rest of T rather than

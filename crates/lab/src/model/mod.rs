@@ -1,4 +1,4 @@
-//! Layer 1, the lab's schema: experiment files (policy, cache, WAN and churn experiments), the results
+//! Layer 1, the lab's schema: experiment files (policy, cache, WAN, churn and tier experiments), the results
 //! they produce as `results.json` keeps them, the papers' rows beside ours, and the lab's error
 //! type. Plain data with parsing and small pure helpers.
 //!
@@ -10,4 +10,5 @@ pub(crate) mod error;
 pub(crate) mod experiment;
 pub(crate) mod paper;
 pub(crate) mod results;
+pub(crate) mod tier;
 pub(crate) mod wan;

@@ -473,6 +473,27 @@ pub async fn start_bare_switch(
     .await
 }
 
+/// Starts a switch with `switch_config` on the given listener and admin addresses (a tier's
+/// switch, whose address its peers must know before it starts); its `switch.toml` and log go
+/// into `log_dir`.
+pub async fn start_switch_at(
+    exe: &Path,
+    mut switch_config: toml::Table,
+    switch_threads: usize,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    log_dir: &Path,
+) -> Result<Proc, LabError> {
+    std::fs::create_dir_all(log_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", log_dir.display())))?;
+    switch_config.insert(
+        "listen".into(),
+        toml::Value::Array(vec![listen.to_string().into()]),
+    );
+    switch_config.insert("admin".into(), admin.to_string().into());
+    spawn_switch(exe, &switch_config, switch_threads, admin, &[listen], log_dir).await
+}
+
 /// Writes `switch.toml` into `log_dir`, starts `capstan serve` on it and waits until it
 /// answers on `admin` and every address in `ready` accepts.
 async fn spawn_switch(

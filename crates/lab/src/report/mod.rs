@@ -1,5 +1,5 @@
 //! Layer 4, reports: the findings a policy experiment concludes with, the summary tables, and
-//! `index.html` (SVG plots) beside `results.json`, for policy, cache, WAN and churn experiments.
+//! `index.html` (SVG plots) beside `results.json`, for policy, cache, WAN, churn and tier experiments.
 //!
 //! May use: [`crate::model`], [`crate::procs`], [`crate::run`](mod@crate::run). Inside it, `experiment` (the
 //! policy experiment's report) uses `figures` and `sclient`.
@@ -9,4 +9,5 @@ pub(crate) mod churn;
 pub(crate) mod experiment;
 pub(crate) mod figures;
 pub(crate) mod sclient;
+pub(crate) mod tier;
 pub(crate) mod wan;

@@ -1,0 +1,190 @@
+//! The tier experiment's report: the summary table, and `index.html` beside `results.json`
+//! with the findings, capacity against K (with the ideal K × one switch), the cache variants'
+//! hit ratios and node requests, and the kill run's node-request rate and responses over time.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use capstan_report::{escape, Chart, Marker, Page, Series, Stroke};
+
+use crate::model::error::LabError;
+use crate::model::tier::TierResults;
+
+/// Capacity rows, cache rows, the kill.
+pub fn summary_table(r: &TierResults) -> String {
+    let mut s = format!(
+        "{:<10} {:>12} {:>12} {:>8} {:>9}\n",
+        "switches", "responses/s", "÷ K×one", "errors", "p99 ms"
+    );
+    for c in &r.capacity {
+        let _ = writeln!(
+            s,
+            "{:<10} {:>12.0} {:>12.2} {:>8} {:>9.2}",
+            c.switches, c.responses_per_s, c.ratio_to_k_times_one, c.errors, c.p99_ms
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<12} {:>9} {:>9} {:>10} {:>13} {:>7}",
+        "cache", "switches", "MiB each", "responses", "node requests", "DHR"
+    );
+    for c in &r.cache {
+        if !c.available {
+            let _ = writeln!(s, "{:<12} {:>9} {}", c.variant, c.switches, c.note);
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<12} {:>9} {:>9} {:>10} {:>13} {:>7.3}",
+            c.variant, c.switches, c.cache_mib_each, c.responses, c.node_requests, c.dhr
+        );
+    }
+    if let Some(k) = &r.kill {
+        let settle = k.settle_s.map_or("not settled".into(), |s| format!("{s:.1} s"));
+        let _ = writeln!(
+            s,
+            "\nkill {} at {:.1} s ({} tier of {}): {} failed of {}, node rate settled: {settle}",
+            k.killed,
+            k.at_s,
+            k.variant,
+            k.switches,
+            k.errors,
+            k.responses + k.errors
+        );
+    }
+    s
+}
+
+/// Writes `results.json` and `index.html` into `out`; returns the page's path.
+pub fn write_report(r: &TierResults, out: &Path) -> Result<PathBuf, LabError> {
+    std::fs::create_dir_all(out)
+        .map_err(|e| LabError::Report(format!("{}: {e}", out.display())))?;
+    let json = serde_json::to_string_pretty(r).map_err(|e| LabError::Report(e.to_string()))?;
+    std::fs::write(out.join("results.json"), json)
+        .map_err(|e| LabError::Report(format!("cannot write results.json: {e}")))?;
+    let mut h = Page::with_style(&r.title, &r.title, "td,th{text-align:left}");
+    let p = &r.plan;
+    let _ = write!(
+        h,
+        "<p>Tiers of K switches, switch i on 127.0.0.(10+i) with {} worker thread(s), in front \
+         of {} emulated nodes (<code>capstan origin</code>, Polygraph content mix of {} \
+         objects); one load generator spreads its keep-alive connections over the tier as a \
+         DNS round-robin client does (<code>capstan bench --target</code>: connection i to \
+         switch i mod K, a refused or failed connection reopened at the next). CPU quota: {}. \
+         Scale: {}.</p><p><code>{}</code></p>",
+        p.switch_threads,
+        p.nodes,
+        p.files,
+        escape(&r.quota.detail),
+        p.scale.as_str(),
+        escape(&r.command)
+    );
+    h.section("Findings");
+    h.list(&r.findings);
+    h.section("Results");
+    let _ = write!(h, "<pre>{}</pre>", escape(&summary_table(r)));
+    let _ = write!(
+        h,
+        "<p>Capacity: {} closed-loop clients per switch ask for one small cached object for \
+         {} s. Cache: open loop at {} requests/s, Zipf α = {} over the objects, a {} s fill \
+         then a measured {} s; DHR is the tier's as the nodes see it, 1 − node requests ÷ \
+         responses (uncachable objects count as misses for every variant). [tier] in this \
+         build: {}.</p>",
+        p.clients_per_switch,
+        p.capacity_s,
+        p.cache_rate,
+        p.zipf,
+        p.fill_s,
+        p.measure_s,
+        escape(&r.tier_check)
+    );
+    h.section("Capacity against K");
+    h.push(&capacity_svg(r)?);
+    h.section("Cache of the tier");
+    h.push(&cache_svg(r)?);
+    if r.kill.is_some() {
+        h.section("A switch killed mid-run");
+        h.push(&kill_svg(r)?);
+    }
+    h.section("Not measured yet");
+    h.list(&r.not_measured);
+    let path = out.join("index.html");
+    std::fs::write(&path, h.finish())
+        .map_err(|e| LabError::Report(format!("cannot write index.html: {e}")))?;
+    Ok(path)
+}
+
+fn capacity_svg(r: &TierResults) -> Result<String, LabError> {
+    let one = r.capacity.first().map_or(0.0, |c| c.responses_per_s);
+    let measured = r
+        .capacity
+        .iter()
+        .map(|c| (c.switches as f64, c.responses_per_s))
+        .collect();
+    let ideal = r
+        .capacity
+        .iter()
+        .map(|c| (c.switches as f64, c.switches as f64 * one))
+        .collect();
+    Chart::new(
+        "saturated throughput against the number of switches",
+        "switches (K)",
+        "responses/s",
+    )
+    .size(640, 340)
+    .with(Series::new("measured", measured))
+    .with(Series::new("K × one switch", ideal).stroke(Stroke::Dashed))
+    .svg()
+    .map_err(LabError::Report)
+}
+
+fn cache_svg(r: &TierResults) -> Result<String, LabError> {
+    let rows: Vec<_> = r.cache.iter().filter(|c| c.available).collect();
+    let names = rows
+        .iter()
+        .map(|c| format!("{} ({}×{} MiB)", c.variant, c.switches, c.cache_mib_each))
+        .collect();
+    let points = rows
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i as f64, c.dhr))
+        .collect();
+    Chart::new(
+        "document hit ratio of the tier (1 − node requests ÷ responses)",
+        "variant",
+        "DHR",
+    )
+    .size(640, 340)
+    .x_categories(names)
+    .y_range(0.0, 1.0)
+    .with(Series::new("DHR", points).stroke(Stroke::None))
+    .svg()
+    .map_err(LabError::Report)
+}
+
+fn kill_svg(r: &TierResults) -> Result<String, LabError> {
+    let k = r.kill.as_ref().expect("checked by the caller");
+    let responses = k
+        .timeline
+        .iter()
+        .map(|s| (s.t as f64, s.completed as f64))
+        .collect();
+    let errors = k
+        .timeline
+        .iter()
+        .map(|s| (s.t as f64, s.errors as f64))
+        .collect();
+    let mut chart = Chart::new(
+        format!(
+            "node requests, responses and failures per second; {} killed at {:.1} s",
+            k.killed, k.at_s
+        ),
+        "seconds since the load started",
+        "per second",
+    )
+    .size(760, 360);
+    chart.add(Series::new("node requests/s", k.node_rate.clone()).marker(Marker::None));
+    chart.add(Series::new("responses/s", responses).marker(Marker::None));
+    chart.add(Series::new("failed/s", errors).marker(Marker::None));
+    chart.svg().map_err(LabError::Report)
+}

@@ -1,0 +1,382 @@
+//! Runs the tier experiment ([`crate::model::tier`]): emulated nodes on fresh loopback ports,
+//! and for each measurement a tier of K switches on 127.0.0.(10+i), one port for all, each under
+//! its own CPU quota, driven by one load generator spreading its connections over the tier as a
+//! DNS round-robin client does (`BenchConfig::targets`).
+//!
+//! Inside: [`switches`] starts and stops a tier of switches (configs, quotas, the `[tier]`
+//! support check); this module runs the measurements with it.
+
+mod switches;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use capstan_bench::{BenchConfig, Engine, RunResult, Source, Target};
+use capstan_workload::{DocTree, Popularity, TreeKind};
+
+use crate::model::error::LabError;
+use crate::model::tier::{
+    median, settle_time, CacheRow, CapacityRow, KillResult, Scale, TierPlan, TierResults, NAME,
+};
+use crate::procs::cluster::{self, NodeArgs, NodeSpec, Proc};
+use switches::{CacheMode, Tier};
+
+/// How a tier run is made.
+#[derive(Debug, Clone)]
+pub struct TierOptions {
+    pub scale: Scale,
+    /// The `capstan` binary for the nodes and the switches.
+    pub exe: PathBuf,
+    /// Logs and configs go here.
+    pub work_dir: PathBuf,
+    /// The command line, for the report.
+    pub command: String,
+}
+
+/// The emulated nodes every tier is put in front of.
+struct Nodes {
+    /// (name, address, report address); dropping `procs` kills them.
+    list: Vec<(String, SocketAddr, SocketAddr)>,
+    _procs: Vec<Proc>,
+}
+
+impl Nodes {
+    /// Requests the nodes have served so far (their load reports' `served`).
+    async fn served(&self) -> Result<u64, LabError> {
+        let mut total = 0;
+        for (name, _, report) in &self.list {
+            let r = cluster::load_report(*report)
+                .await
+                .map_err(|e| LabError::Run(format!("{name}'s load report: {e}")))?;
+            total += r.served;
+        }
+        Ok(total)
+    }
+}
+
+/// Runs capacity, cache and kill measurements; the results with findings.
+pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierResults, LabError> {
+    let plan = TierPlan::new(opts.scale);
+    std::fs::create_dir_all(&opts.work_dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", opts.work_dir.display())))?;
+    let tree = DocTree::generate(TreeKind::Polygraph, plan.seed, Some(plan.files))
+        .map_err(|e| LabError::Run(e.to_string()))?;
+    let nodes = start_nodes(&plan, opts).await?;
+    let port = switches::common_port(*plan.switches.iter().max().unwrap_or(&1))?;
+    let (tier_supported, tier_check) = switches::check_support(&opts.exe, &opts.work_dir, &nodes.list);
+    say(format!(
+        "[tier] peers in this build: {}",
+        if tier_supported { "yes" } else { "no" }
+    ));
+    let quota = switches::probe_quota(plan.quota_cpus);
+    say(format!("CPU quota per switch: {}", quota.detail));
+    let ctx = Ctx {
+        plan: &plan,
+        opts,
+        nodes: &nodes,
+        port,
+        quota: quota.applied,
+    };
+    let capacity = ctx.capacity(&tree, say).await?;
+    let cache = ctx.cache(tier_supported, say).await?;
+    let kill = ctx.kill(tier_supported, say).await?;
+    let mut results = TierResults {
+        name: NAME.into(),
+        title: "A tier of switches: capacity, one cache, a switch killed".into(),
+        command: opts.command.clone(),
+        plan: plan.clone(),
+        quota,
+        tier_supported,
+        tier_check,
+        capacity,
+        cache,
+        kill: Some(kill),
+        not_measured: not_measured(),
+        findings: Vec::new(),
+    };
+    results.findings = crate::model::tier::findings(&results);
+    Ok(results)
+}
+
+/// The issue's measurements this experiment leaves for later, said rather than faked.
+fn not_measured() -> Vec<String> {
+    vec![
+        "p90 response time of CAP, LARD, least-connections and join-idle-queue with each switch's \
+         local view against a tier-wide shared view: needs the shared view (gossip of active \
+         requests, latency and ejections between peers) and the join-idle-queue policy, which \
+         this build does not have."
+            .into(),
+        "The simulator's K = 1–64 tiers beside these K = 1, 2, 4 (lab --engine both for tier)."
+            .into(),
+    ]
+}
+
+async fn start_nodes(plan: &TierPlan, opts: &TierOptions) -> Result<Nodes, LabError> {
+    let args = NodeArgs {
+        tree: TreeKind::Polygraph.name().into(),
+        files: Some(plan.files),
+        seed: plan.seed,
+        cpu_light_ms: None,
+        cpu_med_ms: None,
+        disk_load_ms: None,
+        cache_fraction: None,
+        threads: 2,
+        load_interval_ms: 1000,
+        remote_penalty: None,
+        config: None,
+        register: None,
+    };
+    let dir = opts.work_dir.join("nodes");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| LabError::Run(format!("cannot create {}: {e}", dir.display())))?;
+    let (mut list, mut procs) = (Vec::new(), Vec::new());
+    for i in 0..plan.nodes {
+        let spec = NodeSpec {
+            name: format!("n{}", i + 1),
+            speed: 1.0,
+            cores: 2,
+            partition: None,
+        };
+        let (addr, report, proc) =
+            cluster::start_node_on_fresh_ports(&opts.exe, &spec, &args, None, &dir).await?;
+        list.push((spec.name, addr, report));
+        procs.push(proc);
+    }
+    Ok(Nodes {
+        list,
+        _procs: procs,
+    })
+}
+
+/// What every measurement shares.
+struct Ctx<'a> {
+    plan: &'a TierPlan,
+    opts: &'a TierOptions,
+    nodes: &'a Nodes,
+    port: u16,
+    quota: bool,
+}
+
+impl Ctx<'_> {
+    async fn tier(&self, k: usize, mode: CacheMode, label: &str) -> Result<Tier, LabError> {
+        let quota = self.quota.then_some(self.plan.quota_cpus);
+        let dir = self.opts.work_dir.join(label);
+        Tier::start(
+            &self.opts.exe,
+            k,
+            self.port,
+            mode,
+            &self.nodes.list,
+            self.plan.switch_threads,
+            quota,
+            &dir,
+        )
+        .await
+    }
+
+    /// Saturated throughput per tier size: closed-loop keep-alive clients asking for one
+    /// small cached object, so each switch's own quota is what limits it.
+    async fn capacity(
+        &self,
+        tree: &DocTree,
+        say: &dyn Fn(String),
+    ) -> Result<Vec<CapacityRow>, LabError> {
+        let hot = small_cachable(tree)?;
+        let mut rows: Vec<CapacityRow> = Vec::new();
+        for &k in &self.plan.switches {
+            let mode = CacheMode::Independent {
+                mib: self.plan.cache_mib,
+            };
+            let tier = self.tier(k, mode, &format!("capacity-k{k}")).await?;
+            let clients = self.plan.clients_per_switch * k;
+            say(format!("capacity: {k} switch(es), {clients} clients, {hot}"));
+            let mut cfg = load(&tier, &hot)?;
+            cfg.engine = Engine::Closed {
+                clients,
+                think: None,
+            };
+            cfg.threads = 2;
+            cfg.duration = Duration::from_secs(self.plan.capacity_s);
+            let r = run_load(cfg).await?;
+            let one = rows.first().map_or(r.completed_rps, |r| r.responses_per_s);
+            rows.push(CapacityRow {
+                switches: k,
+                clients,
+                responses_per_s: r.completed_rps,
+                ratio_to_k_times_one: round3(r.completed_rps / (k as f64 * one).max(1e-9)),
+                errors: r.errors_total,
+                p99_ms: r.latency_ms.corrected.p99,
+                targets: r.targets.clone(),
+            });
+            drop(tier);
+        }
+        Ok(rows)
+    }
+
+    /// K independent caches, one cache of K times the memory, and the sharded tier, on the
+    /// same Polygraph content mix: a fill window, then a measured one.
+    async fn cache(&self, sharded: bool, say: &dyn Fn(String)) -> Result<Vec<CacheRow>, LabError> {
+        let (k, m) = (self.plan.cache_switches, self.plan.cache_mib);
+        let variants = [
+            ("independent", k, CacheMode::Independent { mib: m }),
+            ("one-big", 1, CacheMode::Independent { mib: m * k as u64 }),
+            ("sharded", k, CacheMode::Sharded { mib: m }),
+        ];
+        let mut rows = Vec::new();
+        for (name, switches, mode) in variants {
+            let mut row = CacheRow {
+                variant: name.into(),
+                switches,
+                cache_mib_each: mode.mib(),
+                available: true,
+                note: String::new(),
+                responses: 0,
+                errors: 0,
+                node_requests: 0,
+                dhr: 0.0,
+            };
+            if matches!(mode, CacheMode::Sharded { .. }) && !sharded {
+                row.available = false;
+                row.note = "not available in this build (its switch does not take [tier])".into();
+                rows.push(row);
+                continue;
+            }
+            say(format!(
+                "cache: {name}, {switches} switch(es) of {} MiB",
+                mode.mib()
+            ));
+            let tier = self.tier(switches, mode, &format!("cache-{name}")).await?;
+            let mut cfg = self.mix_load(&tier, self.plan.fill_s)?;
+            run_load(cfg.clone()).await?;
+            let before = self.nodes.served().await?;
+            cfg.duration = Duration::from_secs(self.plan.measure_s);
+            cfg.seed += 1;
+            let r = run_load(cfg).await?;
+            let node_requests = self.nodes.served().await?.saturating_sub(before);
+            row.responses = r.completed;
+            row.errors = r.errors_total;
+            row.node_requests = node_requests;
+            row.dhr = round3(1.0 - node_requests as f64 / r.completed.max(1) as f64);
+            rows.push(row);
+            drop(tier);
+        }
+        Ok(rows)
+    }
+
+    /// The content-mix load on `tier`: open loop at the plan's rate, keep-alive.
+    fn mix_load(&self, tier: &Tier, seconds: u64) -> Result<BenchConfig, LabError> {
+        let mut cfg = load(tier, "/")?;
+        cfg.engine = Engine::Open {
+            rate: self.plan.cache_rate,
+        };
+        cfg.connections = 16 * tier.len();
+        cfg.duration = Duration::from_secs(seconds);
+        cfg.seed = self.plan.seed;
+        cfg.source = Source::Mix {
+            tree: TreeKind::Polygraph,
+            tree_seed: self.plan.seed,
+            files: Some(self.plan.files),
+            popularity: Popularity::Zipf {
+                alpha: self.plan.zipf,
+            },
+            recurrence: None,
+        };
+        Ok(cfg)
+    }
+
+    /// The content-mix load on the cache tier while its last switch is killed (SIGKILL)
+    /// half-way; the nodes' request rate is sampled four times a second.
+    async fn kill(&self, sharded: bool, say: &dyn Fn(String)) -> Result<KillResult, LabError> {
+        let k = self.plan.cache_switches.max(2);
+        let (variant, mode) = match sharded {
+            true => ("sharded", CacheMode::Sharded {
+                mib: self.plan.cache_mib,
+            }),
+            false => ("independent", CacheMode::Independent {
+                mib: self.plan.cache_mib,
+            }),
+        };
+        say(format!(
+            "kill: {variant} tier of {k}, the last switch killed at {} s of {} s",
+            self.plan.kill_at_s, self.plan.kill_s
+        ));
+        let mut tier = self.tier(k, mode, "kill").await?;
+        // Warm the caches first so the kill, not the cold start, shapes the node rate.
+        run_load(self.mix_load(&tier, self.plan.fill_s)?).await?;
+        let cfg = self.mix_load(&tier, self.plan.kill_s)?;
+        let killed = tier.addresses().last().cloned().unwrap_or_default();
+        let t0 = Instant::now();
+        let kill_at = Duration::from_secs(self.plan.kill_at_s);
+        let load_end = Duration::from_secs(self.plan.kill_s);
+        let sampling = async {
+            let mut samples = Vec::new();
+            let mut last = (0.0, self.nodes.served().await?);
+            let mut killed_at = None;
+            while t0.elapsed() < load_end {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if killed_at.is_none() && t0.elapsed() >= kill_at {
+                    tier.kill_last();
+                    killed_at = Some(t0.elapsed().as_secs_f64());
+                }
+                let (t, n) = (t0.elapsed().as_secs_f64(), self.nodes.served().await?);
+                let rate = (n.saturating_sub(last.1)) as f64 / (t - last.0).max(1e-3);
+                samples.push((round3(t), rate.round()));
+                last = (t, n);
+            }
+            Ok::<_, LabError>((samples, killed_at.unwrap_or(kill_at.as_secs_f64())))
+        };
+        let (r, sampled) = tokio::join!(run_load(cfg), sampling);
+        let (r, (node_rate, at_s)) = (r?, sampled?);
+        let before: Vec<f64> = (node_rate.iter())
+            .filter(|(t, _)| *t > 1.0 && *t < at_s)
+            .map(|p| p.1)
+            .collect();
+        Ok(KillResult {
+            variant: variant.into(),
+            switches: k,
+            killed,
+            at_s: round3(at_s),
+            errors: r.errors_total,
+            responses: r.completed,
+            targets: r.targets.clone(),
+            node_rate_before: median(before).unwrap_or(0.0),
+            settle_s: settle_time(&node_rate, at_s),
+            node_rate,
+            timeline: r.timeline.clone(),
+        })
+    }
+}
+
+/// A closed-loop keep-alive config for `path` spread over the tier's switches.
+fn load(tier: &Tier, path: &str) -> Result<BenchConfig, LabError> {
+    let first = tier.addresses().first().cloned().unwrap_or_default();
+    let target = Target::parse(&format!("http://{first}{path}"))
+        .map_err(|e| LabError::Run(e.to_string()))?;
+    let mut cfg = BenchConfig::open(target, 1.0);
+    cfg.keepalive = true;
+    cfg.targets = tier.addresses().to_vec();
+    cfg.connect_timeout = Duration::from_millis(500);
+    cfg.timeout = Duration::from_secs(5);
+    cfg.drain = Duration::from_secs(2);
+    Ok(cfg)
+}
+
+async fn run_load(cfg: BenchConfig) -> Result<RunResult, LabError> {
+    capstan_bench::run(cfg, None)
+        .await
+        .map_err(|e| LabError::Run(format!("the load failed: {e}")))
+}
+
+/// The smallest cachable object of the tree (the capacity runs' one object: all hits).
+fn small_cachable(tree: &DocTree) -> Result<String, LabError> {
+    (tree.files.iter())
+        .filter(|f| f.cachable && f.size >= 512)
+        .min_by_key(|f| f.size)
+        .map(|f| f.path.clone())
+        .ok_or_else(|| LabError::Run("the tree has no cachable object".into()))
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

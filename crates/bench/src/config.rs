@@ -371,7 +371,8 @@ impl BenchConfig {
 
 /// `host:port` or `[v6]:port` of a `--target`, as host (brackets removed) and port.
 pub fn split_host_port(s: &str) -> Result<(String, u16), String> {
-    let bad = |why: &str| format!("bad target {s:?}: {why} (expected HOST:PORT, e.g. 127.0.0.2:8080)");
+    let bad =
+        |why: &str| format!("bad target {s:?}: {why} (expected HOST:PORT, e.g. 127.0.0.2:8080)");
     let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/') {
@@ -512,7 +513,9 @@ mod tests {
             ("127.0.0.2".to_string(), 8080)
         );
         assert_eq!(split_host_port("[::1]:9").unwrap(), ("::1".to_string(), 9));
-        assert!(split_host_port("127.0.0.2").unwrap_err().contains("no port"));
+        assert!(split_host_port("127.0.0.2")
+            .unwrap_err()
+            .contains("no port"));
         assert!(split_host_port("h:0").is_err());
         assert!(split_host_port("http://h:80/x").is_err());
         let mut c = BenchConfig::open(Target::parse("http://x/").unwrap(), 1.0);

@@ -119,9 +119,11 @@ impl Lane {
                     }
                     return Ok(c);
                 }
-                Err(e @ (ErrorKind::ConnectRefused
-                | ErrorKind::ConnectError
-                | ErrorKind::ConnectTimeout)) => {
+                Err(
+                    e @ (ErrorKind::ConnectRefused
+                    | ErrorKind::ConnectError
+                    | ErrorKind::ConnectTimeout),
+                ) => {
                     self.stats.borrow_mut().targets[target].refused += 1;
                     last = e;
                     if Instant::now() >= deadline {

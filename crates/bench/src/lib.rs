@@ -38,9 +38,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use config::{
     parse_burst, parse_duration, parse_phases, BenchConfig, Engine, ReplaySpeed, Source, Target,
 };
-pub use result::{
-    merge, Percentiles, RunResult, TargetResult, TimelineSecond, WanPath, WanResult,
-};
+pub use result::{merge, Percentiles, RunResult, TargetResult, TimelineSecond, WanPath, WanResult};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BenchError {

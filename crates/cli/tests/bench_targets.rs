@@ -61,7 +61,9 @@ fn spreads_over_targets_and_survives_one_dying() {
     support::eventually("the surviving node carries the run", || {
         served(a) >= after_kill + 200
     });
-    let status = bench.wait_exit(Duration::from_secs(30)).expect("bench ends");
+    let status = bench
+        .wait_exit(Duration::from_secs(30))
+        .expect("bench ends");
     assert!(status.success(), "{}", bench.stderr_text());
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -74,7 +76,10 @@ fn spreads_over_targets_and_survives_one_dying() {
     // own connections before the kill.
     assert!(n(1, "connects") >= 4, "{t:?}");
     assert!(n(0, "connects") >= 4, "{t:?}");
-    assert!(n(1, "requests") > 0 && n(0, "requests") > n(1, "requests"), "{t:?}");
+    assert!(
+        n(1, "requests") > 0 && n(0, "requests") > n(1, "requests"),
+        "{t:?}"
+    );
     // After the kill, new connections meant for B were refused and went to A.
     assert!(n(1, "refused") >= 1, "{t:?}");
     assert!(n(0, "reconnects") >= 1, "{t:?}");
@@ -93,7 +98,14 @@ fn spreads_over_targets_and_survives_one_dying() {
 fn a_bad_target_is_one_line() {
     let started = Instant::now();
     for bad in ["127.0.0.2", "127.0.0.2:0", "127.0.0.2:http"] {
-        let out = support::run(&["bench", "http://127.0.0.1:9/", "--rate", "1", "--target", bad]);
+        let out = support::run(&[
+            "bench",
+            "http://127.0.0.1:9/",
+            "--rate",
+            "1",
+            "--target",
+            bad,
+        ]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{bad} accepted");
         assert_eq!(err.trim().lines().count(), 1, "{err}");

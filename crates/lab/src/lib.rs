@@ -55,11 +55,11 @@ pub use run::runner::run;
 pub use run::simulate::{
     attach as attach_sim, check as check_sim, run as simulate, sim_only_results, Shape as SimShape,
 };
+pub use run::tier::{run_tier, TierOptions};
 pub use run::validate::{
     run as run_validation, summary_table as validation_summary_table, write as write_validation,
     Schedule, ValidateOptions, CASES,
 };
-pub use run::tier::{run_tier, TierOptions};
 pub use run::wan::run_wan;
 
 /// What only tests and examples use: the lab's process helpers and the validation's verdict.

@@ -263,7 +263,10 @@ pub fn findings(r: &TierResults) -> Vec<String> {
     }
     f.push(format!(
         "Not measured yet: {}",
-        r.not_measured.first().map(String::as_str).unwrap_or("nothing")
+        r.not_measured
+            .first()
+            .map(String::as_str)
+            .unwrap_or("nothing")
     ));
     f
 }

@@ -491,7 +491,15 @@ pub async fn start_switch_at(
         toml::Value::Array(vec![listen.to_string().into()]),
     );
     switch_config.insert("admin".into(), admin.to_string().into());
-    spawn_switch(exe, &switch_config, switch_threads, admin, &[listen], log_dir).await
+    spawn_switch(
+        exe,
+        &switch_config,
+        switch_threads,
+        admin,
+        &[listen],
+        log_dir,
+    )
+    .await
 }
 
 /// Writes `switch.toml` into `log_dir`, starts `capstan serve` on it and waits until it

@@ -39,11 +39,14 @@ impl CpuQuota {
             return Ok(q);
         }
         let v2 = Path::new("/sys/fs/cgroup");
-        let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        let controllers =
+            std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
         if !controllers.split_whitespace().any(|c| c == "cpu") {
-            return Err("no cgroup cpu controller (neither v1 /sys/fs/cgroup/cpu nor v2 \
+            return Err(
+                "no cgroup cpu controller (neither v1 /sys/fs/cgroup/cpu nor v2 \
                         cgroup.controllers lists cpu)"
-                .into());
+                    .into(),
+            );
         }
         // Enabling the controller for children may fail when it already is; making the group
         // and writing cpu.max then tell whether it works.

@@ -40,7 +40,9 @@ pub fn summary_table(r: &TierResults) -> String {
         );
     }
     if let Some(k) = &r.kill {
-        let settle = k.settle_s.map_or("not settled".into(), |s| format!("{s:.1} s"));
+        let settle = k
+            .settle_s
+            .map_or("not settled".into(), |s| format!("{s:.1} s"));
         let _ = writeln!(
             s,
             "\nkill {} at {:.1} s ({} tier of {}): {} failed of {}, node rate settled: {settle}",

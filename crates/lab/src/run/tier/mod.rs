@@ -64,7 +64,8 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
         .map_err(|e| LabError::Run(e.to_string()))?;
     let nodes = start_nodes(&plan, opts).await?;
     let port = switches::common_port(*plan.switches.iter().max().unwrap_or(&1))?;
-    let (tier_supported, tier_check) = switches::check_support(&opts.exe, &opts.work_dir, &nodes.list);
+    let (tier_supported, tier_check) =
+        switches::check_support(&opts.exe, &opts.work_dir, &nodes.list);
     say(format!(
         "[tier] peers in this build: {}",
         if tier_supported { "yes" } else { "no" }
@@ -190,7 +191,9 @@ impl Ctx<'_> {
             };
             let tier = self.tier(k, mode, &format!("capacity-k{k}")).await?;
             let clients = self.plan.clients_per_switch * k;
-            say(format!("capacity: {k} switch(es), {clients} clients, {hot}"));
+            say(format!(
+                "capacity: {k} switch(es), {clients} clients, {hot}"
+            ));
             let mut cfg = load(&tier, &hot)?;
             cfg.engine = Engine::Closed {
                 clients,
@@ -290,12 +293,18 @@ impl Ctx<'_> {
     async fn kill(&self, sharded: bool, say: &dyn Fn(String)) -> Result<KillResult, LabError> {
         let k = self.plan.cache_switches.max(2);
         let (variant, mode) = match sharded {
-            true => ("sharded", CacheMode::Sharded {
-                mib: self.plan.cache_mib,
-            }),
-            false => ("independent", CacheMode::Independent {
-                mib: self.plan.cache_mib,
-            }),
+            true => (
+                "sharded",
+                CacheMode::Sharded {
+                    mib: self.plan.cache_mib,
+                },
+            ),
+            false => (
+                "independent",
+                CacheMode::Independent {
+                    mib: self.plan.cache_mib,
+                },
+            ),
         };
         say(format!(
             "kill: {variant} tier of {k}, the last switch killed at {} s of {} s",

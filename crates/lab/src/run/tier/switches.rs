@@ -176,7 +176,10 @@ pub fn check_support(
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
             let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            (false, format!("capstan check refuses [tier]: {}", first.trim()))
+            (
+                false,
+                format!("capstan check refuses [tier]: {}", first.trim()),
+            )
         }
         Err(e) => (false, format!("cannot run capstan check: {e}")),
     }

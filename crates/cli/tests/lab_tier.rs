@@ -84,6 +84,17 @@ fn smoke_run_writes_the_report() {
 }
 
 #[test]
+fn listed_and_flags_it_does_not_take_are_one_line() {
+    let list = String::from_utf8(run(&["lab", "--list"]).stdout).unwrap();
+    assert!(list.contains("tier"), "{list}");
+    let out = run(&["lab", "tier", "--contenders", "nginx"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("tier takes --quick and --out only"), "{err}");
+}
+
+#[test]
 fn smoke_is_for_tier_only() {
     let out = run(&["lab", "churn", "--smoke"]);
     assert!(!out.status.success());

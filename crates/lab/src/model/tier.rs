@@ -132,7 +132,8 @@ pub struct CacheRow {
     /// False: not run (`note` says why, e.g. "not available in this build").
     pub available: bool,
     pub note: String,
-    /// Responses in the measured window.
+    /// Requests the schedule made due in the measured window, and the responses to them.
+    pub offered: u64,
     pub responses: u64,
     pub errors: u64,
     /// Requests the nodes served in the measured window.
@@ -243,14 +244,24 @@ pub fn findings(r: &TierResults) -> Vec<String> {
             )),
         }
     }
+    for c in r.cache.iter().filter(|c| c.available) {
+        if (c.responses as f64) < 0.9 * c.offered as f64 {
+            f.push(format!(
+                "The {} variant fell behind the offered load ({} responses of {} requests \
+                 due): its switches were saturated, so its DHR is over the requests they took.",
+                c.variant, c.responses, c.offered
+            ));
+        }
+    }
     if let Some(k) = &r.kill {
         let settle = match k.settle_s {
             Some(s) => format!("the nodes' request rate settled {s:.1} s after the kill"),
             None => "the nodes' request rate did not settle within the run".into(),
         };
         f.push(format!(
-            "Killing {} ({} tier of {}) at {:.1} s failed {} of {} requests (those in flight \
-             on it; new connections went to the other switches); {settle} (before: {:.0} \
+            "Killing {} ({} tier of {}) at {:.1} s failed {} of {} requests (those on \
+             connections open to it, at most one each; new connections meant for it were \
+             refused and went to the next switch); {settle} (before: {:.0} \
              node requests/s).",
             k.killed,
             k.variant,

@@ -25,8 +25,8 @@ pub fn summary_table(r: &TierResults) -> String {
     }
     let _ = writeln!(
         s,
-        "\n{:<12} {:>9} {:>9} {:>10} {:>13} {:>7}",
-        "cache", "switches", "MiB each", "responses", "node requests", "DHR"
+        "\n{:<12} {:>9} {:>9} {:>8} {:>10} {:>13} {:>7}",
+        "cache", "switches", "MiB each", "offered", "responses", "node requests", "DHR"
     );
     for c in &r.cache {
         if !c.available {
@@ -35,8 +35,8 @@ pub fn summary_table(r: &TierResults) -> String {
         }
         let _ = writeln!(
             s,
-            "{:<12} {:>9} {:>9} {:>10} {:>13} {:>7.3}",
-            c.variant, c.switches, c.cache_mib_each, c.responses, c.node_requests, c.dhr
+            "{:<12} {:>9} {:>9} {:>8} {:>10} {:>13} {:>7.3}",
+            c.variant, c.switches, c.cache_mib_each, c.offered, c.responses, c.node_requests, c.dhr
         );
     }
     if let Some(k) = &r.kill {

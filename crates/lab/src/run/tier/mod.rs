@@ -160,8 +160,15 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    async fn tier(&self, k: usize, mode: CacheMode, label: &str) -> Result<Tier, LabError> {
-        let quota = self.quota.then_some(self.plan.quota_cpus);
+    /// A tier of `k` switches, each with `cpus` times the plan's quota.
+    async fn tier(
+        &self,
+        k: usize,
+        mode: CacheMode,
+        cpus: f64,
+        label: &str,
+    ) -> Result<Tier, LabError> {
+        let quota = self.quota.then_some(self.plan.quota_cpus * cpus);
         let dir = self.opts.work_dir.join(label);
         Tier::start(
             &self.opts.exe,
@@ -189,7 +196,7 @@ impl Ctx<'_> {
             let mode = CacheMode::Independent {
                 mib: self.plan.cache_mib,
             };
-            let tier = self.tier(k, mode, &format!("capacity-k{k}")).await?;
+            let tier = self.tier(k, mode, 1.0, &format!("capacity-k{k}")).await?;
             let clients = self.plan.clients_per_switch * k;
             say(format!(
                 "capacity: {k} switch(es), {clients} clients, {hot}"
@@ -234,6 +241,7 @@ impl Ctx<'_> {
                 cache_mib_each: mode.mib(),
                 available: true,
                 note: String::new(),
+                offered: 0,
                 responses: 0,
                 errors: 0,
                 node_requests: 0,
@@ -249,7 +257,10 @@ impl Ctx<'_> {
                 "cache: {name}, {switches} switch(es) of {} MiB",
                 mode.mib()
             ));
-            let tier = self.tier(switches, mode, &format!("cache-{name}")).await?;
+            // One big cache gets the CPU of the K switches it stands for, as it gets their
+            // memory: the variants differ in how the cache is split, not in CPU.
+            let cpus = k as f64 / switches as f64;
+            let tier = (self.tier(switches, mode, cpus, &format!("cache-{name}"))).await?;
             let mut cfg = self.mix_load(&tier, self.plan.fill_s)?;
             run_load(cfg.clone()).await?;
             let before = self.nodes.served().await?;
@@ -257,6 +268,7 @@ impl Ctx<'_> {
             cfg.seed += 1;
             let r = run_load(cfg).await?;
             let node_requests = self.nodes.served().await?.saturating_sub(before);
+            row.offered = r.offered;
             row.responses = r.completed;
             row.errors = r.errors_total;
             row.node_requests = node_requests;
@@ -310,7 +322,7 @@ impl Ctx<'_> {
             "kill: {variant} tier of {k}, the last switch killed at {} s of {} s",
             self.plan.kill_at_s, self.plan.kill_s
         ));
-        let mut tier = self.tier(k, mode, "kill").await?;
+        let mut tier = self.tier(k, mode, 1.0, "kill").await?;
         // Warm the caches first so the kill, not the cold start, shapes the node rate.
         run_load(self.mix_load(&tier, self.plan.fill_s)?).await?;
         let cfg = self.mix_load(&tier, self.plan.kill_s)?;

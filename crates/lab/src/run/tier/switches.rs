@@ -176,10 +176,9 @@ pub fn check_support(
         Ok(out) => {
             let err = String::from_utf8_lossy(&out.stderr);
             let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            (
-                false,
-                format!("capstan check refuses [tier]: {}", first.trim()),
-            )
+            // serde lists every known key after the reason: the reason is enough.
+            let reason = first.split(", expected").next().unwrap_or(first).trim();
+            (false, format!("capstan check refuses [tier]: {reason}"))
         }
         Err(e) => (false, format!("cannot run capstan check: {e}")),
     }

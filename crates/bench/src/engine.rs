@@ -67,7 +67,13 @@ pub(crate) struct Lane {
     opened: Cell<usize>,
     /// How many connections this lane has begun: picks the next target (`ctx.addrs`).
     begun: Cell<usize>,
+    /// Per target, until when it is tried last: it let a connect time out (a dead host drops
+    /// SYNs rather than refusing), and each new connection should not wait for that again.
+    silent_until: RefCell<Vec<Option<Instant>>>,
 }
+
+/// How long a target that let a connect time out is tried after the others.
+const SILENT_FOR: Duration = Duration::from_secs(1);
 
 impl Lane {
     pub(crate) fn timeout_deadline(&self, from: Instant) -> Instant {
@@ -96,7 +102,8 @@ impl Lane {
 
     /// Connects to the next target, or when it refuses or does not answer, to the one after it
     /// (a DNS round-robin client trying the name's next address): a dead target costs a connect
-    /// attempt, not the request.
+    /// attempt, not the request. A target that let a connect time out in the last second is
+    /// tried last, so a silent host costs one timeout a second, not one per connection.
     async fn connect(
         &self,
         deadline: Instant,
@@ -105,8 +112,13 @@ impl Lane {
         let n = self.ctx.addrs.len();
         let first = self.next_target();
         let mut last = ErrorKind::ConnectError;
-        for k in 0..n {
-            let target = (first + k) % n;
+        let now = Instant::now();
+        let mut order: Vec<usize> = (0..n).map(|k| (first + k) % n).collect();
+        {
+            let silent = self.silent_until.borrow();
+            order.sort_by_key(|t| silent[*t].is_some_and(|until| until > now));
+        }
+        for target in order {
             // One target: retry timed-out attempts until the deadline (S-Client); several:
             // a timed-out attempt moves on to the next target.
             match self.connect_to(target, deadline, user, n == 1).await {
@@ -114,7 +126,7 @@ impl Lane {
                     c.target = target;
                     let mut s = self.stats.borrow_mut();
                     s.targets[target].connects += 1;
-                    if k > 0 {
+                    if target != first {
                         s.targets[target].reconnects += 1;
                     }
                     return Ok(c);
@@ -125,6 +137,9 @@ impl Lane {
                     | ErrorKind::ConnectTimeout),
                 ) => {
                     self.stats.borrow_mut().targets[target].refused += 1;
+                    if e == ErrorKind::ConnectTimeout && n > 1 {
+                        self.silent_until.borrow_mut()[target] = Some(Instant::now() + SILENT_FOR);
+                    }
                     last = e;
                     if Instant::now() >= deadline {
                         break;
@@ -423,6 +438,7 @@ pub(crate) fn run_lane(
         // Lanes start at different source addresses, so a few connections spread over all.
         opened: Cell::new(lane as usize),
         begun: Cell::new(lane as usize),
+        silent_until: RefCell::new(vec![None; ctx.addrs.len()]),
         ctx: ctx.clone(),
     });
     let cpu0 = thread_cpu_s();

@@ -184,9 +184,20 @@ pub fn check_support(
     }
 }
 
-/// Whether a CPU quota can be made here (one is made and removed), and how.
+/// Whether a CPU quota can be made here and a process put under it (one is made, a `sleep`
+/// put in it, both removed), and how.
 pub fn probe_quota(cpus: f64) -> Quota {
-    match CpuQuota::new("capstan-lab-tier-probe", cpus) {
+    let probe = CpuQuota::new("capstan-lab-tier-probe", cpus).and_then(|q| {
+        let mut child = Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .map_err(|e| format!("cannot start sleep to try the quota: {e}"))?;
+        let added = q.add(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        added.map(|()| q)
+    });
+    match probe {
         Ok(q) => Quota {
             applied: true,
             detail: format!("each switch in its own cgroup: {}", q.method),

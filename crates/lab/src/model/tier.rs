@@ -119,6 +119,10 @@ pub struct CapacityRow {
     pub p99_ms: f64,
     /// Per switch of the tier: its address and responses.
     pub targets: Vec<TargetResult>,
+    /// The load generator's busiest thread, % of a core, and whether it limited the run
+    /// (`capstan bench`'s self-check): then the figure is the client's, not the tier's.
+    pub generator_cpu_percent: f64,
+    pub generator_limited: bool,
 }
 
 /// One way of giving K switches a cache.
@@ -212,6 +216,13 @@ pub fn findings(r: &TierResults) -> Vec<String> {
                 }
             ));
         }
+    }
+    for c in r.capacity.iter().filter(|c| c.generator_limited) {
+        f.push(format!(
+            "With {} switch(es) the load generator limited the run (its busiest thread at \
+             {:.0} % of a core, or late): that capacity is the client's, not the tier's.",
+            c.switches, c.generator_cpu_percent
+        ));
     }
     let row = |v: &str| r.cache.iter().find(|c| c.variant == v && c.available);
     if let (Some(ind), Some(big)) = (row("independent"), row("one-big")) {

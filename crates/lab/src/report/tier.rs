@@ -13,14 +13,19 @@ use crate::model::tier::TierResults;
 /// Capacity rows, cache rows, the kill.
 pub fn summary_table(r: &TierResults) -> String {
     let mut s = format!(
-        "{:<10} {:>12} {:>12} {:>8} {:>9}\n",
-        "switches", "responses/s", "÷ K×one", "errors", "p99 ms"
+        "{:<10} {:>12} {:>12} {:>8} {:>9} {:>9}\n",
+        "switches", "responses/s", "÷ K×one", "errors", "p99 ms", "client %"
     );
     for c in &r.capacity {
         let _ = writeln!(
             s,
-            "{:<10} {:>12.0} {:>12.2} {:>8} {:>9.2}",
-            c.switches, c.responses_per_s, c.ratio_to_k_times_one, c.errors, c.p99_ms
+            "{:<10} {:>12.0} {:>12.2} {:>8} {:>9.2} {:>9.0}",
+            c.switches,
+            c.responses_per_s,
+            c.ratio_to_k_times_one,
+            c.errors,
+            c.p99_ms,
+            c.generator_cpu_percent
         );
     }
     let _ = writeln!(
@@ -88,7 +93,7 @@ pub fn write_report(r: &TierResults, out: &Path) -> Result<PathBuf, LabError> {
     let _ = write!(
         h,
         "<p>Capacity: {} closed-loop clients per switch ask for one small cached object for \
-         {} s. Cache: open loop at {} requests/s, Zipf α = {} over the objects, a {} s fill \
+         {} s (client %: the load generator's busiest thread, % of a core). Cache: open loop at {} requests/s, Zipf α = {} over the objects, a {} s fill \
          then a measured {} s; DHR is the tier's as the nodes see it, 1 − node requests ÷ \
          responses (uncachable objects count as misses for every variant). [tier] in this \
          build: {}.</p>",

@@ -218,6 +218,8 @@ impl Ctx<'_> {
                 errors: r.errors_total,
                 p99_ms: r.latency_ms.corrected.p99,
                 targets: r.targets.clone(),
+                generator_cpu_percent: r.generator.cpu_percent_max,
+                generator_limited: r.generator.limited,
             });
             drop(tier);
         }

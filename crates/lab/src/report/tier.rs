@@ -93,8 +93,9 @@ pub fn write_report(r: &TierResults, out: &Path) -> Result<PathBuf, LabError> {
     let _ = write!(
         h,
         "<p>Capacity: {} closed-loop clients per switch ask for one small cached object for \
-         {} s (client %: the load generator's busiest thread, % of a core). Cache: open loop at {} requests/s, Zipf α = {} over the objects, a {} s fill \
-         then a measured {} s; DHR is the tier's as the nodes see it, 1 − node requests ÷ \
+         {} s (client %: the load generator's busiest thread, % of a core). Cache: open \
+         loop at {} requests/s, Zipf α = {} over the objects, a {} s fill then a measured \
+         {} s; DHR is the tier's as the nodes see it, 1 − node requests ÷ \
          responses (uncachable objects count as misses for every variant). [tier] in this \
          build: {}.</p>",
         p.clients_per_switch,

@@ -37,6 +37,7 @@ pub(crate) async fn check_peers(switch: Arc<Switch>) {
     };
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
+    connector.set_local_address(tier.config.source_ip(tier.own));
     let mut builder = Client::builder(TokioExecutor::new());
     builder.pool_max_idle_per_host(0);
     let client: Client<HttpConnector, Empty<Bytes>> = builder.build(connector);

@@ -107,6 +107,7 @@ impl Tier {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.hop_timeout));
+        connector.set_local_address(config.source_ip(own));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_timer(hyper_util::rt::TokioTimer::new())

@@ -138,6 +138,14 @@ impl TierConfig {
         self.addresses.iter().position(|a| listen.contains(a))
     }
 
+    /// The address this switch (peer `own`) sends from, so its peers know it by the IP of its
+    /// listener (on loopback the kernel would pick 127.0.0.1 for every switch); none for a
+    /// wildcard listener.
+    pub fn source_ip(&self, own: usize) -> Option<std::net::IpAddr> {
+        let ip = self.addresses.get(own)?.ip();
+        (!ip.is_unspecified()).then_some(ip)
+    }
+
     /// What `capstan check` prints of it.
     pub fn describe(&self, cache_on: bool) -> String {
         let d = humantime::format_duration;
@@ -157,7 +165,7 @@ impl TierConfig {
             ),
         };
         format!(
-            "tier      {} peers ({}); {cache}; {local}; checks every {} (timeout {}, fall {}, rise {})\n",
+            "tier      {} peers: {}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n",
             self.addresses.len(),
             self.peers.join(", "),
             d(self.health_interval),

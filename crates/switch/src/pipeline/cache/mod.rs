@@ -135,9 +135,20 @@ pub(crate) async fn serve(
     if let Some(tier) = &switch.tier {
         // One cache across the tier: a key another live peer owns is asked of that peer
         // (never again for a request a peer sent here).
+        // A hop that fails takes its peer out: the key's next owner is asked, and when that
+        // is this switch, the request is served here.
         let hopped = parts.extensions.get::<crate::pipeline::tier::Hopped>().is_some();
-        let owner = (tier.config.share_cache && !hopped).then(|| tier.owner(&key.fill_key()));
-        if let Some(owner) = owner.filter(|&o| o != tier.own) {
+        let mut tries = if tier.config.share_cache && !hopped {
+            tier.peers.len()
+        } else {
+            0
+        };
+        while tries > 0 {
+            tries -= 1;
+            let owner = tier.owner(&key.fill_key());
+            if owner == tier.own {
+                break;
+            }
             if let Some(answer) = tier::through_owner(&forward, &parts, peer, &key, owner).await {
                 return answer;
             }

@@ -95,6 +95,11 @@ impl Drop for TempDir {
 
 impl Tier {
     fn start(name: &str) -> Tier {
+        Tier::start_with(name, "local_copy_after = 0\n")
+    }
+
+    /// Starts the tier with `extra` lines in its `[tier]` section.
+    fn start_with(name: &str, extra: &str) -> Tier {
         let node = CountingNode::start();
         // One free port, used on the three addresses (nothing else binds 127.0.0.2–4 here).
         let port = free_addr().port();
@@ -115,7 +120,7 @@ impl Tier {
                 "listen = [\"{}\"]\ndebug_headers = true\n[[node]]\naddress = \"{}\"\n\
                  [cache]\npurge_from = [\"127.0.0.0/8\"]\n\
                  [tier]\npeers = [{}]\nhealth_interval = \"100ms\"\nhealth_timeout = \"300ms\"\n\
-                 fall = 2\nrise = 2\nhop_timeout = \"1s\"\nlocal_copy_after = 0\n",
+                 fall = 2\nrise = 2\nhop_timeout = \"1s\"\n{extra}",
                 listen[0],
                 node.addr,
                 peers.join(", ")
@@ -377,6 +382,35 @@ fn a_peer_marked_down_by_its_health_check_is_skipped() {
     tier.wait_peers(0, "the peer back after rise passed checks", |peers| {
         peers.iter().all(|p| p["state"] != "down")
     });
+}
+
+/// A hot key another peer owns is kept locally for `local_copy_ttl`: asked again, it is
+/// answered without a hop; a PURGE at its owner clears the local copy too.
+#[test]
+fn a_hot_key_gets_a_local_copy_that_purge_clears() {
+    let tier = Tier::start_with("hot", "local_copy_after = 2\nlocal_copy_ttl = \"30s\"\n");
+    let key = (0..64)
+        .map(|i| format!("/hot/{i}"))
+        .find(|k| tier.owner_of(k) != 0)
+        .expect("some key is owned by another peer");
+    let owner = tier.owner_of(&key); // the second ask: hot now, kept here
+    let status = tier.status(0);
+    assert_eq!(status["tier"]["local_copies_stored"].as_u64(), Some(1), "{status}");
+    let sent_before = tier.peer_counter(0, owner, "hops_sent");
+    for _ in 0..3 {
+        let reply = get(tier.listen[0], &key);
+        assert_eq!(reply.status, 200);
+        assert_eq!(body_of(&reply), format!("object {key}\n"));
+        assert_eq!(reply.header("x-capstan-tier-owner"), None, "answered here");
+    }
+    assert_eq!(tier.peer_counter(0, owner, "hops_sent"), sent_before, "no hop");
+    assert_eq!(tier.status(0)["tier"]["local_copy_hits"].as_u64(), Some(3));
+    assert_eq!(tier.node.count(&key), 1);
+    let purge = http(tier.listen[owner], "PURGE", &key);
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let reply = get(tier.listen[0], &key);
+    assert_eq!(reply.header("x-capstan-tier-owner"), Some(tier.listen[owner].to_string()));
+    assert_eq!(tier.node.count(&key), 2, "the owner filled it again");
 }
 
 #[test]

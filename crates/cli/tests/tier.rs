@@ -154,7 +154,8 @@ impl Tier {
         for i in 0..3 {
             tier.wait_peers(i, "every peer up after a passed check", |peers| {
                 peers.iter().all(|p| {
-                    p["state"] == "self" || (p["state"] == "up" && p["checks_passed"].as_u64() > Some(0))
+                    p["state"] == "self"
+                        || (p["state"] == "up" && p["checks_passed"].as_u64() > Some(0))
                 })
             });
         }
@@ -171,7 +172,11 @@ impl Tier {
     fn wait_peers(&self, i: usize, what: &str, check: impl Fn(&[serde_json::Value]) -> bool) {
         eventually(what, || {
             let status = self.status(i);
-            check(status["tier"]["peers"].as_array().expect("tier.peers in /status"))
+            check(
+                status["tier"]["peers"]
+                    .as_array()
+                    .expect("tier.peers in /status"),
+            )
         });
     }
 
@@ -180,7 +185,10 @@ impl Tier {
         let status = self.status(i);
         let address = self.listen[peer].to_string();
         let peers = status["tier"]["peers"].as_array().unwrap().clone();
-        let p = peers.iter().find(|p| p["address"] == address.as_str()).unwrap();
+        let p = peers
+            .iter()
+            .find(|p| p["address"] == address.as_str())
+            .unwrap();
         p[field].as_u64().unwrap()
     }
 
@@ -219,7 +227,11 @@ fn a_key_asked_at_every_switch_makes_one_node_request_and_purge_clears_all() {
                 }
             }
         }
-        assert_eq!(tier.node.count(key), 1, "{key}: one node request for the tier");
+        assert_eq!(
+            tier.node.count(key),
+            1,
+            "{key}: one node request for the tier"
+        );
     }
     // The keys spread over the peers: every switch sent hops and served some.
     for s in 0..3 {
@@ -246,10 +258,18 @@ fn a_key_asked_at_every_switch_makes_one_node_request_and_purge_clears_all() {
     assert_eq!(tier.node.count(&keys[0]), 2, "one fill after the purge");
 
     // BAN through the admin API of another switch, fanned out as well.
-    let ban = http(tier.admin[1], "POST", "/cache/ban?prefix=http%3A%2F%2Ftest%2Fobject%2F");
+    let ban = http(
+        tier.admin[1],
+        "POST",
+        "/cache/ban?prefix=http%3A%2F%2Ftest%2Fobject%2F",
+    );
     assert_eq!(ban.status, 200, "{}", ban.text());
     let answer: serde_json::Value = serde_json::from_slice(&ban.body).unwrap();
-    assert_eq!(answer["tier"]["acknowledged"].as_array().unwrap().len(), 2, "{answer}");
+    assert_eq!(
+        answer["tier"]["acknowledged"].as_array().unwrap().len(),
+        2,
+        "{answer}"
+    );
     for key in &keys[1..4] {
         for s in 0..3 {
             assert_eq!(get(tier.listen[s], key).status, 200);
@@ -286,7 +306,10 @@ fn a_forged_hop_header_from_a_client_is_ignored() {
         }
         assert_eq!(tier.node.count(&key), 1, "{key}");
     }
-    assert!(hopped > 0, "the forged requests were still sent to their owners");
+    assert!(
+        hopped > 0,
+        "the forged requests were still sent to their owners"
+    );
     let status = tier.status(0);
     assert_eq!(status["tier"]["forged_hops"].as_u64(), Some(12), "{status}");
 }
@@ -307,7 +330,10 @@ fn killing_the_owner_fails_no_get_and_the_new_owner_fills_once() {
     }
     assert_eq!(tier.node.count(&key), 1);
 
-    let others: Vec<SocketAddr> = (0..3).filter(|&s| s != owner).map(|s| tier.listen[s]).collect();
+    let others: Vec<SocketAddr> = (0..3)
+        .filter(|&s| s != owner)
+        .map(|s| tier.listen[s])
+        .collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let askers: Vec<_> = others
         .iter()
@@ -362,7 +388,9 @@ fn a_peer_marked_down_by_its_health_check_is_skipped() {
     tier.wait_peers(0, "the stopped peer taken out by its checks", |peers| {
         peers.iter().any(|p| {
             p["state"] == "down"
-                && p["last_error"].as_str().is_some_and(|e| e.contains("no response"))
+                && p["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no response"))
         })
     });
     for i in 0..24 {
@@ -395,7 +423,11 @@ fn a_hot_key_gets_a_local_copy_that_purge_clears() {
         .expect("some key is owned by another peer");
     let owner = tier.owner_of(&key); // the second ask: hot now, kept here
     let status = tier.status(0);
-    assert_eq!(status["tier"]["local_copies_stored"].as_u64(), Some(1), "{status}");
+    assert_eq!(
+        status["tier"]["local_copies_stored"].as_u64(),
+        Some(1),
+        "{status}"
+    );
     let sent_before = tier.peer_counter(0, owner, "hops_sent");
     for _ in 0..3 {
         let reply = get(tier.listen[0], &key);
@@ -403,13 +435,20 @@ fn a_hot_key_gets_a_local_copy_that_purge_clears() {
         assert_eq!(body_of(&reply), format!("object {key}\n"));
         assert_eq!(reply.header("x-capstan-tier-owner"), None, "answered here");
     }
-    assert_eq!(tier.peer_counter(0, owner, "hops_sent"), sent_before, "no hop");
+    assert_eq!(
+        tier.peer_counter(0, owner, "hops_sent"),
+        sent_before,
+        "no hop"
+    );
     assert_eq!(tier.status(0)["tier"]["local_copy_hits"].as_u64(), Some(3));
     assert_eq!(tier.node.count(&key), 1);
     let purge = http(tier.listen[owner], "PURGE", &key);
     assert_eq!(purge.status, 200, "{}", purge.text());
     let reply = get(tier.listen[0], &key);
-    assert_eq!(reply.header("x-capstan-tier-owner"), Some(tier.listen[owner].to_string()));
+    assert_eq!(
+        reply.header("x-capstan-tier-owner"),
+        Some(tier.listen[owner].to_string())
+    );
     assert_eq!(tier.node.count(&key), 2, "the owner filled it again");
 }
 
@@ -417,9 +456,16 @@ fn a_hot_key_gets_a_local_copy_that_purge_clears() {
 fn check_accepts_the_example_and_names_the_listeners_of_a_tier_without_this_switch() {
     let example = repo_root().join("examples/tier.toml");
     let out = run(&["check", example.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let described = String::from_utf8(out.stdout).unwrap();
-    assert!(described.contains("tier      3 peers: 127.0.0.2:8080"), "{described}");
+    assert!(
+        described.contains("tier      3 peers: 127.0.0.2:8080"),
+        "{described}"
+    );
     let out = run(&[
         "serve",
         "--config",
@@ -431,7 +477,10 @@ fn check_accepts_the_example_and_names_the_listeners_of_a_tier_without_this_swit
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("127.0.0.9:8080"), "{stderr}");
-    assert!(stderr.contains("tier.peers must list this switch"), "{stderr}");
+    assert!(
+        stderr.contains("tier.peers must list this switch"),
+        "{stderr}"
+    );
     for i in 2..=4 {
         let listen = format!("127.0.0.{i}:8080");
         let out = run(&[
@@ -442,6 +491,10 @@ fn check_accepts_the_example_and_names_the_listeners_of_a_tier_without_this_swit
             &listen,
             "--check-only",
         ]);
-        assert!(out.status.success(), "{listen}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{listen}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

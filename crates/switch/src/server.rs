@@ -161,9 +161,9 @@ fn serve_on(
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
         }
         if switch.tier.is_some() {
-            tasks.push(tokio::spawn(crate::control::tier::check_peers(
-                Arc::clone(&switch),
-            )));
+            tasks.push(tokio::spawn(crate::control::tier::check_peers(Arc::clone(
+                &switch,
+            ))));
         }
     }
     let admin_addr = match admin {

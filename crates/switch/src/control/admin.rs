@@ -24,9 +24,9 @@ use tokio::net::TcpListener;
 use crate::control::reply::{json, text};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
+use crate::pipeline::tier::query_param;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
-use crate::pipeline::tier::query_param;
 use capstan_core::text::escape_html;
 
 pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
@@ -385,9 +385,15 @@ async fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseB
     let purged = layer.purge(&url);
     let mut answer = serde_json::json!({ "url": url, "purged": purged });
     let target = url.parse::<http::Uri>().ok();
-    let host = target.as_ref().and_then(|u| u.authority()).map(|a| a.to_string());
+    let host = target
+        .as_ref()
+        .and_then(|u| u.authority())
+        .map(|a| a.to_string());
     if let (Some(host), Some(target)) = (host, &target) {
-        let pq = target.path_and_query().map_or("/", |pq| pq.as_str()).to_string();
+        let pq = target
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_string();
         let what = crate::pipeline::tier::Invalidation::Purge { host, pq };
         if let Some(tier) = crate::pipeline::tier::fan_out(switch, what).await {
             answer["tier"] = serde_json::to_value(tier).unwrap_or_default();

@@ -95,8 +95,13 @@ async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) 
     }
     while let Some(Ok((id, result))) = checks.join_next().await {
         let peer = &tier.peers[id];
-        match peer.check.record(&result, tier.config.rise, tier.config.fall) {
-            Some(true) => tracing::info!(peer = %peer.address, "tier peer checks pass again: peer back in"),
+        match peer
+            .check
+            .record(&result, tier.config.rise, tier.config.fall)
+        {
+            Some(true) => {
+                tracing::info!(peer = %peer.address, "tier peer checks pass again: peer back in")
+            }
             Some(false) => tracing::warn!(
                 peer = %peer.address,
                 "{} tier peer checks failed in a row: peer taken out ({})",
@@ -205,6 +210,9 @@ pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
     )
 }
 
+/// A per-peer counter's name, help and value.
+type PeerCounter = (&'static str, &'static str, fn(&PeerStatus) -> u64);
+
 /// `capstan_tier_*` at scrape time.
 #[derive(Debug)]
 pub(crate) struct TierCollector(pub TierStatus);
@@ -223,12 +231,32 @@ impl Collector for TierCollector {
             ConstGauge::new(i64::from(p.state != "down"))
                 .encode(gauge.encode_family(&label(p))?)?;
         }
-        let counters: [(&str, &str, fn(&PeerStatus) -> u64); 5] = [
-            ("capstan_tier_hops_sent", "Requests sent to the peer as their key's owner", |p| p.hops_sent),
-            ("capstan_tier_hop_failures", "Hops to the peer that failed before its answer (served through a node instead)", |p| p.hop_failures),
-            ("capstan_tier_hops_served", "Requests the peer sent this switch (hops and checks)", |p| p.hops_served),
-            ("capstan_tier_invalidations_sent", "PURGE and BAN sent on to the peer", |p| p.invalidations_sent),
-            ("capstan_tier_invalidation_failures", "PURGE and BAN the peer did not acknowledge", |p| p.invalidation_failures),
+        let counters: [PeerCounter; 5] = [
+            (
+                "capstan_tier_hops_sent",
+                "Requests sent to the peer as their key's owner",
+                |p| p.hops_sent,
+            ),
+            (
+                "capstan_tier_hop_failures",
+                "Hops to the peer that failed before its answer (served through a node instead)",
+                |p| p.hop_failures,
+            ),
+            (
+                "capstan_tier_hops_served",
+                "Requests the peer sent this switch (hops and checks)",
+                |p| p.hops_served,
+            ),
+            (
+                "capstan_tier_invalidations_sent",
+                "PURGE and BAN sent on to the peer",
+                |p| p.invalidations_sent,
+            ),
+            (
+                "capstan_tier_invalidation_failures",
+                "PURGE and BAN the peer did not acknowledge",
+                |p| p.invalidation_failures,
+            ),
         ];
         for (name, help, value) in counters {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -237,9 +265,21 @@ impl Collector for TierCollector {
             }
         }
         for (name, help, value) in [
-            ("capstan_tier_forged_hops", "Hop headers removed from requests not from a peer", t.forged_hops),
-            ("capstan_tier_local_copy_hits", "Hits on local copies of keys another peer owns", t.local_copy_hits),
-            ("capstan_tier_local_copies_stored", "Local copies of hot keys stored", t.local_copies_stored),
+            (
+                "capstan_tier_forged_hops",
+                "Hop headers removed from requests not from a peer",
+                t.forged_hops,
+            ),
+            (
+                "capstan_tier_local_copy_hits",
+                "Hits on local copies of keys another peer owns",
+                t.local_copy_hits,
+            ),
+            (
+                "capstan_tier_local_copies_stored",
+                "Local copies of hot keys stored",
+                t.local_copies_stored,
+            ),
         ] {
             ConstCounter::new(value).encode(encoder.encode_descriptor(
                 name,

@@ -58,7 +58,10 @@ pub(crate) fn answer_peer(switch: &Switch, parts: &Parts) -> Option<Response<Res
         return None;
     }
     let Some(layer) = &switch.cache else {
-        return Some(error_response(StatusCode::NOT_FOUND, "this peer has no cache"));
+        return Some(error_response(
+            StatusCode::NOT_FOUND,
+            "this peer has no cache",
+        ));
     };
     if purge {
         let url = purge_url(&request_host(parts), parts.uri.path_and_query());
@@ -111,9 +114,12 @@ pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
+/// A BAN's test of a URL.
+pub(crate) type BanMatcher = Box<dyn Fn(&str) -> bool + Send>;
+
 /// What a BAN matches: `prefix=URL-PREFIX` or `regex=PATTERN` (a query string, percent-encoded),
 /// or why it is wrong.
-pub(crate) fn ban_matcher(query: Option<&str>) -> Result<Box<dyn Fn(&str) -> bool + Send>, String> {
+pub(crate) fn ban_matcher(query: Option<&str>) -> Result<BanMatcher, String> {
     match (query_param(query, "prefix"), query_param(query, "regex")) {
         (Some(prefix), None) => Ok(Box::new(move |url: &str| url.starts_with(&prefix))),
         (None, Some(re)) => match regex::Regex::new(&re) {
@@ -222,7 +228,8 @@ fn invalidation_request(
     if let Some(query) = ban {
         req = req.header(HeaderName::from_static(BAN_HEADER), query);
     }
-    req.body(Empty::new()).map_err(|e| format!("cannot send it: {e}"))
+    req.body(Empty::new())
+        .map_err(|e| format!("cannot send it: {e}"))
 }
 
 /// One fanned-out request: acknowledged by a `2xx`.

@@ -98,9 +98,9 @@ impl ClusterView for PeerView<'_> {
 impl Tier {
     /// The tier of a validated `[tier]`: `listen` (every client listener) finds this switch.
     pub(crate) fn new(config: &TierConfig, listen: &[SocketAddr]) -> anyhow::Result<Tier> {
-        let own = config.own_index(listen).ok_or_else(|| {
-            anyhow::anyhow!("tier.peers does not list this switch's listener")
-        })?;
+        let own = config
+            .own_index(listen)
+            .ok_or_else(|| anyhow::anyhow!("tier.peers does not list this switch's listener"))?;
         let names: Vec<String> = config.addresses.iter().map(|a| a.to_string()).collect();
         let ring = ConsistentHash::new(&names, f64::INFINITY, VIRTUAL_NODES)
             .map_err(|e| anyhow::anyhow!("tier ring: {e}"))?;

@@ -212,12 +212,18 @@ mod tests {
     #[test]
     fn empty_duplicate_and_bad_values_are_refused() {
         let t = tier("peers = []");
-        assert!(t.check(&listen("127.0.0.2:8080")).unwrap_err().1.contains("empty"));
+        assert!(t
+            .check(&listen("127.0.0.2:8080"))
+            .unwrap_err()
+            .1
+            .contains("empty"));
         let t = tier(r#"peers = ["127.0.0.2:8080", "127.0.0.2:8080"]"#);
         let e = t.check(&listen("127.0.0.2:8080")).unwrap_err().1;
         assert!(e.contains("twice"), "{e}");
-        let t = tier(r#"peers = ["127.0.0.2:8080"]
-fall = 0"#);
+        let t = tier(
+            r#"peers = ["127.0.0.2:8080"]
+fall = 0"#,
+        );
         assert_eq!(t.check(&listen("127.0.0.2:8080")).unwrap_err().0, "fall");
         let mut t: TierConfig = toml::from_str(r#"peers = ["nowhere"]"#).unwrap();
         assert!(t.resolve().unwrap_err().1.contains("no port"));

@@ -137,7 +137,10 @@ pub(crate) async fn serve(
         // (never again for a request a peer sent here).
         // A hop that fails takes its peer out: the key's next owner is asked, and when that
         // is this switch, the request is served here.
-        let hopped = parts.extensions.get::<crate::pipeline::tier::Hopped>().is_some();
+        let hopped = parts
+            .extensions
+            .get::<crate::pipeline::tier::Hopped>()
+            .is_some();
         let mut tries = if tier.config.share_cache && !hopped {
             tier.peers.len()
         } else {

@@ -76,7 +76,16 @@ pub(super) async fn through_owner(
         resp.headers_mut().insert(&TIER_OWNER, owner);
     }
     if hot {
-        return Some(Ok(keep_local_copy(forward, layer, tier, parts, key, resp, request_time).await));
+        return Some(Ok(keep_local_copy(
+            forward,
+            layer,
+            tier,
+            parts,
+            key,
+            resp,
+            request_time,
+        )
+        .await));
     }
     Some(Ok(resp))
 }
@@ -163,8 +172,14 @@ async fn keep_local_copy(
         .and_then(|v| v.parse::<u64>().ok());
     let fits = declared.is_some_and(|len| len <= cfg.max_object.0);
     let storable = resp.status() == StatusCode::OK
-        && rfc::storability(&Method::GET, &parts.headers, resp.status(), resp.headers(), rules)
-            .is_ok();
+        && rfc::storability(
+            &Method::GET,
+            &parts.headers,
+            resp.status(),
+            resp.headers(),
+            rules,
+        )
+        .is_ok();
     if !fits || !storable {
         return resp;
     }

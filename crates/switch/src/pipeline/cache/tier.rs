@@ -50,17 +50,17 @@ pub(super) async fn through_owner(
     let request_time = SystemTime::now();
     let req = hop_request(tier, owner, parts, peer, forward.client_version);
     let answer = tokio::time::timeout(tier.config.hop_timeout, tier.client.request(req)).await;
-    let resp = match answer {
-        Ok(Ok(resp)) => resp,
-        failed => {
-            let why = match failed {
-                Err(_) => format!(
-                    "no answer within {}",
-                    humantime::format_duration(tier.config.hop_timeout)
-                ),
-                Ok(Err(e)) => crate::pipeline::tier::innermost(&e),
-                Ok(Ok(_)) => unreachable!("matched above"),
-            };
+    let failed = match answer {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) => Err(crate::pipeline::tier::innermost(&e)),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(tier.config.hop_timeout)
+        )),
+    };
+    let resp = match failed {
+        Ok(resp) => resp,
+        Err(why) => {
             peer_rt.hop_failures.fetch_add(1, Ordering::Relaxed);
             tier.hop_failed(owner, why);
             return None;
@@ -72,8 +72,9 @@ pub(super) async fn through_owner(
     });
     crate::pipeline::hop_by_hop::strip(resp.headers_mut());
     if forward.cluster.config.debug_headers {
-        let owner = HeaderValue::from_str(&peer_rt.address.to_string()).ok()?;
-        resp.headers_mut().insert(&TIER_OWNER, owner);
+        if let Ok(owner) = HeaderValue::from_str(&peer_rt.address.to_string()) {
+            resp.headers_mut().insert(&TIER_OWNER, owner);
+        }
     }
     if hot {
         return Some(Ok(keep_local_copy(

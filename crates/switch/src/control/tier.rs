@@ -1,5 +1,6 @@
 //! The peers' health checks: every `tier.health_interval` each other peer is asked for the
-//! reserved path `crate::state::tier::HEALTH_PATH`, marked as a hop, which a switch that lists
+//! reserved path `crate::state::tier::HEALTH_PATH`, marked as a check (`Capstan-Tier-Hop:
+//! check`), which a switch that lists
 //! this one among its peers answers itself (`crate::pipeline::tier::answer_peer`). `tier.fall`
 //! failures in a row take a peer out (its keys go to the others), `tier.rise` passes bring it
 //! back; a failed hop takes it out at once. Each check opens a fresh connection, as node checks
@@ -27,7 +28,7 @@ use serde::Serialize;
 
 use crate::state::health::CheckResult;
 use crate::state::switch::Switch;
-use crate::state::tier::{Tier, HEALTH_PATH, HOP_HEADER};
+use crate::state::tier::{Tier, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
 use capstan_core::text::escape_html;
 
 /// The checking task: one round per `tier.health_interval` until shutdown.
@@ -54,13 +55,12 @@ pub(crate) async fn check_peers(switch: Arc<Switch>) {
 
 /// Checks every other peer at once and records the results.
 async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) {
-    let own = tier.config.addresses[tier.own].to_string();
     let mut checks = tokio::task::JoinSet::new();
     for (id, peer) in tier.peers.iter().enumerate() {
         if id == tier.own {
             continue;
         }
-        let (client, address, own) = (client.clone(), peer.address, own.clone());
+        let (client, address) = (client.clone(), peer.address);
         let timeout = tier.config.health_timeout;
         checks.spawn(async move {
             let mut req = Request::get(format!("http://{address}{HEALTH_PATH}"))
@@ -68,9 +68,10 @@ async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) 
                 .expect("a GET of an address");
             let headers = req.headers_mut();
             headers.insert(USER_AGENT, HeaderValue::from_static("capstan-tier-check"));
-            if let Ok(own) = HeaderValue::from_str(&own) {
-                headers.insert(HeaderName::from_static(HOP_HEADER), own);
-            }
+            headers.insert(
+                HeaderName::from_static(HOP_HEADER),
+                HeaderValue::from_static(CHECK_MARK),
+            );
             let result = match tokio::time::timeout(timeout, client.request(req)).await {
                 Err(_) => failed(
                     None,

@@ -19,12 +19,15 @@ use http_body_util::Empty;
 
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
-use crate::state::tier::{Tier, BAN_HEADER, HEALTH_PATH, HOP_HEADER};
+use crate::state::tier::{Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
 
 /// Marks a request a peer sent this switch (in the request's extensions): it is served here,
 /// never sent on to another peer.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Hopped;
+pub(crate) struct Hopped {
+    /// A peer's health check (the hop header says `check`).
+    pub check: bool,
+}
 
 /// Takes the hop header off the request; when it came from a peer's address, marks the
 /// request [`Hopped`] and counts it. From anyone else the header is forged and only removed.
@@ -36,7 +39,8 @@ pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
     match ip.and_then(|ip| tier.peer_at(ip, named.to_str().ok())) {
         Some(peer) => {
             tier.peers[peer].hops_served.fetch_add(1, Ordering::Relaxed);
-            parts.extensions.insert(Hopped);
+            let check = named.as_bytes() == CHECK_MARK.as_bytes();
+            parts.extensions.insert(Hopped { check });
         }
         None => {
             tier.forged_hops.fetch_add(1, Ordering::Relaxed);
@@ -48,8 +52,8 @@ pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
 /// The answer to a peer's own request: its health check, a PURGE or BAN it fans out. `None`
 /// for everything else (a hop of a cache key is served as any request, without a second hop).
 pub(crate) fn answer_peer(switch: &Switch, parts: &Parts) -> Option<Response<ResponseBody>> {
-    parts.extensions.get::<Hopped>()?;
-    if parts.uri.path() == HEALTH_PATH && matches!(parts.method, Method::GET | Method::HEAD) {
+    let hopped = parts.extensions.get::<Hopped>()?;
+    if hopped.check && parts.uri.path() == HEALTH_PATH {
         return Some(ok_text("ok\n".into()));
     }
     let purge = parts.method.as_str() == "PURGE";

@@ -32,8 +32,13 @@ pub(crate) const HOP_HEADER: &str = "capstan-tier-hop";
 /// The header a peer's BAN carries its matcher in (`prefix=URL-PREFIX` or `regex=PATTERN`).
 pub(crate) const BAN_HEADER: &str = "capstan-tier-ban";
 
-/// The path a peer's health check asks, answered by the switch itself for a hop.
+/// The path a peer's health check asks, answered by the switch itself for a check.
 pub(crate) const HEALTH_PATH: &str = "/_capstan/tier/health";
+
+/// The hop header's value on a peer's health check (a hop of a client's request names the
+/// sender's listener instead, so a client asking for [`HEALTH_PATH`] is sent to a node even
+/// when its request is hopped to the key's owner).
+pub(crate) const CHECK_MARK: &str = "check";
 
 /// Points per peer on the ring, as the `consistent-hash` policy's default.
 const VIRTUAL_NODES: u32 = 160;

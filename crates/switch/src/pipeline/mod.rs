@@ -119,8 +119,16 @@ async fn proxy(
     let (mut parts, body) = req.into_parts();
     if let Some(tier) = &switch.tier {
         crate::pipeline::tier::admit(tier, conn, &mut parts);
-        if let Some(answer) = crate::pipeline::tier::answer_peer(switch, &parts) {
-            return Err(answer);
+        if parts
+            .extensions
+            .get::<crate::pipeline::tier::Hopped>()
+            .is_some()
+        {
+            // Boxed: only a peer's requests take this path (see `handle` on future sizes).
+            let answer = Box::pin(crate::pipeline::tier::answer_peer(switch, &parts)).await;
+            if let Some(answer) = answer {
+                return Err(answer);
+            }
         }
     }
     let pq = parts

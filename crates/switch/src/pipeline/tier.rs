@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +21,9 @@ use http_body_util::Empty;
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
 use crate::state::tier::{Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+
+/// The response header a peer's PURGE or BAN is acknowledged with.
+const ACK_HEADER: &str = "capstan-tier-ack";
 
 /// Marks a request a peer sent this switch (in the request's extensions): it is served here,
 /// never sent on to another peer.
@@ -51,7 +55,10 @@ pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
 
 /// The answer to a peer's own request: its health check, a PURGE or BAN it fans out. `None`
 /// for everything else (a hop of a cache key is served as any request, without a second hop).
-pub(crate) fn answer_peer(switch: &Switch, parts: &Parts) -> Option<Response<ResponseBody>> {
+pub(crate) async fn answer_peer(
+    switch: &Arc<Switch>,
+    parts: &Parts,
+) -> Option<Response<ResponseBody>> {
     let hopped = parts.extensions.get::<Hopped>()?;
     if hopped.check && parts.uri.path() == HEALTH_PATH {
         return Some(ok_text("ok\n".into()));
@@ -70,18 +77,35 @@ pub(crate) fn answer_peer(switch: &Switch, parts: &Parts) -> Option<Response<Res
     if purge {
         let url = purge_url(&request_host(parts), parts.uri.path_and_query());
         let purged = layer.purge(&url);
-        return Some(ok_text(format!(
+        return Some(acknowledged(format!(
             "{{\"url\":{},\"purged\":{purged}}}\n",
             serde_json::Value::String(url)
         )));
     }
     let query = parts.headers.get(BAN_HEADER).and_then(|v| v.to_str().ok());
-    Some(match ban_matcher(query) {
-        // A peer's ban runs here, on the event loop: the disk tier's deletions of a large ban
-        // hold this worker for their length (the admin API's own ban runs off the loop).
-        Ok(matcher) => ok_text(format!("{{\"banned\":{}}}\n", layer.ban(matcher))),
-        Err(e) => error_response(StatusCode::BAD_REQUEST, &e),
+    let matcher = match ban_matcher(query) {
+        Ok(matcher) => matcher,
+        Err(e) => return Some(error_response(StatusCode::BAD_REQUEST, &e)),
+    };
+    // A ban may delete many files of the disk tier: off the event loop, as the admin API's.
+    let banning = Arc::clone(switch);
+    let banned = tokio::task::spawn_blocking(move || {
+        banning.cache.as_ref().map_or(0, |layer| layer.ban(matcher))
     })
+    .await
+    .unwrap_or(0);
+    Some(acknowledged(format!("{{\"banned\":{banned}}}\n")))
+}
+
+/// A peer's PURGE or BAN done: the answer carries [`ACK_HEADER`], which a `2xx` from anything
+/// that took the request for a client's (a node, a switch that does not list the sender) lacks.
+fn acknowledged(body: String) -> Response<ResponseBody> {
+    let mut resp = ok_text(body);
+    resp.headers_mut().insert(
+        HeaderName::from_static(ACK_HEADER),
+        HeaderValue::from_static("1"),
+    );
+    resp
 }
 
 fn ok_text(body: String) -> Response<ResponseBody> {
@@ -251,7 +275,13 @@ async fn ask(
             humantime::format_duration(timeout)
         )),
         Ok(Err(e)) => Err(innermost(&e)),
-        Ok(Ok(resp)) if resp.status().is_success() => Ok(()),
+        Ok(Ok(resp)) if resp.status().is_success() && resp.headers().contains_key(ACK_HEADER) => {
+            Ok(())
+        }
+        Ok(Ok(resp)) if resp.status().is_success() => Err(format!(
+            "status {} without acknowledgement (does the peer list this switch in its tier.peers?)",
+            resp.status().as_u16()
+        )),
         Ok(Ok(resp)) => Err(format!("status {}", resp.status().as_u16())),
     }
 }

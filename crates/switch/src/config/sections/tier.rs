@@ -155,7 +155,7 @@ impl TierConfig {
                 d(self.hop_timeout)
             ),
             (true, false) => "each switch caches alone (share_cache = false)".to_string(),
-            (false, _) => "no [cache]: peers only share PURGE and BAN".to_string(),
+            (false, _) => "no [cache]: nothing to share yet (peers are checked)".to_string(),
         };
         let local = match self.local_copy_after {
             0 => "no local copies".to_string(),

@@ -21,6 +21,7 @@ const SERVE_EXAMPLES: &str = "Examples:
   capstan serve --config examples/overload.toml       # admission limits, queues, outlier ejection
   capstan serve --config examples/tls.toml            # HTTPS (certificates by SNI), HTTP/2, h2c
   capstan serve --config examples/operation.toml      # access log, WebSocket, PROXY protocol
+  capstan serve --config examples/tier.toml --listen 127.0.0.3:8080   # one switch of a tier
   capstan serve --config /etc/capstan/capstan.toml --check-only   # validate, exit 0 or 1
 
 Signals: SIGTERM/SIGINT stop accepting and let in-flight requests finish (timeouts.grace);
@@ -51,6 +52,10 @@ HTTP/2 with prior knowledge; [http2] sets stream and header limits. Each HTTP/2 
 dispatched on its own; nodes get HTTP/1.1. Certificates are re-read on SIGHUP / POST /reload
 (new handshakes get them, open connections keep theirs); a bad file or a key that does not
 match its certificate is one error line (capstan check says the same).
+
+A tier: [tier] peers = [\"IP:PORT\", …] lists every switch by its client listener, this one
+included (each started with its own --listen); with [cache] the tier shares one cache (each
+key owned by one live peer, one hop), PURGE and BAN reach every peer (docs/tier.md).
 
 Membership on the admin listener, without a reload: POST /nodes (name, address, weight as
 JSON or query), POST /nodes/NAME/drain and /undrain, DELETE /nodes/NAME; in-flight requests

@@ -87,12 +87,21 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
         .as_ref()
         .map(|log| crate::observe::access_log::AccessLog::open(log).map(Arc::new))
         .transpose()?;
+    let tier = (config.tier.as_ref())
+        .map(|t| crate::state::tier::Tier::new(t, &config.client_addresses()))
+        .transpose()?;
     let cluster = Cluster::build(config, 1, None, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
     let counters = endpoints
         .iter()
         .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
         .collect();
-    let switch = Switch::new(cluster, cache, access_log, counters, max_connections);
+    let switch = Switch::new(
+        cluster,
+        (cache, tier),
+        access_log,
+        counters,
+        max_connections,
+    );
     crate::control::discovery::record_initial(&switch, discovered);
     Ok((switch, endpoints))
 }
@@ -150,6 +159,11 @@ fn serve_on(
         )));
         if switch.cache.is_some() {
             tasks.push(tokio::spawn(sample_cache(Arc::clone(&switch))));
+        }
+        if switch.tier.is_some() {
+            tasks.push(tokio::spawn(crate::control::tier::check_peers(Arc::clone(
+                &switch,
+            ))));
         }
     }
     let admin_addr = match admin {

@@ -88,6 +88,10 @@ pub struct Config {
     /// `[[discovery]]` sources of nodes beside `nodes` (see `crate::control::discovery`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub discovery: Vec<DiscoverySource>,
+    /// The switches of this one's tier, when a `[tier]` section is present (see
+    /// `crate::pipeline::tier`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::config::sections::tier::TierConfig>,
 }
 
 /// A back-end node.
@@ -667,6 +671,7 @@ struct RawConfig {
     upgrade: UpgradeConfig,
     #[serde(default)]
     discovery: Vec<Spanned<crate::config::sections::discovery::RawDiscovery>>,
+    tier: Option<crate::config::sections::tier::TierConfig>,
 }
 
 #[derive(Deserialize)]
@@ -774,6 +779,7 @@ impl Config {
             proxy_protocol: ProxyProtocolConfig::default(),
             upgrade: UpgradeConfig::default(),
             discovery: Vec::new(),
+            tier: None,
         }
     }
 
@@ -817,6 +823,14 @@ impl Config {
         }
         check_operation(self).map_err(|(_, _, e)| plain(e))?;
         Ok(())
+    }
+
+    /// Every client listener's address: `listen`, then `[[listener]]`s (how a switch finds
+    /// itself among `tier.peers`).
+    pub fn client_addresses(&self) -> Vec<SocketAddr> {
+        (self.listen.iter().copied())
+            .chain(self.listeners.iter().map(|l| l.address))
+            .collect()
     }
 
     /// Settings that work but are likely mistakes: `capstan check` prints them, the switch
@@ -1043,7 +1057,12 @@ fn check_operation(config: &Config) -> Result<(), (&'static str, &'static str, S
     config
         .upgrade
         .check()
-        .map_err(|(key, e)| ("upgrade", key, e))
+        .map_err(|(key, e)| ("upgrade", key, e))?;
+    if let Some(tier) = &config.tier {
+        tier.check(&config.client_addresses())
+            .map_err(|(key, e)| ("tier", key, e))?;
+    }
+    Ok(())
 }
 
 fn describe_operation(config: &Config) -> String {
@@ -1053,6 +1072,9 @@ fn describe_operation(config: &Config) -> String {
     }
     out.push_str(&config.proxy_protocol.describe());
     let u = &config.upgrade;
+    if let Some(tier) = &config.tier {
+        out.push_str(&tier.describe(config.cache.is_some()));
+    }
     out.push_str(&format!(
         "upgrades  {}, CONNECT {}, tunnel idle timeout {}\n",
         if u.enabled { "passed to nodes" } else { "off" },
@@ -1601,6 +1623,16 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         })?,
         None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
     };
+    let tier = match raw.tier {
+        Some(mut tier) => {
+            tier.resolve().map_err(|(key, e)| {
+                let span = value_span(loc.text, &["tier", key]).or(find_key(loc.text, "tier"));
+                loc.error(span, e)
+            })?;
+            Some(tier)
+        }
+        None => None,
+    };
     let config = Config {
         source: None,
         listen,
@@ -1627,6 +1659,7 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         proxy_protocol: raw.proxy_protocol,
         upgrade: raw.upgrade,
         discovery,
+        tier,
     };
 
     let classifier = config.classifier().map_err(|e| {

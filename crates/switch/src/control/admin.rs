@@ -24,9 +24,10 @@ use tokio::net::TcpListener;
 use crate::control::reply::{json, text};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
+use crate::pipeline::tier::query_param;
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::switch::Switch;
-use capstan_core::text::{escape_html, percent_decode};
+use capstan_core::text::escape_html;
 
 pub(crate) async fn serve(switch: Arc<Switch>, listener: TcpListener) {
     loop {
@@ -65,7 +66,7 @@ async fn route(switch: &Arc<Switch>, req: Request<Incoming>) -> Response<Respons
             metrics(switch),
         ),
         (&Method::GET, "/") => text("text/html; charset=utf-8", dashboard(&status(switch))),
-        (&Method::POST, "/cache/purge") => cache_purge(switch, req.uri().query()),
+        (&Method::POST, "/cache/purge") => cache_purge(switch, req.uri().query()).await,
         (&Method::POST, "/cache/ban") => cache_ban(switch, req.uri().query()).await,
         (&Method::POST, "/reload") => match switch.reload().await {
             Ok(summary) => text("text/plain; charset=utf-8", format!("{summary}\n")),
@@ -106,6 +107,9 @@ pub(crate) struct Status {
     /// Every `[[discovery]]` source, when there are any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub discovery: Vec<crate::state::discovery::SourceStatus>,
+    /// The tier's peers, with a `[tier]` section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<crate::control::tier::TierStatus>,
 }
 
 /// A node's gathered state, as `/status` shows it.
@@ -355,15 +359,8 @@ fn status(switch: &Switch) -> Status {
         nodes,
         cache: switch.cache.as_ref().map(|c| c.report()),
         discovery: switch.discovery.status(),
+        tier: switch.tier.as_ref().map(crate::control::tier::status),
     }
-}
-
-/// Reads one `name=value` of a query string, percent-decoded.
-fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    query?.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=')?;
-        (k == name).then(|| percent_decode(v))
-    })
 }
 
 fn no_cache() -> Response<ResponseBody> {
@@ -373,8 +370,9 @@ fn no_cache() -> Response<ResponseBody> {
     )
 }
 
-/// `POST /cache/purge?url=http://host/path`: every variant of one URL.
-fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
+/// `POST /cache/purge?url=http://host/path`: every variant of one URL; with a `[tier]`, at
+/// every other peer too (the answer's `tier` says which acknowledged).
+async fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
     let Some(layer) = &switch.cache else {
         return no_cache();
     };
@@ -385,48 +383,50 @@ fn cache_purge(switch: &Switch, query: Option<&str>) -> Response<ResponseBody> {
         );
     };
     let purged = layer.purge(&url);
-    json(&serde_json::json!({ "url": url, "purged": purged }))
+    let mut answer = serde_json::json!({ "url": url, "purged": purged });
+    let target = url.parse::<http::Uri>().ok();
+    let host = target
+        .as_ref()
+        .and_then(|u| u.authority())
+        .map(|a| a.to_string());
+    if let (Some(host), Some(target)) = (host, &target) {
+        let pq = target
+            .path_and_query()
+            .map_or("/", |pq| pq.as_str())
+            .to_string();
+        let what = crate::pipeline::tier::Invalidation::Purge { host, pq };
+        if let Some(tier) = crate::pipeline::tier::fan_out(switch, what).await {
+            answer["tier"] = serde_json::to_value(tier).unwrap_or_default();
+        }
+    }
+    json(&answer)
 }
 
-/// `POST /cache/ban?prefix=http://host/img/` or `?regex=\\.png$`: every URL that matches.
-/// A ban may delete many files of the disk tier, so it runs off the event loop.
+/// `POST /cache/ban?prefix=http://host/img/` or `?regex=\\.png$`: every URL that matches; with
+/// a `[tier]`, at every other peer too. A ban may delete many files of the disk tier, so it
+/// runs off the event loop.
 async fn cache_ban(switch: &Arc<Switch>, query: Option<&str>) -> Response<ResponseBody> {
     if switch.cache.is_none() {
         return no_cache();
     }
-    let matcher: Box<dyn Fn(&str) -> bool + Send> =
-        match (query_param(query, "prefix"), query_param(query, "regex")) {
-            (Some(prefix), None) => Box::new(move |url: &str| url.starts_with(&prefix)),
-            (None, Some(re)) => match regex::Regex::new(&re) {
-                Ok(re) => Box::new(move |url: &str| re.is_match(url)),
-                Err(e) => {
-                    let first = e
-                        .to_string()
-                        .lines()
-                        .last()
-                        .unwrap_or("")
-                        .trim()
-                        .to_string();
-                    return error_response(
-                        StatusCode::BAD_REQUEST,
-                        &format!("bad regex `{re}`: {first}"),
-                    );
-                }
-            },
-            _ => {
-                return error_response(
-                    StatusCode::BAD_REQUEST,
-                    "give exactly one of ?prefix=URL-PREFIX or ?regex=PATTERN",
-                )
-            }
-        };
-    let switch = Arc::clone(switch);
+    let matcher = match crate::pipeline::tier::ban_matcher(query) {
+        Ok(matcher) => matcher,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, &e),
+    };
+    let banning = Arc::clone(switch);
     let banned = tokio::task::spawn_blocking(move || {
-        switch.cache.as_ref().map_or(0, |layer| layer.ban(matcher))
+        banning.cache.as_ref().map_or(0, |layer| layer.ban(matcher))
     })
     .await
     .unwrap_or(0);
-    json(&serde_json::json!({ "banned": banned }))
+    let mut answer = serde_json::json!({ "banned": banned });
+    let what = crate::pipeline::tier::Invalidation::Ban {
+        query: query.unwrap_or_default().to_string(),
+    };
+    if let Some(tier) = crate::pipeline::tier::fan_out(switch, what).await {
+        answer["tier"] = serde_json::to_value(tier).unwrap_or_default();
+    }
+    json(&answer)
 }
 
 /// Encodes the current counters at scrape time, so the request path only bumps atomics.
@@ -753,6 +753,11 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(crate::observe::tls_metrics::TlsCollector::of(
         switch.tls_counters(),
     )));
+    if let Some(tier) = &switch.tier {
+        registry.register_collector(Box::new(crate::control::tier::TierCollector(
+            crate::control::tier::status(tier),
+        )));
+    }
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
         let _ = writeln!(out, "# encoding failed: {e}");
@@ -825,7 +830,7 @@ fn dashboard(status: &Status) -> String {
          <p>policy <b>{}</b> · generation {} · up {:.0} s · {} connections open, {} accepted · {} reloads</p>\
          <table><tr><th>node</th><th>address</th><th>state</th><th>weight</th><th>active</th>\
          <th>load</th><th>served</th><th>errors c/t/o</th><th>p50 ms</th><th>p99 ms</th><th>placed per class</th></tr>\
-         {rows}</table>{tls}{cache}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
+         {rows}</table>{tls}{cache}{tier}<p><a href=/status>/status</a> · <a href=/metrics>/metrics</a></p></body></html>",
         escape_html(&status.policy),
         status.generation,
         status.uptime_s,
@@ -837,6 +842,11 @@ fn dashboard(status: &Status) -> String {
             .cache
             .as_ref()
             .map(crate::pipeline::cache::report::dashboard_section)
+            .unwrap_or_default(),
+        tier = status
+            .tier
+            .as_ref()
+            .map(crate::control::tier::dashboard_section)
             .unwrap_or_default(),
     )
 }

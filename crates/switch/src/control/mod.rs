@@ -1,6 +1,6 @@
 //! Control: active health checks, load gathering, membership changes, discovery sources
-//! (`[[discovery]]`), reloads, the admin API (its token, its replies) and the operation
-//! metrics.
+//! (`[[discovery]]`), reloads, the admin API (its token, its replies), the operation
+//! metrics and the tier's peer checks (`tier`).
 //!
 //! May use: every layer below (`net` … `frontend`).
 
@@ -13,3 +13,4 @@ pub(crate) mod membership;
 pub(crate) mod operation_metrics;
 pub(crate) mod reload;
 pub(crate) mod reply;
+pub(crate) mod tier;

@@ -14,7 +14,8 @@
 //! [`handle`] below is that list. Inside the folder: `checks` and `redirect` use `response`;
 //! `tunnel` and `cache` use `dispatch` and `response` (`cache` also `interim`); `dispatch`
 //! uses `response` and `interim`; `interim` uses `hop_by_hop`, as do `dispatch` and `tunnel`;
-//! nothing here uses `handle`.
+//! `cache` also uses `tier` (the hop header, PURGE and BAN to every peer), which uses
+//! `response` and `hop_by_hop`; nothing here uses `handle`.
 //!
 //! May use: `net`, `config`, `observe`, `state`, `upstream`.
 
@@ -25,6 +26,7 @@ pub(crate) mod hop_by_hop;
 pub(crate) mod interim;
 pub(crate) mod redirect;
 pub(crate) mod response;
+pub(crate) mod tier;
 pub(crate) mod tunnel;
 
 use std::convert::Infallible;
@@ -115,6 +117,20 @@ async fn proxy(
         return Err(refusal);
     }
     let (mut parts, body) = req.into_parts();
+    if let Some(tier) = &switch.tier {
+        crate::pipeline::tier::admit(tier, conn, &mut parts);
+        if parts
+            .extensions
+            .get::<crate::pipeline::tier::Hopped>()
+            .is_some()
+        {
+            // Boxed: only a peer's requests take this path (see `handle` on future sizes).
+            let answer = Box::pin(crate::pipeline::tier::answer_peer(switch, &parts)).await;
+            if let Some(answer) = answer {
+                return Err(answer);
+            }
+        }
+    }
     let pq = parts
         .uri
         .path_and_query()
@@ -161,7 +177,7 @@ async fn proxy(
         return Box::pin(crate::pipeline::cache::serve(forward, parts, peer)).await;
     }
     if let crate::pipeline::cache::Route::Purge = cache {
-        return Err(crate::pipeline::cache::client_purge(&forward, &parts, peer));
+        return Err(Box::pin(crate::pipeline::cache::client_purge(&forward, &parts, peer)).await);
     }
     crate::pipeline::dispatch::rewrite_request_headers(
         &mut parts.headers,

@@ -1,7 +1,7 @@
 //! Shared state: the running switch and a client connection's state, the cluster and each
 //! node's runtime (passive health, outlier ejection, admission gates), the policy's view, the
-//! retry budget, the connection limits, each discovery source's state, and what a policy sees
-//! of a request.
+//! retry budget, the connection limits, each discovery source's state, the tier's peers (`tier`), and what a
+//! policy sees of a request.
 //!
 //! May use: `net`, `config`, `observe`.
 
@@ -17,3 +17,4 @@ pub(crate) mod outlier;
 pub(crate) mod request;
 pub(crate) mod retry;
 pub(crate) mod switch;
+pub(crate) mod tier;

@@ -107,6 +107,8 @@ pub struct Switch {
     pub retry_budget: crate::state::retry::RetryBudget,
     /// The HTTP cache, when the configuration has a `[cache]` section at start.
     pub cache: Option<crate::state::cache::CacheLayer>,
+    /// The tier's peers, when the configuration has a `[tier]` section at start.
+    pub(crate) tier: Option<crate::state::tier::Tier>,
     /// The access log, when the configuration has an `[access_log]` section at start.
     pub access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
     /// Connections closed on PROXY protocol listeners.
@@ -134,7 +136,10 @@ impl Switch {
     /// connection limit.
     pub(crate) fn new(
         cluster: Cluster,
-        cache: Option<crate::state::cache::CacheLayer>,
+        (cache, tier): (
+            Option<crate::state::cache::CacheLayer>,
+            Option<crate::state::tier::Tier>,
+        ),
         access_log: Option<Arc<crate::observe::access_log::AccessLog>>,
         listener_counters: Vec<(Arc<ListenerLimits>, Option<Arc<TlsCounters>>)>,
         max_connections: usize,
@@ -148,6 +153,7 @@ impl Switch {
             reloads: AtomicU64::new(0),
             retry_budget: Default::default(),
             cache,
+            tier,
             access_log,
             proxy_rejections: Default::default(),
             tunnels: Default::default(),

@@ -11,4 +11,5 @@ pub(crate) mod http2;
 pub(crate) mod listener;
 pub(crate) mod node_tls;
 pub(crate) mod proxy_protocol;
+pub(crate) mod tier;
 pub(crate) mod upgrade;

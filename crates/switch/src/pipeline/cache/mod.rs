@@ -9,6 +9,7 @@
 
 pub(crate) mod report;
 mod respond;
+mod tier;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -131,6 +132,31 @@ pub(crate) async fn serve(
     let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
     let rules = cluster.cache_rules.as_ref().expect("built with [cache]");
     let key = Key::of(&forward, cfg, &parts);
+    if let Some(tier) = &switch.tier {
+        // One cache across the tier: a key another live peer owns is asked of that peer
+        // (never again for a request a peer sent here).
+        // A hop that fails takes its peer out: the key's next owner is asked, and when that
+        // is this switch, the request is served here.
+        let hopped = parts
+            .extensions
+            .get::<crate::pipeline::tier::Hopped>()
+            .is_some();
+        let mut tries = if tier.config.share_cache && !hopped {
+            tier.peers.len()
+        } else {
+            0
+        };
+        while tries > 0 {
+            tries -= 1;
+            let owner = tier.owner(&key.fill_key());
+            if owner == tier.own {
+                break;
+            }
+            if let Some(answer) = tier::through_owner(&forward, &parts, peer, &key, owner).await {
+                return answer;
+            }
+        }
+    }
     let now = SystemTime::now();
     let req = &parts.headers;
     let found = layer
@@ -814,8 +840,9 @@ pub(crate) fn invalidate(forward: &Forward, host: &str, resp: &Response<Response
     }
 }
 
-/// A `PURGE` on a client listener, allowed from `purge_from` networks only.
-pub(crate) fn client_purge(
+/// A `PURGE` on a client listener, allowed from `purge_from` networks only; with a `[tier]`,
+/// made at every other peer too, and the answer says which acknowledged.
+pub(crate) async fn client_purge(
     forward: &Forward,
     parts: &Parts,
     peer: &HeaderValue,
@@ -841,10 +868,15 @@ pub(crate) fn client_purge(
     let url = format!("http://{host}{}", forward.pq.as_str());
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     let purged = layer.purge(&url);
-    let mut resp = Response::new(ResponseBody::full(format!(
-        "{{\"url\":{},\"purged\":{purged}}}\n",
-        serde_json::Value::String(url)
-    )));
+    let mut answer = serde_json::json!({ "url": url, "purged": purged });
+    let what = crate::pipeline::tier::Invalidation::Purge {
+        host,
+        pq: forward.pq.as_str().to_string(),
+    };
+    if let Some(tier) = crate::pipeline::tier::fan_out(&forward.switch, what).await {
+        answer["tier"] = serde_json::to_value(tier).unwrap_or_default();
+    }
+    let mut resp = Response::new(ResponseBody::full(format!("{answer}\n")));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),

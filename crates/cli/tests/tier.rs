@@ -1,0 +1,523 @@
+//! A tier of switches as a user runs it (issue 33): three `capstan serve` processes on
+//! 127.0.0.2, .3 and .4 with one `[tier]`, in front of a counting node, sharing one cache. A key
+//! asked at every switch makes one node request; a PURGE at one clears all; killing a key's
+//! owner fails no GET and the new owner fills the key once; a peer its health checks take out
+//! gets no hop; a hop header forged by a client is removed. `capstan check` on the example and
+//! on a tier that misses this switch.
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+
+/// A node that answers every GET with its path, cachable for a minute, and counts the
+/// requests per path.
+struct CountingNode {
+    addr: SocketAddr,
+    counts: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl CountingNode {
+    fn start() -> CountingNode {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let counts = Arc::new(Mutex::new(HashMap::new()));
+        let counting = Arc::clone(&counts);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let counts = Arc::clone(&counting);
+                std::thread::spawn(move || answer(stream, &counts));
+            }
+        });
+        CountingNode { addr, counts }
+    }
+
+    fn count(&self, path: &str) -> u64 {
+        self.counts.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// Answers the requests of one connection (keep-alive) until it closes.
+fn answer(mut s: TcpStream, counts: &Mutex<HashMap<String, u64>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end + 4);
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+        *counts.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+        let body = format!("object {path}\n");
+        let reply = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Type: text/plain\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if s.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Three switches of one tier on 127.0.0.2–4, each with an admin listener.
+struct Tier {
+    node: CountingNode,
+    switches: Vec<Option<Proc>>,
+    listen: Vec<SocketAddr>,
+    admin: Vec<SocketAddr>,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Tier {
+    fn start(name: &str) -> Tier {
+        Tier::start_with(name, "local_copy_after = 0\n")
+    }
+
+    /// Starts the tier with `extra` lines in its `[tier]` section.
+    fn start_with(name: &str, extra: &str) -> Tier {
+        let node = CountingNode::start();
+        // One free port, used on the three addresses (nothing else binds 127.0.0.2–4 here).
+        let port = free_addr().port();
+        let admin_port = free_addr().port();
+        let listen: Vec<SocketAddr> = (2..=4)
+            .map(|i| format!("127.0.0.{i}:{port}").parse().unwrap())
+            .collect();
+        let admin: Vec<SocketAddr> = (2..=4)
+            .map(|i| format!("127.0.0.{i}:{admin_port}").parse().unwrap())
+            .collect();
+        let dir = std::env::temp_dir().join(format!("capstan-tier-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let peers: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
+        let config = dir.join("tier.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = [\"{}\"]\ndebug_headers = true\n[[node]]\naddress = \"{}\"\n\
+                 [cache]\npurge_from = [\"127.0.0.0/8\"]\n\
+                 [tier]\npeers = [{}]\nhealth_interval = \"100ms\"\nhealth_timeout = \"300ms\"\n\
+                 fall = 2\nrise = 2\nhop_timeout = \"1s\"\n{extra}",
+                listen[0],
+                node.addr,
+                peers.join(", ")
+            ),
+        )
+        .unwrap();
+        let switches = (0..3)
+            .map(|i| {
+                let (l, a) = (listen[i].to_string(), admin[i].to_string());
+                let args = [
+                    "serve",
+                    "--config",
+                    config.to_str().unwrap(),
+                    "--listen",
+                    &l,
+                    "--admin",
+                    &a,
+                    "--threads",
+                    "1",
+                ];
+                Some(spawn(&args, listen[i]))
+            })
+            .collect();
+        let tier = Tier {
+            node,
+            switches,
+            listen,
+            admin,
+            _dir: TempDir(dir),
+        };
+        for i in 0..3 {
+            tier.wait_peers(i, "every peer up after a passed check", |peers| {
+                peers.iter().all(|p| {
+                    p["state"] == "self"
+                        || (p["state"] == "up" && p["checks_passed"].as_u64() > Some(0))
+                })
+            });
+        }
+        tier
+    }
+
+    fn status(&self, i: usize) -> serde_json::Value {
+        let reply = get(self.admin[i], "/status");
+        assert_eq!(reply.status, 200);
+        serde_json::from_slice(&reply.body).expect("/status is JSON")
+    }
+
+    /// Waits (at most 10 s) until switch `i`'s peers satisfy `check`.
+    fn wait_peers(&self, i: usize, what: &str, check: impl Fn(&[serde_json::Value]) -> bool) {
+        eventually(what, || {
+            let status = self.status(i);
+            check(
+                status["tier"]["peers"]
+                    .as_array()
+                    .expect("tier.peers in /status"),
+            )
+        });
+    }
+
+    /// Switch `i`'s counter `field` for peer `peer`.
+    fn peer_counter(&self, i: usize, peer: usize, field: &str) -> u64 {
+        let status = self.status(i);
+        let address = self.listen[peer].to_string();
+        let peers = status["tier"]["peers"].as_array().unwrap().clone();
+        let p = peers
+            .iter()
+            .find(|p| p["address"] == address.as_str())
+            .unwrap();
+        p[field].as_u64().unwrap()
+    }
+
+    /// The peer that owns `path`, as switch 0 names it: the peer its hop went to, else itself.
+    fn owner_of(&self, path: &str) -> usize {
+        let reply = get(self.listen[0], path);
+        assert_eq!(reply.status, 200, "{path}");
+        match reply.header("x-capstan-tier-owner") {
+            Some(owner) => self
+                .listen
+                .iter()
+                .position(|a| a.to_string() == owner)
+                .expect("the owner is a peer"),
+            None => 0,
+        }
+    }
+}
+
+fn body_of(reply: &Reply) -> String {
+    reply.text()
+}
+
+#[test]
+fn a_key_asked_at_every_switch_makes_one_node_request_and_purge_clears_all() {
+    let tier = Tier::start("one");
+    let keys: Vec<String> = (0..12).map(|i| format!("/object/{i}")).collect();
+    for key in &keys {
+        for round in 0..2 {
+            for s in 0..3 {
+                let reply = get(tier.listen[s], key);
+                assert_eq!(reply.status, 200, "{key} at switch {s}");
+                assert_eq!(body_of(&reply), format!("object {key}\n"));
+                if round == 1 {
+                    let status = reply.header("cache-status").unwrap_or_default();
+                    assert!(status.contains("hit"), "{key} at {s}: {status}");
+                }
+            }
+        }
+        assert_eq!(
+            tier.node.count(key),
+            1,
+            "{key}: one node request for the tier"
+        );
+    }
+    // The keys spread over the peers: every switch sent hops and served some.
+    for s in 0..3 {
+        let sent: u64 = (0..3).map(|p| tier.peer_counter(s, p, "hops_sent")).sum();
+        assert!(sent > 0, "switch {s} never asked a peer");
+    }
+
+    let metrics = get(tier.admin[0], "/metrics").text();
+    for name in [
+        "capstan_tier_peer_up{peer=\"127.0.0.3:",
+        "capstan_tier_hops_sent_total{peer=",
+        "capstan_tier_hops_served_total{peer=",
+        "capstan_tier_forged_hops_total 0",
+    ] {
+        assert!(metrics.contains(name), "{name} in /metrics");
+    }
+    let page = get(tier.admin[0], "/").text();
+    assert!(
+        page.contains("<h2>Tier</h2>"),
+        "the status page shows the tier"
+    );
+
+    // PURGE at one switch reaches the other two, and says so.
+    let purge = http(tier.listen[0], "PURGE", &keys[0]);
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let answer: serde_json::Value = serde_json::from_slice(&purge.body).unwrap();
+    let acknowledged = answer["tier"]["acknowledged"].as_array().unwrap();
+    assert_eq!(acknowledged.len(), 2, "{answer}");
+    assert!(answer["tier"]["failed"].as_array().unwrap().is_empty());
+    for s in 0..3 {
+        let purges = tier.status(s)["cache"]["purges"].as_u64().unwrap();
+        assert_eq!(purges, 1, "switch {s} purged once");
+    }
+    // The next request anywhere is a miss: one more node request for the whole tier.
+    for s in 0..3 {
+        let reply = get(tier.listen[s], &keys[0]);
+        assert_eq!(reply.status, 200);
+    }
+    assert_eq!(tier.node.count(&keys[0]), 2, "one fill after the purge");
+
+    // BAN through the admin API of another switch, fanned out as well.
+    let ban = http(
+        tier.admin[1],
+        "POST",
+        "/cache/ban?prefix=http%3A%2F%2Ftest%2Fobject%2F",
+    );
+    assert_eq!(ban.status, 200, "{}", ban.text());
+    let answer: serde_json::Value = serde_json::from_slice(&ban.body).unwrap();
+    assert_eq!(
+        answer["tier"]["acknowledged"].as_array().unwrap().len(),
+        2,
+        "{answer}"
+    );
+    for key in &keys[1..4] {
+        for s in 0..3 {
+            assert_eq!(get(tier.listen[s], key).status, 200);
+        }
+        assert_eq!(tier.node.count(key), 2, "{key}: one fill after the ban");
+    }
+}
+
+/// A client's own hop header is removed: the switch still sends the request to the key's owner
+/// and never takes the client for a peer.
+#[test]
+fn a_forged_hop_header_from_a_client_is_ignored() {
+    let tier = Tier::start("forged");
+    let mut hopped = 0;
+    for i in 0..12 {
+        let key = format!("/forged/{i}");
+        let mut s = TcpStream::connect(tier.listen[0]).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {key} HTTP/1.1\r\nHost: test\r\nCapstan-Tier-Hop: {}\r\nConnection: close\r\n\r\n",
+            tier.listen[1]
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+        if raw.to_ascii_lowercase().contains("x-capstan-tier-owner") {
+            hopped += 1;
+        }
+        // The owner fills it once; the others then find it there.
+        for s in 1..3 {
+            assert_eq!(get(tier.listen[s], &key).status, 200);
+        }
+        assert_eq!(tier.node.count(&key), 1, "{key}");
+    }
+    assert!(
+        hopped > 0,
+        "the forged requests were still sent to their owners"
+    );
+    // The peers' checks never reached the node (each switch answers them itself); a client's
+    // forged one is an ordinary request, which does.
+    assert_eq!(tier.node.count("/_capstan/tier/health"), 0);
+    let mut s = TcpStream::connect(tier.listen[0]).unwrap();
+    write!(
+        s,
+        "GET /_capstan/tier/health HTTP/1.1\r\nHost: test\r\nCapstan-Tier-Hop: {}\r\n\
+         Connection: close\r\n\r\n",
+        tier.listen[1]
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.contains("object /_capstan/tier/health"), "{raw}");
+    assert_eq!(tier.node.count("/_capstan/tier/health"), 1);
+    let status = tier.status(0);
+    assert_eq!(status["tier"]["forged_hops"].as_u64(), Some(13), "{status}");
+}
+
+/// Kills the owner of a key while two threads keep asking the others for it: no GET fails,
+/// the owner is taken out, and its key's new owner asks the node once.
+#[test]
+fn killing_the_owner_fails_no_get_and_the_new_owner_fills_once() {
+    let mut tier = Tier::start("kill");
+    // A key switch 0 does not own.
+    let key = (0..64)
+        .map(|i| format!("/kill/{i}"))
+        .find(|k| tier.owner_of(k) != 0)
+        .expect("some key is owned by another peer");
+    let owner = tier.owner_of(&key);
+    for s in 0..3 {
+        assert_eq!(get(tier.listen[s], &key).status, 200);
+    }
+    assert_eq!(tier.node.count(&key), 1);
+
+    let others: Vec<SocketAddr> = (0..3)
+        .filter(|&s| s != owner)
+        .map(|s| tier.listen[s])
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let asked = Arc::new(AtomicU64::new(0));
+    let askers: Vec<_> = others
+        .iter()
+        .map(|&addr| {
+            let (key, stop, asked) = (key.clone(), Arc::clone(&stop), Arc::clone(&asked));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let reply = try_http(addr, "GET", &key).expect("a GET fails");
+                    assert_eq!(reply.status, 200, "{}", reply.text());
+                    asked.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    eventually("the askers running", || asked.load(Ordering::Relaxed) >= 20);
+    drop(tier.switches[owner].take()); // SIGKILL, and reaped
+    let survivors: Vec<usize> = (0..3).filter(|&s| s != owner).collect();
+    for &s in &survivors {
+        tier.wait_peers(s, "the killed owner taken out", |peers| {
+            peers.iter().any(|p| p["state"] == "down")
+        });
+    }
+    // More asks once both know.
+    let after_kill = asked.load(Ordering::Relaxed);
+    eventually("more asks after the kill", || {
+        asked.load(Ordering::Relaxed) >= after_kill + 20
+    });
+    stop.store(true, Ordering::Relaxed);
+    for asker in askers {
+        asker.join().expect("no GET failed");
+    }
+    assert_eq!(
+        tier.node.count(&key),
+        2,
+        "the new owner filled the key once"
+    );
+}
+
+/// A peer that stops answering (SIGSTOP: it still accepts connections) is taken out by its
+/// health checks, then gets no hop; when it answers again, its checks bring it back.
+#[test]
+fn a_peer_marked_down_by_its_health_check_is_skipped() {
+    let tier = Tier::start("down");
+    let stopped = 2;
+    let sent_before = tier.peer_counter(0, stopped, "hops_sent");
+    tier.switches[stopped].as_ref().unwrap().signal("STOP");
+    tier.wait_peers(0, "the stopped peer taken out by its checks", |peers| {
+        peers.iter().any(|p| {
+            p["state"] == "down"
+                && p["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no response"))
+        })
+    });
+    for i in 0..24 {
+        let key = format!("/down/{i}");
+        let reply = get(tier.listen[0], &key);
+        assert_eq!(reply.status, 200);
+        assert_ne!(
+            reply.header("x-capstan-tier-owner"),
+            Some(tier.listen[stopped].to_string()),
+            "{key} went to the peer that is down"
+        );
+        assert_eq!(tier.node.count(&key), 1);
+    }
+    assert_eq!(tier.peer_counter(0, stopped, "hops_sent"), sent_before);
+    assert_eq!(tier.peer_counter(0, stopped, "hop_failures"), 0);
+    tier.switches[stopped].as_ref().unwrap().signal("CONT");
+    tier.wait_peers(0, "the peer back after rise passed checks", |peers| {
+        peers.iter().all(|p| p["state"] != "down")
+    });
+}
+
+/// A hot key another peer owns is kept locally for `local_copy_ttl`: asked again, it is
+/// answered without a hop; a PURGE at its owner clears the local copy too.
+#[test]
+fn a_hot_key_gets_a_local_copy_that_purge_clears() {
+    let tier = Tier::start_with("hot", "local_copy_after = 2\nlocal_copy_ttl = \"30s\"\n");
+    let key = (0..64)
+        .map(|i| format!("/hot/{i}"))
+        .find(|k| tier.owner_of(k) != 0)
+        .expect("some key is owned by another peer");
+    let owner = tier.owner_of(&key); // the second ask: hot now, kept here
+    let status = tier.status(0);
+    assert_eq!(
+        status["tier"]["local_copies_stored"].as_u64(),
+        Some(1),
+        "{status}"
+    );
+    let sent_before = tier.peer_counter(0, owner, "hops_sent");
+    for _ in 0..3 {
+        let reply = get(tier.listen[0], &key);
+        assert_eq!(reply.status, 200);
+        assert_eq!(body_of(&reply), format!("object {key}\n"));
+        assert_eq!(reply.header("x-capstan-tier-owner"), None, "answered here");
+    }
+    assert_eq!(
+        tier.peer_counter(0, owner, "hops_sent"),
+        sent_before,
+        "no hop"
+    );
+    assert_eq!(tier.status(0)["tier"]["local_copy_hits"].as_u64(), Some(3));
+    assert_eq!(tier.node.count(&key), 1);
+    let purge = http(tier.listen[owner], "PURGE", &key);
+    assert_eq!(purge.status, 200, "{}", purge.text());
+    let reply = get(tier.listen[0], &key);
+    assert_eq!(
+        reply.header("x-capstan-tier-owner"),
+        Some(tier.listen[owner].to_string())
+    );
+    assert_eq!(tier.node.count(&key), 2, "the owner filled it again");
+}
+
+#[test]
+fn check_accepts_the_example_and_names_the_listeners_of_a_tier_without_this_switch() {
+    let example = repo_root().join("examples/tier.toml");
+    let out = run(&["check", example.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let described = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        described.contains("tier      3 peers: 127.0.0.2:8080"),
+        "{described}"
+    );
+    let out = run(&[
+        "serve",
+        "--config",
+        example.to_str().unwrap(),
+        "--listen",
+        "127.0.0.9:8080",
+        "--check-only",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("127.0.0.9:8080"), "{stderr}");
+    assert!(
+        stderr.contains("tier.peers must list this switch"),
+        "{stderr}"
+    );
+    for i in 2..=4 {
+        let listen = format!("127.0.0.{i}:8080");
+        let out = run(&[
+            "serve",
+            "--config",
+            example.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--check-only",
+        ]);
+        assert!(
+            out.status.success(),
+            "{listen}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The `[tier]` section: the switches of one tier (each by its client listener, this one
+//! included), whether they share one cache, how long a hop to a peer may take, the peers'
+//! health checks and the hot keys a switch keeps a local copy of. What a request does with it
+//! is `crate::pipeline::tier`'s job; the peers' checks are `crate::control::tier`'s.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The `[tier]` section.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// Every switch of the tier by its client listener (`IP:PORT`), this one included, as
+    /// written.
+    pub peers: Vec<String>,
+    /// `peers` resolved, in the same order (filled by the parser).
+    #[serde(skip_deserializing, default)]
+    pub addresses: Vec<SocketAddr>,
+    /// With `[cache]` on, each cache key has one owner among the live peers and the tier holds
+    /// one copy (default true). Off: each switch caches alone, PURGE and BAN still reach every
+    /// peer.
+    #[serde(default = "yes")]
+    pub share_cache: bool,
+    /// How long a hop to a key's owner may wait for the head of its answer; then the request
+    /// goes to a node from this switch and the owner is taken for down.
+    #[serde(default = "default_hop_timeout", with = "humantime_serde")]
+    pub hop_timeout: Duration,
+    /// How often each peer is checked.
+    #[serde(default = "default_health_interval", with = "humantime_serde")]
+    pub health_interval: Duration,
+    /// How long a peer's check may take.
+    #[serde(default = "default_health_timeout", with = "humantime_serde")]
+    pub health_timeout: Duration,
+    /// Failed checks in a row that take a peer out.
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+    /// Passed checks in a row that bring a peer back.
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    /// A key this switch does not own, asked here this many times within one
+    /// `local_copy_ttl`, is kept here too, for at most `local_copy_ttl` (0: never).
+    #[serde(default = "default_local_copy_after")]
+    pub local_copy_after: u32,
+    /// How long a local copy of a hot key lives (and the window its asks are counted in).
+    #[serde(default = "default_local_copy_ttl", with = "humantime_serde")]
+    pub local_copy_ttl: Duration,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_hop_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_health_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_health_timeout() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_fall() -> u32 {
+    2
+}
+fn default_rise() -> u32 {
+    2
+}
+fn default_local_copy_after() -> u32 {
+    8
+}
+fn default_local_copy_ttl() -> Duration {
+    Duration::from_secs(1)
+}
+
+impl TierConfig {
+    /// Resolves `peers` into `addresses`; the error names the key and the bad entry.
+    pub fn resolve(&mut self) -> Result<(), (&'static str, String)> {
+        self.addresses = (self.peers.iter())
+            .map(|p| crate::net::address::resolve_address(p))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ("peers", format!("tier.peers: {e}")))?;
+        Ok(())
+    }
+
+    /// What the parser cannot check: at least one peer, no peer twice, this switch (one of
+    /// `listen`) among them, sane durations.
+    pub fn check(&self, listen: &[SocketAddr]) -> Result<(), (&'static str, String)> {
+        if self.addresses.is_empty() {
+            return Err((
+                "peers",
+                "tier.peers is empty: list every switch of the tier by its client listener \
+                 (IP:PORT), this one included"
+                    .into(),
+            ));
+        }
+        for (i, a) in self.addresses.iter().enumerate() {
+            if self.addresses[..i].contains(a) {
+                return Err(("peers", format!("tier.peers lists {a} twice")));
+            }
+        }
+        if self.own_index(listen).is_none() {
+            let ours: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
+            let ours = match ours.is_empty() {
+                true => "(none)".to_string(),
+                false => ours.join(", "),
+            };
+            return Err((
+                "peers",
+                format!(
+                    "tier.peers must list this switch by its client listener: none of its \
+                     listener addresses ({ours}) is among the peers ({}); a switch knows itself \
+                     by its own listener address (start each with its own --listen)",
+                    self.peers.join(", ")
+                ),
+            ));
+        }
+        let at_least = |key: &'static str, d: Duration, min_ms: u64| {
+            (d < Duration::from_millis(min_ms))
+                .then(|| (key, format!("tier.{key} must be at least {min_ms}ms")))
+        };
+        if let Some(e) = at_least("hop_timeout", self.hop_timeout, 1)
+            .or_else(|| at_least("health_interval", self.health_interval, 10))
+            .or_else(|| at_least("health_timeout", self.health_timeout, 1))
+            .or_else(|| at_least("local_copy_ttl", self.local_copy_ttl, 1))
+        {
+            return Err(e);
+        }
+        if self.fall == 0 || self.rise == 0 {
+            let key = if self.fall == 0 { "fall" } else { "rise" };
+            return Err((key, format!("tier.{key} must be at least 1")));
+        }
+        Ok(())
+    }
+
+    /// Which peer this switch is: the first peer one of its listeners is at.
+    pub fn own_index(&self, listen: &[SocketAddr]) -> Option<usize> {
+        self.addresses.iter().position(|a| listen.contains(a))
+    }
+
+    /// The address this switch (peer `own`) sends from, so its peers know it by the IP of its
+    /// listener (on loopback the kernel would pick 127.0.0.1 for every switch); none for a
+    /// wildcard listener.
+    pub fn source_ip(&self, own: usize) -> Option<std::net::IpAddr> {
+        let ip = self.addresses.get(own)?.ip();
+        (!ip.is_unspecified()).then_some(ip)
+    }
+
+    /// What `capstan check` prints of it.
+    pub fn describe(&self, cache_on: bool) -> String {
+        let d = humantime::format_duration;
+        let cache = match (cache_on, self.share_cache) {
+            (true, true) => format!(
+                "one cache: each key owned by one live peer (consistent hashing), hop timeout {}",
+                d(self.hop_timeout)
+            ),
+            (true, false) => "each switch caches alone (share_cache = false)".to_string(),
+            (false, _) => "no [cache]: nothing to share yet (peers are checked)".to_string(),
+        };
+        let local = match self.local_copy_after {
+            0 => "no local copies".to_string(),
+            n => format!(
+                "a key asked {n}+ times in {ttl} kept locally for {ttl}",
+                ttl = d(self.local_copy_ttl)
+            ),
+        };
+        format!(
+            "tier      {} peers: {}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n",
+            self.addresses.len(),
+            self.peers.join(", "),
+            d(self.health_interval),
+            d(self.health_timeout),
+            self.fall,
+            self.rise
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier(text: &str) -> TierConfig {
+        let mut t: TierConfig = toml::from_str(text).expect("parses");
+        t.resolve().expect("resolves");
+        t
+    }
+
+    fn listen(a: &str) -> Vec<SocketAddr> {
+        vec![a.parse().unwrap()]
+    }
+
+    #[test]
+    fn defaults_and_self() {
+        let t = tier(r#"peers = ["127.0.0.2:8080", "127.0.0.3:8080"]"#);
+        assert!(t.share_cache);
+        assert_eq!(t.hop_timeout, Duration::from_secs(1));
+        assert_eq!((t.fall, t.rise, t.local_copy_after), (2, 2, 8));
+        assert_eq!(t.check(&listen("127.0.0.3:8080")), Ok(()));
+        assert_eq!(t.own_index(&listen("127.0.0.3:8080")), Some(1));
+    }
+
+    #[test]
+    fn self_missing_names_the_listeners_and_the_peers() {
+        let t = tier(r#"peers = ["127.0.0.2:8080", "127.0.0.3:8080"]"#);
+        let (key, e) = t.check(&listen("127.0.0.9:8080")).unwrap_err();
+        assert_eq!(key, "peers");
+        assert!(e.contains("127.0.0.9:8080"), "{e}");
+        assert!(e.contains("127.0.0.2:8080, 127.0.0.3:8080"), "{e}");
+    }
+
+    #[test]
+    fn empty_duplicate_and_bad_values_are_refused() {
+        let t = tier("peers = []");
+        assert!(t
+            .check(&listen("127.0.0.2:8080"))
+            .unwrap_err()
+            .1
+            .contains("empty"));
+        let t = tier(r#"peers = ["127.0.0.2:8080", "127.0.0.2:8080"]"#);
+        let e = t.check(&listen("127.0.0.2:8080")).unwrap_err().1;
+        assert!(e.contains("twice"), "{e}");
+        let t = tier(
+            r#"peers = ["127.0.0.2:8080"]
+fall = 0"#,
+        );
+        assert_eq!(t.check(&listen("127.0.0.2:8080")).unwrap_err().0, "fall");
+        let mut t: TierConfig = toml::from_str(r#"peers = ["nowhere"]"#).unwrap();
+        assert!(t.resolve().unwrap_err().1.contains("no port"));
+        assert!(toml::from_str::<TierConfig>("share_cache = true").is_err());
+        assert!(toml::from_str::<TierConfig>("peers = [\"127.0.0.2:1\"]\nbogus = 1").is_err());
+    }
+}

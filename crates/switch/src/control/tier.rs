@@ -1,0 +1,294 @@
+//! The peers' health checks: every `tier.health_interval` each other peer is asked for the
+//! reserved path `crate::state::tier::HEALTH_PATH`, marked as a check (`Capstan-Tier-Hop:
+//! check`), which a switch that lists
+//! this one among its peers answers itself (`crate::pipeline::tier::answer_peer`). `tier.fall`
+//! failures in a row take a peer out (its keys go to the others), `tier.rise` passes bring it
+//! back; a failed hop takes it out at once. Each check opens a fresh connection, as node checks
+//! do, so a peer that stops accepting fails its check even while pooled connections live.
+//!
+//! What `/status`, the status page and `/metrics` show of the tier is here too.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, USER_AGENT};
+use http::Request;
+use http_body_util::Empty;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use serde::Serialize;
+
+use crate::state::health::CheckResult;
+use crate::state::switch::Switch;
+use crate::state::tier::{Tier, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+use capstan_core::text::escape_html;
+
+/// The checking task: one round per `tier.health_interval` until shutdown.
+pub(crate) async fn check_peers(switch: Arc<Switch>) {
+    let Some(tier) = switch.tier.as_ref() else {
+        return;
+    };
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_local_address(tier.config.source_ip(tier.own));
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.pool_max_idle_per_host(0);
+    let client: Client<HttpConnector, Empty<Bytes>> = builder.build(connector);
+    let mut stop = switch.shutdown_signal();
+    loop {
+        let started = tokio::time::Instant::now();
+        check_round(tier, &client).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(started + tier.config.health_interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Checks every other peer at once and records the results.
+async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) {
+    let mut checks = tokio::task::JoinSet::new();
+    for (id, peer) in tier.peers.iter().enumerate() {
+        if id == tier.own {
+            continue;
+        }
+        let (client, address) = (client.clone(), peer.address);
+        let timeout = tier.config.health_timeout;
+        checks.spawn(async move {
+            let mut req = Request::get(format!("http://{address}{HEALTH_PATH}"))
+                .body(Empty::new())
+                .expect("a GET of an address");
+            let headers = req.headers_mut();
+            headers.insert(USER_AGENT, HeaderValue::from_static("capstan-tier-check"));
+            headers.insert(
+                HeaderName::from_static(HOP_HEADER),
+                HeaderValue::from_static(CHECK_MARK),
+            );
+            let result = match tokio::time::timeout(timeout, client.request(req)).await {
+                Err(_) => failed(
+                    None,
+                    format!("no response within {}", humantime::format_duration(timeout)),
+                ),
+                Ok(Err(e)) => failed(None, crate::pipeline::tier::innermost(&e)),
+                Ok(Ok(resp)) if resp.status().as_u16() == 200 => CheckResult {
+                    passed: true,
+                    status: Some(200),
+                    error: None,
+                },
+                Ok(Ok(resp)) => failed(
+                    Some(resp.status().as_u16()),
+                    format!(
+                        "status {} (does the peer list this switch in its tier.peers?)",
+                        resp.status().as_u16()
+                    ),
+                ),
+            };
+            (id, result)
+        });
+    }
+    while let Some(Ok((id, result))) = checks.join_next().await {
+        let peer = &tier.peers[id];
+        match peer
+            .check
+            .record(&result, tier.config.rise, tier.config.fall)
+        {
+            Some(true) => {
+                tracing::info!(peer = %peer.address, "tier peer checks pass again: peer back in")
+            }
+            Some(false) => tracing::warn!(
+                peer = %peer.address,
+                "{} tier peer checks failed in a row: peer taken out ({})",
+                tier.config.fall,
+                result.error.as_deref().unwrap_or("unexpected status")
+            ),
+            None => {}
+        }
+    }
+}
+
+fn failed(status: Option<u16>, error: String) -> CheckResult {
+    CheckResult {
+        passed: false,
+        status,
+        error: Some(error),
+    }
+}
+
+/// The tier as `/status` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TierStatus {
+    /// This switch's address among the peers.
+    #[serde(rename = "self")]
+    pub own: String,
+    pub share_cache: bool,
+    /// Requests whose hop header was removed (not from a peer's address).
+    pub forged_hops: u64,
+    pub local_copy_hits: u64,
+    pub local_copies_stored: u64,
+    pub peers: Vec<PeerStatus>,
+}
+
+/// One peer as `/status` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct PeerStatus {
+    pub address: String,
+    /// `self`, `up` or `down`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub checks_passed: u64,
+    pub checks_failed: u64,
+    pub hops_sent: u64,
+    pub hop_failures: u64,
+    pub hops_served: u64,
+    pub invalidations_sent: u64,
+    pub invalidation_failures: u64,
+}
+
+pub(crate) fn status(tier: &Tier) -> TierStatus {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    TierStatus {
+        own: tier.config.addresses[tier.own].to_string(),
+        share_cache: tier.config.share_cache,
+        forged_hops: load(&tier.forged_hops),
+        local_copy_hits: load(&tier.local_copy_hits),
+        local_copies_stored: load(&tier.local_copies_stored),
+        peers: (tier.peers.iter().enumerate())
+            .map(|(id, p)| {
+                let check = p.check.status();
+                PeerStatus {
+                    address: p.address.to_string(),
+                    state: if id == tier.own { "self" } else { check.state },
+                    last_error: check.last_error,
+                    checks_passed: check.passed,
+                    checks_failed: check.failed,
+                    hops_sent: load(&p.hops_sent),
+                    hop_failures: load(&p.hop_failures),
+                    hops_served: load(&p.hops_served),
+                    invalidations_sent: load(&p.invalidations_sent),
+                    invalidation_failures: load(&p.invalidation_failures),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The status page's tier table.
+pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
+    let mut rows = String::new();
+    for p in &tier.peers {
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape_html(&p.address),
+            match p.state {
+                "down" => "<b>down</b>".to_string(),
+                s => s.to_string(),
+            },
+            p.hops_sent,
+            p.hop_failures,
+            p.hops_served,
+            p.invalidations_sent - p.invalidation_failures,
+            escape_html(p.last_error.as_deref().unwrap_or("")),
+        );
+    }
+    format!(
+        "<h2>Tier</h2><p>this switch {} · shared cache {} · {} local-copy hits · {} forged hop headers removed</p>\
+         <table><tr><th>peer</th><th>state</th><th>hops sent</th><th>hop failures</th>\
+         <th>hops served</th><th>invalidations acknowledged</th><th>last error</th></tr>{rows}</table>",
+        escape_html(&tier.own),
+        if tier.share_cache { "on" } else { "off" },
+        tier.local_copy_hits,
+        tier.forged_hops,
+    )
+}
+
+/// A per-peer counter's name, help and value.
+type PeerCounter = (&'static str, &'static str, fn(&PeerStatus) -> u64);
+
+/// `capstan_tier_*` at scrape time.
+#[derive(Debug)]
+pub(crate) struct TierCollector(pub TierStatus);
+
+impl Collector for TierCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let t = &self.0;
+        let label = |p: &PeerStatus| vec![("peer".to_string(), p.address.clone())];
+        let mut gauge = encoder.encode_descriptor(
+            "capstan_tier_peer_up",
+            "1 while the peer may own keys (this switch, or another whose checks pass), else 0",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &t.peers {
+            ConstGauge::new(i64::from(p.state != "down"))
+                .encode(gauge.encode_family(&label(p))?)?;
+        }
+        let counters: [PeerCounter; 5] = [
+            (
+                "capstan_tier_hops_sent",
+                "Requests sent to the peer as their key's owner",
+                |p| p.hops_sent,
+            ),
+            (
+                "capstan_tier_hop_failures",
+                "Hops to the peer that failed before its answer (served through a node instead)",
+                |p| p.hop_failures,
+            ),
+            (
+                "capstan_tier_hops_served",
+                "Requests the peer sent this switch (hops and checks)",
+                |p| p.hops_served,
+            ),
+            (
+                "capstan_tier_invalidations_sent",
+                "PURGE and BAN sent on to the peer",
+                |p| p.invalidations_sent,
+            ),
+            (
+                "capstan_tier_invalidation_failures",
+                "PURGE and BAN the peer did not acknowledge",
+                |p| p.invalidation_failures,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for p in &t.peers {
+                ConstCounter::new(value(p)).encode(family.encode_family(&label(p))?)?;
+            }
+        }
+        for (name, help, value) in [
+            (
+                "capstan_tier_forged_hops",
+                "Hop headers removed from requests not from a peer",
+                t.forged_hops,
+            ),
+            (
+                "capstan_tier_local_copy_hits",
+                "Hits on local copies of keys another peer owns",
+                t.local_copy_hits,
+            ),
+            (
+                "capstan_tier_local_copies_stored",
+                "Local copies of hot keys stored",
+                t.local_copies_stored,
+            ),
+        ] {
+            ConstCounter::new(value).encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Counter,
+            )?)?;
+        }
+        Ok(())
+    }
+}

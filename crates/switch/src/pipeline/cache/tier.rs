@@ -1,0 +1,227 @@
+//! One cache across the tier: a cachable request whose key another live peer owns is looked up
+//! in this switch's local copies, else sent to the owner — one hop, marked with the hop header
+//! so the owner serves it from its cache or its one fill and never sends it further. A hop
+//! that fails before the owner's answer begins (refused, reset, `hop_timeout`) takes the owner
+//! out and gives the request back to be served here, through a node.
+//!
+//! Hot keys: a key asked here `local_copy_after` times within one `local_copy_ttl` has the
+//! owner's next answer kept here as well (when storable, with a `Content-Length` within
+//! `max_object`), fresh for at most `local_copy_ttl`; only a fresh local copy is served, so
+//! a stale one never makes this switch ask a node itself.
+
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use capstan_cache::rfc::{self, CacheStatus, Decision, StoredTimes};
+use capstan_cache::store::{Entry, Lookup};
+use http::header::{self, HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty};
+
+use crate::pipeline::dispatch::Forward;
+use crate::pipeline::response::ResponseBody;
+use crate::state::cache::{bump, CacheLayer, Key};
+use crate::state::tier::{Tier, HOP_HEADER};
+use crate::upstream::pool::NodeBody;
+
+/// Debug header (with `debug_headers`) naming the peer that owns a hopped request's key.
+static TIER_OWNER: HeaderName = HeaderName::from_static("x-capstan-tier-owner");
+
+/// The answer for a request whose key peer `owner` owns; `None` when the hop failed and the
+/// request is to be served here.
+pub(super) async fn through_owner(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+    key: &Key,
+    owner: usize,
+) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
+    let tier = forward.switch.tier.as_ref()?;
+    let layer = forward.switch.cache.as_ref()?;
+    if let Some(hit) = local_copy(forward, layer, parts, key) {
+        tier.local_copy_hits.fetch_add(1, Ordering::Relaxed);
+        return Some(Err(hit));
+    }
+    let hot = parts.method == Method::GET && tier.asked(&key.fill_key(), Instant::now());
+    let peer_rt = &tier.peers[owner];
+    peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
+    let request_time = SystemTime::now();
+    let req = hop_request(tier, owner, parts, peer, forward.client_version);
+    let answer = tokio::time::timeout(tier.config.hop_timeout, tier.client.request(req)).await;
+    let failed = match answer {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) => Err(crate::pipeline::tier::innermost(&e)),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(tier.config.hop_timeout)
+        )),
+    };
+    let resp = match failed {
+        Ok(resp) => resp,
+        Err(why) => {
+            peer_rt.hop_failures.fetch_add(1, Ordering::Relaxed);
+            tier.hop_failed(owner, why);
+            return None;
+        }
+    };
+    let mut resp = resp.map(|body| ResponseBody::Upstream {
+        inner: NodeBody::Hyper(body),
+        on_end: None,
+    });
+    crate::pipeline::hop_by_hop::strip(resp.headers_mut());
+    if forward.cluster.config.debug_headers {
+        if let Ok(owner) = HeaderValue::from_str(&peer_rt.address.to_string()) {
+            resp.headers_mut().insert(&TIER_OWNER, owner);
+        }
+    }
+    if hot {
+        return Some(Ok(keep_local_copy(
+            forward,
+            layer,
+            tier,
+            parts,
+            key,
+            resp,
+            request_time,
+        )
+        .await));
+    }
+    Some(Ok(resp))
+}
+
+/// The request sent to the owner: the client's, as a node would get it (`Via`,
+/// `X-Forwarded-For`), with the hop header naming this switch.
+fn hop_request(
+    tier: &Tier,
+    owner: usize,
+    parts: &Parts,
+    peer: &HeaderValue,
+    version: http::Version,
+) -> Request<Empty<Bytes>> {
+    let mut headers = parts.headers.clone();
+    crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
+    if !headers.contains_key(header::HOST) {
+        // The owner keys the request by its host as this switch did: an absolute-form target
+        // becomes origin-form on the way.
+        let host = super::request_host(parts);
+        if let Ok(host) = HeaderValue::from_str(&host) {
+            headers.insert(header::HOST, host);
+        }
+    }
+    let own = tier.config.addresses[tier.own].to_string();
+    headers.insert(
+        HeaderName::from_static(HOP_HEADER),
+        HeaderValue::from_str(&own).expect("an address is a header value"),
+    );
+    let pq = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut req = Request::new(Empty::new());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = format!("http://{}{pq}", tier.peers[owner].address)
+        .parse()
+        .unwrap_or_else(|_| http::Uri::from_static("/"));
+    *req.headers_mut() = headers;
+    req
+}
+
+/// A fresh local copy of a key another peer owns, answered as a hit.
+fn local_copy(
+    forward: &Forward,
+    layer: &CacheLayer,
+    parts: &Parts,
+    key: &Key,
+) -> Option<Response<ResponseBody>> {
+    let req = &parts.headers;
+    let Lookup::Hit(entry) = layer
+        .store
+        .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
+    else {
+        return None;
+    };
+    let rules = forward.cluster.cache_rules.as_ref()?;
+    let stored = entry.headers();
+    let now = SystemTime::now();
+    if rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) != Decision::Fresh {
+        return None;
+    }
+    bump(&layer.counters.hits);
+    let status = CacheStatus::hit(entry.times.ttl(now));
+    let resp = super::respond::from_entry(&entry, stored, &parts.method, req, now, &status);
+    Some(super::with_debug(forward, resp))
+}
+
+/// Reads the owner's answer for a hot key and keeps it here for at most `local_copy_ttl` when
+/// it may be stored; answers the client from what was read either way.
+async fn keep_local_copy(
+    forward: &Forward,
+    layer: &CacheLayer,
+    tier: &Tier,
+    parts: &Parts,
+    key: &Key,
+    resp: Response<ResponseBody>,
+    request_time: SystemTime,
+) -> Response<ResponseBody> {
+    let Some(cfg) = forward.cluster.config.cache.as_ref() else {
+        return resp;
+    };
+    let Some(rules) = forward.cluster.cache_rules.as_ref() else {
+        return resp;
+    };
+    let declared = (resp.headers().get(header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let fits = declared.is_some_and(|len| len <= cfg.max_object.0);
+    let storable = resp.status() == StatusCode::OK
+        && rfc::storability(
+            &Method::GET,
+            &parts.headers,
+            resp.status(),
+            resp.headers(),
+            rules,
+        )
+        .is_ok();
+    if !fits || !storable {
+        return resp;
+    }
+    let (head, body) = resp.into_parts();
+    let Ok(collected) = body.collect().await else {
+        return crate::pipeline::response::error_response(
+            StatusCode::BAD_GATEWAY,
+            "the owning peer's answer broke off",
+        );
+    };
+    let body = collected.to_bytes();
+    let response_time = SystemTime::now();
+    if let Some(vary) = rfc::vary_key(&head.headers, &parts.headers) {
+        let mut times = StoredTimes::new(
+            head.status,
+            &head.headers,
+            request_time,
+            response_time,
+            rules,
+        );
+        let cap = times.corrected_initial_age + tier.config.local_copy_ttl;
+        times.freshness_lifetime = times.freshness_lifetime.min(cap);
+        let mut stored_headers = rfc::headers_to_store(&head.headers);
+        stored_headers.remove(&TIER_OWNER);
+        let entry = Entry::new(
+            &key.url,
+            &key.extra,
+            vary,
+            head.status,
+            super::owned_headers(&stored_headers),
+            body.clone(),
+            times,
+        );
+        let cost = forward.switch.epoch.now_nanos() / 1000;
+        if layer.store.insert(entry, cost.max(1)).stored.is_ok() {
+            tier.local_copies_stored.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let mut resp = Response::from_parts(head, ResponseBody::full(body));
+    if parts.method == Method::HEAD {
+        *resp.body_mut() = ResponseBody::Full(None);
+    }
+    resp
+}

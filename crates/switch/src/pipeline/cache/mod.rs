@@ -106,8 +106,11 @@ impl Key {
             &parts.headers,
             rules,
         );
-        let url = url_part(&full).to_string();
-        let extra = full[url.len()..].to_string();
+        // The URL part keeps the key's own allocation; the rest (empty unless the key rules
+        // add to it) is split off.
+        let url_len = url_part(&full).len();
+        let mut url = full;
+        let extra = url.split_off(url_len);
         Key { url, extra }
     }
 
@@ -116,64 +119,116 @@ impl Key {
     }
 }
 
-/// Answers a GET or HEAD through the cache. `Err` for answers the switch made itself (hits,
-/// errors), `Ok` for ones streaming from a node.
+/// What the memory tier did not answer: the rest of the way is [`serve`]'s.
+pub(crate) struct Missed {
+    key: Key,
+    now: SystemTime,
+    /// `Hit` of an entry that must be revalidated first; else the memory tier's miss.
+    found: Lookup,
+}
+
+/// The first step of a GET or HEAD through the cache, synchronous: a response stored in
+/// memory that may answer now (fresh, or stale with a permission) is answered here (`Ok`);
+/// anything else is handed to [`serve`] (`Err`). A hit thus builds no future and allocates no
+/// box for one: the rest of the way (disk, fill, revalidation) is a future of several KB.
+pub(crate) fn from_memory(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+) -> Result<Response<ResponseBody>, Missed> {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    // Borrowed from the cluster: the hit path copies nothing of the configuration.
+    let cfg = forward.cluster.config.cache.as_ref().expect("routed to the cache");
+    let key = Key::of(forward, cfg, parts);
+    let now = SystemTime::now();
+    let req = &parts.headers;
+    let found = match layer
+        .store
+        .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
+    {
+        Lookup::Hit(entry) => match answer_stored(forward, parts, peer, &key, entry, now) {
+            Ok(answer) => return Ok(answer),
+            Err(stale) => Lookup::Hit(stale),
+        },
+        miss => miss,
+    };
+    Err(Missed { key, now, found })
+}
+
+/// Answers from a stored entry when it may answer now (RFC 9111 §4.2; a stale one with the
+/// permission `Cache-Status` names, refreshed in the background when that is the permission);
+/// `Err` gives back an entry that must be revalidated with the node first.
+fn answer_stored(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+    key: &Key,
+    entry: Arc<Entry>,
+    now: SystemTime,
+) -> Result<Response<ResponseBody>, Arc<Entry>> {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    let cfg = forward.cluster.config.cache.as_ref().expect("routed to the cache");
+    let rules = forward.cluster.cache_rules.as_ref().expect("built with [cache]");
+    let req = &parts.headers;
+    let stored = entry.headers();
+    let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {
+        let ttl = ttl_of(&entry.times, now);
+        let status = match why {
+            Some(why) => CacheStatus::stale(ttl, why),
+            None => CacheStatus::hit(ttl),
+        };
+        let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
+        with_debug(forward, resp)
+    };
+    match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
+        Decision::Fresh => {
+            bump(&layer.counters.hits);
+            Ok(serve_stored(stored, None))
+        }
+        Decision::StaleAllowed { why } => {
+            bump(&layer.counters.stale_hits);
+            Ok(serve_stored(stored, Some(why)))
+        }
+        Decision::StaleWhileRevalidate { why } => {
+            bump(&layer.counters.stale_hits);
+            let upstream = forwarded_headers(req, peer, forward.client_version);
+            refresh_in_background(forward, upstream, key, &entry, cfg.clone());
+            Ok(serve_stored(stored, Some(why)))
+        }
+        Decision::Revalidate => Err(entry),
+    }
+}
+
+/// The rest of a GET or HEAD through the cache after [`from_memory`]: the disk tier, then a
+/// revalidation, a fill or a pass. `Err` for answers the switch made itself (hits, errors),
+/// `Ok` for ones streaming from a node.
 pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
     peer: &HeaderValue,
+    missed: Missed,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
-    // Borrowed from the cluster (the hit path copies nothing of the configuration); the
-    // fill path clones what its background task keeps.
+    // The fill path clones what its background task keeps.
     let cluster = Arc::clone(&forward.cluster);
     let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
     let rules = cluster.cache_rules.as_ref().expect("built with [cache]");
-    let key = Key::of(&forward, cfg, &parts);
-    let now = SystemTime::now();
+    let Missed { key, now, found } = missed;
     let req = &parts.headers;
-    let found = layer
-        .store
-        .lookup(&key.url, &key.extra, |e| e.vary_matches(req));
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
-            Some(entry) => Lookup::Hit(entry),
+            Some(entry) => match answer_stored(&forward, &parts, peer, &key, entry, now) {
+                Ok(answer) => return Err(answer),
+                Err(stale) => Lookup::Hit(stale),
+            },
             None => miss,
         },
     };
     let vary_miss = matches!(found, Lookup::VaryMiss);
     let stale = match found {
-        Lookup::Hit(entry) => {
-            let stored = entry.headers();
-            let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {
-                let ttl = ttl_of(&entry.times, now);
-                let status = match why {
-                    Some(why) => CacheStatus::stale(ttl, why),
-                    None => CacheStatus::hit(ttl),
-                };
-                let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
-                with_debug(&forward, resp)
-            };
-            match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
-                Decision::Fresh => {
-                    bump(&layer.counters.hits);
-                    return Err(serve_stored(stored, None));
-                }
-                Decision::StaleAllowed { why } => {
-                    bump(&layer.counters.stale_hits);
-                    return Err(serve_stored(stored, Some(why)));
-                }
-                Decision::StaleWhileRevalidate { why } => {
-                    bump(&layer.counters.stale_hits);
-                    let upstream = forwarded_headers(req, peer, forward.client_version);
-                    refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
-                    return Err(serve_stored(stored, Some(why)));
-                }
-                Decision::Revalidate => Some(entry),
-            }
-        }
+        Lookup::Hit(entry) => Some(entry),
         Lookup::VaryMiss | Lookup::UriMiss if rfc::only_if_cached(req) => {
             return Err(error_response(
                 StatusCode::GATEWAY_TIMEOUT,

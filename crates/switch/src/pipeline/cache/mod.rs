@@ -138,7 +138,12 @@ pub(crate) fn from_memory(
 ) -> Result<Response<ResponseBody>, Missed> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     // Borrowed from the cluster: the hit path copies nothing of the configuration.
-    let cfg = forward.cluster.config.cache.as_ref().expect("routed to the cache");
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
     let key = Key::of(forward, cfg, parts);
     let now = SystemTime::now();
     let req = &parts.headers;
@@ -167,8 +172,17 @@ fn answer_stored(
     now: SystemTime,
 ) -> Result<Response<ResponseBody>, Arc<Entry>> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
-    let cfg = forward.cluster.config.cache.as_ref().expect("routed to the cache");
-    let rules = forward.cluster.cache_rules.as_ref().expect("built with [cache]");
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
+    let rules = forward
+        .cluster
+        .cache_rules
+        .as_ref()
+        .expect("built with [cache]");
     let req = &parts.headers;
     let stored = entry.headers();
     let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {

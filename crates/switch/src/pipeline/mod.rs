@@ -171,10 +171,15 @@ async fn proxy(
     let cache = crate::pipeline::cache::Route::of(switch, cluster, class, &parts);
     if let crate::pipeline::cache::Route::Lookup = cache {
         // A hit never leaves the switch: the forwarding headers are added only on the way to
-        // a node (see `pipeline::cache::forwarded_headers`).
+        // a node (see `pipeline::cache::forwarded_headers`). One in memory is answered
+        // without a future of its own.
+        let missed = match crate::pipeline::cache::from_memory(&forward, &parts, peer) {
+            Ok(hit) => return Err(hit),
+            Err(missed) => missed,
+        };
         // Boxed, as the tunnel above: the cache path's future is several KB, and an unboxed
         // one would be in every request's future, cached or not (see `handle`).
-        return Box::pin(crate::pipeline::cache::serve(forward, parts, peer)).await;
+        return Box::pin(crate::pipeline::cache::serve(forward, parts, peer, missed)).await;
     }
     if let crate::pipeline::cache::Route::Purge = cache {
         return Err(Box::pin(crate::pipeline::cache::client_purge(&forward, &parts, peer)).await);

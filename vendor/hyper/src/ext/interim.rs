@@ -2,12 +2,14 @@
 //
 // A service gets an `InformationalSender` for the request it is answering by calling
 // `InformationalSender::current()` while hyper polls its response future. Nothing is allocated
-// and nothing is put in the request's extensions until a service asks: hyper only moves an
-// `Option<Arc<_>>` into and out of a thread-local around each poll of a response future. The
-// queue behind a sender is made on the first `current()` and then kept, per connection for
-// HTTP/1 (one request is answered at a time; a generation number tells the requests apart) and
-// per stream for HTTP/2. The sender may be moved to another task or thread; a head it sends
-// wakes the connection (HTTP/1) or stream (HTTP/2) task, which writes it before the final head.
+// and nothing is put in the request's extensions until a service asks: around each poll of a
+// response future hyper only puts a pointer to the connection's (stream's) receiver into a
+// thread-local and the previous one back. The queue behind a sender is made on the first
+// `current()` and then kept, per connection for HTTP/1 (one request is answered at a time; a
+// generation number tells the requests apart) and per stream for HTTP/2; until then the
+// connection does nothing else for 1xx heads. The sender may be moved to another task or
+// thread; a head it sends wakes the connection (HTTP/1) or stream (HTTP/2) task, which writes
+// it before the final head.
 
 use std::cell::Cell;
 use std::fmt;
@@ -67,16 +69,19 @@ impl InformationalSender {
     /// thread; `None` anywhere else (outside a poll of a response future, in another task, or
     /// on a connection that does not support it).
     pub fn current() -> Option<InformationalSender> {
-        CURRENT.with(|current| {
-            let mut entered = current.take()?;
-            let generation = entered.generation;
-            let slot = entered
-                .slot
-                .get_or_insert_with(|| Arc::new(Slot::new(generation)))
-                .clone();
-            current.set(Some(entered));
-            Some(InformationalSender { slot, generation })
-        })
+        let receiver = CURRENT.with(Cell::get);
+        // SAFETY: a non-null pointer here was put by `InterimReceiver::enter`, which holds the
+        // receiver's `&mut` (so nothing else can reach it or move it) for as long as the
+        // pointer is current, and puts the previous pointer back before it returns or unwinds.
+        // The reference made here lives only in this call, which calls nothing that could reach
+        // the thread-local again.
+        let receiver = unsafe { receiver.as_mut() }?;
+        let generation = receiver.generation;
+        let slot = receiver
+            .slot
+            .get_or_insert_with(|| Arc::new(Slot::new(generation)))
+            .clone();
+        Some(InformationalSender { slot, generation })
     }
 
     /// Queues an informational response head (its body is never sent) to go out before the
@@ -153,14 +158,9 @@ impl fmt::Debug for InterimReceiver {
     }
 }
 
-/// The receiver of the response future being polled on this thread.
-struct Entered {
-    slot: Option<Arc<Slot>>,
-    generation: u64,
-}
-
 thread_local! {
-    static CURRENT: Cell<Option<Entered>> = const { Cell::new(None) };
+    /// The receiver of the response future being polled on this thread (null outside a poll).
+    static CURRENT: Cell<*mut InterimReceiver> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 impl InterimReceiver {
@@ -172,37 +172,32 @@ impl InterimReceiver {
     }
 
     /// Runs `poll` (a poll of the response future) with this receiver as the one
-    /// [`InformationalSender::current`] answers for.
+    /// [`InformationalSender::current`] answers for. Costs two thread-local writes.
+    #[inline]
     pub(crate) fn enter<R>(&mut self, poll: impl FnOnce() -> R) -> R {
-        struct Restore<'a> {
-            receiver: &'a mut InterimReceiver,
-            outer: Option<Entered>,
-        }
-        impl Drop for Restore<'_> {
+        struct Restore(*mut InterimReceiver);
+        impl Drop for Restore {
+            #[inline]
             fn drop(&mut self) {
-                let entered = CURRENT.with(|current| current.replace(self.outer.take()));
-                if let Some(entered) = entered {
-                    self.receiver.slot = entered.slot;
-                }
+                CURRENT.with(|current| current.set(self.0));
             }
         }
-        let entered = Entered {
-            slot: self.slot.take(),
-            generation: self.generation,
-        };
-        let outer = CURRENT.with(|current| current.replace(Some(entered)));
-        let _restore = Restore {
-            receiver: self,
-            outer,
-        };
+        let _restore = Restore(CURRENT.with(|current| current.replace(self)));
         poll()
+    }
+
+    /// Whether a sender was ever made for this connection (or stream): until then there is
+    /// nothing to [`take`](Self::take) and no waker to register, and the caller skips it.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        self.slot.is_some()
     }
 
     /// The heads queued so far, in the order they were sent. Unless `last`, the task of `cx` is
     /// woken when another arrives; when `last` (the final head is ready), no more are taken for
     /// this request.
+    /// Callers check [`is_active`](Self::is_active) first.
     pub(crate) fn take(&mut self, cx: &mut Context<'_>, last: bool) -> Vec<Response<()>> {
-        // No sender was ever made for this connection (or stream): nothing to take.
         let Some(slot) = &self.slot else {
             return Vec::new();
         };
@@ -225,6 +220,7 @@ impl InterimReceiver {
 }
 
 impl Drop for InterimReceiver {
+    #[inline]
     fn drop(&mut self) {
         if let Some(slot) = &self.slot {
             let mut queue = slot.lock();

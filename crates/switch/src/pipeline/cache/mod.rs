@@ -107,8 +107,11 @@ impl Key {
             &parts.headers,
             rules,
         );
-        let url = url_part(&full).to_string();
-        let extra = full[url.len()..].to_string();
+        // The URL part keeps the key's own allocation; the rest (empty unless the key rules
+        // add to it) is split off.
+        let url_len = url_part(&full).len();
+        let mut url = full;
+        let extra = url.split_off(url_len);
         Key { url, extra }
     }
 
@@ -117,89 +120,174 @@ impl Key {
     }
 }
 
-/// Answers a GET or HEAD through the cache. `Err` for answers the switch made itself (hits,
-/// errors), `Ok` for ones streaming from a node.
+/// What the memory tier did not answer: the rest of the way is [`serve`]'s.
+pub(crate) struct Missed {
+    key: Key,
+    now: SystemTime,
+    /// `Hit` of an entry that must be revalidated first; else the memory tier's miss. `None`
+    /// when the memory tier was not asked: another peer of the tier owns the key.
+    found: Option<Lookup>,
+}
+
+/// The first step of a GET or HEAD through the cache, synchronous: a response stored in
+/// memory that may answer now (fresh, or stale with a permission) is answered here (`Ok`);
+/// anything else is handed to [`serve`] (`Err`). A hit thus builds no future and allocates no
+/// box for one: the rest of the way (disk, fill, revalidation) is a future of several KB.
+pub(crate) fn from_memory(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+) -> Result<Response<ResponseBody>, Missed> {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    // Borrowed from the cluster: the hit path copies nothing of the configuration.
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
+    let key = Key::of(forward, cfg, parts);
+    let now = SystemTime::now();
+    if let Some(tier) = &forward.switch.tier {
+        if tier::asks_owner(tier, parts, &key) {
+            // One cache across the tier: the owner answers (or this switch's fresh local copy
+            // of a hot key), on [`serve`]'s way.
+            return Err(Missed {
+                key,
+                now,
+                found: None,
+            });
+        }
+    }
+    match in_memory(forward, layer, parts, peer, &key, now) {
+        Ok(answer) => Ok(answer),
+        Err(found) => Err(Missed {
+            key,
+            now,
+            found: Some(found),
+        }),
+    }
+}
+
+/// The memory tier's answer for `key`: a stored response that may answer now, else what the
+/// lookup found (an entry to revalidate, or a miss).
+fn in_memory(
+    forward: &Forward,
+    layer: &CacheLayer,
+    parts: &Parts,
+    peer: &HeaderValue,
+    key: &Key,
+    now: SystemTime,
+) -> Result<Response<ResponseBody>, Lookup> {
+    let req = &parts.headers;
+    match layer
+        .store
+        .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
+    {
+        Lookup::Hit(entry) => match answer_stored(forward, parts, peer, key, entry, now) {
+            Ok(answer) => Ok(answer),
+            Err(stale) => Err(Lookup::Hit(stale)),
+        },
+        miss => Err(miss),
+    }
+}
+
+/// Answers from a stored entry when it may answer now (RFC 9111 §4.2; a stale one with the
+/// permission `Cache-Status` names, refreshed in the background when that is the permission);
+/// `Err` gives back an entry that must be revalidated with the node first.
+fn answer_stored(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+    key: &Key,
+    entry: Arc<Entry>,
+    now: SystemTime,
+) -> Result<Response<ResponseBody>, Arc<Entry>> {
+    let layer = forward.switch.cache.as_ref().expect("routed to the cache");
+    let cfg = forward
+        .cluster
+        .config
+        .cache
+        .as_ref()
+        .expect("routed to the cache");
+    let rules = forward
+        .cluster
+        .cache_rules
+        .as_ref()
+        .expect("built with [cache]");
+    let req = &parts.headers;
+    let stored = entry.headers();
+    let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {
+        let ttl = ttl_of(&entry.times, now);
+        let status = match why {
+            Some(why) => CacheStatus::stale(ttl, why),
+            None => CacheStatus::hit(ttl),
+        };
+        let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
+        with_debug(forward, resp)
+    };
+    match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
+        Decision::Fresh => {
+            bump(&layer.counters.hits);
+            Ok(serve_stored(stored, None))
+        }
+        Decision::StaleAllowed { why } => {
+            bump(&layer.counters.stale_hits);
+            Ok(serve_stored(stored, Some(why)))
+        }
+        Decision::StaleWhileRevalidate { why } => {
+            bump(&layer.counters.stale_hits);
+            let upstream = forwarded_headers(req, peer, forward.client_version);
+            refresh_in_background(forward, upstream, key, &entry, cfg.clone());
+            Ok(serve_stored(stored, Some(why)))
+        }
+        Decision::Revalidate => Err(entry),
+    }
+}
+
+/// The rest of a GET or HEAD through the cache after [`from_memory`]: the disk tier, then a
+/// revalidation, a fill or a pass. `Err` for answers the switch made itself (hits, errors),
+/// `Ok` for ones streaming from a node.
 pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
     peer: &HeaderValue,
+    missed: Missed,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
-    // Borrowed from the cluster (the hit path copies nothing of the configuration); the
-    // fill path clones what its background task keeps.
+    // The fill path clones what its background task keeps.
     let cluster = Arc::clone(&forward.cluster);
     let cfg = cluster.config.cache.as_ref().expect("routed to the cache");
     let rules = cluster.cache_rules.as_ref().expect("built with [cache]");
-    let key = Key::of(&forward, cfg, &parts);
-    if let Some(tier) = &switch.tier {
-        // One cache across the tier: a key another live peer owns is asked of that peer
-        // (never again for a request a peer sent here).
-        // A hop that fails takes its peer out: the key's next owner is asked, and when that
-        // is this switch, the request is served here.
-        let hopped = parts
-            .extensions
-            .get::<crate::pipeline::tier::Hopped>()
-            .is_some();
-        let mut tries = if tier.config.share_cache && !hopped {
-            tier.peers.len()
-        } else {
-            0
-        };
-        while tries > 0 {
-            tries -= 1;
-            let owner = tier.owner(&key.fill_key());
-            if owner == tier.own {
-                break;
-            }
-            if let Some(answer) = tier::through_owner(&forward, &parts, peer, &key, owner).await {
+    let Missed { key, now, found } = missed;
+    let found = match found {
+        Some(found) => found,
+        None => {
+            if let Some(answer) = tier::from_owners(&forward, &parts, peer, &key).await {
                 return answer;
             }
+            // Every owner asked failed, or this switch owns the key now: served here.
+            match in_memory(&forward, layer, &parts, peer, &key, now) {
+                Ok(answer) => return Err(answer),
+                Err(found) => found,
+            }
         }
-    }
-    let now = SystemTime::now();
+    };
     let req = &parts.headers;
-    let found = layer
-        .store
-        .lookup(&key.url, &key.extra, |e| e.vary_matches(req));
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
-            Some(entry) => Lookup::Hit(entry),
+            Some(entry) => match answer_stored(&forward, &parts, peer, &key, entry, now) {
+                Ok(answer) => return Err(answer),
+                Err(stale) => Lookup::Hit(stale),
+            },
             None => miss,
         },
     };
     let vary_miss = matches!(found, Lookup::VaryMiss);
     let stale = match found {
-        Lookup::Hit(entry) => {
-            let stored = entry.headers();
-            let serve_stored = |stored: HeaderMap, why: Option<rfc::StaleWhy>| {
-                let ttl = ttl_of(&entry.times, now);
-                let status = match why {
-                    Some(why) => CacheStatus::stale(ttl, why),
-                    None => CacheStatus::hit(ttl),
-                };
-                let resp = respond::from_entry(&entry, stored, &parts.method, req, now, &status);
-                with_debug(&forward, resp)
-            };
-            match rfc::decide(&parts.method, req, &stored, &entry.times, now, rules) {
-                Decision::Fresh => {
-                    bump(&layer.counters.hits);
-                    return Err(serve_stored(stored, None));
-                }
-                Decision::StaleAllowed { why } => {
-                    bump(&layer.counters.stale_hits);
-                    return Err(serve_stored(stored, Some(why)));
-                }
-                Decision::StaleWhileRevalidate { why } => {
-                    bump(&layer.counters.stale_hits);
-                    let upstream = forwarded_headers(req, peer, forward.client_version);
-                    refresh_in_background(&forward, upstream, &key, &entry, cfg.clone());
-                    return Err(serve_stored(stored, Some(why)));
-                }
-                Decision::Revalidate => Some(entry),
-            }
-        }
+        Lookup::Hit(entry) => Some(entry),
         Lookup::VaryMiss | Lookup::UriMiss if rfc::only_if_cached(req) => {
             return Err(error_response(
                 StatusCode::GATEWAY_TIMEOUT,

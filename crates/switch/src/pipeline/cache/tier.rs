@@ -29,9 +29,43 @@ use crate::upstream::pool::NodeBody;
 /// Debug header (with `debug_headers`) naming the peer that owns a hopped request's key.
 static TIER_OWNER: HeaderName = HeaderName::from_static("x-capstan-tier-owner");
 
+/// Whether this request's key is another live peer's to answer: the tier shares its cache,
+/// the request did not come from a peer (a hopped request is never sent further), and the
+/// key's owner is not this switch.
+pub(super) fn asks_owner(tier: &Tier, parts: &Parts, key: &Key) -> bool {
+    tier.config.share_cache
+        && parts
+            .extensions
+            .get::<crate::pipeline::tier::Hopped>()
+            .is_none()
+        && tier.owner(&key.fill_key()) != tier.own
+}
+
+/// The answer for a request whose key another peer owns, from this switch's local copy or the
+/// owner. A hop that fails takes its peer out, so the key's next owner is asked; `None` when
+/// that is this switch (or every peer failed): the request is served here.
+pub(super) async fn from_owners(
+    forward: &Forward,
+    parts: &Parts,
+    peer: &HeaderValue,
+    key: &Key,
+) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
+    let tier = forward.switch.tier.as_ref()?;
+    for _ in 0..tier.peers.len() {
+        let owner = tier.owner(&key.fill_key());
+        if owner == tier.own {
+            return None;
+        }
+        if let Some(answer) = through_owner(forward, parts, peer, key, owner).await {
+            return Some(answer);
+        }
+    }
+    None
+}
+
 /// The answer for a request whose key peer `owner` owns; `None` when the hop failed and the
 /// request is to be served here.
-pub(super) async fn through_owner(
+async fn through_owner(
     forward: &Forward,
     parts: &Parts,
     peer: &HeaderValue,

@@ -40,6 +40,12 @@ pub(crate) trait Dispatch {
         -> crate::Result<()>;
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ()>>;
     fn should_poll(&self) -> bool;
+    /// Capstan patch: whether the service ever asked for a 1xx sender on this connection
+    /// (`crate::ext::InformationalSender::current`); until then there are no 1xx heads to
+    /// take, and `take_informational` is not called. Servers only.
+    fn has_informational(&self) -> bool {
+        false
+    }
     /// Capstan patch: the 1xx heads the service queued for the message being answered, to be
     /// written before its final head (see `crate::ext::InformationalSender`). Unless `last`,
     /// `cx` is woken when another is queued; when `last` (the final head is ready), no more are
@@ -366,6 +372,16 @@ where
         }
     }
 
+    /// Capstan patch: writes the 1xx heads the service queued (see `poll_write`). Kept out of
+    /// line: most connections never get here.
+    #[cold]
+    #[inline(never)]
+    fn write_informational(&mut self, cx: &mut Context<'_>, last: bool) {
+        for res in self.dispatch.take_informational(cx, last) {
+            self.conn.write_informational(&res);
+        }
+    }
+
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<crate::Result<()>> {
         loop {
             if self.is_closing {
@@ -375,12 +391,10 @@ where
                 && self.dispatch.should_poll()
             {
                 let msg = Pin::new(&mut self.dispatch).poll_msg(cx);
-                // Capstan patch: 1xx heads the service sent go out first, as they come.
-                let interim = self.dispatch.take_informational(cx, msg.is_ready());
-                if !interim.is_empty() {
-                    for res in &interim {
-                        self.conn.write_informational(res);
-                    }
+                // Capstan patch: 1xx heads the service sent go out first, as they come; nothing
+                // to do on a connection whose service never asked for a sender.
+                if self.dispatch.has_informational() {
+                    self.write_informational(cx, msg.is_ready());
                 }
                 if let Some(msg) = ready!(msg) {
                     let (head, body) = msg.map_err(crate::Error::new_user_service)?;
@@ -665,6 +679,10 @@ cfg_server! {
 
         fn should_poll(&self) -> bool {
             self.in_flight.is_some()
+        }
+
+        fn has_informational(&self) -> bool {
+            self.interim.is_active()
         }
 
         fn take_informational(&mut self, cx: &mut Context<'_>, last: bool) -> Vec<http::Response<()>> {

@@ -421,7 +421,10 @@ where
 
 /// Capstan patch: sends the 1xx heads the service queued (see
 /// `crate::ext::InformationalSender`) on the stream, without the fields HTTP/2 forbids. A head
-/// h2 refuses is dropped: the final response still follows.
+/// h2 refuses is dropped: the final response still follows. Kept out of line: most streams
+/// never get here.
+#[cold]
+#[inline(never)]
 fn send_informational<D: bytes::Buf>(
     reply: &mut SendResponse<SendBuf<D>>,
     heads: Vec<::http::Response<()>>,
@@ -467,8 +470,8 @@ where
                     // Capstan patch: polled with this stream's 1xx sender current; what it
                     // queued goes out before the final head.
                     let polled = me.interim.enter(|| h.poll(cx));
-                    let heads = me.interim.take(cx, polled.is_ready());
-                    if !heads.is_empty() {
+                    if me.interim.is_active() {
+                        let heads = me.interim.take(cx, polled.is_ready());
                         send_informational(me.reply, heads);
                     }
                     let res = match polled {

@@ -153,8 +153,8 @@ impl JoinIdleQueue {
         }
     }
 
-    /// Whether the snapshot (or, without a fresh one, the live count) shows the node idle, and
-    /// its idle epoch.
+    /// Whether the snapshot (or, without a fresh one, the live count) shows the node idle to
+    /// every dispatcher, and its idle epoch.
     fn joins(&self, state: &NodeState, now: u64) -> Option<u64> {
         if !state.available {
             return None;
@@ -164,6 +164,15 @@ impl JoinIdleQueue {
         } else {
             (state.active < self.threshold).then_some(0)
         }
+    }
+
+    /// A node the snapshot shows busy only because of this dispatcher's own requests, which
+    /// have finished since: idle as far as anyone can know, and known to this dispatcher alone.
+    fn idle_to_me_alone(&self, state: &NodeState, now: u64) -> bool {
+        state.available
+            && self.counts.is_shared(state, now)
+            && state.tier.active >= self.threshold
+            && state.tier.estimate_active(state.active) < self.threshold
     }
 
     /// The dispatchers whose I-queue an idle `node` of epoch `epoch` may join, in draw order.
@@ -195,6 +204,9 @@ impl JoinIdleQueue {
             let state = view.node(id);
             available += usize::from(state.available);
             let Some(epoch) = self.joins(&state, now) else {
+                if self.idle_to_me_alone(&state, now) {
+                    member(id, &state);
+                }
                 continue;
             };
             let candidates = Self::candidates(id, epoch, count, self.choices);

@@ -26,9 +26,12 @@ capstan-sim-tier/1: nodes, dispatchers, loads, gossip_periods_ms, service_ms, jo
 replications, seeds, series: [{policy, view, gossip_ms, points: [{dispatchers, load, mean, p50, \
 p90, p99 (ms, {value, ci95}), to_idle, requests}]}]; deterministic: same seed, same bytes), \
 DIR/run-info.json and DIR/report.html (plots of mean and p99 against K per load, every point).\n\n\
-The default grid is the acceptance run: 1,000 nodes, K = 1, 2, 4, 8, 16, 32, 64, loads 0.5, 0.7 \
-and 0.9, gossip every 100 ms (10 mean service times). --quick: 100 nodes, K = 1, 8, 64, loads \
-0.5 and 0.9, 50 requests per node.",
+The default grid: 1,000 nodes, K = 1, 2, 4, 8, 16, 32, 64, loads 0.5, 0.7 and 0.9, gossip every \
+10 ms and every 100 ms (1 and 10 mean service times), 50 requests per node per run (under a \
+minute on two cores in a release build). --quick: 100 nodes, K = 1, 8, 64, loads 0.5 and 0.9.\n\n\
+Short runs start empty: at load 0.9 the slow policies (random) have not reached their steady \
+state within 50 requests per node and look better than they are; raise --jobs-per-node for \
+absolute numbers.",
     after_help = "Examples:\n  \
 capstan sim tier --out out/tier\n  \
 capstan sim tier --quick --out out/tier-quick\n  \
@@ -53,14 +56,14 @@ pub struct TierArgs {
     #[arg(long)]
     policies: Option<String>,
     /// How often the dispatchers exchange their counts (comma-separated: one series per period
-    /// for each shared-view policy; 0 = exact) [default: 100ms].
+    /// for each shared-view policy; 0 = exact) [default: 10ms,100ms].
     #[arg(long, value_delimiter = ',', value_name = "PERIOD")]
     gossip_period: Vec<String>,
     /// Mean service time of a request at a node.
     #[arg(long, default_value = "10ms")]
     service: String,
-    /// Requests per node in each run [default: 100; --quick: 50].
-    #[arg(long)]
+    /// Requests per node in each run (more: longer runs, closer to steady state).
+    #[arg(long, value_name = "N")]
     jobs_per_node: Option<u64>,
     /// Fraction of each run's requests not measured (warm-up).
     #[arg(long, default_value_t = 0.2)]
@@ -102,7 +105,10 @@ fn or<T: Clone>(given: &[T], default: &[T]) -> Vec<T> {
 /// The experiment the arguments describe, checked.
 fn experiment(args: &TierArgs, policies: Vec<PolicyChoice>) -> Result<TierExperiment> {
     let quick = args.quick;
-    let periods = or(&args.gossip_period, &["100ms".to_string()]);
+    let periods = or(
+        &args.gossip_period,
+        &["10ms".to_string(), "100ms".to_string()],
+    );
     let exp = TierExperiment {
         nodes: args.nodes.unwrap_or(if quick { 100 } else { 1000 }),
         dispatchers: or(
@@ -123,7 +129,7 @@ fn experiment(args: &TierArgs, policies: Vec<PolicyChoice>) -> Result<TierExperi
             .map(|p| seconds(p, "--gossip-period"))
             .collect::<Result<_>>()?,
         service_ms: seconds(&args.service, "--service")? * 1e3,
-        jobs_per_node: args.jobs_per_node.unwrap_or(if quick { 50 } else { 100 }),
+        jobs_per_node: args.jobs_per_node.unwrap_or(50),
         warmup: args.warmup,
         replications: args.replications,
         seed: args.seed,

@@ -120,6 +120,16 @@ pub struct JoinIdleQueue {
 /// Salt of the join hash, so it draws differently from other uses of `mix64`.
 const JOIN_SALT: u64 = 0x6a69_712d_6a6f_696e;
 
+/// The first hash of a node's draw in one idle epoch.
+fn join_hash(node: NodeId, epoch: u64) -> u64 {
+    mix64(mix64(node as u64 ^ JOIN_SALT) ^ epoch)
+}
+
+/// The first of the candidates [`JoinIdleQueue::candidates`] draws: JIQ-Random's I-queue.
+fn first_candidate(node: NodeId, epoch: u64, dispatchers: usize) -> usize {
+    (join_hash(node, epoch) % dispatchers.max(1) as u64) as usize
+}
+
 impl JoinIdleQueue {
     pub fn new(threshold: u32, choices: u32, counts: Counts, seed: u64) -> Result<Self, PolicyError> {
         if threshold == 0 || choices == 0 {
@@ -177,10 +187,16 @@ impl JoinIdleQueue {
 
     /// The dispatchers whose I-queue an idle `node` of epoch `epoch` may join, in draw order.
     pub fn candidates(node: NodeId, epoch: u64, dispatchers: usize, choices: u32) -> Vec<usize> {
-        let k = dispatchers.max(1);
+        let mut out = Vec::new();
+        Self::candidates_into(node, epoch, dispatchers, choices, &mut out);
+        out
+    }
+
+    fn candidates_into(node: NodeId, epoch: u64, k: usize, choices: u32, out: &mut Vec<usize>) {
+        let k = k.max(1);
         let want = (choices as usize).min(k);
-        let mut out: Vec<usize> = Vec::with_capacity(want);
-        let mut h = mix64(mix64(node as u64 ^ JOIN_SALT) ^ epoch);
+        out.clear();
+        let mut h = join_hash(node, epoch);
         while out.len() < want {
             let mut c = (h % k as u64) as usize;
             while out.contains(&c) {
@@ -189,7 +205,6 @@ impl JoinIdleQueue {
             out.push(c);
             h = mix64(h);
         }
-        out
     }
 
     /// Walks the I-queues as derived from `view`, calling `member(node, state)` for each node of
@@ -199,6 +214,7 @@ impl JoinIdleQueue {
         let Dispatcher { index, count } = self.place(view);
         let now = view.now_nanos();
         let mut lengths = vec![0u32; if self.choices > 1 { count } else { 0 }];
+        let mut candidates = Vec::with_capacity(self.choices as usize);
         let mut available = 0;
         for id in 0..view.node_count() {
             let state = view.node(id);
@@ -209,8 +225,8 @@ impl JoinIdleQueue {
                 }
                 continue;
             };
-            let candidates = Self::candidates(id, epoch, count, self.choices);
             let owner = if self.choices > 1 {
+                Self::candidates_into(id, epoch, count, self.choices, &mut candidates);
                 let owner = *candidates
                     .iter()
                     .min_by_key(|&&c| (lengths[c], c))
@@ -218,13 +234,44 @@ impl JoinIdleQueue {
                 lengths[owner] += 1;
                 owner
             } else {
-                candidates[0]
+                first_candidate(id, epoch, count)
             };
             if owner == index && self.counts.active(&state, now) < self.threshold {
                 member(id, &state);
             }
         }
         available
+    }
+
+    /// JIQ-Random's membership test for one node: every node's I-queue is its own draw, so it
+    /// needs no pass over the others.
+    fn in_my_queue_random(&self, state: &NodeState, id: NodeId, place: Dispatcher, now: u64) -> bool {
+        match self.joins(state, now) {
+            Some(epoch) => {
+                first_candidate(id, epoch, place.count) == place.index
+                    && self.counts.active(state, now) < self.threshold
+            }
+            None => self.idle_to_me_alone(state, now),
+        }
+    }
+
+    /// JIQ-Random with `threshold = 1`: every member is idle, so any will do — the first from
+    /// a rotating start, found without walking the whole list when the I-queue is not empty.
+    fn pick_random_idle(&self, view: &dyn ClusterView) -> Option<NodeId> {
+        let n = view.node_count();
+        let now = view.now_nanos();
+        let place = self.place(view);
+        let start = self.tie_break.spin(n);
+        let mut available = 0;
+        for i in 0..n {
+            let id = (start + i) % n;
+            let state = view.node(id);
+            available += usize::from(state.available);
+            if self.in_my_queue_random(&state, id, place, now) {
+                return Some(id);
+            }
+        }
+        (available > 0).then(|| nth_available(view, n, self.rng.below(available)))?
     }
 
     /// This dispatcher's I-queue as derived from `view`, in node-id order.
@@ -241,6 +288,9 @@ impl Policy for JoinIdleQueue {
     }
 
     fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+        if self.choices == 1 && self.threshold == 1 {
+            return self.pick_random_idle(view);
+        }
         let n = view.node_count();
         let now = view.now_nanos();
         let start = self.tie_break.spin(n);

@@ -94,6 +94,48 @@ impl Policy for PowerOfD {
     }
 
     fn pick(&self, _req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+        let ids = match self.draw_directly(view) {
+            Some(ids) => ids,
+            None => self.draw_by_rank(view)?,
+        };
+        let now = view.now_nanos();
+        // Ties go to the larger weight, then to the first drawn (itself a uniform draw).
+        ids.into_iter()
+            .map(|id| (id, view.node(id)))
+            .min_by_key(|(_, s)| (self.counts.active(s, now), std::cmp::Reverse(s.weight)))
+            .map(|(id, _)| id)
+    }
+}
+
+impl PowerOfD {
+    /// `d` distinct available nodes drawn from all ids, an unavailable or repeated draw thrown
+    /// back: uniform over the available nodes, and O(d) when most are available (the common
+    /// case), where counting them first would scan the whole list on every request. `None`
+    /// after a few misses, or when `d` is not below the node count.
+    fn draw_directly(&self, view: &dyn ClusterView) -> Option<Vec<NodeId>> {
+        let n = view.node_count();
+        if self.d >= n {
+            return None;
+        }
+        let mut ids = Vec::with_capacity(self.d);
+        let mut misses = 0;
+        while ids.len() < self.d {
+            let id = self.rng.below(n);
+            if ids.contains(&id) || !view.node(id).available {
+                misses += 1;
+                if misses > 2 * self.d + 4 {
+                    return None;
+                }
+                continue;
+            }
+            ids.push(id);
+        }
+        Some(ids)
+    }
+
+    /// `d` distinct available nodes (all when fewer) by rank among the available ones: exact,
+    /// in two scans.
+    fn draw_by_rank(&self, view: &dyn ClusterView) -> Option<Vec<NodeId>> {
         let n = view.node_count();
         let available = count_available(view, n);
         if available == 0 {
@@ -101,30 +143,28 @@ impl Policy for PowerOfD {
         }
         let ranks = self.sample(available);
         // One pass maps the sampled ranks to node ids (ranks sorted, order of drawing kept).
-        let mut order: Vec<(usize, usize)> = ranks.iter().enumerate().map(|(i, &r)| (r, i)).collect();
+        let mut order: Vec<(usize, usize)> =
+            ranks.iter().enumerate().map(|(i, &r)| (r, i)).collect();
         order.sort_unstable();
         let mut ids = vec![0; ranks.len()];
         let mut next = order.iter().peekable();
         let mut rank = 0;
         for id in 0..n {
+            if next.peek().is_none() {
+                break;
+            }
             if !view.node(id).available {
                 continue;
             }
-            while let Some(&&(r, i)) = next.peek() {
-                if r != rank {
-                    break;
+            if let Some(&&(r, i)) = next.peek() {
+                if r == rank {
+                    ids[i] = id;
+                    next.next();
                 }
-                ids[i] = id;
-                next.next();
             }
             rank += 1;
         }
-        let now = view.now_nanos();
-        // Ties go to the larger weight, then to the first drawn (itself a uniform draw).
-        ids.into_iter()
-            .map(|id| (id, view.node(id)))
-            .min_by_key(|(_, s)| (self.counts.active(s, now), std::cmp::Reverse(s.weight)))
-            .map(|(id, _)| id)
+        Some(ids)
     }
 }
 
@@ -184,6 +224,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("at least 1"));
+    }
+
+    /// Few available nodes among many: the direct draw gives up and the exact draw by rank
+    /// finds them.
+    #[test]
+    fn a_mostly_unavailable_cluster_still_samples_the_available_nodes() {
+        let mut view = StaticView::uniform(200);
+        for (id, node) in view.nodes.iter_mut().enumerate() {
+            node.available = id == 7 || id == 130;
+        }
+        view.nodes[7].active = 3;
+        let policy = PowerOfD::new(2, shared(), 5).unwrap();
+        assert!(picks(&policy, &view, 50).iter().all(|&id| id == 130));
+        view.nodes[130].available = false;
+        assert!(picks(&policy, &view, 50).iter().all(|&id| id == 7));
     }
 
     #[test]

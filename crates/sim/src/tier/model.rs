@@ -9,8 +9,8 @@
 //! as the switch's gossip feeds it. A period of 0 is an exact, always-current tier view.
 
 use capstan_core::{
-    build_policy, ClusterView, Dispatcher, NodeId, NodeState, Outcome, Policy, PolicyContext,
-    RequestInfo, TierState,
+    build_policy, ClusterView, Dispatcher, Gathered, NodeId, NodeState, Outcome, Policy,
+    PolicyContext, RequestInfo, TierState,
 };
 use capstan_workload::dist::uniform01;
 use capstan_workload::{stream, Dist};
@@ -116,15 +116,18 @@ impl ClusterView for DispatcherView<'_> {
     }
     fn node(&self, id: NodeId) -> NodeState {
         NodeState {
+            available: true,
+            weight: 1,
             active: self.own[id],
+            gathered: Gathered::default(),
             tier: TierState {
                 at_nanos: self.at,
                 active: self.total[id],
                 own_active: self.own_then[id],
                 finished: self.finished[id],
-                ..TierState::default()
+                latency_ms: 0.0,
+                ejected: false,
             },
-            ..NodeState::default()
         }
     }
     fn dispatcher(&self) -> Dispatcher {

@@ -13,7 +13,7 @@ use capstan_core::{
     PolicyContext, RequestInfo, TierState,
 };
 use capstan_workload::dist::uniform01;
-use capstan_workload::{stream, Dist};
+use capstan_workload::{stream, Dist, WorkloadRng};
 
 use crate::event::{nanos_round, EventQueue, Nanos};
 use crate::policy::PolicyChoice;
@@ -138,105 +138,135 @@ impl ClusterView for DispatcherView<'_> {
 /// The keys requests carry (for key-aware policies such as LARD): uniform over this many objects.
 const OBJECTS: u64 = 10_000;
 
+/// A run in progress: the tier, the nodes' queues, the dispatchers' policies and the streams.
+struct Sim<'a> {
+    cfg: &'a TierRun,
+    policies: Vec<Box<dyn Policy>>,
+    q: EventQueue<Ev>,
+    arrivals: WorkloadRng,
+    services: WorkloadRng,
+    choices: WorkloadRng,
+    service: Dist,
+    inter: Dist,
+    tier: Tier,
+    /// When each node's FCFS queue empties.
+    busy_until: Vec<Nanos>,
+    exact: bool,
+    issued: u64,
+    warm: u64,
+    result: TierResult,
+}
+
 /// Runs one tier to the end and returns its measurements.
 pub fn run(cfg: &TierRun) -> Result<TierResult, String> {
     validate(cfg)?;
-    let policies = build_policies(cfg)?;
-    let mut q: EventQueue<Ev> = EventQueue::new();
-    let mut arrivals = stream(cfg.seed, "tier-arrivals");
-    let mut services = stream(cfg.seed, "tier-services");
-    let mut choices = stream(cfg.seed, "tier-dispatchers");
-    let service = Dist::Exp {
-        mean: cfg.service_ms / 1e3,
-    };
     let rate = cfg.load * cfg.nodes as f64 / (cfg.service_ms / 1e3);
-    let inter = Dist::Exp { mean: 1.0 / rate };
-    let mut tier = Tier::new(cfg.nodes, cfg.dispatchers);
-    let mut busy_until: Vec<Nanos> = vec![0; cfg.nodes];
-    let exact = cfg.gossip_s == Some(0.0);
+    let mut sim = Sim {
+        cfg,
+        policies: build_policies(cfg)?,
+        q: EventQueue::new(),
+        arrivals: stream(cfg.seed, "tier-arrivals"),
+        services: stream(cfg.seed, "tier-services"),
+        choices: stream(cfg.seed, "tier-dispatchers"),
+        service: Dist::Exp {
+            mean: cfg.service_ms / 1e3,
+        },
+        inter: Dist::Exp { mean: 1.0 / rate },
+        tier: Tier::new(cfg.nodes, cfg.dispatchers),
+        busy_until: vec![0; cfg.nodes],
+        exact: cfg.gossip_s == Some(0.0),
+        issued: 0,
+        warm: (cfg.jobs as f64 * cfg.warmup) as u64,
+        result: TierResult::default(),
+    };
     let period = cfg.gossip_s.filter(|&p| p > 0.0).map(nanos_round);
-    let warm = (cfg.jobs as f64 * cfg.warmup) as u64;
-    let mut result = TierResult::default();
-    let mut issued = 0u64;
-    q.schedule(0, Ev::Arrival);
+    sim.q.schedule(0, Ev::Arrival);
     if period.is_some() {
-        q.schedule(0, Ev::Gossip);
+        sim.q.schedule(0, Ev::Gossip);
     }
-    while let Some((now, ev)) = q.pop() {
+    while let Some((now, ev)) = sim.q.pop() {
         match ev {
-            Ev::Arrival => {
-                issued += 1;
-                if issued < cfg.jobs {
-                    q.after(nanos_round(inter.sample(&mut arrivals)), Ev::Arrival);
-                }
-                let k = ((uniform01(&mut choices) * cfg.dispatchers as f64) as usize)
-                    .min(cfg.dispatchers - 1);
-                let key_hash = capstan_core::mix64(issued) % OBJECTS;
-                let req = RequestInfo {
-                    class: 0,
-                    key: "/",
-                    key_hash,
-                };
-                let node = {
-                    let view = view_of(&tier, k, cfg, now, exact);
-                    policies[k].pick(&req, &view).unwrap_or(0)
-                };
-                let measured = issued > warm;
-                if measured && tier.total[node] == 0 {
-                    result.to_idle += 1;
-                }
-                tier.own[k][node] += 1;
-                tier.total[node] += 1;
-                let start = busy_until[node].max(now);
-                let finish = start + nanos_round(service.sample(&mut services)).max(1);
-                busy_until[node] = finish;
-                q.schedule(
-                    finish,
-                    Ev::Departure {
-                        node: node as u32,
-                        dispatcher: k as u32,
-                        arrived: now,
-                        measured,
-                    },
-                );
-            }
+            Ev::Arrival => sim.arrive(now),
             Ev::Departure {
                 node,
                 dispatcher,
                 arrived,
                 measured,
-            } => {
-                let (node, k) = (node as usize, dispatcher as usize);
-                tier.own[k][node] -= 1;
-                tier.total[node] -= 1;
-                tier.finished[node] += 1;
-                let latency = now - arrived;
-                if measured {
-                    result.latencies.push(latency);
-                }
-                let outcome = Outcome {
-                    ok: true,
-                    latency_nanos: latency,
-                    finished_at_nanos: now,
-                };
-                let req = RequestInfo {
-                    class: 0,
-                    key: "/",
-                    key_hash: 0,
-                };
-                policies[k].on_done(node, &req, &outcome);
-            }
+            } => sim.depart(now, node as usize, dispatcher as usize, arrived, measured),
             Ev::Gossip => {
-                tier.gossip(now);
-                if let (Some(p), true) = (period, issued < cfg.jobs) {
-                    q.after(p, Ev::Gossip);
+                sim.tier.gossip(now);
+                if let (Some(p), true) = (period, sim.issued < cfg.jobs) {
+                    sim.q.after(p, Ev::Gossip);
                 }
             }
         }
     }
-    result.latencies.sort_unstable();
-    result.events = q.popped();
-    Ok(result)
+    sim.result.latencies.sort_unstable();
+    sim.result.events = sim.q.popped();
+    Ok(sim.result)
+}
+
+impl Sim<'_> {
+    /// A request arrives at a dispatcher chosen uniformly, whose policy places it.
+    fn arrive(&mut self, now: Nanos) {
+        let cfg = self.cfg;
+        self.issued += 1;
+        if self.issued < cfg.jobs {
+            let gap = nanos_round(self.inter.sample(&mut self.arrivals));
+            self.q.after(gap, Ev::Arrival);
+        }
+        let k = ((uniform01(&mut self.choices) * cfg.dispatchers as f64) as usize)
+            .min(cfg.dispatchers - 1);
+        let req = RequestInfo {
+            class: 0,
+            key: "/",
+            key_hash: capstan_core::mix64(self.issued) % OBJECTS,
+        };
+        let node = {
+            let view = view_of(&self.tier, k, cfg, now, self.exact);
+            self.policies[k].pick(&req, &view).unwrap_or(0)
+        };
+        let measured = self.issued > self.warm;
+        if measured && self.tier.total[node] == 0 {
+            self.result.to_idle += 1;
+        }
+        self.tier.own[k][node] += 1;
+        self.tier.total[node] += 1;
+        let start = self.busy_until[node].max(now);
+        let finish = start + nanos_round(self.service.sample(&mut self.services)).max(1);
+        self.busy_until[node] = finish;
+        self.q.schedule(
+            finish,
+            Ev::Departure {
+                node: node as u32,
+                dispatcher: k as u32,
+                arrived: now,
+                measured,
+            },
+        );
+    }
+
+    /// A request finishes: counts drop, the latency is recorded, the policy hears of it.
+    fn depart(&mut self, now: Nanos, node: usize, k: usize, arrived: Nanos, measured: bool) {
+        self.tier.own[k][node] -= 1;
+        self.tier.total[node] -= 1;
+        self.tier.finished[node] += 1;
+        let latency = now - arrived;
+        if measured {
+            self.result.latencies.push(latency);
+        }
+        let outcome = Outcome {
+            ok: true,
+            latency_nanos: latency,
+            finished_at_nanos: now,
+        };
+        let req = RequestInfo {
+            class: 0,
+            key: "/",
+            key_hash: 0,
+        };
+        self.policies[k].on_done(node, &req, &outcome);
+    }
 }
 
 fn view_of<'a>(

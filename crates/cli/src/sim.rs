@@ -1,4 +1,7 @@
-//! `capstan sim`: the discrete-event simulator of the web cluster.
+//! `capstan sim`: the discrete-event simulator of the web cluster; [`tier`] is `capstan sim
+//! tier`, the many-dispatcher experiment.
+
+mod tier;
 
 use std::path::PathBuf;
 
@@ -52,7 +55,8 @@ capstan sim results-md --template crates/sim/BENCHMARKS-papers.template.md --res
 capstan sim my-site.toml --out out/mine     # TOML: base = \"commerce\", then overrides\n  \
 capstan sim sweb-skewed --out out/sweb-skewed  # SWEB §4.2: round robin vs file locality vs sweb\n  \
 capstan sim sweb-sizes --replications 3 --out out/sweb-sizes\n  \
-capstan sim cache --zipf 0.8 --report out/cache   # eviction policies (sim cache --help)\n\n\
+capstan sim cache --zipf 0.8 --report out/cache   # eviction policies (sim cache --help)\n  \
+capstan sim tier --out out/tier   # K switches in front of 1,000 nodes (sim tier --help)\n\n\
 Policy parameters follow a colon (commas separate parameters too): the switch's own parameters \
 (t_low, t_high, epsilon, max_load, seed, …), plus gather=SECONDS (T_gat for this policy; 0 = live \
 state) and, for weighted-round-robin, metric=active|service-time|static."
@@ -238,6 +242,10 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     match args.command.take() {
         Some(SimCommand::Cache(cache)) => return run_cache(*cache),
         Some(SimCommand::ResultsMd(md)) => return run_results_md(md),
+        Some(SimCommand::Tier(t)) => {
+            let policies = split_policies(tier::policy_list(&t))?;
+            return tier::run(*t, policies);
+        }
         None => {}
     }
     if args.list {
@@ -502,6 +510,8 @@ enum SimCommand {
     Cache(Box<CacheArgs>),
     /// Render a markdown file (crates/sim/BENCHMARKS-papers.md) from a template and results directories.
     ResultsMd(ResultsMdArgs),
+    // No doc comment: TierArgs has its own about and long_about.
+    Tier(Box<tier::TierArgs>),
 }
 
 #[derive(Args, Debug)]

@@ -87,6 +87,7 @@ fn uneven_view(node_count: usize) -> StaticView {
                 ..NodeState::default()
             })
             .collect(),
+        ..StaticView::default()
     }
 }
 

@@ -22,7 +22,9 @@ pub use policy::{
     PolicySpec, RequestInfo,
 };
 pub use report::LoadReport;
-pub use view::{ClusterView, Gathered, NodeId, NodeState, ReceivedAt, StaticView};
+pub use view::{
+    ClusterView, Dispatcher, Gathered, NodeId, NodeState, ReceivedAt, StaticView, TierState,
+};
 
 /// A stable 64-bit hash (FNV-1a) of a request key, the same on every platform and every run, so
 /// hash-based placement is reproducible in the simulator and across switch restarts.

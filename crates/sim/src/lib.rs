@@ -13,6 +13,9 @@
 //! - [`results_md`]: renders `BENCHMARKS-papers.md` from a template and the runs' JSON files.
 //! - [`sweb`]: `capstan sim sweb-skewed` and `sweb-sizes` — SWEB's experiments (IPPS '96, §4)
 //!   on a model of its cluster (local disks, NFS, DNS rotation, redirection, loadd every 2 s).
+//! - [`tier`]: `capstan sim tier` — K dispatchers (switches) in front of the same nodes, each
+//!   with its own policy instance on local counts or the tier's shared view (gossiped every
+//!   period): Join-Idle-Queue, power of d, least-connections against K and load.
 //! - [`cache`]: `capstan sim cache` — the HTTP cache's eviction policies (the switch's own code)
 //!   and Belady's MIN replayed on request traces: hit ratios by cache size.
 
@@ -31,6 +34,7 @@ pub mod stats;
 pub mod sweb;
 pub mod sweep;
 pub mod sweep_report;
+pub mod tier;
 
 pub use engine::{dispatch_trace, RunConfig, RunResult};
 pub use policy::{Metric, PolicyChoice};

@@ -57,6 +57,7 @@ pub fn mean_response(
     let mut view = StaticView {
         now_nanos: 0,
         nodes: vec![NodeState::default(); servers],
+        ..StaticView::default()
     };
     let mut arrived_at: Vec<Nanos> = Vec::new();
     let warm = jobs / 10;

@@ -1,3 +1,4 @@
+use super::shared::{default_max_age_ms, Counts, ViewChoice};
 use super::support::{known_nodes, least_loaded, Rotor};
 use super::target_table::TargetTable;
 use super::{translate, Memory, Needs, Policy, PolicyError, RequestInfo};
@@ -21,6 +22,13 @@ struct LardParams {
     /// Most object keys remembered (default 1,000,000).
     #[serde(default = "default_max_targets")]
     max_targets: usize,
+    /// Whose active requests count (with `load = active`): this switch's (`local`) or the
+    /// tier's (`shared`).
+    #[serde(default)]
+    view: ViewChoice,
+    /// A tier snapshot older than this is ignored (the node's local count is used).
+    #[serde(default = "default_max_age_ms")]
+    max_age_ms: f64,
 }
 
 pub(crate) fn default_max_targets() -> usize {
@@ -41,16 +49,21 @@ pub(crate) fn thresholds(
 pub(super) const REGISTRATION: Registration = Registration {
     name: "lard",
     about: "locality-aware request distribution (Pai et al.): a target node per object key",
-    params: "load = active (default; t_low 25, t_high 65) | utilisation (t_low 0.3, t_high 0.7), max_targets",
+    params: "load = active (default; t_low 25, t_high 65) | utilisation (t_low 0.3, t_high 0.7), max_targets, view = local (default) | shared, max_age_ms (default 1000)",
     seeded: false,
     check: check::<LardParams>,
     build: |params: &Params, ctx: &PolicyContext<'_>| {
         let p: LardParams = read("lard", params)?;
-        Ok(Box::new(Lard::new(
+        let lard = Lard::new(
             ctx.nodes.len(),
             thresholds("lard", p.load, p.t_low, p.t_high)?,
             p.max_targets,
-        )?))
+        )?;
+        Ok(Box::new(lard.with_counts(Counts::new(
+            "lard",
+            p.view,
+            p.max_age_ms,
+        )?)))
     },
 };
 
@@ -200,6 +213,7 @@ pub struct Lard {
     thresholds: Thresholds,
     targets: TargetTable<u32>,
     tie_break: Rotor,
+    counts: Counts,
 }
 
 impl Lard {
@@ -214,24 +228,17 @@ impl Lard {
             thresholds,
             targets: TargetTable::new(max_targets),
             tie_break: Rotor::new(),
+            counts: Counts::LOCAL,
         })
     }
-}
 
-impl Policy for Lard {
-    fn needs(&self) -> Needs {
-        Needs {
-            request_content: true,
-            gathered_load: self.thresholds.measure == LoadMeasure::Utilisation,
-            ..Needs::default()
-        }
+    /// The same LARD comparing the given counts (local or tier-wide) with its thresholds.
+    pub fn with_counts(mut self, counts: Counts) -> Self {
+        self.counts = counts;
+        self
     }
 
-    fn name(&self) -> &'static str {
-        "lard"
-    }
-
-    fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+    fn pick_on(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
         let measure = self.thresholds.measure;
         let (least, least_state) =
             least_loaded_known(view, self.built_for, &self.tie_break, measure)?;
@@ -252,6 +259,24 @@ impl Policy for Lard {
             chosen
         });
         Some(chosen)
+    }
+}
+
+impl Policy for Lard {
+    fn needs(&self) -> Needs {
+        Needs {
+            request_content: true,
+            gathered_load: self.thresholds.measure == LoadMeasure::Utilisation,
+            ..Needs::default()
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "lard"
+    }
+
+    fn pick(&self, req: &RequestInfo<'_>, view: &dyn ClusterView) -> Option<NodeId> {
+        self.counts.with(view, |view| self.pick_on(req, view))
     }
 
     fn memory(&self) -> Option<Memory> {
@@ -382,6 +407,31 @@ mod tests {
         check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
         let t = Thresholds::new("lard", LoadMeasure::Utilisation, 0.3, 0.7).unwrap();
         check_common_behaviour(&Lard::new(4, t, 1000).unwrap(), 4);
+        let shared = Counts::new("t", ViewChoice::Shared, 1000.0).unwrap();
+        let t = Thresholds::new("lard", LoadMeasure::Active, 25.0, 65.0).unwrap();
+        check_common_behaviour(&Lard::new(4, t, 1000).unwrap().with_counts(shared), 4);
+    }
+
+    /// With the shared view, a key leaves a node the whole tier overloads even though this
+    /// switch alone has little on it.
+    #[test]
+    fn the_shared_view_moves_a_key_off_a_node_the_tier_overloads() {
+        use crate::view::TierState;
+        let shared = Counts::new("t", ViewChoice::Shared, 1000.0).unwrap();
+        let local = lard(25, 65);
+        let policy = lard(25, 65).with_counts(shared);
+        let mut view = StaticView::uniform(2);
+        let first = policy.pick(&request(0, "/a"), &view).unwrap();
+        assert_eq!(local.pick(&request(0, "/a"), &view), Some(first));
+        view.nodes[first].active = 5;
+        view.nodes[first].tier = TierState {
+            at_nanos: Some(0),
+            active: 70,
+            own_active: 5,
+            ..TierState::default()
+        };
+        assert_eq!(local.pick(&request(0, "/a"), &view), Some(first));
+        assert_eq!(policy.pick(&request(0, "/a"), &view), Some(1 - first));
     }
 
     #[test]

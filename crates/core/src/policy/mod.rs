@@ -12,6 +12,7 @@ pub use crate::gather::{Needs, WeightSource};
 use crate::view::{ClusterView, NodeId};
 
 mod registry;
+pub mod shared;
 mod support;
 
 pub use support::mix64;
@@ -40,6 +41,8 @@ registry! {
     weighted_round_robin,
     least_connections,
     two_choices,
+    power_of_d,
+    join_idle_queue,
     peak_ewma,
     static_partitioning,
     lard,
@@ -55,12 +58,15 @@ pub use cap::Cap;
 pub use cap_load::CapLoad;
 pub use consistent_hash::ConsistentHash;
 pub use home_node::{home_of, HomeNode};
+pub use join_idle_queue::JoinIdleQueue;
 pub use lard::{Lard, LoadMeasure, Thresholds};
 pub use lard_r::LardR;
 pub use least_connections::LeastConnections;
 pub use peak_ewma::PeakEwma;
+pub use power_of_d::PowerOfD;
 pub use random::Random;
 pub use round_robin::RoundRobin;
+pub use shared::{Counts, SharedCounts, ViewChoice};
 pub use static_partitioning::StaticPartitioning;
 pub use sweb::{Cost, Placement, Sweb, SwebNode, SwebParams};
 pub use two_choices::TwoChoices;

@@ -1,6 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::shared::{default_max_age_ms, Counts, ViewChoice};
 use super::support::{known_nodes, Rotor};
 use super::{Outcome, Policy, PolicyError, RequestInfo};
 use crate::view::{ClusterView, NodeId};
@@ -15,6 +16,13 @@ struct PeakEwmaParams {
     /// Time constant of the exponential decay, seconds (default 10, Finagle's).
     #[serde(default = "default_decay_time_secs")]
     decay_time_secs: f64,
+    /// Whose active requests count: this switch's (`local`) or the tier's (`shared`, which also
+    /// takes the tier's latency for a node this switch has no sample of).
+    #[serde(default)]
+    view: ViewChoice,
+    /// A tier snapshot older than this is ignored (local count, no tier latency).
+    #[serde(default = "default_max_age_ms")]
+    max_age_ms: f64,
 }
 
 fn default_decay_time_secs() -> f64 {
@@ -24,12 +32,15 @@ fn default_decay_time_secs() -> f64 {
 pub(super) const REGISTRATION: Registration = Registration {
     name: "peak-ewma",
     about: "Finagle/Linkerd peak-EWMA: least latency average × (active + 1)",
-    params: "decay_time_secs (default 10)",
+    params: "decay_time_secs (default 10), view = local (default) | shared, max_age_ms (default 1000)",
     seeded: false,
     check: check::<PeakEwmaParams>,
     build: |params: &Params, ctx: &PolicyContext<'_>| {
         let p: PeakEwmaParams = read("peak-ewma", params)?;
-        Ok(Box::new(PeakEwma::new(ctx.nodes.len(), p.decay_time_secs)?))
+        let counts = Counts::new("peak-ewma", p.view, p.max_age_ms)?;
+        Ok(Box::new(
+            PeakEwma::new(ctx.nodes.len(), p.decay_time_secs)?.with_counts(counts),
+        ))
     },
 };
 
@@ -64,6 +75,7 @@ pub struct PeakEwma {
     nodes: Box<[NodeEwma]>,
     decay_nanos: f64,
     tie_break: Rotor,
+    counts: Counts,
 }
 
 impl PeakEwma {
@@ -78,7 +90,14 @@ impl PeakEwma {
             nodes: (0..node_count).map(|_| NodeEwma::default()).collect(),
             decay_nanos: decay_time_secs * 1e9,
             tie_break: Rotor::new(),
+            counts: Counts::LOCAL,
         })
+    }
+
+    /// The same policy on the given counts (local or tier-wide).
+    pub fn with_counts(mut self, counts: Counts) -> Self {
+        self.counts = counts;
+        self
     }
 
     /// The node's average as of `now`, decayed for the time since its last sample.
@@ -108,11 +127,15 @@ impl Policy for PeakEwma {
             if !state.available {
                 continue;
             }
-            let ewma = self.cost_at(&self.nodes[id], now);
-            let score = if ewma == 0.0 && state.active > 0 {
-                UNKNOWN_BUSY_PENALTY + f64::from(state.active)
+            let mut ewma = self.cost_at(&self.nodes[id], now);
+            let active = self.counts.active(&state, now);
+            if ewma == 0.0 && self.counts.is_shared(&state, now) {
+                ewma = state.tier.latency_ms.max(0.0) * 1e6;
+            }
+            let score = if ewma == 0.0 && active > 0 {
+                UNKNOWN_BUSY_PENALTY + f64::from(active)
             } else {
-                ewma * (f64::from(state.active) + 1.0)
+                ewma * (f64::from(active) + 1.0)
             };
             if best.is_none_or(|(_, s)| score < s) {
                 best = Some((id, score));
@@ -232,5 +255,40 @@ mod tests {
     #[test]
     fn shared_behaviour() {
         check_common_behaviour(&PeakEwma::new(4, 10.0).unwrap(), 4);
+        let shared = Counts::new("t", ViewChoice::Shared, 1000.0).unwrap();
+        check_common_behaviour(&PeakEwma::new(4, 10.0).unwrap().with_counts(shared), 4);
+    }
+
+    #[test]
+    fn the_shared_view_brings_the_tiers_counts_and_latency() {
+        use crate::view::TierState;
+        let shared = Counts::new("t", ViewChoice::Shared, 1000.0).unwrap();
+        let policy = PeakEwma::new(2, 10.0).unwrap().with_counts(shared);
+        let local = PeakEwma::new(2, 10.0).unwrap();
+        for p in [&policy, &local] {
+            done(p, 0, 10 * MS, SECOND, true);
+            done(p, 1, 20 * MS, SECOND, true);
+        }
+        let mut view = StaticView::uniform(2);
+        view.now_nanos = SECOND;
+        // The tier has 4 requests on node 0 (none of them this switch's): 10 × 5 > 20 × 1.
+        view.nodes[0].tier = TierState {
+            at_nanos: Some(SECOND),
+            active: 4,
+            ..TierState::default()
+        };
+        assert_eq!(local.pick(&request(0, "/"), &view), Some(0));
+        assert_eq!(policy.pick(&request(0, "/"), &view), Some(1));
+        // An idle node this switch never sampled is probed (cost 0) — unless the tier knows it
+        // is slow: then it costs the tier's latency.
+        let fresh = PeakEwma::new(2, 10.0).unwrap().with_counts(shared);
+        done(&fresh, 1, 20 * MS, SECOND, true);
+        view.nodes[0].tier = TierState {
+            at_nanos: Some(SECOND),
+            ..TierState::default()
+        };
+        assert_eq!(fresh.pick(&request(0, "/"), &view), Some(0));
+        view.nodes[0].tier.latency_ms = 50.0;
+        assert_eq!(fresh.pick(&request(0, "/"), &view), Some(1));
     }
 }

@@ -602,6 +602,8 @@ impl ClusterView for LiveView<'_> {
             // Queued requests are load committed to the node as much as those in flight.
             active: node.active.load(Ordering::Relaxed) + node.admission.queued(),
             gathered: feedback.gathered,
+            // Tier-wide state: unknown until the switch feeds it from its peers.
+            tier: Default::default(),
         }
     }
 }

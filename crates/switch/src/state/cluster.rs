@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use capstan_core::{
-    Classifier, ClusterView, Gathered, Needs, NodeId, NodeState, Policy, WeightSource,
+    Classifier, ClusterView, Gathered, Needs, NodeId, NodeState, Policy, TierState, WeightSource,
 };
 use hdrhistogram::Histogram;
 use http::uri::Authority;
@@ -37,6 +37,10 @@ impl Epoch {
     }
     pub(crate) fn now_nanos(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    /// `at` in this clock (0 for an instant before the switch started).
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.0).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -78,6 +82,13 @@ pub struct NodeRuntime {
     pub class_placed: Vec<AtomicU64>,
     /// Response times in microseconds, from dispatch to the end of the body.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Moving average of the same latencies (weight [`LATENCY_EWMA_WEIGHT`] on each new one),
+    /// microseconds as `f64` bits; 0 before the first. What the tier's gossip tells the peers.
+    latency_ewma_us: AtomicU64,
+    /// What the tier's peers last said about the node, summed with this switch's counts once
+    /// per gossip period (`crate::control::gossip`); unknown without a tier. A pick reads it
+    /// without a lock.
+    tier: ArcSwap<TierState>,
     /// What the gatherer last published for the node (gathered state, derived weight, silence).
     /// Swapped whole once per gathering round; a pick reads it without a lock.
     feedback: ArcSwap<Feedback>,
@@ -122,6 +133,9 @@ impl OutReason {
     }
 }
 
+/// Weight of each new latency in the node's moving average: about the last ten requests.
+const LATENCY_EWMA_WEIGHT: f64 = 0.1;
+
 /// Share of the picks a slow-starting node is offered on at first: enough to warm its caches
 /// and connections, too little to swamp it.
 pub(crate) const SLOW_START_FLOOR: f64 = 0.1;
@@ -154,6 +168,8 @@ impl NodeRuntime {
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
+            latency_ewma_us: AtomicU64::new(0),
+            tier: ArcSwap::from_pointee(TierState::default()),
             feedback: ArcSwap::from_pointee(Feedback::default()),
             load_reports: AtomicU64::new(0),
             load_report_failures: AtomicU64::new(0),
@@ -205,6 +221,11 @@ impl NodeRuntime {
             }
         }
         self.publish(old.feedback());
+        self.tier.store(old.tier.load_full());
+        self.latency_ewma_us.store(
+            old.latency_ewma_us.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
     }
 
     pub(crate) fn is_draining(&self) -> bool {
@@ -359,7 +380,37 @@ impl NodeRuntime {
     pub(crate) fn record_latency(&self, micros: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
             h.saturating_record(micros.max(1));
+            // Under the histogram's lock, so concurrent updates do not lose one another.
+            let old = f64::from_bits(self.latency_ewma_us.load(Ordering::Relaxed));
+            let new = match old > 0.0 {
+                true => old + LATENCY_EWMA_WEIGHT * (micros as f64 - old),
+                false => micros.max(1) as f64,
+            };
+            self.latency_ewma_us.store(new.to_bits(), Ordering::Relaxed);
         }
+    }
+
+    /// The moving average of the node's latency, microseconds (0 before its first response).
+    pub(crate) fn latency_ewma_us(&self) -> f64 {
+        f64::from_bits(self.latency_ewma_us.load(Ordering::Relaxed))
+    }
+
+    /// What the tier last shared about the node (unknown without a tier or its gossip).
+    pub(crate) fn tier_state(&self) -> TierState {
+        **self.tier.load()
+    }
+
+    /// Publishes the tier-wide state the gossip summed for the node.
+    pub(crate) fn publish_tier(&self, state: TierState) {
+        self.tier.store(Arc::new(state));
+    }
+
+    /// This switch's live count of the node as a policy sees it: in flight, and waiting in its
+    /// admission queue (load committed to the node as much).
+    pub(crate) fn live_active(&self) -> u32 {
+        self.active
+            .load(Ordering::Relaxed)
+            .saturating_add(self.admission.queued())
     }
 }
 
@@ -599,11 +650,9 @@ impl ClusterView for LiveView<'_> {
                 WeightSource::Configured => node.config.weight,
                 _ => feedback.weight,
             },
-            // Queued requests are load committed to the node as much as those in flight.
-            active: node.active.load(Ordering::Relaxed) + node.admission.queued(),
+            active: node.live_active(),
             gathered: feedback.gathered,
-            // Tier-wide state: unknown until the switch feeds it from its peers.
-            tier: Default::default(),
+            tier: node.tier_state(),
         }
     }
 }

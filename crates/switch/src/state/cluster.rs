@@ -609,6 +609,9 @@ pub(crate) struct LiveView<'a> {
     pub weights: WeightSource,
     /// Which nodes the admission gates hide from the pick (see [`Hide`]).
     pub hide: Hide,
+    /// The tier this switch is part of: which dispatcher of how many it is
+    /// ([`ClusterView::dispatcher`]), worked out only when a policy asks.
+    pub tier: Option<&'a crate::state::tier::Tier>,
 }
 
 /// Which nodes a pick skips because of their admission gate. The switch picks with
@@ -655,6 +658,11 @@ impl ClusterView for LiveView<'_> {
             tier: node.tier_state(),
         }
     }
+
+    fn dispatcher(&self) -> capstan_core::Dispatcher {
+        self.tier
+            .map_or(capstan_core::Dispatcher::ALONE, |t| t.dispatcher())
+    }
 }
 
 #[cfg(test)]
@@ -688,6 +696,7 @@ mod tests {
             exclude: None,
             weights: cluster.needs.weights,
             hide: Hide::Full,
+            tier: None,
         };
         let req = crate::state::request::request_info(0, key);
         let id = cluster.policy.pick(&req, &view).expect("a node");

@@ -191,6 +191,23 @@ impl Tier {
             .or_else(|| self.peers.iter().position(|p| at_ip(&p)))
     }
 
+    /// Which dispatcher of the tier this switch is, for policies that split the work among them
+    /// (`join-idle-queue`): the live peers numbered in address order, the same numbering at
+    /// every switch that sees the same peers up. A few atomic loads per peer; only a policy
+    /// that asks pays them.
+    pub(crate) fn dispatcher(&self) -> capstan_core::Dispatcher {
+        let mut index = 0;
+        let mut count = 0;
+        let own = self.peers[self.own].address;
+        for (id, p) in self.peers.iter().enumerate() {
+            if self.is_live(id) {
+                count += 1;
+                index += usize::from(p.address < own);
+            }
+        }
+        capstan_core::Dispatcher { index, count }
+    }
+
     /// The peer a gossip datagram from `from` is: the one whose listener address (IP and port)
     /// it came from, as a switch sends its gossip from its listener's address. Never this
     /// switch.
@@ -291,6 +308,19 @@ mod tests {
             }
         }
         assert!(before.contains(&2));
+    }
+
+    #[test]
+    fn the_live_peers_are_numbered_in_address_order() {
+        let t = tier(
+            &["127.0.0.4:8080", "127.0.0.2:8080", "127.0.0.3:8080"],
+            PEERS[2],
+        );
+        let d = t.dispatcher();
+        assert_eq!((d.index, d.count), (2, 3));
+        t.hop_failed(1, "refused".into());
+        let d = t.dispatcher();
+        assert_eq!((d.index, d.count), (1, 2));
     }
 
     #[test]

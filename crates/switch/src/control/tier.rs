@@ -225,7 +225,7 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
     let g = &tier.gossip;
     let period = tier.config.gossip_period;
     let gossip = GossipStatus {
-        period_ms: (!period.is_zero()).then(|| period.as_secs_f64() * 1e3),
+        period_ms: (!period.is_zero()).then_some(period.as_secs_f64() * 1e3),
         error: g.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         datagrams_sent: load(&g.sent),
         send_errors: load(&g.send_errors),

@@ -816,4 +816,28 @@ mod tests {
             "no checks: nothing keeps the node out"
         );
     }
+
+    #[test]
+    fn the_view_shows_a_policy_what_the_tier_shared() {
+        let mut shared = config(&[("a", 1, 1), ("b", 2, 1)], "least-connections");
+        shared.policy = shared
+            .policy
+            .with_param("view", toml::Value::String("shared".into()))
+            .unwrap();
+        let cluster = Cluster::build(shared, 1, None, 0).unwrap();
+        let picks = |now| -> Vec<String> { (0..4).map(|_| pick(&cluster, "/", now)).collect() };
+        // No tier state: local counts, all 0, so ties rotate over both.
+        let local = picks(SECOND);
+        assert!(local.contains(&"a".to_string()) && local.contains(&"b".to_string()));
+        // The other switches have 5 requests on a: b has fewer across the tier, every time.
+        cluster.nodes[0].publish_tier(TierState {
+            at_nanos: Some(SECOND),
+            active: 5,
+            ..TierState::default()
+        });
+        assert_eq!(cluster.nodes[0].tier_state().active, 5);
+        assert!(picks(SECOND).iter().all(|n| n == "b"));
+        // Older than the policy's max_age_ms (1 s): ignored again.
+        assert!(picks(3 * SECOND).contains(&"a".to_string()));
+    }
 }

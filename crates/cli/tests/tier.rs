@@ -635,3 +635,36 @@ fn garbage_and_foreign_gossip_datagrams_are_counted_and_dropped() {
     let node = shared_node(&tier, 0);
     assert!(node["age_ms"].is_number(), "{node}");
 }
+
+/// A switch whose gossip port (UDP on its listener's address) is taken refuses to start and
+/// says why, rather than running without the shared view unnoticed.
+#[test]
+fn a_switch_that_cannot_bind_its_gossip_port_says_so() {
+    let port = free_addr().port();
+    let listen: SocketAddr = format!("127.0.0.6:{port}").parse().unwrap();
+    let _taken = std::net::UdpSocket::bind(listen).expect("take the UDP port");
+    let dir = std::env::temp_dir().join(format!("capstan-tier-udp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _dir = TempDir(dir.clone());
+    let config = dir.join("tier.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"{listen}\"]\n[[node]]\naddress = \"127.0.0.1:9\"\n\
+             [tier]\npeers = [\"{listen}\"]\n"
+        ),
+    )
+    .unwrap();
+    let child = capstan()
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut proc = Proc(child);
+    let status = proc.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let err = proc.stderr_text();
+    assert!(err.contains("cannot bind UDP"), "{err}");
+    assert!(err.contains("gossip_period"), "{err}");
+}

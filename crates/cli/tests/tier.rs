@@ -596,6 +596,11 @@ fn the_shared_view_reaches_a_peer_and_ages_out_when_the_peer_dies() {
         assert!(metrics.contains(name), "{name} in /metrics");
     }
 
+    let page = get(tier.admin[1], "/").text();
+    assert!(
+        page.contains("1 of 1 nodes known tier-wide"),
+        "the status page shows the view"
+    );
     drop(tier.switches[0].take()); // SIGKILL: its requests stay on the node, unreported
     eventually("switch 0's requests aged out of switch 1's view", || {
         shared_node(&tier, 1)["active"] == 0

@@ -296,6 +296,25 @@ pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
         if tier.share_cache { "on" } else { "off" },
         tier.local_copy_hits,
         tier.forged_hops,
+    ) + &gossip_line(&tier.gossip)
+}
+
+/// The status page's line on the shared view.
+fn gossip_line(g: &GossipStatus) -> String {
+    let Some(period) = g.period_ms else {
+        return "<p>shared view of the nodes: off</p>".to_string();
+    };
+    let known = g.nodes.iter().filter(|n| n.age_ms.is_some()).count();
+    format!(
+        "<p>shared view of the nodes: own counts sent every {period:.0} ms · {known} of {} nodes \
+         known tier-wide · {} datagrams sent · {} malformed and {} from no peer dropped{}</p>",
+        g.nodes.len(),
+        g.datagrams_sent,
+        g.malformed_dropped,
+        g.foreign_dropped,
+        g.error
+            .as_deref()
+            .map_or(String::new(), |e| format!(" · <b>{}</b>", escape_html(e))),
     )
 }
 

@@ -55,7 +55,8 @@ match its certificate is one error line (capstan check says the same).
 
 A tier: [tier] peers = [\"IP:PORT\", …] lists every switch by its client listener, this one
 included (each started with its own --listen); with [cache] the tier shares one cache (each
-key owned by one live peer, one hop), PURGE and BAN reach every peer (docs/tier.md).
+key owned by one live peer, one hop), PURGE and BAN reach every peer, and the switches gossip
+their counts of every node over UDP on the listener port (tier.gossip_period; docs/tier.md).
 
 Membership on the admin listener, without a reload: POST /nodes (name, address, weight as
 JSON or query), POST /nodes/NAME/drain and /undrain, DELETE /nodes/NAME; in-flight requests

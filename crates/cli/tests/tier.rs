@@ -22,6 +22,8 @@ use support::*;
 struct CountingNode {
     addr: SocketAddr,
     counts: Arc<Mutex<HashMap<String, u64>>>,
+    /// While set, requests for `/slow/…` are held unanswered (at most 20 s).
+    hold: Arc<AtomicBool>,
 }
 
 impl CountingNode {
@@ -29,15 +31,16 @@ impl CountingNode {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let counts = Arc::new(Mutex::new(HashMap::new()));
-        let counting = Arc::clone(&counts);
+        let hold = Arc::new(AtomicBool::new(true));
+        let (counting, holding) = (Arc::clone(&counts), Arc::clone(&hold));
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                let counts = Arc::clone(&counting);
-                std::thread::spawn(move || answer(stream, &counts));
+                let (counts, hold) = (Arc::clone(&counting), Arc::clone(&holding));
+                std::thread::spawn(move || answer(stream, &counts, &hold));
             }
         });
-        CountingNode { addr, counts }
+        CountingNode { addr, counts, hold }
     }
 
     fn count(&self, path: &str) -> u64 {
@@ -46,7 +49,7 @@ impl CountingNode {
 }
 
 /// Answers the requests of one connection (keep-alive) until it closes.
-fn answer(mut s: TcpStream, counts: &Mutex<HashMap<String, u64>>) {
+fn answer(mut s: TcpStream, counts: &Mutex<HashMap<String, u64>>, hold: &AtomicBool) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -61,6 +64,12 @@ fn answer(mut s: TcpStream, counts: &Mutex<HashMap<String, u64>>) {
         buf.drain(..end + 4);
         let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
         *counts.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
+        if path.starts_with("/slow/") {
+            let until = std::time::Instant::now() + Duration::from_secs(20);
+            while hold.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let body = format!("object {path}\n");
         let reply = format!(
             "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Type: text/plain\r\n\
@@ -97,6 +106,12 @@ impl Tier {
 
     /// Starts the tier with `extra` lines in its `[tier]` section.
     fn start_with(name: &str, extra: &str) -> Tier {
+        Tier::start_with_phantom(name, extra, false)
+    }
+
+    /// With `phantom`, `tier.peers` also lists 127.0.0.5 (same port), where no switch runs: a
+    /// test may send from there as a peer would.
+    fn start_with_phantom(name: &str, extra: &str, phantom: bool) -> Tier {
         let node = CountingNode::start();
         // One free port, used on the three addresses (nothing else binds 127.0.0.2–4 here).
         let port = free_addr().port();
@@ -109,7 +124,10 @@ impl Tier {
             .collect();
         let dir = std::env::temp_dir().join(format!("capstan-tier-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let peers: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
+        let mut peers: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
+        if phantom {
+            peers.push(format!("\"127.0.0.5:{port}\""));
+        }
         let config = dir.join("tier.toml");
         std::fs::write(
             &config,
@@ -153,6 +171,9 @@ impl Tier {
                 peers.iter().all(|p| {
                     p["state"] == "self"
                         || (p["state"] == "up" && p["checks_passed"].as_u64() > Some(0))
+                        || p["address"]
+                            .as_str()
+                            .is_some_and(|a| a.starts_with("127.0.0.5:"))
                 })
             });
         }
@@ -179,8 +200,13 @@ impl Tier {
 
     /// Switch `i`'s counter `field` for peer `peer`.
     fn peer_counter(&self, i: usize, peer: usize, field: &str) -> u64 {
+        self.counter_of(i, self.listen[peer], field)
+    }
+
+    /// Switch `i`'s counter `field` for the peer at `address`.
+    fn counter_of(&self, i: usize, address: SocketAddr, field: &str) -> u64 {
         let status = self.status(i);
-        let address = self.listen[peer].to_string();
+        let address = address.to_string();
         let peers = status["tier"]["peers"].as_array().unwrap().clone();
         let p = peers
             .iter()
@@ -520,4 +546,130 @@ fn check_accepts_the_example_and_names_the_listeners_of_a_tier_without_this_swit
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Switch `i`'s tier-wide state of the (only) node, from `/status`.
+fn shared_node(tier: &Tier, i: usize) -> serde_json::Value {
+    tier.status(i)["tier"]["gossip"]["nodes"][0].clone()
+}
+
+/// The shared view (issue 33, item 3): requests held on the node through switch 0 show in
+/// switch 1's tier-wide count within a few gossip periods; when switch 0 is killed, its part
+/// ages out of switch 1's count.
+#[test]
+fn the_shared_view_reaches_a_peer_and_ages_out_when_the_peer_dies() {
+    let mut tier = Tier::start_with("gossip", "local_copy_after = 0\ngossip_period = \"50ms\"\n");
+    // Not cachable (POST): each goes to the node from switch 0 and is held there.
+    let a = tier.listen[0];
+    for i in 0..3 {
+        std::thread::spawn(move || {
+            let _ = try_http(a, "POST", &format!("/slow/{i}"));
+        });
+    }
+    eventually("the node holding three requests", || {
+        (0..3).all(|i| tier.node.count(&format!("/slow/{i}")) == 1)
+    });
+    eventually("switch 1 seeing switch 0's three requests", || {
+        let node = shared_node(&tier, 1);
+        node["active"] == 3 && node["own_active"] == 0 && node["age_ms"].is_number()
+    });
+    let status = tier.status(1);
+    let peers = status["tier"]["peers"].as_array().unwrap();
+    let from_a = peers
+        .iter()
+        .find(|p| p["address"] == a.to_string().as_str())
+        .unwrap();
+    assert!(from_a["gossip_reports"].as_u64() > Some(0), "{from_a}");
+    assert!(from_a["gossip_report_age_ms"].is_number(), "{from_a}");
+    // Switch 0's own view counts its live requests as its own.
+    let own = shared_node(&tier, 0);
+    assert_eq!(
+        (own["active"].clone(), own["own_active"].clone()),
+        (3.into(), 3.into())
+    );
+    let metrics = get(tier.admin[1], "/metrics").text();
+    for name in [
+        "capstan_tier_gossip_reports_total{peer=",
+        "capstan_tier_gossip_sent_total ",
+        "capstan_tier_gossip_node_active{node=",
+    ] {
+        assert!(metrics.contains(name), "{name} in /metrics");
+    }
+
+    let page = get(tier.admin[1], "/").text();
+    assert!(
+        page.contains("1 of 1 nodes known tier-wide"),
+        "the status page shows the view"
+    );
+    drop(tier.switches[0].take()); // SIGKILL: its requests stay on the node, unreported
+    eventually("switch 0's requests aged out of switch 1's view", || {
+        shared_node(&tier, 1)["active"] == 0
+    });
+    // Switch 2 still reports, so the view stays known rather than going back to unknown.
+    assert!(shared_node(&tier, 1)["age_ms"].is_number());
+    tier.node.hold.store(false, Ordering::Relaxed);
+}
+
+/// Datagrams on a switch's gossip port that are no peer's report are counted and dropped: a
+/// malformed one from a peer's address, anything from another address. The switch keeps
+/// serving and keeps taking its peers' reports.
+#[test]
+fn garbage_and_foreign_gossip_datagrams_are_counted_and_dropped() {
+    let tier = Tier::start_with_phantom("garbage", "local_copy_after = 0\n", true);
+    let target = tier.listen[0];
+    let phantom: SocketAddr = format!("127.0.0.5:{}", target.port()).parse().unwrap();
+    let as_peer = std::net::UdpSocket::bind(phantom).expect("bind the phantom peer's address");
+    let stranger = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let before = tier.peer_counter(0, 1, "gossip_reports");
+    for garbage in [&b"hello"[..], b"CPGS\x01", &[0xffu8; 1500][..], b""] {
+        as_peer.send_to(garbage, target).unwrap();
+    }
+    // A well-formed-looking start from an address that is no peer's listener.
+    stranger.send_to(b"CPGS\x01garbage", target).unwrap();
+    eventually("the garbage counted", || {
+        let g = &tier.status(0)["tier"]["gossip"];
+        g["malformed_dropped"] == 4 && g["foreign_dropped"] == 1
+    });
+    assert_eq!(tier.counter_of(0, phantom, "gossip_dropped"), 4);
+    assert_eq!(tier.counter_of(0, phantom, "gossip_reports"), 0);
+    // Still serving, and still taking the real peers' reports.
+    assert_eq!(get(target, "/after-garbage").status, 200);
+    eventually("switch 1's reports still taken", || {
+        tier.peer_counter(0, 1, "gossip_reports") > before + 2
+    });
+    let node = shared_node(&tier, 0);
+    assert!(node["age_ms"].is_number(), "{node}");
+}
+
+/// A switch whose gossip port (UDP on its listener's address) is taken refuses to start and
+/// says why, rather than running without the shared view unnoticed.
+#[test]
+fn a_switch_that_cannot_bind_its_gossip_port_says_so() {
+    let port = free_addr().port();
+    let listen: SocketAddr = format!("127.0.0.6:{port}").parse().unwrap();
+    let _taken = std::net::UdpSocket::bind(listen).expect("take the UDP port");
+    let dir = std::env::temp_dir().join(format!("capstan-tier-udp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _dir = TempDir(dir.clone());
+    let config = dir.join("tier.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"{listen}\"]\n[[node]]\naddress = \"127.0.0.1:9\"\n\
+             [tier]\npeers = [\"{listen}\"]\n"
+        ),
+    )
+    .unwrap();
+    let child = capstan()
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut proc = Proc(child);
+    let status = proc.wait_exit(Duration::from_secs(10));
+    assert!(status.is_some_and(|s| !s.success()), "{status:?}");
+    let err = proc.stderr_text();
+    assert!(err.contains("cannot bind UDP"), "{err}");
+    assert!(err.contains("gossip_period"), "{err}");
 }

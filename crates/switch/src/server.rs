@@ -165,6 +165,12 @@ fn serve_on(
                 &switch,
             ))));
         }
+        if let Some(socket) = crate::control::gossip::bind(&switch)? {
+            tasks.push(tokio::spawn(crate::control::gossip::gossip(
+                Arc::clone(&switch),
+                socket,
+            )));
+        }
     }
     let admin_addr = match admin {
         Some(listener) => {

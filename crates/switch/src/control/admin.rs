@@ -359,7 +359,7 @@ fn status(switch: &Switch) -> Status {
         nodes,
         cache: switch.cache.as_ref().map(|c| c.report()),
         discovery: switch.discovery.status(),
-        tier: switch.tier.as_ref().map(crate::control::tier::status),
+        tier: crate::control::tier::status(switch),
     }
 }
 
@@ -753,10 +753,8 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(crate::observe::tls_metrics::TlsCollector::of(
         switch.tls_counters(),
     )));
-    if let Some(tier) = &switch.tier {
-        registry.register_collector(Box::new(crate::control::tier::TierCollector(
-            crate::control::tier::status(tier),
-        )));
+    if let Some(tier) = crate::control::tier::status(switch) {
+        registry.register_collector(Box::new(crate::control::tier::TierCollector(tier)));
     }
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

@@ -1,6 +1,6 @@
 //! Control: active health checks, load gathering, membership changes, discovery sources
 //! (`[[discovery]]`), reloads, the admin API (its token, its replies), the operation
-//! metrics and the tier's peer checks (`tier`).
+//! metrics, the tier's peer checks (`tier`) and its gossip of the nodes' counts (`gossip`).
 //!
 //! May use: every layer below (`net` … `frontend`).
 
@@ -8,6 +8,7 @@ pub(crate) mod admin;
 pub(crate) mod admin_auth;
 pub(crate) mod discovery;
 pub(crate) mod gather;
+pub(crate) mod gossip;
 pub(crate) mod health;
 pub(crate) mod membership;
 pub(crate) mod operation_metrics;

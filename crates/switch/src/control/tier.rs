@@ -134,6 +134,46 @@ pub(crate) struct TierStatus {
     pub local_copy_hits: u64,
     pub local_copies_stored: u64,
     pub peers: Vec<PeerStatus>,
+    /// The shared view of the nodes.
+    pub gossip: GossipStatus,
+}
+
+/// The tier's gossip as `/status` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct GossipStatus {
+    /// `tier.gossip_period` in milliseconds; `null` when gossip is off.
+    pub period_ms: Option<f64>,
+    /// Why gossip is not running, when it should and is not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub datagrams_sent: u64,
+    pub send_errors: u64,
+    /// Datagrams from an address that is no peer's listener (dropped unread).
+    pub foreign_dropped: u64,
+    /// Datagrams from a peer that did not decode (dropped).
+    pub malformed_dropped: u64,
+    /// Nodes this switch cannot report (a name longer than 255 bytes).
+    pub unreported_nodes: u64,
+    /// Each node's tier-wide state as the policies see it.
+    pub nodes: Vec<TierNodeStatus>,
+}
+
+/// One node's tier-wide state.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TierNodeStatus {
+    pub name: String,
+    /// Requests on the node summed over this switch and every live peer that reported it (as
+    /// of the last gossip round); 0 when no peer did.
+    pub active: u32,
+    /// This switch's own part of `active`.
+    pub own_active: u32,
+    pub finished: u64,
+    pub latency_ms: f64,
+    /// Some switch of the tier has the node out.
+    pub ejected: bool,
+    /// Age of the oldest report in the sums, milliseconds; `null` while no peer's report counts
+    /// (the policies then use local counts only).
+    pub age_ms: Option<f64>,
 }
 
 /// One peer as `/status` shows it.
@@ -151,10 +191,49 @@ pub(crate) struct PeerStatus {
     pub hops_served: u64,
     pub invalidations_sent: u64,
     pub invalidation_failures: u64,
+    /// Gossip datagrams taken from the peer, and dropped (malformed, or of an older round).
+    pub gossip_reports: u64,
+    pub gossip_dropped: u64,
+    /// Milliseconds since its last datagram was taken; `null` before the first.
+    pub gossip_report_age_ms: Option<f64>,
 }
 
-pub(crate) fn status(tier: &Tier) -> TierStatus {
+/// The tier's status, when the switch is in one.
+pub(crate) fn status(switch: &Switch) -> Option<TierStatus> {
+    let tier = switch.tier.as_ref()?;
+    let now_nanos = switch.epoch.now_nanos();
+    let cluster = switch.cluster.load();
+    let nodes = (cluster.nodes.iter())
+        .map(|n| {
+            let t = n.tier_state();
+            TierNodeStatus {
+                name: n.config.name.clone(),
+                active: t.active,
+                own_active: t.own_active,
+                finished: t.finished,
+                latency_ms: t.latency_ms,
+                ejected: t.ejected,
+                age_ms: t.age_nanos(now_nanos).map(|a| a as f64 / 1e6),
+            }
+        })
+        .collect();
+    Some(tier_status(tier, now_nanos, nodes))
+}
+
+fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierStatus {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let g = &tier.gossip;
+    let period = tier.config.gossip_period;
+    let gossip = GossipStatus {
+        period_ms: (!period.is_zero()).then_some(period.as_secs_f64() * 1e3),
+        error: g.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        datagrams_sent: load(&g.sent),
+        send_errors: load(&g.send_errors),
+        foreign_dropped: load(&g.foreign),
+        malformed_dropped: load(&g.malformed),
+        unreported_nodes: load(&g.unnamed),
+        nodes,
+    };
     TierStatus {
         own: tier.config.addresses[tier.own].to_string(),
         share_cache: tier.config.share_cache,
@@ -175,9 +254,16 @@ pub(crate) fn status(tier: &Tier) -> TierStatus {
                     hops_served: load(&p.hops_served),
                     invalidations_sent: load(&p.invalidations_sent),
                     invalidation_failures: load(&p.invalidation_failures),
+                    gossip_reports: load(&p.gossip_reports),
+                    gossip_dropped: load(&p.gossip_dropped),
+                    gossip_report_age_ms: match load(&p.gossip_last_at) {
+                        0 => None,
+                        at => Some(now_nanos.saturating_sub(at - 1) as f64 / 1e6),
+                    },
                 }
             })
             .collect(),
+        gossip,
     }
 }
 
@@ -187,7 +273,7 @@ pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
     for p in &tier.peers {
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape_html(&p.address),
             match p.state {
                 "down" => "<b>down</b>".to_string(),
@@ -197,18 +283,104 @@ pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
             p.hop_failures,
             p.hops_served,
             p.invalidations_sent - p.invalidation_failures,
+            p.gossip_report_age_ms
+                .map_or("–".to_string(), |a| format!("{a:.0} ms")),
             escape_html(p.last_error.as_deref().unwrap_or("")),
         );
     }
     format!(
         "<h2>Tier</h2><p>this switch {} · shared cache {} · {} local-copy hits · {} forged hop headers removed</p>\
          <table><tr><th>peer</th><th>state</th><th>hops sent</th><th>hop failures</th>\
-         <th>hops served</th><th>invalidations acknowledged</th><th>last error</th></tr>{rows}</table>",
+         <th>hops served</th><th>invalidations acknowledged</th><th>last gossip</th><th>last error</th></tr>{rows}</table>",
         escape_html(&tier.own),
         if tier.share_cache { "on" } else { "off" },
         tier.local_copy_hits,
         tier.forged_hops,
+    ) + &gossip_line(&tier.gossip)
+}
+
+/// The status page's line on the shared view.
+fn gossip_line(g: &GossipStatus) -> String {
+    let Some(period) = g.period_ms else {
+        return "<p>shared view of the nodes: off</p>".to_string();
+    };
+    let known = g.nodes.iter().filter(|n| n.age_ms.is_some()).count();
+    format!(
+        "<p>shared view of the nodes: own counts sent every {period:.0} ms · {known} of {} nodes \
+         known tier-wide · {} datagrams sent · {} malformed and {} from no peer dropped{}</p>",
+        g.nodes.len(),
+        g.datagrams_sent,
+        g.malformed_dropped,
+        g.foreign_dropped,
+        g.error
+            .as_deref()
+            .map_or(String::new(), |e| format!(" · <b>{}</b>", escape_html(e))),
     )
+}
+
+/// `capstan_tier_gossip_*`: per peer, per node and for the whole gossip.
+fn encode_gossip(encoder: &mut DescriptorEncoder, t: &TierStatus) -> Result<(), std::fmt::Error> {
+    let peers = || t.peers.iter().filter(|p| p.state != "self");
+    let per_peer: [PeerCounter; 2] = [
+        (
+            "capstan_tier_gossip_reports",
+            "Gossip datagrams taken from the peer",
+            |p| p.gossip_reports,
+        ),
+        (
+            "capstan_tier_gossip_dropped",
+            "Gossip datagrams from the peer dropped (malformed, or of an older round)",
+            |p| p.gossip_dropped,
+        ),
+    ];
+    for (name, help, value) in per_peer {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for p in peers() {
+            let label = vec![("peer".to_string(), p.address.clone())];
+            ConstCounter::new(value(p)).encode(family.encode_family(&label)?)?;
+        }
+    }
+    let g = &t.gossip;
+    for (name, help, value) in [
+        (
+            "capstan_tier_gossip_sent",
+            "Gossip datagrams sent",
+            g.datagrams_sent,
+        ),
+        (
+            "capstan_tier_gossip_send_errors",
+            "Gossip datagrams that could not be sent",
+            g.send_errors,
+        ),
+        (
+            "capstan_tier_gossip_foreign_dropped",
+            "Gossip datagrams from an address that is no peer's listener, dropped",
+            g.foreign_dropped,
+        ),
+        (
+            "capstan_tier_gossip_malformed_dropped",
+            "Gossip datagrams from a peer that did not decode, dropped",
+            g.malformed_dropped,
+        ),
+    ] {
+        ConstCounter::new(value).encode(encoder.encode_descriptor(
+            name,
+            help,
+            None,
+            MetricType::Counter,
+        )?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "capstan_tier_gossip_node_active",
+        "Requests on the node across the tier (this switch and its live peers) as of the last gossip round",
+        None,
+        MetricType::Gauge,
+    )?;
+    for n in &g.nodes {
+        let label = vec![("node".to_string(), n.name.clone())];
+        ConstGauge::new(i64::from(n.active)).encode(family.encode_family(&label)?)?;
+    }
+    Ok(())
 }
 
 /// A per-peer counter's name, help and value.
@@ -265,6 +437,7 @@ impl Collector for TierCollector {
                 ConstCounter::new(value(p)).encode(family.encode_family(&label(p))?)?;
             }
         }
+        encode_gossip(&mut encoder, t)?;
         for (name, help, value) in [
             (
                 "capstan_tier_forged_hops",

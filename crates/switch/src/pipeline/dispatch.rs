@@ -221,6 +221,7 @@ impl Forward {
                 exclude,
                 weights: cluster.needs.weights,
                 hide,
+                tier: self.switch.tier.as_ref(),
             };
             cluster.policy.pick(info, &view)
         };

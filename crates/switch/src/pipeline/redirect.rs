@@ -37,6 +37,7 @@ pub(crate) fn answer(
         weights: cluster.needs.weights,
         // A redirected client goes to the node itself: no admission gate stands in its way.
         hide: crate::state::cluster::Hide::Nothing,
+        tier: switch.tier.as_ref(),
     };
     let Some(node) = cluster
         .policy

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use capstan_core::{
-    Classifier, ClusterView, Gathered, Needs, NodeId, NodeState, Policy, WeightSource,
+    Classifier, ClusterView, Gathered, Needs, NodeId, NodeState, Policy, TierState, WeightSource,
 };
 use hdrhistogram::Histogram;
 use http::uri::Authority;
@@ -37,6 +37,10 @@ impl Epoch {
     }
     pub(crate) fn now_nanos(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+    /// `at` in this clock (0 for an instant before the switch started).
+    pub(crate) fn nanos_at(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.0).as_nanos()).unwrap_or(u64::MAX)
     }
 }
 
@@ -78,6 +82,13 @@ pub struct NodeRuntime {
     pub class_placed: Vec<AtomicU64>,
     /// Response times in microseconds, from dispatch to the end of the body.
     pub latency_us: Mutex<Histogram<u64>>,
+    /// Moving average of the same latencies (weight [`LATENCY_EWMA_WEIGHT`] on each new one),
+    /// microseconds as `f64` bits; 0 before the first. What the tier's gossip tells the peers.
+    latency_ewma_us: AtomicU64,
+    /// What the tier's peers last said about the node, summed with this switch's counts once
+    /// per gossip period (`crate::control::gossip`); unknown without a tier. A pick reads it
+    /// without a lock.
+    tier: ArcSwap<TierState>,
     /// What the gatherer last published for the node (gathered state, derived weight, silence).
     /// Swapped whole once per gathering round; a pick reads it without a lock.
     feedback: ArcSwap<Feedback>,
@@ -122,6 +133,9 @@ impl OutReason {
     }
 }
 
+/// Weight of each new latency in the node's moving average: about the last ten requests.
+const LATENCY_EWMA_WEIGHT: f64 = 0.1;
+
 /// Share of the picks a slow-starting node is offered on at first: enough to warm its caches
 /// and connections, too little to swamp it.
 pub(crate) const SLOW_START_FLOOR: f64 = 0.1;
@@ -154,6 +168,8 @@ impl NodeRuntime {
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
+            latency_ewma_us: AtomicU64::new(0),
+            tier: ArcSwap::from_pointee(TierState::default()),
             feedback: ArcSwap::from_pointee(Feedback::default()),
             load_reports: AtomicU64::new(0),
             load_report_failures: AtomicU64::new(0),
@@ -205,6 +221,11 @@ impl NodeRuntime {
             }
         }
         self.publish(old.feedback());
+        self.tier.store(old.tier.load_full());
+        self.latency_ewma_us.store(
+            old.latency_ewma_us.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
     }
 
     pub(crate) fn is_draining(&self) -> bool {
@@ -359,7 +380,37 @@ impl NodeRuntime {
     pub(crate) fn record_latency(&self, micros: u64) {
         if let Ok(mut h) = self.latency_us.lock() {
             h.saturating_record(micros.max(1));
+            // Under the histogram's lock, so concurrent updates do not lose one another.
+            let old = f64::from_bits(self.latency_ewma_us.load(Ordering::Relaxed));
+            let new = match old > 0.0 {
+                true => old + LATENCY_EWMA_WEIGHT * (micros as f64 - old),
+                false => micros.max(1) as f64,
+            };
+            self.latency_ewma_us.store(new.to_bits(), Ordering::Relaxed);
         }
+    }
+
+    /// The moving average of the node's latency, microseconds (0 before its first response).
+    pub(crate) fn latency_ewma_us(&self) -> f64 {
+        f64::from_bits(self.latency_ewma_us.load(Ordering::Relaxed))
+    }
+
+    /// What the tier last shared about the node (unknown without a tier or its gossip).
+    pub(crate) fn tier_state(&self) -> TierState {
+        **self.tier.load()
+    }
+
+    /// Publishes the tier-wide state the gossip summed for the node.
+    pub(crate) fn publish_tier(&self, state: TierState) {
+        self.tier.store(Arc::new(state));
+    }
+
+    /// This switch's live count of the node as a policy sees it: in flight, and waiting in its
+    /// admission queue (load committed to the node as much).
+    pub(crate) fn live_active(&self) -> u32 {
+        self.active
+            .load(Ordering::Relaxed)
+            .saturating_add(self.admission.queued())
     }
 }
 
@@ -558,6 +609,9 @@ pub(crate) struct LiveView<'a> {
     pub weights: WeightSource,
     /// Which nodes the admission gates hide from the pick (see [`Hide`]).
     pub hide: Hide,
+    /// The tier this switch is part of: which dispatcher of how many it is
+    /// ([`ClusterView::dispatcher`]), worked out only when a policy asks.
+    pub tier: Option<&'a crate::state::tier::Tier>,
 }
 
 /// Which nodes a pick skips because of their admission gate. The switch picks with
@@ -599,12 +653,15 @@ impl ClusterView for LiveView<'_> {
                 WeightSource::Configured => node.config.weight,
                 _ => feedback.weight,
             },
-            // Queued requests are load committed to the node as much as those in flight.
-            active: node.active.load(Ordering::Relaxed) + node.admission.queued(),
+            active: node.live_active(),
             gathered: feedback.gathered,
-            // Tier-wide state: unknown until the switch feeds it from its peers.
-            tier: Default::default(),
+            tier: node.tier_state(),
         }
+    }
+
+    fn dispatcher(&self) -> capstan_core::Dispatcher {
+        self.tier
+            .map_or(capstan_core::Dispatcher::ALONE, |t| t.dispatcher())
     }
 }
 
@@ -639,6 +696,7 @@ mod tests {
             exclude: None,
             weights: cluster.needs.weights,
             hide: Hide::Full,
+            tier: None,
         };
         let req = crate::state::request::request_info(0, key);
         let id = cluster.policy.pick(&req, &view).expect("a node");
@@ -757,5 +815,29 @@ mod tests {
             off.nodes[0].check.is_up(),
             "no checks: nothing keeps the node out"
         );
+    }
+
+    #[test]
+    fn the_view_shows_a_policy_what_the_tier_shared() {
+        let mut shared = config(&[("a", 1, 1), ("b", 2, 1)], "least-connections");
+        shared.policy = shared
+            .policy
+            .with_param("view", toml::Value::String("shared".into()))
+            .unwrap();
+        let cluster = Cluster::build(shared, 1, None, 0).unwrap();
+        let picks = |now| -> Vec<String> { (0..4).map(|_| pick(&cluster, "/", now)).collect() };
+        // No tier state: local counts, all 0, so ties rotate over both.
+        let local = picks(SECOND);
+        assert!(local.contains(&"a".to_string()) && local.contains(&"b".to_string()));
+        // The other switches have 5 requests on a: b has fewer across the tier, every time.
+        cluster.nodes[0].publish_tier(TierState {
+            at_nanos: Some(SECOND),
+            active: 5,
+            ..TierState::default()
+        });
+        assert_eq!(cluster.nodes[0].tier_state().active, 5);
+        assert!(picks(SECOND).iter().all(|n| n == "b"));
+        // Older than the policy's max_age_ms (1 s): ignored again.
+        assert!(picks(3 * SECOND).contains(&"a".to_string()));
     }
 }

@@ -1,6 +1,6 @@
 //! Shared state: the running switch and a client connection's state, the cluster and each
 //! node's runtime (passive health, outlier ejection, admission gates), the policy's view, the
-//! retry budget, the connection limits, each discovery source's state, the tier's peers (`tier`), and what a
+//! retry budget, the connection limits, each discovery source's state, the tier's peers (`tier`) and their shared view of the nodes (`gossip`), and what a
 //! policy sees of a request.
 //!
 //! May use: `net`, `config`, `observe`.
@@ -11,6 +11,7 @@ pub(crate) mod cluster;
 pub(crate) mod connection_limits;
 pub(crate) mod counters;
 pub(crate) mod discovery;
+pub(crate) mod gossip;
 pub(crate) mod health;
 pub(crate) mod node_tls;
 pub(crate) mod outlier;

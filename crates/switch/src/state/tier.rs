@@ -62,6 +62,27 @@ pub(crate) struct PeerRuntime {
     /// PURGE and BAN fanned out to it, and how many of them it did not acknowledge.
     pub invalidations_sent: AtomicU64,
     pub invalidation_failures: AtomicU64,
+    /// Gossip datagrams taken from it, and those dropped (malformed, or of an older round).
+    pub gossip_reports: AtomicU64,
+    pub gossip_dropped: AtomicU64,
+    /// `Epoch` nanoseconds + 1 when its last datagram was taken (0: none yet).
+    pub gossip_last_at: AtomicU64,
+}
+
+/// The tier's gossip as a whole (`crate::control::gossip`).
+#[derive(Debug, Default)]
+pub(crate) struct GossipCounters {
+    /// Datagrams sent, and sends that failed.
+    pub sent: AtomicU64,
+    pub send_errors: AtomicU64,
+    /// Datagrams dropped because they came from no peer's address.
+    pub foreign: AtomicU64,
+    /// Datagrams from a peer's address that did not decode.
+    pub malformed: AtomicU64,
+    /// Nodes left out of the reports (name longer than 255 bytes).
+    pub unnamed: AtomicU64,
+    /// Why gossip is not running (its socket could not be bound), when it is not.
+    pub error: Mutex<Option<String>>,
 }
 
 /// The tier this switch is part of.
@@ -79,6 +100,7 @@ pub(crate) struct Tier {
     pub local_copy_hits: AtomicU64,
     /// Local copies stored.
     pub local_copies_stored: AtomicU64,
+    pub gossip: GossipCounters,
     hot: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
@@ -129,6 +151,9 @@ impl Tier {
                     hops_served: AtomicU64::new(0),
                     invalidations_sent: AtomicU64::new(0),
                     invalidation_failures: AtomicU64::new(0),
+                    gossip_reports: AtomicU64::new(0),
+                    gossip_dropped: AtomicU64::new(0),
+                    gossip_last_at: AtomicU64::new(0),
                 })
                 .collect(),
             ring,
@@ -136,6 +161,7 @@ impl Tier {
             forged_hops: AtomicU64::new(0),
             local_copy_hits: AtomicU64::new(0),
             local_copies_stored: AtomicU64::new(0),
+            gossip: GossipCounters::default(),
             hot: Mutex::new(HashMap::new()),
         })
     }
@@ -163,6 +189,32 @@ impl Tier {
         (self.peers.iter())
             .position(|p| Some(p.address) == named && p.address.ip() == ip)
             .or_else(|| self.peers.iter().position(|p| at_ip(&p)))
+    }
+
+    /// Which dispatcher of the tier this switch is, for policies that split the work among them
+    /// (`join-idle-queue`): the live peers numbered in address order, the same numbering at
+    /// every switch that sees the same peers up. A few atomic loads per peer; only a policy
+    /// that asks pays them.
+    pub(crate) fn dispatcher(&self) -> capstan_core::Dispatcher {
+        let mut index = 0;
+        let mut count = 0;
+        let own = self.peers[self.own].address;
+        for (id, p) in self.peers.iter().enumerate() {
+            if self.is_live(id) {
+                count += 1;
+                index += usize::from(p.address < own);
+            }
+        }
+        capstan_core::Dispatcher { index, count }
+    }
+
+    /// The peer a gossip datagram from `from` is: the one whose listener address (IP and port)
+    /// it came from, as a switch sends its gossip from its listener's address. Never this
+    /// switch.
+    pub(crate) fn gossip_peer(&self, from: SocketAddr) -> Option<usize> {
+        (self.peers.iter())
+            .position(|p| p.address == from)
+            .filter(|&id| id != self.own)
     }
 
     /// Takes peer `id` out at once after a failed hop; its health checks bring it back after
@@ -256,6 +308,19 @@ mod tests {
             }
         }
         assert!(before.contains(&2));
+    }
+
+    #[test]
+    fn the_live_peers_are_numbered_in_address_order() {
+        let t = tier(
+            &["127.0.0.4:8080", "127.0.0.2:8080", "127.0.0.3:8080"],
+            PEERS[2],
+        );
+        let d = t.dispatcher();
+        assert_eq!((d.index, d.count), (2, 3));
+        t.hop_failed(1, "refused".into());
+        let d = t.dispatcher();
+        assert_eq!((d.index, d.count), (1, 2));
     }
 
     #[test]

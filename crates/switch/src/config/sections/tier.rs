@@ -46,6 +46,53 @@ pub struct TierConfig {
     /// How long a local copy of a hot key lives (and the window its asks are counted in).
     #[serde(default = "default_local_copy_ttl", with = "humantime_serde")]
     pub local_copy_ttl: Duration,
+    /// How often this switch sends its own counts of every node to the other peers (the shared
+    /// view of the nodes, over UDP on its listener's address and port); zero (`"off"`, `"0s"`):
+    /// no gossip, the tier-wide view stays unknown.
+    #[serde(default = "default_gossip_period", with = "period_or_off")]
+    pub gossip_period: Duration,
+}
+
+/// A duration (`"100ms"`), or `"off"` / `"0"` for none.
+mod period_or_off {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        match d.is_zero() {
+            true => s.serialize_str("off"),
+            false => s.serialize_str(&humantime::format_duration(*d).to_string()),
+        }
+    }
+
+    /// What the key may hold: a string, or the number 0.
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Text(String),
+        Number(i64),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = match Written::deserialize(d)? {
+            Written::Number(0) => return Ok(Duration::ZERO),
+            Written::Number(n) => {
+                return Err(serde::de::Error::custom(format!(
+                    "{n} is not a duration: write one such as \"100ms\", or 0 or \"off\""
+                )))
+            }
+            Written::Text(t) => t,
+        };
+        match text.trim() {
+            "off" | "0" => Ok(Duration::ZERO),
+            t => humantime::parse_duration(t).map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{t}` is not a duration such as \"100ms\" or \"off\": {e}"
+                ))
+            }),
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -71,6 +118,9 @@ fn default_local_copy_after() -> u32 {
 }
 fn default_local_copy_ttl() -> Duration {
     Duration::from_secs(1)
+}
+fn default_gossip_period() -> Duration {
+    Duration::from_millis(100)
 }
 
 impl TierConfig {
@@ -123,6 +173,10 @@ impl TierConfig {
             .or_else(|| at_least("health_interval", self.health_interval, 10))
             .or_else(|| at_least("health_timeout", self.health_timeout, 1))
             .or_else(|| at_least("local_copy_ttl", self.local_copy_ttl, 1))
+            .or_else(|| match self.gossip_period.is_zero() {
+                true => None,
+                false => at_least("gossip_period", self.gossip_period, 10),
+            })
         {
             return Err(e);
         }
@@ -164,8 +218,15 @@ impl TierConfig {
                 ttl = d(self.local_copy_ttl)
             ),
         };
+        let gossip = match self.gossip_period.is_zero() {
+            true => "no shared view of the nodes (gossip_period = off)".to_string(),
+            false => format!(
+                "shared view of the nodes: own counts sent to every peer every {} (UDP on the listener's address)",
+                d(self.gossip_period)
+            ),
+        };
         format!(
-            "tier      {} peers: {}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n",
+            "tier      {} peers: {}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n          {gossip}\n",
             self.addresses.len(),
             self.peers.join(", "),
             d(self.health_interval),
@@ -196,6 +257,7 @@ mod tests {
         assert!(t.share_cache);
         assert_eq!(t.hop_timeout, Duration::from_secs(1));
         assert_eq!((t.fall, t.rise, t.local_copy_after), (2, 2, 8));
+        assert_eq!(t.gossip_period, Duration::from_millis(100));
         assert_eq!(t.check(&listen("127.0.0.3:8080")), Ok(()));
         assert_eq!(t.own_index(&listen("127.0.0.3:8080")), Some(1));
     }
@@ -227,6 +289,23 @@ fall = 0"#,
         assert_eq!(t.check(&listen("127.0.0.2:8080")).unwrap_err().0, "fall");
         let mut t: TierConfig = toml::from_str(r#"peers = ["nowhere"]"#).unwrap();
         assert!(t.resolve().unwrap_err().1.contains("no port"));
+        let t = tier(
+            r#"peers = ["127.0.0.2:8080"]
+gossip_period = "1ms""#,
+        );
+        assert_eq!(
+            t.check(&listen("127.0.0.2:8080")).unwrap_err().0,
+            "gossip_period"
+        );
+        let off = tier("peers = [\"127.0.0.2:8080\"]\ngossip_period = \"off\"");
+        assert_eq!(off.gossip_period, Duration::ZERO);
+        let zero = tier("peers = [\"127.0.0.2:8080\"]\ngossip_period = 0");
+        assert_eq!(zero.gossip_period, Duration::ZERO);
+        assert_eq!(off.check(&listen("127.0.0.2:8080")), Ok(()));
+        let e = toml::from_str::<TierConfig>("peers = []\ngossip_period = \"often\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`often` is not a duration"), "{e}");
         assert!(toml::from_str::<TierConfig>("share_cache = true").is_err());
         assert!(toml::from_str::<TierConfig>("peers = [\"127.0.0.2:1\"]\nbogus = 1").is_err());
     }

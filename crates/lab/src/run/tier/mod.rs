@@ -104,9 +104,9 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
 fn not_measured() -> Vec<String> {
     vec![
         "p90 response time of CAP, LARD, least-connections and join-idle-queue with each switch's \
-         local view against a tier-wide shared view: needs the shared view (gossip of active \
-         requests, latency and ejections between peers) and the join-idle-queue policy, which \
-         this build does not have."
+         local view against a tier-wide shared view: the switch has the shared view (`[tier]` \
+         gossip) and the policies (`view = \"shared\"`, `join-idle-queue`), but this experiment \
+         does not run them yet; `capstan sim tier` compares them in the simulator."
             .into(),
         "The simulator's K = 1–64 tiers beside these K = 1, 2, 4 (lab --engine both for tier)."
             .into(),

@@ -655,12 +655,7 @@ impl ClusterView for LiveView<'_> {
             },
             active: node.live_active(),
             gathered: feedback.gathered,
-            // Without a tier there is nothing shared: the pick skips the read of the
-            // gossip's state (an `ArcSwap` load per node) and sees it unknown.
-            tier: match self.tier {
-                Some(_) => node.tier_state(),
-                None => TierState::default(),
-            },
+            tier: node.tier_state(),
         }
     }
 

@@ -4,7 +4,9 @@
 //! (`crate::state::cluster::NodeRuntime::publish_tier`). The encoding and the sums are
 //! `crate::state::gossip`'s.
 //!
-//! The sums are made once per period, not per request: a request only reads them. A datagram
+//! The sums are made once per period, not per request: a request only reads them. The table
+//! of this switch's nodes the reports are numbered by is made again only when the cluster
+//! changes. A datagram
 //! from an address that is no peer's listener is counted and dropped unread; one that does not
 //! decode is counted and dropped; neither can stop the task.
 
@@ -16,8 +18,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use capstan_core::TierState;
 use tokio::net::UdpSocket;
 
-use crate::state::cluster::{NodeRuntime, OutReason};
-use crate::state::gossip::{self, NodeReport, SharedView, AGE_OUT_PERIODS, MAX_DATAGRAM};
+use crate::state::cluster::{Cluster, NodeRuntime, OutReason};
+use crate::state::gossip::{
+    self, NodeReport, SharedView, Table, Taken, AGE_OUT_PERIODS, MAX_DATAGRAM,
+};
 use crate::state::switch::Switch;
 use crate::state::tier::Tier;
 
@@ -57,7 +61,8 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let period = tier.config.gossip_period;
-    let mut view = SharedView::new(tier.peers.len());
+    let mut own = OwnTable::of(&switch.cluster.load_full());
+    let mut view = SharedView::new(tier.peers.len(), &own.table);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = switch.shutdown_signal();
@@ -74,10 +79,38 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
         match event {
             None => {
                 seq += 1;
-                round(&switch, tier, &socket, &mut view, (boot, seq)).await;
+                let cluster = switch.cluster.load_full();
+                if !Arc::ptr_eq(&cluster, &own.cluster) {
+                    own = OwnTable::of(&cluster);
+                    view.set_table(&own.table);
+                }
+                round(&switch, tier, &socket, &mut view, &own, (boot, seq)).await;
             }
-            Some(Ok((n, from))) => take(&switch, tier, &mut view, &buf[..n], from),
+            Some(Ok((n, from))) => {
+                take(&switch, tier, &mut view, &buf[..n], from);
+                // A peer's round comes as a burst: take what is queued before sleeping again.
+                while let Ok((n, from)) = socket.try_recv_from(&mut buf) {
+                    take(&switch, tier, &mut view, &buf[..n], from);
+                }
+            }
             Some(Err(e)) => tracing::debug!("gossip receive: {e}"),
+        }
+    }
+}
+
+/// The cluster a gossip table was made of, and the table: made again only when the cluster
+/// changes (a reload, a membership or discovery change), not every round.
+struct OwnTable {
+    cluster: Arc<Cluster>,
+    table: Table,
+}
+
+impl OwnTable {
+    fn of(cluster: &Arc<Cluster>) -> OwnTable {
+        let table = Table::new(cluster.nodes.iter().map(|n| n.config.name.as_str()));
+        OwnTable {
+            cluster: Arc::clone(cluster),
+            table,
         }
     }
 }
@@ -88,16 +121,18 @@ async fn round(
     tier: &Tier,
     socket: &UdpSocket,
     view: &mut SharedView,
+    own: &OwnTable,
     (boot, seq): (u64, u64),
 ) {
-    // Held across the sends: an owned `Arc`, not a guard.
-    let cluster = switch.cluster.load_full();
     let now_nanos = switch.epoch.now_nanos();
-    let own: Vec<NodeReport> = (cluster.nodes.iter())
-        .map(|n| own_report(n, now_nanos))
+    let nodes = &own.cluster.nodes;
+    let reports: Vec<NodeReport> = (own.table.order.iter())
+        .map(|&i| own_report(&nodes[i], now_nanos))
         .collect();
-    let (datagrams, unnamed) = gossip::encode(boot, seq, &own);
-    tier.gossip.unnamed.store(unnamed as u64, Ordering::Relaxed);
+    let datagrams = gossip::encode(boot, seq, &own.table, &reports);
+    tier.gossip
+        .unnamed
+        .store(own.table.unnamed as u64, Ordering::Relaxed);
     for (id, peer) in tier.peers.iter().enumerate() {
         if id == tier.own {
             continue;
@@ -112,8 +147,9 @@ async fn round(
     }
     let now = Instant::now();
     let max_age = tier.config.gossip_period * AGE_OUT_PERIODS;
-    for (node, report) in cluster.nodes.iter().zip(&own) {
-        let state = match view.sum(report, |id| tier.is_live(id), now, max_age) {
+    let sums = view.sums(&reports, |id| tier.is_live(id), now, max_age);
+    for (&i, sum) in own.table.order.iter().zip(sums) {
+        let state = match sum {
             None => TierState::default(),
             Some(sum) => TierState {
                 at_nanos: Some(switch.epoch.nanos_at(sum.oldest)),
@@ -124,15 +160,13 @@ async fn round(
                 ejected: sum.ejected,
             },
         };
-        node.publish_tier(state);
+        nodes[i].publish_tier(state);
     }
-    view.forget_older_than(now, max_age);
 }
 
 /// What this switch tells its peers about `node`.
 fn own_report(node: &NodeRuntime, now_nanos: u64) -> NodeReport {
     NodeReport {
-        name: node.config.name.clone(),
         active: node.live_active(),
         finished: node.served.load(Ordering::Relaxed),
         latency_us: node.latency_ewma_us().min(f64::from(u32::MAX)) as u32,
@@ -157,14 +191,19 @@ fn take(switch: &Switch, tier: &Tier, view: &mut SharedView, bytes: &[u8], from:
             peer.gossip_dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%from, "malformed gossip datagram dropped: {e}");
         }
-        Ok((header, reports)) => {
-            if view.accept(id, header, reports, Instant::now()) {
+        Ok((header, entries)) => match view.accept(id, header, entries, Instant::now()) {
+            Taken::Used => {
                 peer.gossip_reports.fetch_add(1, Ordering::Relaxed);
                 let at = switch.epoch.now_nanos().saturating_add(1);
                 peer.gossip_last_at.store(at, Ordering::Relaxed);
-            } else {
+            }
+            Taken::Old => {
                 peer.gossip_dropped.fetch_add(1, Ordering::Relaxed);
             }
-        }
+            Taken::Unmapped => {
+                tier.gossip.unmapped.fetch_add(1, Ordering::Relaxed);
+                peer.gossip_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        },
     }
 }

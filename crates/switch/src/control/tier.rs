@@ -152,6 +152,9 @@ pub(crate) struct GossipStatus {
     pub foreign_dropped: u64,
     /// Datagrams from a peer that did not decode (dropped).
     pub malformed_dropped: u64,
+    /// Counts from a peer with another node list, dropped until its names arrive (at most
+    /// ten periods).
+    pub unmapped_dropped: u64,
     /// Nodes this switch cannot report (a name longer than 255 bytes).
     pub unreported_nodes: u64,
     /// Each node's tier-wide state as the policies see it.
@@ -231,6 +234,7 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
         send_errors: load(&g.send_errors),
         foreign_dropped: load(&g.foreign),
         malformed_dropped: load(&g.malformed),
+        unmapped_dropped: load(&g.unmapped),
         unreported_nodes: load(&g.unnamed),
         nodes,
     };
@@ -329,7 +333,7 @@ fn encode_gossip(encoder: &mut DescriptorEncoder, t: &TierStatus) -> Result<(), 
         ),
         (
             "capstan_tier_gossip_dropped",
-            "Gossip datagrams from the peer dropped (malformed, or of an older round)",
+            "Gossip datagrams from the peer dropped (malformed, of an older round, or counts of another node list not mapped yet)",
             |p| p.gossip_dropped,
         ),
     ];
@@ -361,6 +365,11 @@ fn encode_gossip(encoder: &mut DescriptorEncoder, t: &TierStatus) -> Result<(), 
             "capstan_tier_gossip_malformed_dropped",
             "Gossip datagrams from a peer that did not decode, dropped",
             g.malformed_dropped,
+        ),
+        (
+            "capstan_tier_gossip_unmapped_dropped",
+            "Gossip counts from a peer whose node list differs, dropped until its names arrive",
+            g.unmapped_dropped,
         ),
     ] {
         ConstCounter::new(value).encode(encoder.encode_descriptor(

@@ -79,6 +79,9 @@ pub(crate) struct GossipCounters {
     pub foreign: AtomicU64,
     /// Datagrams from a peer's address that did not decode.
     pub malformed: AtomicU64,
+    /// Counts datagrams of a peer whose node list differs from this switch's, dropped until
+    /// the peer's names have arrived (`crate::state::gossip`).
+    pub unmapped: AtomicU64,
     /// Nodes left out of the reports (name longer than 255 bytes).
     pub unnamed: AtomicU64,
     /// Why gossip is not running (its socket could not be bound), when it is not.

@@ -2,7 +2,8 @@
 //! `capstan lab tier` starts nodes and tiers of one and two switches on 127.0.0.10/.11, drives
 //! them through `capstan bench --target`, and writes a report whose JSON shows the load spread
 //! over both switches, the cache variants (the sharded one marked unavailable exactly when
-//! `capstan check` refuses `[tier]`), and a killed switch whose connections moved to the other.
+//! `capstan check` refuses `[tier]`), a killed switch whose connections moved to the other, and
+//! the policies run with local and shared views.
 
 mod support;
 
@@ -71,13 +72,48 @@ fn smoke_run_writes_the_report() {
         kill["errors"].as_u64().unwrap() <= t[1]["connects"].as_u64().unwrap(),
         "at most one failure per connection to the killed switch: {kill}"
     );
+    // The policies: with [tier], each of CAP, LARD, LC and JIQ ran (the three that read
+    // counts with both views) and answered; without it, there is no shared view to compare.
+    match supported {
+        true => {
+            let rows = r["views"]["rows"].as_array().unwrap();
+            let runs: Vec<String> = (rows.iter())
+                .map(|w| {
+                    format!(
+                        "{} {}",
+                        w["policy"].as_str().unwrap(),
+                        w["view"].as_str().unwrap()
+                    )
+                })
+                .collect();
+            assert_eq!(
+                runs,
+                [
+                    "cap -",
+                    "lard local",
+                    "lard shared",
+                    "least-connections local",
+                    "least-connections shared",
+                    "join-idle-queue local",
+                    "join-idle-queue shared"
+                ],
+                "{r}"
+            );
+            for w in rows {
+                assert!(w["responses"].as_u64().unwrap() > 0, "{w}");
+                assert!(w["p90_ms"].as_f64().unwrap() > 0.0, "{w}");
+            }
+            assert!(r["views"]["capacity_rps"].as_f64().unwrap() > 0.0, "{r}");
+        }
+        false => assert!(r["views"].is_null(), "{r}"),
+    }
     assert!(!r["not_measured"].as_array().unwrap().is_empty());
     assert!(!r["findings"].as_array().unwrap().is_empty());
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
     assert_eq!(
         html.matches("<svg").count(),
-        3,
-        "capacity, cache and kill plots"
+        3 + usize::from(supported),
+        "capacity, cache, kill and (with [tier]) policy plots"
     );
     assert!(html.contains("Not measured yet"));
     let _ = std::fs::remove_dir_all(&out_dir);

@@ -67,14 +67,31 @@ pub struct TierPlan {
     pub kill_at_s: u64,
     /// Seed of the tree and the request stream.
     pub seed: u64,
+    /// Views runs: `cache_switches` switches without a cache in front of nodes of these
+    /// speeds, first a closed-loop calibration of their capacity through one switch with the
+    /// tier's CPU (`calibrate_s`), then each policy and view open loop at `views_load` × that
+    /// capacity for `views_s` seconds.
+    #[serde(default)]
+    pub views_node_speeds: Vec<f64>,
+    #[serde(default)]
+    pub views_load: f64,
+    #[serde(default)]
+    pub calibrate_s: u64,
+    #[serde(default)]
+    pub views_s: u64,
 }
 
 impl TierPlan {
     pub fn new(scale: Scale) -> TierPlan {
         let (switches, capacity_s, fill_s, measure_s, kill_s) = match scale {
             Scale::Full => (vec![1, 2, 4], 10, 20, 30, 30),
-            Scale::Quick => (vec![1, 2], 6, 10, 12, 16),
+            Scale::Quick => (vec![1, 2], 5, 8, 10, 14),
             Scale::Smoke => (vec![1, 2], 1, 1, 2, 4),
+        };
+        let (calibrate_s, views_s) = match scale {
+            Scale::Full => (10, 20),
+            Scale::Quick => (4, 6),
+            Scale::Smoke => (1, 1),
         };
         TierPlan {
             scale,
@@ -94,6 +111,10 @@ impl TierPlan {
             kill_s,
             kill_at_s: kill_s / 2,
             seed: 1,
+            views_node_speeds: vec![1.0, 1.0, 0.5, 0.5],
+            views_load: 0.8,
+            calibrate_s,
+            views_s,
         }
     }
 }
@@ -169,6 +190,35 @@ pub struct KillResult {
     pub timeline: Vec<TimelineSecond>,
 }
 
+/// One policy with one view, on a tier without a cache.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ViewRow {
+    /// The `[policy] name`.
+    pub policy: String,
+    /// `local` (each switch its own counts), `shared` (the tier's, gossiped), or `-` for a
+    /// policy that reads no counts (CAP).
+    pub view: String,
+    pub offered: u64,
+    pub responses: u64,
+    pub errors: u64,
+    /// Response time percentiles, ms (corrected for coordinated omission).
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The policies with each switch's local view against the tier's shared view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ViewsResult {
+    pub switches: usize,
+    pub node_speeds: Vec<f64>,
+    /// The nodes' calibrated capacity (closed loop through one switch), responses/s.
+    pub capacity_rps: f64,
+    /// The open-loop rate every row ran at.
+    pub rate: f64,
+    pub rows: Vec<ViewRow>,
+}
+
 /// What `results.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TierResults {
@@ -184,6 +234,8 @@ pub struct TierResults {
     pub capacity: Vec<CapacityRow>,
     pub cache: Vec<CacheRow>,
     pub kill: Option<KillResult>,
+    #[serde(default)]
+    pub views: Option<ViewsResult>,
     /// What the issue asks for that this run does not measure yet, and why.
     pub not_measured: Vec<String>,
     pub findings: Vec<String>,
@@ -259,7 +311,8 @@ pub fn findings(r: &TierResults) -> Vec<String> {
         if (c.responses as f64) < 0.9 * c.offered as f64 {
             f.push(format!(
                 "The {} variant fell behind the offered load ({} responses of {} requests \
-                 due): its switches were saturated, so its DHR is over the requests they took.",
+                 due): its switches or the nodes were saturated, so its DHR is over the requests \
+                 they took.",
                 c.variant, c.responses, c.offered
             ));
         }
@@ -283,13 +336,43 @@ pub fn findings(r: &TierResults) -> Vec<String> {
             k.node_rate_before
         ));
     }
-    f.push(format!(
-        "Not measured yet: {}",
-        r.not_measured
-            .first()
-            .map(String::as_str)
-            .unwrap_or("nothing")
-    ));
+    if let Some(v) = &r.views {
+        f.extend(views_findings(v));
+    }
+    if let Some(first) = r.not_measured.first() {
+        f.push(format!("Not measured yet: {first}"));
+    }
+    f
+}
+
+/// Each policy's p90 with the local view against the shared one.
+fn views_findings(v: &ViewsResult) -> Vec<String> {
+    let mut f = vec![format!(
+        "Policies on a tier of {} switches without a cache, nodes of speeds {:?} (calibrated \
+         capacity {:.0} responses/s), open loop at {:.0} requests/s:",
+        v.switches, v.node_speeds, v.capacity_rps, v.rate
+    )];
+    let row = |p: &str, view: &str| v.rows.iter().find(|r| r.policy == p && r.view == view);
+    for r in v.rows.iter().filter(|r| r.view != "shared") {
+        let Some(shared) = row(&r.policy, "shared").filter(|_| r.view == "local") else {
+            f.push(format!(
+                "{}: p90 {:.1} ms, p99 {:.1} ms ({} errors; no counts read, so no view to share).",
+                r.policy, r.p90_ms, r.p99_ms, r.errors
+            ));
+            continue;
+        };
+        let ratio = shared.p90_ms / r.p90_ms.max(1e-9);
+        let verdict = match ratio {
+            x if x < 0.9 => "the shared view lowered it",
+            x if x > 1.1 => "the shared view raised it",
+            _ => "level within 10 %",
+        };
+        f.push(format!(
+            "{}: p90 {:.1} ms with each switch's local view, {:.1} ms with the shared view \
+             ({ratio:.2} ×: {verdict}); p99 {:.1} → {:.1} ms; errors {} and {}.",
+            r.policy, r.p90_ms, shared.p90_ms, r.p99_ms, shared.p99_ms, r.errors, shared.errors
+        ));
+    }
     f
 }
 

@@ -1,6 +1,7 @@
 //! The tier experiment's report: the summary table, and `index.html` beside `results.json`
 //! with the findings, capacity against K (with the ideal K × one switch), the cache variants'
-//! hit ratios and node requests, and the kill run's node-request rate and responses over time.
+//! hit ratios and node requests, the kill run's node-request rate and responses over time, and
+//! the policies' response times with local and shared views.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,20 @@ pub fn summary_table(r: &TierResults) -> String {
             k.responses + k.errors
         );
     }
+    if let Some(v) = &r.views {
+        let _ = writeln!(
+            s,
+            "\n{:<19} {:>7} {:>8} {:>10} {:>7} {:>8} {:>8} {:>8}",
+            "policy", "view", "offered", "responses", "errors", "p50 ms", "p90 ms", "p99 ms"
+        );
+        for w in &v.rows {
+            let _ = writeln!(
+                s,
+                "{:<19} {:>7} {:>8} {:>10} {:>7} {:>8.1} {:>8.1} {:>8.1}",
+                w.policy, w.view, w.offered, w.responses, w.errors, w.p50_ms, w.p90_ms, w.p99_ms
+            );
+        }
+    }
     s
 }
 
@@ -113,6 +128,27 @@ pub fn write_report(r: &TierResults, out: &Path) -> Result<PathBuf, LabError> {
     if r.kill.is_some() {
         h.section("A switch killed mid-run");
         h.push(&kill_svg(r)?);
+    }
+    if let Some(v) = &r.views {
+        h.section("Policies: each switch's local view against the tier's shared view");
+        let _ = write!(
+            h,
+            "<p>{} switches without a cache (so every request reaches a node) in front of {} \
+             emulated nodes of speeds {:?}; their capacity through one switch with the tier's CPU, \
+             closed loop for {} s: {:.0} responses/s. Each policy then ran open loop at {:.0} \
+             requests/s ({} × that) for {} s, the same content mix; shared: <code>view = \
+             \"shared\"</code> with the switches as <code>[tier]</code> peers gossiping every \
+             100 ms (join-idle-queue's I-queues come from the view too).</p>",
+            v.switches,
+            v.node_speeds.len(),
+            v.node_speeds,
+            p.calibrate_s,
+            v.capacity_rps,
+            v.rate,
+            p.views_load,
+            p.views_s
+        );
+        h.push(&views_svg(v)?);
     }
     h.section("Not measured yet");
     h.list(&r.not_measured);
@@ -195,4 +231,27 @@ fn kill_svg(r: &TierResults) -> Result<String, LabError> {
     chart.add(Series::new("responses/s", responses).marker(Marker::None));
     chart.add(Series::new("failed/s", errors).marker(Marker::None));
     chart.svg().map_err(LabError::Report)
+}
+
+fn views_svg(v: &crate::model::tier::ViewsResult) -> Result<String, LabError> {
+    let names = (v.rows.iter())
+        .map(|r| format!("{} {}", r.policy, r.view))
+        .collect();
+    let at = |f: fn(&crate::model::tier::ViewRow) -> f64| {
+        (v.rows.iter().enumerate())
+            .map(|(i, r)| (i as f64, f(r)))
+            .collect::<Vec<_>>()
+    };
+    Chart::new(
+        "response time by policy and view (ms)",
+        "policy and view",
+        "ms",
+    )
+    .size(760, 360)
+    .x_categories(names)
+    .with(Series::new("p50", at(|r| r.p50_ms)).stroke(Stroke::None))
+    .with(Series::new("p90", at(|r| r.p90_ms)).stroke(Stroke::None))
+    .with(Series::new("p99", at(|r| r.p99_ms)).stroke(Stroke::None))
+    .svg()
+    .map_err(LabError::Report)
 }

@@ -4,7 +4,9 @@
 //! DNS round-robin client does (`BenchConfig::targets`).
 //!
 //! Inside: [`switches`] starts and stops a tier of switches (configs, quotas, the `[tier]`
-//! support check); this module runs the measurements with it.
+//! support check); this module runs the measurements with it: capacity against K, the cache
+//! variants and the kill on nodes that keep the whole tree in memory (so the switches, not the
+//! nodes, limit them), then the policies' local and shared views on slower, unequal nodes.
 
 mod switches;
 
@@ -17,7 +19,8 @@ use capstan_workload::{DocTree, Popularity, TreeKind};
 
 use crate::model::error::LabError;
 use crate::model::tier::{
-    median, settle_time, CacheRow, CapacityRow, KillResult, Scale, TierPlan, TierResults, NAME,
+    median, settle_time, CacheRow, CapacityRow, KillResult, Scale, TierPlan, TierResults, ViewRow,
+    ViewsResult, NAME,
 };
 use crate::procs::cluster::{self, NodeArgs, NodeSpec, Proc};
 use switches::{CacheMode, Tier};
@@ -62,7 +65,10 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
         .map_err(|e| LabError::Run(format!("cannot create {}: {e}", opts.work_dir.display())))?;
     let tree = DocTree::generate(TreeKind::Polygraph, plan.seed, Some(plan.files))
         .map_err(|e| LabError::Run(e.to_string()))?;
-    let nodes = start_nodes(&plan, opts).await?;
+    // The cache runs' nodes keep the whole tree in memory: fast enough that the switches and
+    // their caches, not the nodes' disks, are what the runs measure.
+    let speeds = vec![1.0; plan.nodes];
+    let nodes = start_nodes(&plan, opts, "nodes", &speeds, Some(1.0)).await?;
     let port = switches::common_port(*plan.switches.iter().max().unwrap_or(&1))?;
     let (tier_supported, tier_check) =
         switches::check_support(&opts.exe, &opts.work_dir, &nodes.list);
@@ -82,6 +88,11 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
     let capacity = ctx.capacity(&tree, say).await?;
     let cache = ctx.cache(tier_supported, say).await?;
     let kill = ctx.kill(tier_supported, say).await?;
+    drop(nodes);
+    let views = match tier_supported {
+        true => Some(views(&plan, opts, port, quota.applied, say).await?),
+        false => None,
+    };
     let mut results = TierResults {
         name: NAME.into(),
         title: "A tier of switches: capacity, one cache, a switch killed".into(),
@@ -93,7 +104,8 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
         capacity,
         cache,
         kill: Some(kill),
-        not_measured: not_measured(),
+        views,
+        not_measured: not_measured(tier_supported),
         findings: Vec::new(),
     };
     results.findings = crate::model::tier::findings(&results);
@@ -101,19 +113,109 @@ pub async fn run_tier(opts: &TierOptions, say: &dyn Fn(String)) -> Result<TierRe
 }
 
 /// The issue's measurements this experiment leaves for later, said rather than faked.
-fn not_measured() -> Vec<String> {
-    vec![
-        "p90 response time of CAP, LARD, least-connections and join-idle-queue with each switch's \
-         local view against a tier-wide shared view: the switch has the shared view (`[tier]` \
-         gossip) and the policies (`view = \"shared\"`, `join-idle-queue`), but this experiment \
-         does not run them yet; `capstan sim tier` compares them in the simulator."
+fn not_measured(tier_supported: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    if !tier_supported {
+        v.push(
+            "p90 of CAP, LARD, least-connections and join-idle-queue with local against shared \
+             views: this build's switch does not take [tier], so there is no shared view."
+                .into(),
+        );
+    }
+    v.push(
+        "The simulator's K = 1–64 tiers beside these (`capstan sim tier`): the lab's nodes are \
+         emulated processes on one machine with 2 cores, the simulator's are 100–1,000 modelled \
+         ones, so their figures are compared in BENCHMARKS.md rather than point by point."
             .into(),
-        "The simulator's K = 1–64 tiers beside these K = 1, 2, 4 (lab --engine both for tier)."
-            .into(),
-    ]
+    );
+    v
 }
 
-async fn start_nodes(plan: &TierPlan, opts: &TierOptions) -> Result<Nodes, LabError> {
+/// The policies CAP, LARD, least-connections and join-idle-queue on a tier of `cache_switches`
+/// switches without a cache, in front of unequal nodes: each with every switch's local view and
+/// with the tier's shared view, at one open-loop rate below the nodes' calibrated capacity.
+async fn views(
+    plan: &TierPlan,
+    opts: &TierOptions,
+    port: u16,
+    quota: bool,
+    say: &dyn Fn(String),
+) -> Result<ViewsResult, LabError> {
+    let speeds = plan.views_node_speeds.clone();
+    let nodes = start_nodes(plan, opts, "view-nodes", &speeds, None).await?;
+    let ctx = Ctx {
+        plan,
+        opts,
+        nodes: &nodes,
+        port,
+        quota,
+    };
+    let k = plan.cache_switches;
+    let calibrate = CacheMode::Policy {
+        policy: "least-connections",
+        view: None,
+    };
+    let tier = ctx.tier(1, calibrate, k as f64, "views-calibrate").await?;
+    let mut cfg = ctx.mix_load(&tier, plan.calibrate_s)?;
+    cfg.engine = Engine::Closed {
+        clients: 8 * speeds.len(),
+        think: None,
+    };
+    let capacity = run_load(cfg).await?.completed_rps;
+    drop(tier);
+    let rate = (plan.views_load * capacity).max(1.0).round();
+    say(format!(
+        "views: nodes of speeds {speeds:?} take {capacity:.0} responses/s; each policy at {rate:.0}/s"
+    ));
+    let runs: [(&'static str, Option<&'static str>); 7] = [
+        ("cap", None),
+        ("lard", Some("local")),
+        ("lard", Some("shared")),
+        ("least-connections", Some("local")),
+        ("least-connections", Some("shared")),
+        ("join-idle-queue", Some("local")),
+        ("join-idle-queue", Some("shared")),
+    ];
+    let mut rows = Vec::new();
+    for (policy, view) in runs {
+        let label = format!("views-{policy}-{}", view.unwrap_or("none"));
+        say(format!("views: {policy}, view {}", view.unwrap_or("-")));
+        let tier = ctx
+            .tier(k, CacheMode::Policy { policy, view }, 1.0, &label)
+            .await?;
+        let mut cfg = ctx.mix_load(&tier, plan.views_s)?;
+        cfg.engine = Engine::Open { rate };
+        let r = run_load(cfg).await?;
+        let l = &r.latency_ms.corrected;
+        rows.push(ViewRow {
+            policy: policy.into(),
+            view: view.unwrap_or("-").into(),
+            offered: r.offered,
+            responses: r.completed,
+            errors: r.errors_total,
+            p50_ms: l.p50,
+            p90_ms: l.p90,
+            p99_ms: l.p99,
+        });
+    }
+    Ok(ViewsResult {
+        switches: k,
+        node_speeds: speeds,
+        capacity_rps: round3(capacity),
+        rate,
+        rows,
+    })
+}
+
+/// Emulated nodes of `speeds`, logs in `dir` under the work folder; `cache_fraction` as
+/// `capstan origin --cache-fraction` (None: its default).
+async fn start_nodes(
+    plan: &TierPlan,
+    opts: &TierOptions,
+    dir: &str,
+    speeds: &[f64],
+    cache_fraction: Option<f64>,
+) -> Result<Nodes, LabError> {
     let args = NodeArgs {
         tree: TreeKind::Polygraph.name().into(),
         files: Some(plan.files),
@@ -121,21 +223,21 @@ async fn start_nodes(plan: &TierPlan, opts: &TierOptions) -> Result<Nodes, LabEr
         cpu_light_ms: None,
         cpu_med_ms: None,
         disk_load_ms: None,
-        cache_fraction: None,
+        cache_fraction,
         threads: 2,
         load_interval_ms: 1000,
         remote_penalty: None,
         config: None,
         register: None,
     };
-    let dir = opts.work_dir.join("nodes");
+    let dir = opts.work_dir.join(dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| LabError::Run(format!("cannot create {}: {e}", dir.display())))?;
     let (mut list, mut procs) = (Vec::new(), Vec::new());
-    for i in 0..plan.nodes {
+    for (i, &speed) in speeds.iter().enumerate() {
         let spec = NodeSpec {
             name: format!("n{}", i + 1),
-            speed: 1.0,
+            speed,
             cores: 2,
             partition: None,
         };

@@ -12,19 +12,27 @@ use crate::model::tier::Quota;
 use crate::procs::cluster::{self, Proc};
 use crate::procs::quota::CpuQuota;
 
-/// How the switches of a tier cache.
+/// How the switches of a tier cache, and which policy they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheMode {
-    /// Each switch its own cache of `mib` MiB.
+    /// Each switch its own cache of `mib` MiB; round-robin.
     Independent { mib: u64 },
-    /// Each switch `mib` MiB of one cache sharded over the tier (`[tier] peers`).
+    /// Each switch `mib` MiB of one cache sharded over the tier (`[tier] peers`); round-robin.
     Sharded { mib: u64 },
+    /// No cache; `policy` with `view` when given (`"shared"`: the tier's gossiped counts, so
+    /// the switches are peers of a `[tier]` without sharing a cache).
+    Policy {
+        policy: &'static str,
+        view: Option<&'static str>,
+    },
 }
 
 impl CacheMode {
+    /// MiB of cache per switch (0: none).
     pub fn mib(self) -> u64 {
         match self {
             CacheMode::Independent { mib } | CacheMode::Sharded { mib } => mib,
+            CacheMode::Policy { .. } => 0,
         }
     }
 }
@@ -60,10 +68,10 @@ impl Tier {
             .map(|i| SocketAddr::from((switch_ip(i), port)).to_string())
             .collect();
         let peers = match mode {
-            CacheMode::Sharded { .. } => addresses.as_slice(),
+            CacheMode::Sharded { .. } | CacheMode::Policy { .. } => addresses.as_slice(),
             CacheMode::Independent { .. } => &[],
         };
-        let config = config(mode.mib(), nodes, peers)?;
+        let config = config(mode, nodes, peers)?;
         let mut tier = Tier {
             switches: Vec::new(),
             addresses: addresses.clone(),
@@ -105,27 +113,38 @@ impl Tier {
     }
 }
 
-/// A switch's configuration: round-robin over the nodes, no admission limit, a cache of `mib`
-/// MiB, and with `peers` the `[tier]` section listing every switch of the tier.
+/// A switch's configuration: the mode's policy over the nodes, no admission limit, its cache,
+/// and with `peers` the `[tier]` section listing every switch of the tier.
 fn config(
-    mib: u64,
+    mode: CacheMode,
     nodes: &[(String, SocketAddr, SocketAddr)],
     peers: &[String],
 ) -> Result<toml::Table, LabError> {
-    let mut text = String::from(
-        "[policy]\nname = \"round-robin\"\n\n# Nodes are emulated and unlimited: no admission \
-         limit in front of them.\n[admission]\nlimit = \"off\"\n\n",
+    let mut text = match mode {
+        CacheMode::Policy {
+            policy,
+            view: Some(view),
+        } => format!("[policy]\nname = \"{policy}\"\nview = \"{view}\"\n"),
+        CacheMode::Policy { policy, view: None } => format!("[policy]\nname = \"{policy}\"\n"),
+        _ => "[policy]\nname = \"round-robin\"\n".to_string(),
+    };
+    text.push_str(
+        "\n# Nodes are emulated and unlimited: no admission limit in front of them.\n\
+         [admission]\nlimit = \"off\"\n\n",
     );
     for (name, addr, report) in nodes {
         text.push_str(&format!(
             "[[node]]\nname = \"{name}\"\naddress = \"{addr}\"\nreport_address = \"{report}\"\n\n"
         ));
     }
-    // Objects up to a quarter of the cache, as the cache experiment does.
-    let max_kib = ((mib << 10) / 4).clamp(1, 8 << 10);
-    text.push_str(&format!(
-        "[cache]\nmemory = \"{mib}MiB\"\nmax_object = \"{max_kib}KiB\"\n"
-    ));
+    let mib = mode.mib();
+    if mib > 0 {
+        // Objects up to a quarter of the cache, as the cache experiment does.
+        let max_kib = ((mib << 10) / 4).clamp(1, 8 << 10);
+        text.push_str(&format!(
+            "[cache]\nmemory = \"{mib}MiB\"\nmax_object = \"{max_kib}KiB\"\n"
+        ));
+    }
     if !peers.is_empty() {
         let list: Vec<String> = peers.iter().map(|p| format!("\"{p}\"")).collect();
         text.push_str(&format!("\n[tier]\npeers = [{}]\n", list.join(", ")));
@@ -158,7 +177,7 @@ pub fn check_support(
     nodes: &[(String, SocketAddr, SocketAddr)],
 ) -> (bool, String) {
     let peers = ["127.0.0.10:8080".to_string(), "127.0.0.11:8080".to_string()];
-    let mut table = match config(4, nodes, &peers) {
+    let mut table = match config(CacheMode::Sharded { mib: 4 }, nodes, &peers) {
         Ok(t) => t,
         Err(e) => return (false, e.to_string()),
     };

@@ -480,8 +480,16 @@ fn run_churn(args: &LabArgs) -> anyhow::Result<()> {
 /// The tier experiment: capacity against K, the tier's cache, a switch killed; the report.
 fn run_tier(args: &LabArgs) -> anyhow::Result<()> {
     if args.full || !args.contenders.is_empty() || !args.policies.is_empty() {
-        bail!("tier takes --quick and --out only");
+        bail!("tier takes --quick, --engine live|both and --out only");
     }
+    let with_sim = match args.engine.as_str() {
+        "live" => false,
+        "both" => true,
+        _ => bail!(
+            "tier runs --engine live (default) or both (its policies also in the simulator); \
+             for the simulator alone run `capstan sim tier`"
+        ),
+    };
     let scale = match (args.quick, args.smoke) {
         (_, true) => capstan_lab::TierScale::Smoke,
         (true, false) => capstan_lab::TierScale::Quick,
@@ -492,6 +500,7 @@ fn run_tier(args: &LabArgs) -> anyhow::Result<()> {
         exe: std::env::current_exe().context("cannot find the capstan binary")?,
         work_dir: args.out.join("logs"),
         command: command_line(),
+        with_sim,
     };
     eprintln!("capstan lab: tier — K switches on their own addresses and CPU quotas");
     let say = |m: String| eprintln!("  {m}");

@@ -14,7 +14,15 @@ use support::run;
 fn smoke_run_writes_the_report() {
     let out_dir = std::env::temp_dir().join(format!("capstan-labtier-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out_dir);
-    let out = run(&["lab", "tier", "--smoke", "--out", out_dir.to_str().unwrap()]);
+    let out = run(&[
+        "lab",
+        "tier",
+        "--smoke",
+        "--engine",
+        "both",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let r: Value =
@@ -104,6 +112,15 @@ fn smoke_run_writes_the_report() {
                 assert!(w["p90_ms"].as_f64().unwrap() > 0.0, "{w}");
             }
             assert!(r["views"]["capacity_rps"].as_f64().unwrap() > 0.0, "{r}");
+            // --engine both: LC and JIQ with both views in the simulator too, each with a
+            // verdict on whether the worlds agree.
+            let sim = &r["sim"]["rows"].as_array().unwrap();
+            assert_eq!(sim.len(), 4, "{r}");
+            for m in sim.iter() {
+                assert!(m["sim_p90_ms"].as_f64().unwrap() > 0.0, "{m}");
+                assert!(m["lab_p90_ms"].as_f64().unwrap() > 0.0, "{m}");
+            }
+            assert_eq!(r["sim"]["agreement"].as_array().unwrap().len(), 2, "{r}");
         }
         false => assert!(r["views"].is_null(), "{r}"),
     }
@@ -127,7 +144,14 @@ fn listed_and_flags_it_does_not_take_are_one_line() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("tier takes --quick and --out only"), "{err}");
+    assert!(
+        err.contains("tier takes --quick, --engine live|both and --out only"),
+        "{err}"
+    );
+    let out = run(&["lab", "tier", "--engine", "sim"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("capstan sim tier"), "{err}");
 }
 
 #[test]

@@ -219,6 +219,64 @@ pub struct ViewsResult {
     pub rows: Vec<ViewRow>,
 }
 
+/// One policy and view in the lab and in the simulator's tier model (`lab tier --engine both`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MirrorRow {
+    pub policy: String,
+    pub view: String,
+    pub lab_p90_ms: f64,
+    pub sim_p90_ms: f64,
+}
+
+/// The views runs again in `capstan sim tier`: as many dispatchers and nodes, the same load
+/// against capacity, a mean service time that gives the simulated nodes the lab's calibrated
+/// capacity, gossip every 100 ms.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SimMirror {
+    pub dispatchers: usize,
+    pub nodes: usize,
+    pub load: f64,
+    pub service_ms: f64,
+    pub jobs_per_node: u64,
+    pub replications: usize,
+    pub rows: Vec<MirrorRow>,
+    /// Per policy: whether the lab and the simulator agree on which view has the lower p90
+    /// (or both call it level within 10 %).
+    pub agreement: Vec<String>,
+}
+
+/// Says, for each policy run with both views in both worlds, whether the lab and the simulator
+/// agree on the direction of the shared view's effect on p90.
+pub fn mirror_agreement(rows: &[MirrorRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    let get = |p: &str, v: &str| rows.iter().find(|r| r.policy == p && r.view == v);
+    let direction = |local: f64, shared: f64| match shared / local.max(1e-9) {
+        x if x < 0.9 => "lower",
+        x if x > 1.1 => "higher",
+        _ => "level",
+    };
+    let mut policies: Vec<&str> = rows.iter().map(|r| r.policy.as_str()).collect();
+    policies.dedup();
+    for p in policies {
+        let (Some(l), Some(s)) = (get(p, "local"), get(p, "shared")) else {
+            continue;
+        };
+        let lab = direction(l.lab_p90_ms, s.lab_p90_ms);
+        let sim = direction(l.sim_p90_ms, s.sim_p90_ms);
+        out.push(match lab == sim {
+            true => {
+                format!("{p}: agree — the shared view's p90 is {lab} than the local one's in both")
+            }
+            false => format!(
+                "{p}: disagree — {lab} in the lab, {sim} in the simulator (its nodes are equal, \
+                 serve one request at a time with exponential times and see no switch CPU; the \
+                 lab's are unequal emulated nodes with the Polygraph mix's costs)"
+            ),
+        });
+    }
+    out
+}
+
 /// What `results.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TierResults {
@@ -236,6 +294,9 @@ pub struct TierResults {
     pub kill: Option<KillResult>,
     #[serde(default)]
     pub views: Option<ViewsResult>,
+    /// With `--engine both`: the views runs mirrored in the simulator.
+    #[serde(default)]
+    pub sim: Option<SimMirror>,
     /// What the issue asks for that this run does not measure yet, and why.
     pub not_measured: Vec<String>,
     pub findings: Vec<String>,
@@ -339,6 +400,17 @@ pub fn findings(r: &TierResults) -> Vec<String> {
     if let Some(v) = &r.views {
         f.extend(views_findings(v));
     }
+    if let Some(m) = &r.sim {
+        f.push(format!(
+            "The simulator ({} dispatchers, {} nodes, load {:.2}, service {:.1} ms so its capacity is \
+             the lab's, gossip every 100 ms): {}.",
+            m.dispatchers,
+            m.nodes,
+            m.load,
+            m.service_ms,
+            m.agreement.join("; ")
+        ));
+    }
     if let Some(first) = r.not_measured.first() {
         f.push(format!("Not measured yet: {first}"));
     }
@@ -421,6 +493,32 @@ mod tests {
             .collect();
         assert_eq!(settle_time(&saw, 5.0), None);
         assert_eq!(settle_time(&[], 1.0), None);
+    }
+
+    #[test]
+    fn the_lab_and_the_simulator_agree_on_the_direction_or_say_why_not() {
+        let row = |p: &str, v: &str, lab: f64, sim: f64| MirrorRow {
+            policy: p.into(),
+            view: v.into(),
+            lab_p90_ms: lab,
+            sim_p90_ms: sim,
+        };
+        let rows = [
+            row("least-connections", "local", 100.0, 50.0),
+            row("least-connections", "shared", 60.0, 20.0),
+            row("join-idle-queue", "local", 100.0, 50.0),
+            row("join-idle-queue", "shared", 105.0, 70.0),
+        ];
+        let a = mirror_agreement(&rows);
+        assert_eq!(a.len(), 2);
+        assert!(
+            a[0].starts_with("least-connections: agree") && a[0].contains("lower"),
+            "{a:?}"
+        );
+        assert!(
+            a[1].starts_with("join-idle-queue: disagree — level in the lab, higher"),
+            "{a:?}"
+        );
     }
 
     #[test]

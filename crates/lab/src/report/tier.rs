@@ -74,6 +74,20 @@ pub fn summary_table(r: &TierResults) -> String {
             );
         }
     }
+    if let Some(m) = &r.sim {
+        let _ = writeln!(
+            s,
+            "\n{:<19} {:>7} {:>12} {:>12}   (simulator: {} dispatchers, {} nodes, service {:.1} ms)",
+            "policy", "view", "lab p90 ms", "sim p90 ms", m.dispatchers, m.nodes, m.service_ms
+        );
+        for w in &m.rows {
+            let _ = writeln!(
+                s,
+                "{:<19} {:>7} {:>12.1} {:>12.1}",
+                w.policy, w.view, w.lab_p90_ms, w.sim_p90_ms
+            );
+        }
+    }
     s
 }
 

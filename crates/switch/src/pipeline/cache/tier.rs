@@ -83,7 +83,8 @@ async fn through_owner(
     peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
     let request_time = SystemTime::now();
     let req = hop_request(tier, owner, parts, peer, forward.client_version);
-    let answer = tokio::time::timeout(tier.config.hop_timeout, tier.client.request(req)).await;
+    let hop = tier.hop_client().request(req);
+    let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
     let failed = match answer {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(e)) => Err(crate::pipeline::tier::innermost(&e)),

@@ -1625,8 +1625,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     };
     let tier = match raw.tier {
         Some(mut tier) => {
-            tier.resolve().map_err(|(key, e)| {
-                let span = value_span(loc.text, &["tier", key]).or(find_key(loc.text, "tier"));
+            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
+                let span = at
+                    .or_else(|| value_span(loc.text, &["tier", key]))
+                    .or(find_key(loc.text, "tier"));
                 loc.error(span, e)
             })?;
             Some(tier)

@@ -25,6 +25,7 @@
 //! socket and the timer are `crate::control::gossip`'s.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// What a datagram starts with.
@@ -211,11 +212,11 @@ struct PeerReports {
     nodes: HashMap<String, Received>,
 }
 
-/// Every peer's last reports (index = peer index in `tier.peers`; this switch's own slot stays
-/// empty).
-#[derive(Debug)]
+/// Every peer's last reports, by the peer's listener address (peers come and go with the
+/// tier's discovery; this switch has no entry).
+#[derive(Debug, Default)]
 pub(crate) struct SharedView {
-    peers: Vec<PeerReports>,
+    peers: HashMap<SocketAddr, PeerReports>,
 }
 
 /// The tier-wide sums for one node, before the oldest arrival is turned into view time.
@@ -231,27 +232,22 @@ pub(crate) struct Sum {
     pub ejected: bool,
     /// Peers whose report went in (this switch not counted).
     pub peers: usize,
+    /// Of those, the peers that have the node out.
+    pub peers_ejected: usize,
 }
 
 impl SharedView {
-    pub(crate) fn new(peers: usize) -> SharedView {
-        SharedView {
-            peers: (0..peers).map(|_| PeerReports::default()).collect(),
-        }
-    }
 
     /// Takes a datagram from `peer` that arrived at `now`; false (and nothing taken) when it
     /// belongs to an older round of the peer's run than one already taken.
     pub(crate) fn accept(
         &mut self,
-        peer: usize,
+        peer: SocketAddr,
         header: Header,
         reports: Vec<NodeReport>,
         now: Instant,
     ) -> bool {
-        let Some(p) = self.peers.get_mut(peer) else {
-            return false;
-        };
+        let p = self.peers.entry(peer).or_default();
         match p.last {
             Some((boot, seq)) if boot == header.boot && header.seq < seq => return false,
             // A new run of the peer: what the old one said is void.
@@ -272,7 +268,7 @@ impl SharedView {
     pub(crate) fn sum(
         &self,
         own: &NodeReport,
-        live: impl Fn(usize) -> bool,
+        live: impl Fn(SocketAddr) -> bool,
         now: Instant,
         max_age: Duration,
     ) -> Option<Sum> {
@@ -284,16 +280,17 @@ impl SharedView {
             latency_ms: 0.0,
             ejected: own.ejected,
             peers: 0,
+            peers_ejected: 0,
         };
         let (mut latency_total, mut latencies) = (u64::from(own.latency_us), 0u32);
         if own.latency_us > 0 {
             latencies += 1;
         }
-        for (id, p) in self.peers.iter().enumerate() {
+        for (&address, p) in &self.peers {
             let Some(got) = p.nodes.get(&own.name) else {
                 continue;
             };
-            if !live(id) || now.saturating_duration_since(got.at) > max_age {
+            if !live(address) || now.saturating_duration_since(got.at) > max_age {
                 continue;
             }
             let r = &got.report;
@@ -302,6 +299,7 @@ impl SharedView {
             sum.active = sum.active.saturating_add(r.active);
             sum.finished = sum.finished.saturating_add(r.finished);
             sum.ejected |= r.ejected;
+            sum.peers_ejected += usize::from(r.ejected);
             if r.latency_us > 0 {
                 latency_total += u64::from(r.latency_us);
                 latencies += 1;
@@ -316,10 +314,15 @@ impl SharedView {
     /// Forgets reports older than `max_age` at `now`, so a node no peer names any more does
     /// not stay in memory.
     pub(crate) fn forget_older_than(&mut self, now: Instant, max_age: Duration) {
-        for p in &mut self.peers {
+        for p in self.peers.values_mut() {
             p.nodes
                 .retain(|_, got| now.saturating_duration_since(got.at) <= max_age);
         }
+    }
+
+    /// Forgets the peers `keep` no longer names (they left the tier).
+    pub(crate) fn keep_peers(&mut self, keep: impl Fn(SocketAddr) -> bool) {
+        self.peers.retain(|a, _| keep(*a));
     }
 }
 
@@ -425,31 +428,32 @@ mod tests {
         let start = Instant::now();
         let period = Duration::from_millis(100);
         let max_age = period * AGE_OUT_PERIODS;
-        let mut view = SharedView::new(3);
+        let mut view = SharedView::default();
         let own = NodeReport {
             latency_us: 0,
             ..report("web", 2)
         };
-        let all = |_: usize| true;
+        let all = |_: SocketAddr| true;
         assert_eq!(
             view.sum(&own, all, start, max_age),
             None,
             "no peer: unknown"
         );
-        assert!(view.accept(1, header(9, 1), vec![report("web", 5)], start));
+        assert!(view.accept(peer(1), header(9, 1), vec![report("web", 5)], start));
         let mut ejected = report("web", 7);
         ejected.ejected = true;
         ejected.latency_us = 4000;
         let later = start + period;
-        assert!(view.accept(2, header(3, 1), vec![ejected], later));
+        assert!(view.accept(peer(2), header(3, 1), vec![ejected], later));
         let sum = view.sum(&own, all, later, max_age).unwrap();
         assert_eq!((sum.active, sum.own_active, sum.peers), (14, 2, 2));
         assert_eq!(sum.finished, 20 + 50 + 70);
         assert_eq!(sum.oldest, start, "the age is the oldest contribution's");
         assert!(sum.ejected);
+        assert_eq!(sum.peers_ejected, 1);
         assert_eq!(sum.latency_ms, 3.0, "mean of the known latencies");
         // Peer 2 taken out by its health checks: only peer 1 counts.
-        let sum = view.sum(&own, |id| id != 2, later, max_age).unwrap();
+        let sum = view.sum(&own, |a| a != peer(2), later, max_age).unwrap();
         assert_eq!((sum.active, sum.ejected), (7, false));
         // Peer 1's report is older than 3 periods: it ages out; peer 2's is still in.
         let aged = start + max_age + Duration::from_millis(1);
@@ -459,25 +463,29 @@ mod tests {
         let gone = later + max_age + Duration::from_millis(1);
         assert_eq!(view.sum(&own, all, gone, max_age), None);
         view.forget_older_than(gone, max_age);
-        assert!(view.peers.iter().all(|p| p.nodes.is_empty()));
+        assert!(view.peers.values().all(|p| p.nodes.is_empty()));
+        view.keep_peers(|a| a == peer(1));
+        assert_eq!(view.peers.len(), 1, "a peer that left is forgotten");
+    }
+
+    fn peer(n: u8) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, n], 8080))
     }
 
     #[test]
     fn an_older_round_is_dropped_and_a_restarted_peer_starts_again() {
         let now = Instant::now();
         let max_age = Duration::from_secs(1);
-        let mut view = SharedView::new(2);
+        let mut view = SharedView::default();
         let own = report("web", 0);
-        assert!(view.accept(1, header(1, 10), vec![report("web", 4)], now));
-        assert!(!view.accept(1, header(1, 9), vec![report("web", 99)], now));
+        assert!(view.accept(peer(1), header(1, 10), vec![report("web", 4)], now));
+        assert!(!view.accept(peer(1), header(1, 9), vec![report("web", 99)], now));
         // Another part of the same round is taken.
-        assert!(view.accept(1, header(1, 10), vec![report("db", 1)], now));
+        assert!(view.accept(peer(1), header(1, 10), vec![report("db", 1)], now));
         assert_eq!(view.sum(&own, |_| true, now, max_age).unwrap().active, 4);
         // The peer restarted: its round 1 is newer than the old run's 10, the old nodes go.
-        assert!(view.accept(1, header(2, 1), vec![report("web", 1)], now));
+        assert!(view.accept(peer(1), header(2, 1), vec![report("web", 1)], now));
         assert_eq!(view.sum(&own, |_| true, now, max_age).unwrap().active, 1);
         assert_eq!(view.sum(&report("db", 0), |_| true, now, max_age), None);
-        // A peer index out of range (never happens) is refused, not a panic.
-        assert!(!view.accept(5, header(1, 1), Vec::new(), now));
     }
 }

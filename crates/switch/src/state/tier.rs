@@ -508,12 +508,13 @@ mod tests {
         assert_eq!((joined, left), (vec![], vec![addr("127.0.0.3:8080")]));
         assert_eq!(t.members().sources, ["static"]);
         // A switch listed by nobody has itself.
-        let t = tier(&["127.0.0.2:8080"], "127.0.0.2:8080");
-        let config = TierConfig {
-            peers: vec![],
-            addresses: vec![],
-            ..t.config.clone()
-        };
+        let mut config: TierConfig =
+            toml::from_str("discovery = { file = \"peers.json\" }").unwrap();
+        config.resolve(None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
         let lone = Tier::new(&config, &[addr("127.0.0.5:8080")]).unwrap();
         let m = lone.members();
         assert_eq!((m.peers.len(), m.sources[0].as_str()), (1, "self"));

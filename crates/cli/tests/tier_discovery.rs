@@ -138,7 +138,8 @@ struct Switches {
 impl Switches {
     fn start(config: &Path, count: u8, port: u16) -> Switches {
         let admin_port = free_addr().port();
-        let at = |i: u8, p: u16| -> SocketAddr { format!("127.0.0.{}:{p}", i + 2).parse().unwrap() };
+        let at =
+            |i: u8, p: u16| -> SocketAddr { format!("127.0.0.{}:{p}", i + 2).parse().unwrap() };
         let listen: Vec<SocketAddr> = (0..count).map(|i| at(i, port)).collect();
         let admin: Vec<SocketAddr> = (0..count).map(|i| at(i, admin_port)).collect();
         let procs = (0..usize::from(count))
@@ -182,7 +183,10 @@ impl Switches {
         addresses.sort();
         self.wait_tier(i, &format!("switch {i} with peers {addresses:?}"), |t| {
             let peers = t["peers"].as_array().unwrap();
-            let have: Vec<&str> = peers.iter().map(|p| p["address"].as_str().unwrap()).collect();
+            let have: Vec<&str> = peers
+                .iter()
+                .map(|p| p["address"].as_str().unwrap())
+                .collect();
             have == addresses && peers.iter().all(|p| p["state"] != "down")
         });
     }
@@ -253,10 +257,22 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
     let tier = &switches.status(0)["tier"];
     let discovery = &tier["discovery"];
     assert_eq!(discovery["state"], "ok", "{discovery}");
-    assert!(tier["peers"].as_array().unwrap().iter().all(|p| p["source"] == "etcd"), "{tier}");
+    assert!(
+        tier["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["source"] == "etcd"),
+        "{tier}"
+    );
     let skipped = discovery["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 2, "{discovery}");
-    assert!(skipped.iter().any(|s| s.as_str().unwrap().contains("port 0")), "{discovery}");
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s.as_str().unwrap().contains("port 0")),
+        "{discovery}"
+    );
     assert_eq!(discovery["skipped_total"], 2);
     assert_eq!(
         discovery["registration"]["key"],
@@ -281,20 +297,28 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
         .expect("some key is the third switch's");
     let mut third = switches.procs[2].take().unwrap();
     third.signal("TERM");
-    assert!(third.wait_exit(Duration::from_secs(10)).is_some(), "stopped");
+    assert!(
+        third.wait_exit(Duration::from_secs(10)).is_some(),
+        "stopped"
+    );
     for i in 0..2 {
         switches.wait_peers(i, &[0, 1]);
     }
     for &at in &switches.listen[..2] {
         let reply = http(at, "GET", &key);
         assert_eq!(reply.status, 200);
-        assert_ne!(reply.header("x-capstan-tier-owner"), Some(switches.listen[2].to_string()));
+        assert_ne!(
+            reply.header("x-capstan-tier-owner"),
+            Some(switches.listen[2].to_string())
+        );
     }
     assert_eq!(node.count(&key), 2, "the new owner filled it once");
 
     // etcd stops: the peer set stays, /status says why.
     server.stop();
-    switches.wait_tier(0, "the source in error", |t| t["discovery"]["state"] == "error");
+    switches.wait_tier(0, "the source in error", |t| {
+        t["discovery"]["state"] == "error"
+    });
     switches.wait_peers(0, &[0, 1]);
     let fresh = "/while-etcd-is-down";
     for &at in &switches.listen[..2] {
@@ -305,7 +329,9 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
     // etcd back: the source is good again and both switches are still registered.
     server.restart().expect("etcd restarts");
     for i in 0..2 {
-        switches.wait_tier(i, "the source good again", |t| t["discovery"]["state"] == "ok");
+        switches.wait_tier(i, "the source good again", |t| {
+            t["discovery"]["state"] == "ok"
+        });
         switches.wait_peers(i, &[0, 1]);
     }
 }
@@ -336,9 +362,12 @@ fn peers_from_a_file_follow_its_lines_and_a_bad_file_keeps_the_last_set() {
     for i in 0..3 {
         switches.wait_peers(i, &[0, 1, 2]);
     }
-    let sources: Vec<Value> = (switches.status(1)["tier"]["peers"].as_array().unwrap().iter())
-        .map(|p| p["source"].clone())
-        .collect();
+    let sources: Vec<Value> = (switches.status(1)["tier"]["peers"]
+        .as_array()
+        .unwrap()
+        .iter())
+    .map(|p| p["source"].clone())
+    .collect();
     assert_eq!(sources, ["static+file", "file", "file"]);
     for k in 0..4 {
         let key = format!("/f/{k}");
@@ -357,7 +386,10 @@ fn peers_from_a_file_follow_its_lines_and_a_bad_file_keeps_the_last_set() {
     std::fs::write(&peers_file, "{\"nodes\":[{\"address\":\"nowhere\"}]}").unwrap();
     switches.wait_tier(0, "the bad file seen", |t| {
         t["discovery"]["state"] == "error"
-            && t["discovery"]["last_error"].as_str().unwrap().contains("nowhere")
+            && t["discovery"]["last_error"]
+                .as_str()
+                .unwrap()
+                .contains("nowhere")
     });
     switches.wait_peers(0, &[0, 1]);
 }
@@ -429,5 +461,8 @@ fn the_shared_view_shares_a_nodes_limit_and_its_ejections() {
     }
     assert_eq!(node.total("/slow/"), 36);
     let max = node.max_concurrent.load(Ordering::SeqCst);
-    assert!(max <= 4, "good had {max} requests at once from the tier, more than its limit 4");
+    assert!(
+        max <= 4,
+        "good had {max} requests at once from the tier, more than its limit 4"
+    );
 }

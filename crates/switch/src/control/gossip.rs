@@ -19,13 +19,13 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use capstan_core::TierState;
 use tokio::net::UdpSocket;
 
-use crate::state::cluster::{NodeRuntime, OutReason};
 use crate::config::sections::tier::TierEjection;
+use crate::state::cluster::{NodeRuntime, OutReason};
 use crate::state::gossip::{self, NodeReport, SharedView, AGE_OUT_PERIODS, MAX_DATAGRAM};
 use crate::state::outlier::max_ejected;
-use crate::state::tier_share::{self, Candidate};
 use crate::state::switch::Switch;
 use crate::state::tier::Tier;
+use crate::state::tier_share::{self, Candidate};
 
 /// Binds the gossip socket on this switch's listener address (UDP, the same port as its TCP
 /// listener), when the switch is in a tier with gossip on.
@@ -141,7 +141,12 @@ async fn round(
         };
         node.publish_tier(state);
         wanted.push(sum.is_some_and(|s| {
-            tier_share::tier_has_out(tier.config.ejection, report.ejected, s.peers_ejected, s.peers)
+            tier_share::tier_has_out(
+                tier.config.ejection,
+                report.ejected,
+                s.peers_ejected,
+                s.peers,
+            )
         }));
     }
     view.forget_older_than(now, max_age);
@@ -181,7 +186,9 @@ fn eject_by_tier(
                     counters.tier_ejections.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(node = %node.config.name, "node taken out: the tier's gossip says other switches have it out");
                 }
-                false => tracing::info!(node = %node.config.name, "node back: the tier no longer has it out"),
+                false => {
+                    tracing::info!(node = %node.config.name, "node back: the tier no longer has it out")
+                }
             }
         }
     }

@@ -26,9 +26,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use serde::Serialize;
 
+use crate::config::sections::tier::{TierAdmission, TierEjection};
 use crate::state::health::CheckResult;
 use crate::state::switch::Switch;
-use crate::config::sections::tier::{TierAdmission, TierEjection};
 use crate::state::tier::{Tier, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
 use capstan_core::text::escape_html;
 
@@ -319,7 +319,11 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
                 PeerStatus {
                     address: p.address.to_string(),
                     source: members.sources[id].clone(),
-                    state: if id == members.own { "self" } else { check.state },
+                    state: if id == members.own {
+                        "self"
+                    } else {
+                        check.state
+                    },
                     last_error: check.last_error,
                     checks_passed: check.passed,
                     checks_failed: check.failed,
@@ -344,7 +348,11 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
 /// The discovery source's part of the status, with `tier.discovery`.
 fn source_status(tier: &Tier) -> Option<PeerSourceStatus> {
     let source = tier.config.source.as_ref()?;
-    let s = tier.source.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let s = tier
+        .source
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     Some(PeerSourceStatus {
         kind: source.kind.name(),
         target: source.kind.target(),
@@ -404,7 +412,10 @@ fn source_line(source: Option<&PeerSourceStatus>) -> String {
         return String::new();
     };
     let error = s.last_error.as_deref().map_or(String::new(), |e| {
-        format!(" · <b>{}</b> (the last good peer set stays)", escape_html(e))
+        format!(
+            " · <b>{}</b> (the last good peer set stays)",
+            escape_html(e)
+        )
     });
     let registered = match &s.registration {
         None => String::new(),

@@ -165,7 +165,9 @@ impl Follower {
     /// already.
     fn apply(&mut self, switch: &Switch, tier: &Tier, source: &DiscoverySource) {
         let Some(found) = &self.good else { return };
-        let held = self.empty_since.is_some_and(|since| since.elapsed() < source.hold);
+        let held = self
+            .empty_since
+            .is_some_and(|since| since.elapsed() < source.hold);
         if held || self.applied.as_ref() == Some(found) {
             return;
         }
@@ -204,7 +206,10 @@ fn record_skipped(tier: &Tier, by_kind: bool, lines: Vec<String>) {
         true => (&mut state.skipped, &state.unusable),
         false => (&mut state.unusable, &state.skipped),
     };
-    for line in lines.iter().filter(|l| !list.contains(l) && !other.contains(l)) {
+    for line in lines
+        .iter()
+        .filter(|l| !list.contains(l) && !other.contains(l))
+    {
         tracing::warn!("tier peers: skipped {line}");
         state.skipped_total += 1;
     }
@@ -246,7 +251,10 @@ async fn keep_registered(switch: Arc<Switch>, source: EtcdSource) {
         state.registered_key = Some(registration.key().to_string());
         state.registration_error = None;
     }
-    tracing::info!("tier: registered this switch in etcd as {}", registration.key());
+    tracing::info!(
+        "tier: registered this switch in etcd as {}",
+        registration.key()
+    );
     loop {
         tokio::select! {
             changed = status.changed() => {
@@ -293,7 +301,11 @@ async fn deregister(tier: &Tier, registration: Registration) {
     let timeout = tier.config.hop_timeout.max(Duration::from_secs(2));
     match tokio::time::timeout(timeout, registration.shutdown()).await {
         Ok(Ok(())) => tracing::info!("tier: deregistered {key}"),
-        Ok(Err(e)) => tracing::warn!("tier: could not delete {key} ({e}); it vanishes when its lease expires"),
-        Err(_) => tracing::warn!("tier: deleting {key} took too long; it vanishes when its lease expires"),
+        Ok(Err(e)) => {
+            tracing::warn!("tier: could not delete {key} ({e}); it vanishes when its lease expires")
+        }
+        Err(_) => {
+            tracing::warn!("tier: deleting {key} took too long; it vanishes when its lease expires")
+        }
     }
 }

@@ -43,7 +43,9 @@ pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
     let members = tier.members();
     match ip.and_then(|ip| members.peer_at(ip, named.to_str().ok())) {
         Some(peer) => {
-            members.peers[peer].hops_served.fetch_add(1, Ordering::Relaxed);
+            members.peers[peer]
+                .hops_served
+                .fetch_add(1, Ordering::Relaxed);
             let check = named.as_bytes() == CHECK_MARK.as_bytes();
             parts.extensions.insert(Hopped { check });
         }

@@ -237,7 +237,6 @@ pub(crate) struct Sum {
 }
 
 impl SharedView {
-
     /// Takes a datagram from `peer` that arrived at `now`; false (and nothing taken) when it
     /// belongs to an older round of the peer's run than one already taken.
     pub(crate) fn accept(

@@ -495,7 +495,9 @@ mod tests {
     #[test]
     fn discovered_peers_join_the_static_ones_and_this_switch_stays() {
         let t = tier(&["127.0.0.2:8080"], "127.0.0.2:8080");
-        t.members().peers[0].hops_sent.fetch_add(5, Ordering::Relaxed);
+        t.members().peers[0]
+            .hops_sent
+            .fetch_add(5, Ordering::Relaxed);
         let found = [addr("127.0.0.3:8080"), addr("127.0.0.2:8080")];
         let (joined, left) = t.set_discovered(&found, "etcd").unwrap();
         assert_eq!((joined, left), (vec![addr("127.0.0.3:8080")], vec![]));
@@ -518,7 +520,8 @@ mod tests {
         let lone = Tier::new(&config, &[addr("127.0.0.5:8080")]).unwrap();
         let m = lone.members();
         assert_eq!((m.peers.len(), m.sources[0].as_str()), (1, "self"));
-        lone.set_discovered(&[addr("127.0.0.3:8080")], "dns").unwrap();
+        lone.set_discovered(&[addr("127.0.0.3:8080")], "dns")
+            .unwrap();
         let m = lone.members();
         assert_eq!(m.sources, ["dns", "self"]);
         assert_eq!(m.peers[m.own].address, addr("127.0.0.5:8080"));

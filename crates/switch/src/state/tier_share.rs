@@ -36,7 +36,12 @@ pub(crate) fn queue_share(queue: u32, live: u32) -> u32 {
 
 /// Whether the tier has a node out by `rule`: `others_out` of the `others` live peers whose
 /// report of it counts say it is out; `own_out`: this switch has it out itself.
-pub(crate) fn tier_has_out(rule: TierEjection, own_out: bool, others_out: usize, others: usize) -> bool {
+pub(crate) fn tier_has_out(
+    rule: TierEjection,
+    own_out: bool,
+    others_out: usize,
+    others: usize,
+) -> bool {
     match rule {
         TierEjection::Local => false,
         TierEjection::Any => others_out > 0,
@@ -121,7 +126,10 @@ mod tests {
     fn any_takes_one_peer_majority_more_than_half_with_this_switch() {
         assert!(!tier_has_out(TierEjection::Local, true, 3, 3));
         assert!(tier_has_out(TierEjection::Any, false, 1, 4));
-        assert!(!tier_has_out(TierEjection::Any, true, 0, 4), "own ejection is not the tier's");
+        assert!(
+            !tier_has_out(TierEjection::Any, true, 0, 4),
+            "own ejection is not the tier's"
+        );
         // Two switches: the other one alone is half, not more.
         assert!(!tier_has_out(TierEjection::Majority, false, 1, 1));
         // Three: two others of three switches.
@@ -151,7 +159,10 @@ mod tests {
             wanted(),
             Candidate::default(),
         ];
-        assert_eq!(tier_ejections(&nodes, 2), (vec![false, true, false, false], 1));
+        assert_eq!(
+            tier_ejections(&nodes, 2),
+            (vec![false, true, false, false], 1)
+        );
         // The one out already keeps its place over an earlier newcomer.
         let nodes = [
             wanted(),

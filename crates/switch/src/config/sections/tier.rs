@@ -193,10 +193,13 @@ impl TierConfig {
             .collect::<Result<_, _>>()
             .map_err(|e| ("peers", (None, format!("tier.peers: {e}"))))?;
         if let Some(raw) = &self.discovery_raw {
-            let mut sources =
-                super::discovery::resolve(std::slice::from_ref(raw), base_dir).map_err(
-                    |(span, e)| ("discovery", (span, e.replacen("discovery:", "tier.discovery:", 1))),
-                )?;
+            let mut sources = super::discovery::resolve(std::slice::from_ref(raw), base_dir)
+                .map_err(|(span, e)| {
+                    (
+                        "discovery",
+                        (span, e.replacen("discovery:", "tier.discovery:", 1)),
+                    )
+                })?;
             let mut source = sources.pop().expect("one entry, one source");
             if !raw.get_ref().is_named() {
                 source.name = "tier".into();
@@ -287,7 +290,10 @@ impl TierConfig {
     /// The keys that only mean something with another: `register` with an etcd source,
     /// `ejection` with gossip.
     fn check_keys(&self) -> Result<(), (&'static str, String)> {
-        let etcd = matches!(self.source.as_ref().map(|s| &s.kind), Some(SourceKind::Etcd(_)));
+        let etcd = matches!(
+            self.source.as_ref().map(|s| &s.kind),
+            Some(SourceKind::Etcd(_))
+        );
         if self.register && !etcd {
             return Err((
                 "register",
@@ -481,7 +487,10 @@ gossip_period = "1ms""#,
         assert_eq!(t.admission, TierAdmission::Shared);
         assert_eq!(t.ejection, TierEjection::Majority);
         // Not listed: this switch is its first listener that is not a wildcard.
-        let listen = vec!["0.0.0.0:80".parse().unwrap(), "127.0.0.7:8080".parse().unwrap()];
+        let listen = vec![
+            "0.0.0.0:80".parse().unwrap(),
+            "127.0.0.7:8080".parse().unwrap(),
+        ];
         assert_eq!(t.check(&listen), Ok(()));
         assert_eq!(t.own_address(&listen), Some(listen[1]));
         let e = t.check(&listen[..1]).unwrap_err().1;
@@ -492,11 +501,13 @@ gossip_period = "1ms""#,
         assert!(e.contains("etcd"), "{e}");
         let t = tier("peers = []\ndiscovery = { dns = \"_capstan._tcp.tier.example\" }\ngossip_period = \"off\"\nejection = \"any\"");
         assert_eq!(t.check(&listen).unwrap_err().0, "ejection");
-        let mut t: TierConfig =
-            toml::from_str("discovery = { file = \"peers.txt\" }").unwrap();
+        let mut t: TierConfig = toml::from_str("discovery = { file = \"peers.txt\" }").unwrap();
         let (key, (_, e)) = t.resolve(None).unwrap_err();
         assert_eq!(key, "discovery");
-        assert!(e.starts_with("tier.discovery: `peers.txt` must end in .json"), "{e}");
+        assert!(
+            e.starts_with("tier.discovery: `peers.txt` must end in .json"),
+            "{e}"
+        );
         assert!(toml::from_str::<TierConfig>("admission = \"global\"").is_err());
     }
 }

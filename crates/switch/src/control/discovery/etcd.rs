@@ -11,7 +11,6 @@
 //! the source's `skipped` (`/status`) and counted in `capstan_discovery_skipped` while it
 //! lasts. `zone` and `classes` are read but not used by the switch yet.
 
-
 use capstan_discovery::etcd::{self, Settings, Snapshot};
 use tokio::sync::mpsc;
 

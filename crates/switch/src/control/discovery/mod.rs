@@ -63,12 +63,9 @@ pub(crate) fn spawn_feed(
 ) -> JoinHandle<()> {
     match &source.kind {
         SourceKind::File(path) => tokio::spawn(file::feed(source.clone(), path.clone(), looks)),
-        SourceKind::Dns(settings) => tokio::spawn(dns::feed(
-            dropped,
-            source.clone(),
-            settings.clone(),
-            looks,
-        )),
+        SourceKind::Dns(settings) => {
+            tokio::spawn(dns::feed(dropped, source.clone(), settings.clone(), looks))
+        }
         SourceKind::Etcd(e) => tokio::spawn(etcd::feed(dropped, source.clone(), e.clone(), looks)),
     }
 }

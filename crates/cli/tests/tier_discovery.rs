@@ -466,3 +466,71 @@ fn the_shared_view_shares_a_nodes_limit_and_its_ejections() {
         "good had {max} requests at once from the tier, more than its limit 4"
     );
 }
+
+#[test]
+fn check_prints_the_source_of_peers_and_places_its_errors() {
+    let dir = TempDir::new("tier-check");
+    let write = |name: &str, tier: &str| {
+        let path = dir.0.join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "listen = [\"127.0.0.2:8080\"]\n[[node]]\naddress = \"127.0.0.1:9001\"\n\
+                 [admission]\nlimit = 8\n[tier]\n{tier}"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let good = write(
+        "good.toml",
+        "discovery = { etcd = [\"http://127.0.0.1:2379\"], prefix = \"/capstan/tier/\" }\n\
+         register = true\nadmission = \"shared\"\nejection = \"majority\"\n",
+    );
+    let out = run(&["check", &good]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "tier      peers from etcd http://127.0.0.1:2379 /capstan/tier/, this switch registered under a 10s lease",
+        "admission limits shared: each switch takes limit / live peers",
+        "a node most of the reporting switches have out is out here too",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    // A bad prefix is placed at its value; `register` without etcd is named.
+    let bad = write(
+        "bad.toml",
+        "discovery = { etcd = [\"http://127.0.0.1:2379\"], prefix = \"capstan/tier\" }\n",
+    );
+    let out = run(&["check", &bad]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("bad.toml:7:58: tier.discovery: etcd prefix `capstan/tier` must start with /"),
+        "{err}"
+    );
+    // Shared admission with an adaptive limit shares nothing: said so.
+    let adaptive = dir.0.join("adaptive.toml");
+    std::fs::write(
+        &adaptive,
+        std::fs::read_to_string(&good)
+            .unwrap()
+            .replace("limit = 8", "limit = \"adaptive\""),
+    )
+    .unwrap();
+    let out = run(&["check", adaptive.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("warning   tier.admission = \"shared\" shares a fixed [admission] limit"),
+        "{text}"
+    );
+    let file = write(
+        "file.toml",
+        "discovery = { file = \"peers.json\" }\nregister = true\n",
+    );
+    let err = String::from_utf8_lossy(&run(&["check", &file]).stderr).into_owned();
+    assert!(
+        err.contains("tier.register puts this switch in etcd"),
+        "{err}"
+    );
+}

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use capstan_discovery::etcd::{register, Registration, Settings};
+use capstan_discovery::etcd::{get_prefix, register, Registration, Settings};
 use capstan_discovery::testing::EtcdServer;
 use serde_json::Value;
 use support::*;
@@ -246,7 +246,7 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
     let first: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
     let tier = format!(
         "discovery = {{ etcd = [\"{}\"], prefix = \"/capstan/tier/\", timeout = \"1s\" }}\n\
-         register = true\nregister_ttl = \"2s\"\n",
+         register = true\nregister_ttl = \"10s\"\n",
         server.endpoint()
     );
     std::fs::write(&file, config(node.addr, first, &tier)).unwrap();
@@ -301,6 +301,11 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
         third.wait_exit(Duration::from_secs(10)).is_some(),
         "stopped"
     );
+    // Deleted on the way out, not left to its 10 s lease.
+    let keys = registered(&rt, &server);
+    let key_of = |i: usize| format!("/capstan/tier/{}", switches.listen[i]);
+    assert!(!keys.contains(&key_of(2)), "{keys:?}");
+    assert!(keys.contains(&key_of(0)), "{keys:?}");
     for i in 0..2 {
         switches.wait_peers(i, &[0, 1]);
     }
@@ -334,6 +339,20 @@ fn switches_registered_in_etcd_find_each_other_and_leave_the_ring() {
         });
         switches.wait_peers(i, &[0, 1]);
     }
+    let keys = registered(&rt, &server);
+    assert!(
+        keys.contains(&key_of(0)) && keys.contains(&key_of(1)),
+        "{keys:?}"
+    );
+}
+
+/// The keys under the tier's prefix now.
+fn registered(rt: &tokio::runtime::Runtime, server: &EtcdServer) -> Vec<String> {
+    let settings = Settings::new(vec![server.endpoint()]);
+    let snapshot = rt
+        .block_on(get_prefix(&settings, "/capstan/tier/"))
+        .expect("etcd answers");
+    snapshot.entries.keys().cloned().collect()
 }
 
 #[test]

@@ -2,8 +2,10 @@
 //! 127.0.0.2–4 that register themselves in a real etcd (skipped with a note when etcd is not
 //! installed) find each other, make one node request per key, and a switch stopped with
 //! SIGTERM deletes its key and leaves the ring; the registry stopped keeps the peer set; a bad
-//! registry value is skipped and counted. Peers from a file: a line removed takes its peer out,
-//! a file gone bad keeps the last set. And what the shared view changes: with
+//! registry value is skipped and counted. Peers from DNS SRV (dnsmasq, skipped when missing):
+//! one cache, a record whose target does not resolve skipped, the DNS server gone keeps the
+//! set. Peers from a file: a line removed takes its peer out, a file gone bad keeps the last
+//! set. `capstan check` prints the source and places its errors. And what the shared view changes: with
 //! `admission = "shared"` two switches never put more than the node's limit on it at once, and
 //! with `ejection = "any"` a node ejected at one switch is skipped by the other.
 
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use capstan_discovery::dns::testing::Dnsmasq;
 use capstan_discovery::etcd::{get_prefix, register, Registration, Settings};
 use capstan_discovery::testing::EtcdServer;
 use serde_json::Value;
@@ -552,4 +555,56 @@ fn check_prints_the_source_of_peers_and_places_its_errors() {
         err.contains("tier.register puts this switch in etcd"),
         "{err}"
     );
+}
+
+#[test]
+fn switches_found_by_dns_srv_share_one_cache_and_skip_a_bad_record() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = free_addr().port();
+    // Two switches, and a record whose target does not resolve.
+    let records = format!(
+        "srv-host=_capstan._tcp.tier.test,s2.tier.test,{port},0,1\n\
+         srv-host=_capstan._tcp.tier.test,s3.tier.test,{port},0,1\n\
+         srv-host=_capstan._tcp.tier.test,gone.tier.test,{port},0,1\n\
+         host-record=s2.tier.test,127.0.0.2\nhost-record=s3.tier.test,127.0.0.3\n"
+    );
+    let Some(mut dns) = rt.block_on(Dnsmasq::start(&records, 1)) else {
+        return;
+    };
+    let node = Node::start(false);
+    let dir = TempDir::new("tier-dns");
+    let file = dir.0.join("tier.toml");
+    let tier = format!(
+        "discovery = {{ dns = \"_capstan._tcp.tier.test\", resolvers = [\"{}\"], \
+         min_ttl = \"100ms\", timeout = \"200ms\", attempts = 1 }}\n",
+        dns.addr()
+    );
+    let first = format!("127.0.0.2:{port}").parse().unwrap();
+    std::fs::write(&file, config(node.addr, first, &tier)).unwrap();
+    let switches = Switches::start(&file, 2, port);
+    for i in 0..2 {
+        switches.wait_peers(i, &[0, 1]);
+    }
+    let discovery = &switches.status(1)["tier"]["discovery"];
+    assert_eq!(discovery["kind"], "dns");
+    assert!(
+        discovery["skipped"].to_string().contains("gone.tier.test"),
+        "{discovery}"
+    );
+    for k in 0..4 {
+        let key = format!("/d/{k}");
+        for &a in &switches.listen {
+            assert_eq!(http(a, "GET", &key).status, 200);
+        }
+        assert_eq!(node.count(&key), 1, "{key}");
+    }
+    // The DNS server gone: the peers stay.
+    dns.stop();
+    switches.wait_tier(0, "the lookups failing", |t| {
+        t["discovery"]["state"] == "error"
+    });
+    switches.wait_peers(0, &[0, 1]);
 }

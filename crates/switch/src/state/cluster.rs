@@ -443,6 +443,10 @@ impl HasOutlier for NodeRuntime {
     fn outlier(&self) -> &OutlierState {
         &self.outlier
     }
+
+    fn out_by_tier(&self) -> bool {
+        self.is_tier_out()
+    }
 }
 
 /// The gathered side of a node's state as the gatherer publishes it after each round.

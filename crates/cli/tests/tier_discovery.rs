@@ -7,7 +7,8 @@
 //! set. Peers from a file: a line removed takes its peer out, a file gone bad keeps the last
 //! set. `capstan check` prints the source and places its errors. And what the shared view changes: with
 //! `admission = "shared"` two switches never put more than the node's limit on it at once, and
-//! with `ejection = "any"` a node ejected at one switch is skipped by the other.
+//! with `ejection = "any"` a node ejected at one switch is skipped by the other, and back
+//! there once that switch's reports age out (it died).
 
 mod support;
 
@@ -487,6 +488,15 @@ fn the_shared_view_shares_a_nodes_limit_and_its_ejections() {
         max <= 4,
         "good had {max} requests at once from the tier, more than its limit 4"
     );
+
+    // The first switch gone, its reports age out: `bad` is back at the second.
+    switches.procs[0].as_ref().unwrap().signal("KILL");
+    switches.wait_tier(
+        1,
+        "bad back once the first switch's reports aged out",
+        |t| t["gossip"]["nodes"][1]["tier_ejected"] == false,
+    );
+    assert_eq!(nodes(1)[1]["state"], "up");
 }
 
 #[test]

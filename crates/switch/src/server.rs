@@ -29,7 +29,14 @@ pub struct Running {
     /// The bound admin listener, when there is one.
     pub admin_addr: Option<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Tasks that end by themselves on shutdown (the tier's registration is deleted), waited
+    /// for a few seconds at most before the rest are aborted.
+    finishers: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// How long shutdown waits for the finishers (deleting the tier's registration takes one
+/// request to etcd).
+const FINISH_WAIT: Duration = Duration::from_secs(5);
 
 impl Running {
     /// Waits until shutdown has been asked for, then for open connections (of every worker) to
@@ -52,6 +59,12 @@ impl Running {
                 open = self.switch.open_connections.load(Ordering::Relaxed),
                 "grace period over; closing the remaining connections"
             );
+        }
+        for task in self.finishers {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(FINISH_WAIT, task).await.is_err() {
+                abort.abort();
+            }
         }
         for task in self.tasks {
             task.abort();
@@ -128,6 +141,7 @@ fn serve_on(
     primary: bool,
 ) -> anyhow::Result<Running> {
     let mut tasks = Vec::new();
+    let mut finishers = Vec::new();
     let mut listen_addrs = Vec::new();
     let configured = switch.cluster.load().config.proxy_protocol.clone();
     // This worker's silent connections are closed by its own reaper (see [`crate::net::reaper`]).
@@ -164,6 +178,10 @@ fn serve_on(
             tasks.push(tokio::spawn(crate::control::tier::check_peers(Arc::clone(
                 &switch,
             ))));
+            // Awaited, not aborted, at shutdown: it deletes this switch's registration.
+            finishers.push(tokio::spawn(crate::control::tier_peers::follow(
+                Arc::clone(&switch),
+            )));
         }
         if let Some(socket) = crate::control::gossip::bind(&switch)? {
             tasks.push(tokio::spawn(crate::control::gossip::gossip(
@@ -189,6 +207,7 @@ fn serve_on(
         listen_addrs,
         admin_addr,
         tasks,
+        finishers,
     })
 }
 

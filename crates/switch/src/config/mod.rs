@@ -838,7 +838,26 @@ impl Config {
     pub fn warnings(&self) -> Vec<String> {
         let mut all: Vec<String> = self.admin_exposure_warning().into_iter().collect();
         all.extend(self.self_addressed_node_warnings());
+        all.extend(self.tier_admission_warning());
         all
+    }
+
+    /// `tier.admission = "shared"` shares a fixed limit only: with an adaptive one (or none)
+    /// it changes nothing, which the operator should know.
+    fn tier_admission_warning(&self) -> Option<String> {
+        let tier = self.tier.as_ref()?;
+        let shared = tier.admission == crate::config::sections::tier::TierAdmission::Shared;
+        let what = match self.admission.limit {
+            LimitMode::Fixed(_) => return None,
+            LimitMode::Adaptive => "adaptive (each switch's limit follows the node's latency)",
+            LimitMode::Off => "off",
+        };
+        shared.then(|| {
+            format!(
+                "tier.admission = \"shared\" shares a fixed [admission] limit, and the limit is {what}: \
+                 nothing is shared; give [admission] limit = N"
+            )
+        })
     }
 
     /// The classifier the classes and rules make.
@@ -1074,6 +1093,9 @@ fn describe_operation(config: &Config) -> String {
     let u = &config.upgrade;
     if let Some(tier) = &config.tier {
         out.push_str(&tier.describe(config.cache.is_some()));
+        if let Some(w) = config.tier_admission_warning() {
+            out.push_str(&format!("warning   {w}\n"));
+        }
     }
     out.push_str(&format!(
         "upgrades  {}, CONNECT {}, tunnel idle timeout {}\n",
@@ -1625,8 +1647,10 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     };
     let tier = match raw.tier {
         Some(mut tier) => {
-            tier.resolve().map_err(|(key, e)| {
-                let span = value_span(loc.text, &["tier", key]).or(find_key(loc.text, "tier"));
+            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
+                let span = at
+                    .or_else(|| value_span(loc.text, &["tier", key]))
+                    .or(find_key(loc.text, "tier"));
                 loc.error(span, e)
             })?;
             Some(tier)

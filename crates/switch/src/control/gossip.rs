@@ -4,12 +4,15 @@
 //! (`crate::state::cluster::NodeRuntime::publish_tier`). The encoding and the sums are
 //! `crate::state::gossip`'s.
 //!
-//! The sums are made once per period, not per request: a request only reads them. The table
+//! The sums are made once per period, not per request: a request only reads them; the table
 //! of this switch's nodes the reports are numbered by is made again only when the cluster
-//! changes. A datagram
+//! changes. With
+//! `tier.ejection` on, the same round takes out the nodes enough other switches have out and
+//! lets back those they no longer have out (`crate::state::tier_share` says which). A datagram
 //! from an address that is no peer's listener is counted and dropped unread; one that does not
 //! decode is counted and dropped; neither can stop the task.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,12 +21,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use capstan_core::TierState;
 use tokio::net::UdpSocket;
 
+use crate::config::sections::tier::TierEjection;
 use crate::state::cluster::{Cluster, NodeRuntime, OutReason};
 use crate::state::gossip::{
     self, NodeReport, SharedView, Table, Taken, AGE_OUT_PERIODS, MAX_DATAGRAM,
 };
+use crate::state::outlier::max_ejected;
 use crate::state::switch::Switch;
 use crate::state::tier::Tier;
+use crate::state::tier_share::{self, Candidate};
 
 /// Binds the gossip socket on this switch's listener address (UDP, the same port as its TCP
 /// listener), when the switch is in a tier with gossip on.
@@ -34,7 +40,7 @@ pub(crate) fn bind(switch: &Switch) -> anyhow::Result<Option<std::net::UdpSocket
     if tier.config.gossip_period.is_zero() {
         return Ok(None);
     }
-    let address = tier.config.addresses[tier.own];
+    let address = tier.own_address;
     let socket = std::net::UdpSocket::bind(address).map_err(|e| {
         anyhow::anyhow!("tier gossip: cannot bind UDP {address} (this switch's listener address; set tier.gossip_period = \"off\" to run without the shared view): {e}")
     })?;
@@ -62,7 +68,7 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
         .map_or(0, |d| d.as_nanos() as u64);
     let period = tier.config.gossip_period;
     let mut own = OwnTable::of(&switch.cluster.load_full());
-    let mut view = SharedView::new(tier.peers.len(), &own.table);
+    let mut view = SharedView::new(&own.table);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stop = switch.shutdown_signal();
@@ -115,7 +121,8 @@ impl OwnTable {
     }
 }
 
-/// One round: this switch's counts to every other peer, then the sums.
+/// One round: this switch's counts to every other peer, then the sums, and what they change
+/// here (`tier.ejection`).
 async fn round(
     switch: &Switch,
     tier: &Tier,
@@ -124,6 +131,8 @@ async fn round(
     own: &OwnTable,
     (boot, seq): (u64, u64),
 ) {
+    // Held across the sends: an owned `Arc`, not a guard.
+    let members = tier.members();
     let now_nanos = switch.epoch.now_nanos();
     let nodes = &own.cluster.nodes;
     let reports: Vec<NodeReport> = (own.table.order.iter())
@@ -133,8 +142,8 @@ async fn round(
     tier.gossip
         .unnamed
         .store(own.table.unnamed as u64, Ordering::Relaxed);
-    for (id, peer) in tier.peers.iter().enumerate() {
-        if id == tier.own {
+    for (id, peer) in members.peers.iter().enumerate() {
+        if id == members.own {
             continue;
         }
         for d in &datagrams {
@@ -145,11 +154,17 @@ async fn round(
             };
         }
     }
-    let now = Instant::now();
+    let live: HashSet<SocketAddr> = (members.peers.iter().enumerate())
+        .filter(|&(id, _)| members.is_live(id))
+        .map(|(_, p)| p.address)
+        .collect();
+    view.keep_peers(|a| members.peers.iter().any(|p| p.address == a));
     let max_age = tier.config.gossip_period * AGE_OUT_PERIODS;
-    let sums = view.sums(&reports, |id| tier.is_live(id), now, max_age);
-    for (&i, sum) in own.table.order.iter().zip(sums) {
-        let state = match sum {
+    let sums = view.sums(&reports, |a| live.contains(&a), Instant::now(), max_age);
+    // By the cluster's order, as the ejections are.
+    let mut wanted = vec![false; nodes.len()];
+    for ((&i, sum), report) in own.table.order.iter().zip(sums).zip(&reports) {
+        let state = match &sum {
             None => TierState::default(),
             Some(sum) => TierState {
                 at_nanos: Some(switch.epoch.nanos_at(sum.oldest)),
@@ -161,6 +176,56 @@ async fn round(
             },
         };
         nodes[i].publish_tier(state);
+        wanted[i] = sum.is_some_and(|s| {
+            tier_share::tier_has_out(
+                tier.config.ejection,
+                report.ejected,
+                s.peers_ejected,
+                s.peers,
+            )
+        });
+    }
+    eject_by_tier(tier, &own.cluster, &wanted, now_nanos);
+}
+
+/// Takes out (and lets back) the nodes the tier has out, within the outlier detector's budget.
+fn eject_by_tier(tier: &Tier, cluster: &Cluster, wanted: &[bool], now_nanos: u64) {
+    if tier.config.ejection == TierEjection::Local {
+        return;
+    }
+    let candidates: Vec<Candidate> = (cluster.nodes.iter().zip(wanted))
+        .map(|(n, &wanted)| {
+            let ejected_here = n.outlier.is_ejected(now_nanos);
+            Candidate {
+                wanted,
+                tier_out: n.is_tier_out(),
+                ejected_here,
+                out_otherwise: !ejected_here
+                    && !matches!(n.out_reason(now_nanos), None | Some(OutReason::TierEjected)),
+            }
+        })
+        .collect();
+    let outlier = &cluster.config.outlier;
+    let max_out = max_ejected(cluster.nodes.len(), outlier.max_ejected_percent);
+    let (out, prevented) = tier_share::tier_ejections(&candidates, max_out);
+    let counters = &tier.gossip;
+    for (node, out) in cluster.nodes.iter().zip(out) {
+        if node.set_tier_out(out) {
+            match out {
+                true => {
+                    counters.tier_ejections.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(node = %node.config.name, "node taken out: the tier's gossip says other switches have it out");
+                }
+                false => {
+                    tracing::info!(node = %node.config.name, "node back: the tier no longer has it out")
+                }
+            }
+        }
+    }
+    if prevented > 0 {
+        counters
+            .tier_ejections_prevented
+            .fetch_add(prevented as u64, Ordering::Relaxed);
     }
 }
 
@@ -179,19 +244,20 @@ fn own_report(node: &NodeRuntime, now_nanos: u64) -> NodeReport {
 
 /// Takes one datagram: counted and dropped unless it is a well-formed report from a peer.
 fn take(switch: &Switch, tier: &Tier, view: &mut SharedView, bytes: &[u8], from: SocketAddr) {
-    let Some(id) = tier.gossip_peer(from) else {
+    let members = tier.members();
+    let Some(id) = members.gossip_peer(from) else {
         tier.gossip.foreign.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(%from, "gossip datagram from no peer's listener dropped");
         return;
     };
-    let peer = &tier.peers[id];
+    let peer = &members.peers[id];
     match gossip::decode(bytes) {
         Err(e) => {
             tier.gossip.malformed.fetch_add(1, Ordering::Relaxed);
             peer.gossip_dropped.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(%from, "malformed gossip datagram dropped: {e}");
         }
-        Ok((header, entries)) => match view.accept(id, header, entries, Instant::now()) {
+        Ok((header, entries)) => match view.accept(peer.address, header, entries, Instant::now()) {
             Taken::Used => {
                 peer.gossip_reports.fetch_add(1, Ordering::Relaxed);
                 let at = switch.epoch.now_nanos().saturating_add(1);

@@ -1,6 +1,7 @@
 //! Control: active health checks, load gathering, membership changes, discovery sources
 //! (`[[discovery]]`), reloads, the admin API (its token, its replies), the operation
-//! metrics, the tier's peer checks (`tier`) and its gossip of the nodes' counts (`gossip`).
+//! metrics, the tier's peer checks (`tier`), its peers found by discovery and its own registration
+//! (`tier_peers`), and its gossip of the nodes' counts (`gossip`).
 //!
 //! May use: every layer below (`net` … `frontend`).
 
@@ -15,3 +16,4 @@ pub(crate) mod operation_metrics;
 pub(crate) mod reload;
 pub(crate) mod reply;
 pub(crate) mod tier;
+pub(crate) mod tier_peers;

@@ -26,6 +26,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use serde::Serialize;
 
+use crate::config::sections::tier::{TierAdmission, TierEjection};
 use crate::state::health::CheckResult;
 use crate::state::switch::Switch;
 use crate::state::tier::{Tier, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
@@ -38,14 +39,16 @@ pub(crate) async fn check_peers(switch: Arc<Switch>) {
     };
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
-    connector.set_local_address(tier.config.source_ip(tier.own));
+    connector.set_local_address(tier.config.source_ip(tier.own_address));
     let mut builder = Client::builder(TokioExecutor::new());
     builder.pool_max_idle_per_host(0);
     let client: Client<HttpConnector, Empty<Bytes>> = builder.build(connector);
     let mut stop = switch.shutdown_signal();
     loop {
         let started = tokio::time::Instant::now();
+        share_admission(&switch, tier);
         check_round(tier, &client).await;
+        share_admission(&switch, tier);
         tokio::select! {
             _ = tokio::time::sleep_until(started + tier.config.health_interval) => {}
             _ = stop.wait_for(|s| *s) => return,
@@ -53,11 +56,25 @@ pub(crate) async fn check_peers(switch: Arc<Switch>) {
     }
 }
 
+/// With `tier.admission = "shared"`: gives every node's gate the number of live peers to
+/// share its limit among (see `crate::state::tier_share`); a gate that has it already does
+/// nothing.
+pub(crate) fn share_admission(switch: &Switch, tier: &Tier) {
+    if tier.config.admission != TierAdmission::Shared {
+        return;
+    }
+    let live = u32::try_from(tier.members().live_count()).unwrap_or(u32::MAX);
+    for node in &switch.cluster.load().nodes {
+        node.admission.share_among(live);
+    }
+}
+
 /// Checks every other peer at once and records the results.
 async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) {
     let mut checks = tokio::task::JoinSet::new();
-    for (id, peer) in tier.peers.iter().enumerate() {
-        if id == tier.own {
+    let members = tier.members();
+    for (id, peer) in members.peers.iter().enumerate() {
+        if id == members.own {
             continue;
         }
         let (client, address) = (client.clone(), peer.address);
@@ -95,7 +112,7 @@ async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) 
         });
     }
     while let Some(Ok((id, result))) = checks.join_next().await {
-        let peer = &tier.peers[id];
+        let peer = &members.peers[id];
         match peer
             .check
             .record(&result, tier.config.rise, tier.config.fall)
@@ -133,9 +150,49 @@ pub(crate) struct TierStatus {
     pub forged_hops: u64,
     pub local_copy_hits: u64,
     pub local_copies_stored: u64,
+    /// `tier.admission`: `local` or `shared`.
+    pub admission: TierAdmission,
+    /// `tier.ejection`: `local`, `any` or `majority`.
+    pub ejection: TierEjection,
+    /// Where peers come from besides `tier.peers`, when `tier.discovery` is given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<PeerSourceStatus>,
     pub peers: Vec<PeerStatus>,
     /// The shared view of the nodes.
     pub gossip: GossipStatus,
+}
+
+/// The tier's discovery source and this switch's registration as `/status` shows them.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct PeerSourceStatus {
+    /// `dns`, `etcd` or `file`.
+    pub kind: &'static str,
+    pub target: String,
+    /// `ok`, or `error` while its last look failed (the last good peer set stays).
+    pub state: &'static str,
+    pub last_error: Option<String>,
+    /// Seconds since the source last gave a good list (`null`: never).
+    pub last_good_s_ago: Option<f64>,
+    pub looks_ok: u64,
+    pub failures: u64,
+    /// The addresses its last good list gave.
+    pub found: Vec<String>,
+    /// Entries of its last good list that gave no peer, and why.
+    pub skipped: Vec<String>,
+    /// Entries skipped since start, each counted once when it appeared.
+    pub skipped_total: u64,
+    /// With `tier.register`: this switch's key, `null` until registered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registration: Option<RegistrationStatus>,
+}
+
+/// This switch's registration in etcd.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct RegistrationStatus {
+    pub key: Option<String>,
+    /// Times the key was put (more than 1: etcd lost a lease and the key was put again).
+    pub registrations: u64,
+    pub last_error: Option<String>,
 }
 
 /// The tier's gossip as `/status` shows it.
@@ -157,6 +214,10 @@ pub(crate) struct GossipStatus {
     pub unmapped_dropped: u64,
     /// Nodes this switch cannot report (a name longer than 255 bytes).
     pub unreported_nodes: u64,
+    /// Nodes taken out here because other switches have them out (`tier.ejection`).
+    pub tier_ejections: u64,
+    /// Gossip rounds × nodes that the tier had out but this switch kept in (too many out).
+    pub tier_ejections_prevented: u64,
     /// Each node's tier-wide state as the policies see it.
     pub nodes: Vec<TierNodeStatus>,
 }
@@ -174,6 +235,8 @@ pub(crate) struct TierNodeStatus {
     pub latency_ms: f64,
     /// Some switch of the tier has the node out.
     pub ejected: bool,
+    /// Out here because other switches have it out (`tier.ejection`).
+    pub tier_ejected: bool,
     /// Age of the oldest report in the sums, milliseconds; `null` while no peer's report counts
     /// (the policies then use local counts only).
     pub age_ms: Option<f64>,
@@ -183,6 +246,9 @@ pub(crate) struct TierNodeStatus {
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct PeerStatus {
     pub address: String,
+    /// Where it came from: `static`, the discovery source's kind, both (`static+etcd`), or
+    /// `self` (this switch, listed by neither).
+    pub source: String,
     /// `self`, `up` or `down`.
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -216,6 +282,7 @@ pub(crate) fn status(switch: &Switch) -> Option<TierStatus> {
                 finished: t.finished,
                 latency_ms: t.latency_ms,
                 ejected: t.ejected,
+                tier_ejected: n.is_tier_out(),
                 age_ms: t.age_nanos(now_nanos).map(|a| a as f64 / 1e6),
             }
         })
@@ -236,20 +303,31 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
         malformed_dropped: load(&g.malformed),
         unmapped_dropped: load(&g.unmapped),
         unreported_nodes: load(&g.unnamed),
+        tier_ejections: load(&g.tier_ejections),
+        tier_ejections_prevented: load(&g.tier_ejections_prevented),
         nodes,
     };
+    let members = tier.members();
     TierStatus {
-        own: tier.config.addresses[tier.own].to_string(),
+        own: tier.own_address.to_string(),
         share_cache: tier.config.share_cache,
+        admission: tier.config.admission,
+        ejection: tier.config.ejection,
+        discovery: source_status(tier),
         forged_hops: load(&tier.forged_hops),
         local_copy_hits: load(&tier.local_copy_hits),
         local_copies_stored: load(&tier.local_copies_stored),
-        peers: (tier.peers.iter().enumerate())
+        peers: (members.peers.iter().enumerate())
             .map(|(id, p)| {
                 let check = p.check.status();
                 PeerStatus {
                     address: p.address.to_string(),
-                    state: if id == tier.own { "self" } else { check.state },
+                    source: members.sources[id].clone(),
+                    state: if id == members.own {
+                        "self"
+                    } else {
+                        check.state
+                    },
                     last_error: check.last_error,
                     checks_passed: check.passed,
                     checks_failed: check.failed,
@@ -271,14 +349,42 @@ fn tier_status(tier: &Tier, now_nanos: u64, nodes: Vec<TierNodeStatus>) -> TierS
     }
 }
 
+/// The discovery source's part of the status, with `tier.discovery`.
+fn source_status(tier: &Tier) -> Option<PeerSourceStatus> {
+    let source = tier.config.source.as_ref()?;
+    let s = tier
+        .source
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    Some(PeerSourceStatus {
+        kind: source.kind.name(),
+        target: source.kind.target(),
+        state: if s.error.is_some() { "error" } else { "ok" },
+        last_error: s.error,
+        last_good_s_ago: s.last_good.map(|t| t.elapsed().as_secs_f64()),
+        looks_ok: s.looks_ok,
+        failures: s.looks_failed,
+        found: s.found.iter().map(|a| a.to_string()).collect(),
+        skipped: s.skipped.iter().chain(&s.unusable).cloned().collect(),
+        skipped_total: s.skipped_total,
+        registration: tier.config.register.then_some(RegistrationStatus {
+            key: s.registered_key,
+            registrations: s.registrations,
+            last_error: s.registration_error,
+        }),
+    })
+}
+
 /// The status page's tier table.
 pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
     let mut rows = String::new();
     for p in &tier.peers {
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape_html(&p.address),
+            escape_html(&p.source),
             match p.state {
                 "down" => "<b>down</b>".to_string(),
                 s => s.to_string(),
@@ -294,13 +400,41 @@ pub(crate) fn dashboard_section(tier: &TierStatus) -> String {
     }
     format!(
         "<h2>Tier</h2><p>this switch {} · shared cache {} · {} local-copy hits · {} forged hop headers removed</p>\
-         <table><tr><th>peer</th><th>state</th><th>hops sent</th><th>hop failures</th>\
+         <table><tr><th>peer</th><th>from</th><th>state</th><th>hops sent</th><th>hop failures</th>\
          <th>hops served</th><th>invalidations acknowledged</th><th>last gossip</th><th>last error</th></tr>{rows}</table>",
         escape_html(&tier.own),
         if tier.share_cache { "on" } else { "off" },
         tier.local_copy_hits,
         tier.forged_hops,
-    ) + &gossip_line(&tier.gossip)
+    ) + &source_line(tier.discovery.as_ref())
+        + &gossip_line(&tier.gossip)
+}
+
+/// The status page's line on the discovery source of peers.
+fn source_line(source: Option<&PeerSourceStatus>) -> String {
+    let Some(s) = source else {
+        return String::new();
+    };
+    let error = s.last_error.as_deref().map_or(String::new(), |e| {
+        format!(
+            " · <b>{}</b> (the last good peer set stays)",
+            escape_html(e)
+        )
+    });
+    let registered = match &s.registration {
+        None => String::new(),
+        Some(r) => format!(
+            " · registered as {}",
+            escape_html(r.key.as_deref().unwrap_or("(not yet)"))
+        ),
+    };
+    format!(
+        "<p>peers from {} {}: {} found · {} skipped{registered}{error}</p>",
+        s.kind,
+        escape_html(&s.target),
+        s.found.len(),
+        s.skipped.len(),
+    )
 }
 
 /// The status page's line on the shared view.
@@ -447,7 +581,23 @@ impl Collector for TierCollector {
             }
         }
         encode_gossip(&mut encoder, t)?;
+        let source = t.discovery.as_ref();
         for (name, help, value) in [
+            (
+                "capstan_tier_discovery_failures",
+                "Looks at the tier's discovery source that failed (the last good peer set stayed)",
+                source.map_or(0, |s| s.failures),
+            ),
+            (
+                "capstan_tier_discovery_skipped",
+                "Entries of the tier's discovery source that gave no peer, each counted once",
+                source.map_or(0, |s| s.skipped_total),
+            ),
+            (
+                "capstan_tier_gossip_ejections",
+                "Nodes taken out here because other switches of the tier have them out",
+                t.gossip.tier_ejections,
+            ),
             (
                 "capstan_tier_forged_hops",
                 "Hop headers removed from requests not from a peer",

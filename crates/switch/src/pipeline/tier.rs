@@ -20,7 +20,7 @@ use http_body_util::Empty;
 
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
-use crate::state::tier::{Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+use crate::state::tier::{Members, Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
 
 /// The response header a peer's PURGE or BAN is acknowledged with.
 const ACK_HEADER: &str = "capstan-tier-ack";
@@ -40,9 +40,12 @@ pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
         return;
     };
     let ip = conn.peer.map(|p| p.client.ip());
-    match ip.and_then(|ip| tier.peer_at(ip, named.to_str().ok())) {
+    let members = tier.members();
+    match ip.and_then(|ip| members.peer_at(ip, named.to_str().ok())) {
         Some(peer) => {
-            tier.peers[peer].hops_served.fetch_add(1, Ordering::Relaxed);
+            members.peers[peer]
+                .hops_served
+                .fetch_add(1, Ordering::Relaxed);
             let check = named.as_bytes() == CHECK_MARK.as_bytes();
             parts.extensions.insert(Hopped { check });
         }
@@ -190,23 +193,24 @@ pub(crate) struct FanOut {
 /// their answers at most `hop_timeout` each, all at once.
 pub(crate) async fn fan_out(switch: &Switch, what: Invalidation) -> Option<FanOut> {
     let tier = switch.tier.as_ref()?;
-    let own = tier.config.addresses[tier.own].to_string();
+    let own = tier.own_address.to_string();
+    let members = tier.members();
     let mut sent = tokio::task::JoinSet::new();
-    for (id, peer) in tier.peers.iter().enumerate() {
-        if id == tier.own {
+    for (id, peer) in members.peers.iter().enumerate() {
+        if id == members.own {
             continue;
         }
         peer.invalidations_sent.fetch_add(1, Ordering::Relaxed);
         let req = match invalidation_request(peer.address, &own, &what) {
             Ok(req) => req,
-            Err(e) => return Some(refused_by_all(tier, &e)),
+            Err(e) => return Some(refused_by_all(&members, &e)),
         };
         let (client, timeout) = (tier.client.clone(), tier.config.hop_timeout);
         sent.spawn(async move { (id, ask(client, req, timeout).await) });
     }
     let mut answers = FanOut::default();
     while let Some(Ok((id, result))) = sent.join_next().await {
-        let peer = &tier.peers[id];
+        let peer = &members.peers[id];
         match result {
             Ok(()) => answers.acknowledged.push(peer.address.to_string()),
             Err(e) => {
@@ -224,11 +228,11 @@ pub(crate) async fn fan_out(switch: &Switch, what: Invalidation) -> Option<FanOu
     Some(answers)
 }
 
-fn refused_by_all(tier: &Tier, e: &str) -> FanOut {
+fn refused_by_all(members: &Members, e: &str) -> FanOut {
     FanOut {
         acknowledged: Vec::new(),
-        failed: (tier.peers.iter().enumerate())
-            .filter(|(id, _)| *id != tier.own)
+        failed: (members.peers.iter().enumerate())
+            .filter(|(id, _)| *id != members.own)
             .map(|(_, p)| PeerAnswer {
                 peer: p.address.to_string(),
                 result: e.to_string(),

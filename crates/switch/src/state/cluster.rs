@@ -89,6 +89,9 @@ pub struct NodeRuntime {
     /// per gossip period (`crate::control::gossip`); unknown without a tier. A pick reads it
     /// without a lock.
     tier: ArcSwap<TierState>,
+    /// Out because the tier's gossip says enough other switches have it out
+    /// (`tier.ejection`, set once per gossip period by `crate::control::gossip`).
+    tier_out: AtomicBool,
     /// What the gatherer last published for the node (gathered state, derived weight, silence).
     /// Swapped whole once per gathering round; a pick reads it without a lock.
     feedback: ArcSwap<Feedback>,
@@ -118,6 +121,8 @@ pub(crate) enum OutReason {
     CheckFailed,
     BackedOff,
     Ejected,
+    /// Other switches of the tier have it out (`tier.ejection`).
+    TierEjected,
     Silent,
 }
 
@@ -128,6 +133,7 @@ impl OutReason {
             OutReason::CheckFailed => "check-down",
             OutReason::BackedOff => "backed-off",
             OutReason::Ejected => "ejected",
+            OutReason::TierEjected => "tier-ejected",
             OutReason::Silent => "silent",
         }
     }
@@ -170,6 +176,7 @@ impl NodeRuntime {
             ),
             latency_ewma_us: AtomicU64::new(0),
             tier: ArcSwap::from_pointee(TierState::default()),
+            tier_out: AtomicBool::new(false),
             feedback: ArcSwap::from_pointee(Feedback::default()),
             load_reports: AtomicU64::new(0),
             load_report_failures: AtomicU64::new(0),
@@ -190,6 +197,8 @@ impl NodeRuntime {
         self.outlier.copy_from(&old.outlier);
         self.draining
             .store(old.draining.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.tier_out
+            .store(old.tier_out.load(Ordering::Relaxed), Ordering::Relaxed);
         self.check.copy_from(&old.check);
         for (to, from) in [
             (&self.down_until, &old.down_until),
@@ -262,6 +271,8 @@ impl NodeRuntime {
             Some(OutReason::BackedOff)
         } else if self.outlier.is_ejected(now_nanos) {
             Some(OutReason::Ejected)
+        } else if self.tier_out.load(Ordering::Relaxed) {
+            Some(OutReason::TierEjected)
         } else if feedback.silent {
             Some(OutReason::Silent)
         } else {
@@ -405,6 +416,20 @@ impl NodeRuntime {
         self.tier.store(Arc::new(state));
     }
 
+    /// Whether the node is out by the tier's say-so (`tier.ejection`).
+    pub(crate) fn is_tier_out(&self) -> bool {
+        self.tier_out.load(Ordering::Relaxed)
+    }
+
+    /// Takes the node out by the tier's say-so, or lets it back; true when that changed.
+    pub(crate) fn set_tier_out(&self, out: bool) -> bool {
+        let was = self.tier_out.swap(out, Ordering::Relaxed);
+        if out && !was {
+            self.admission.evict_waiters();
+        }
+        was != out
+    }
+
     /// This switch's live count of the node as a policy sees it: in flight, and waiting in its
     /// admission queue (load committed to the node as much).
     pub(crate) fn live_active(&self) -> u32 {
@@ -417,6 +442,10 @@ impl NodeRuntime {
 impl HasOutlier for NodeRuntime {
     fn outlier(&self) -> &OutlierState {
         &self.outlier
+    }
+
+    fn out_by_tier(&self) -> bool {
+        self.is_tier_out()
     }
 }
 

@@ -36,6 +36,7 @@
 //! socket and the timer are `crate::control::gossip`'s.
 
 use std::hash::Hasher;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHasher};
@@ -356,15 +357,15 @@ pub(crate) enum Taken {
     Unmapped,
 }
 
-/// Every peer's last reports (index = peer index in `tier.peers`; this switch's own slot stays
-/// empty), by this switch's table position.
+/// Every peer's last reports, by the peer's listener address (peers come and go with the
+/// tier's discovery; this switch has no entry), each by this switch's table position.
 #[derive(Debug)]
 pub(crate) struct SharedView {
     own: u64,
     len: usize,
     /// This switch's table's names by name, to map another table's names.
     index: FxHashMap<String, u32>,
-    peers: Vec<PeerReports>,
+    peers: FxHashMap<SocketAddr, PeerReports>,
 }
 
 /// The tier-wide sums for one node, before the oldest arrival is turned into view time.
@@ -380,15 +381,17 @@ pub(crate) struct Sum {
     pub ejected: bool,
     /// Peers whose report went in (this switch not counted).
     pub peers: usize,
+    /// Of those, the peers that have the node out.
+    pub peers_ejected: usize,
 }
 
 impl SharedView {
-    pub(crate) fn new(peers: usize, own: &Table) -> SharedView {
+    pub(crate) fn new(own: &Table) -> SharedView {
         let mut view = SharedView {
             own: 0,
             len: 0,
             index: FxHashMap::default(),
-            peers: (0..peers).map(|_| PeerReports::default()).collect(),
+            peers: FxHashMap::default(),
         };
         view.set_table(own);
         view
@@ -406,24 +409,30 @@ impl SharedView {
         self.index = (own.names.iter().enumerate())
             .map(|(p, n)| (n.clone(), p as u32))
             .collect();
-        for p in &mut self.peers {
+        for p in self.peers.values_mut() {
             p.table = None;
             p.nodes = vec![None; own.len()];
         }
     }
 
+    /// Forgets the peers `keep` no longer names (they left the tier).
+    pub(crate) fn keep_peers(&mut self, keep: impl Fn(SocketAddr) -> bool) {
+        self.peers.retain(|a, _| keep(*a));
+    }
+
     /// Takes a datagram from `peer` that arrived at `now`.
     pub(crate) fn accept(
         &mut self,
-        peer: usize,
+        peer: SocketAddr,
         header: Header,
         entries: Entries,
         now: Instant,
     ) -> Taken {
         let (own, len) = (self.own, self.len);
-        let Some(p) = self.peers.get_mut(peer) else {
-            return Taken::Old;
-        };
+        let p = self.peers.entry(peer).or_insert_with(|| PeerReports {
+            nodes: vec![None; len],
+            ..PeerReports::default()
+        });
         match p.last {
             Some((boot, seq)) if boot == header.boot && header.seq < seq => return Taken::Old,
             // A new run of the peer: what the old one said is void.
@@ -451,12 +460,12 @@ impl SharedView {
     pub(crate) fn sums(
         &self,
         own: &[NodeReport],
-        live: impl Fn(usize) -> bool,
+        live: impl Fn(SocketAddr) -> bool,
         now: Instant,
         max_age: Duration,
     ) -> Vec<Option<Sum>> {
-        let peers: Vec<&PeerReports> = (self.peers.iter().enumerate())
-            .filter(|(id, _)| live(*id))
+        let peers: Vec<&PeerReports> = (self.peers.iter())
+            .filter(|(address, _)| live(**address))
             .map(|(_, p)| p)
             .collect();
         (own.iter().enumerate())
@@ -537,6 +546,7 @@ fn sum(own: &NodeReport, reports: impl Iterator<Item = Received>, now: Instant) 
         latency_ms: 0.0,
         ejected: own.ejected,
         peers: 0,
+        peers_ejected: 0,
     };
     let (mut latency_total, mut latencies) = (u64::from(own.latency_us), 0u32);
     if own.latency_us > 0 {
@@ -549,6 +559,7 @@ fn sum(own: &NodeReport, reports: impl Iterator<Item = Received>, now: Instant) 
         sum.active = sum.active.saturating_add(r.active);
         sum.finished = sum.finished.saturating_add(r.finished);
         sum.ejected |= r.ejected;
+        sum.peers_ejected += usize::from(r.ejected);
         if r.latency_us > 0 {
             latency_total += u64::from(r.latency_us);
             latencies += 1;
@@ -679,9 +690,13 @@ mod tests {
         }
     }
 
+    fn peer(n: u8) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, n], 8080))
+    }
+
     fn take_round(
         view: &mut SharedView,
-        peer: usize,
+        peer: SocketAddr,
         boot: u64,
         seq: u64,
         table: &Table,
@@ -702,31 +717,32 @@ mod tests {
         let period = Duration::from_millis(100);
         let max_age = period * AGE_OUT_PERIODS;
         let table = Table::new(["web"]);
-        let mut view = SharedView::new(3, &table);
+        let mut view = SharedView::new(&table);
         let own = [NodeReport {
             latency_us: 0,
             ..report(2)
         }];
-        let all = |_: usize| true;
+        let all = |_: SocketAddr| true;
         assert_eq!(
             view.sums(&own, all, start, max_age),
             [None],
             "no peer: unknown"
         );
-        take_round(&mut view, 1, 9, 5, &table, &[report(5)], start);
+        take_round(&mut view, peer(1), 9, 5, &table, &[report(5)], start);
         let mut ejected = report(7);
         ejected.ejected = true;
         ejected.latency_us = 4000;
         let later = start + period;
-        take_round(&mut view, 2, 3, 5, &table, &[ejected], later);
+        take_round(&mut view, peer(2), 3, 5, &table, &[ejected], later);
         let sum = view.sums(&own, all, later, max_age)[0].unwrap();
         assert_eq!((sum.active, sum.own_active, sum.peers), (14, 2, 2));
         assert_eq!(sum.finished, 20 + 50 + 70);
         assert_eq!(sum.oldest, start, "the age is the oldest contribution's");
         assert!(sum.ejected);
+        assert_eq!(sum.peers_ejected, 1);
         assert_eq!(sum.latency_ms, 3.0, "mean of the known latencies");
         // Peer 2 taken out by its health checks: only peer 1 counts.
-        let sum = view.sums(&own, |id| id != 2, later, max_age)[0].unwrap();
+        let sum = view.sums(&own, |a| a != peer(2), later, max_age)[0].unwrap();
         assert_eq!((sum.active, sum.ejected), (7, false));
         // Peer 1's report is older than 3 periods: it ages out; peer 2's is still in.
         let aged = start + max_age + Duration::from_millis(1);
@@ -741,36 +757,58 @@ mod tests {
         let now = Instant::now();
         let max_age = Duration::from_secs(1);
         let table = Table::new(["db", "web"]);
-        let mut view = SharedView::new(2, &table);
+        let mut view = SharedView::new(&table);
         let own = [report(0), report(0)];
         let sums = |view: &SharedView| -> Vec<Option<u32>> {
             (view.sums(&own, |_| true, now, max_age).iter())
                 .map(|s| s.map(|s| s.active))
                 .collect()
         };
-        take_round(&mut view, 1, 1, 10, &table, &[report(1), report(4)], now);
+        take_round(
+            &mut view,
+            peer(1),
+            1,
+            10,
+            &table,
+            &[report(1), report(4)],
+            now,
+        );
         assert_eq!(
-            take_round(&mut view, 1, 1, 9, &table, &[report(9), report(99)], now),
+            take_round(
+                &mut view,
+                peer(1),
+                1,
+                9,
+                &table,
+                &[report(9), report(99)],
+                now
+            ),
             [Taken::Old]
         );
         assert_eq!(sums(&view), [Some(1), Some(4)]);
         // The peer restarted: its round 1 (names and counts) is taken though 1 < 10.
-        let restarted = take_round(&mut view, 1, 2, 1, &table, &[report(2), report(3)], now);
+        let restarted = take_round(
+            &mut view,
+            peer(1),
+            2,
+            1,
+            &table,
+            &[report(2), report(3)],
+            now,
+        );
         assert_eq!(restarted, [Taken::Used, Taken::Used]);
         assert_eq!(sums(&view), [Some(2), Some(3)]);
         let (h, _) = decode(&encode(3, 20, &table, &[report(0), report(0)])[1]).unwrap();
         let only_db = Entries::Counts(vec![report(6)]);
-        assert_eq!(view.accept(1, h, only_db.clone(), now), Taken::Used);
+        assert_eq!(view.accept(peer(1), h, only_db, now), Taken::Used);
         assert_eq!(
             sums(&view),
             [Some(6), None],
             "a third run: only what it said counts"
         );
-        // A peer index out of range (never happens) is refused, not a panic.
-        assert_eq!(
-            view.accept(5, h, Entries::Counts(Vec::new()), now),
-            Taken::Old
-        );
+        // A peer that left the tier is forgotten.
+        view.keep_peers(|a| a != peer(1));
+        assert_eq!(sums(&view), [None, None]);
     }
 
     #[test]
@@ -778,7 +816,7 @@ mod tests {
         let now = Instant::now();
         let max_age = Duration::from_secs(1);
         let own_table = Table::new(["a", "b", "c"]);
-        let mut view = SharedView::new(2, &own_table);
+        let mut view = SharedView::new(&own_table);
         let own = [report(0), report(0), report(0)];
         // The peer has b, c and d (no a): another table.
         let theirs = Table::new(["d", "c", "b"]);
@@ -790,12 +828,12 @@ mod tests {
         };
         // Round 5 has no names: its counts cannot be placed yet.
         assert_eq!(
-            take_round(&mut view, 1, 1, 5, &theirs, &reports, now),
+            take_round(&mut view, peer(1), 1, 5, &theirs, &reports, now),
             [Taken::Unmapped]
         );
         assert_eq!(actives(&view), [None, None, None]);
         // Round 10 brings the names first, then counts that land by name; d is not ours.
-        let taken = take_round(&mut view, 1, 1, 10, &theirs, &reports, now);
+        let taken = take_round(&mut view, peer(1), 1, 10, &theirs, &reports, now);
         assert_eq!(taken, [Taken::Used, Taken::Used]);
         assert_eq!(actives(&view), [None, Some(20), Some(30)]);
         // This switch's list changes: what was said by the old positions is dropped.
@@ -809,7 +847,7 @@ mod tests {
         // Now the lists are the same: the positions are taken as they are, names or not.
         let same = [report(1), report(2), report(3), report(4)];
         assert_eq!(
-            take_round(&mut view, 1, 1, 11, &grown, &same, now),
+            take_round(&mut view, peer(1), 1, 11, &grown, &same, now),
             [Taken::Used]
         );
         let sums = view.sums(&own4, |_| true, now, max_age);

@@ -1,6 +1,7 @@
 //! Shared state: the running switch and a client connection's state, the cluster and each
 //! node's runtime (passive health, outlier ejection, admission gates), the policy's view, the
-//! retry budget, the connection limits, each discovery source's state, the tier's peers (`tier`) and their shared view of the nodes (`gossip`), and what a
+//! retry budget, the connection limits, each discovery source's state, the tier's peers (`tier`), their shared view of the nodes (`gossip`) and what
+//! it changes here (`tier_share`: a share of each node's limit, ejections by the tier), and what a
 //! policy sees of a request.
 //!
 //! May use: `net`, `config`, `observe`.
@@ -19,3 +20,4 @@ pub(crate) mod request;
 pub(crate) mod retry;
 pub(crate) mod switch;
 pub(crate) mod tier;
+pub(crate) mod tier_share;

@@ -15,7 +15,7 @@
 //! - **Never empty the cluster.** An ejection that would put more than `max_ejected_percent` of
 //!   the nodes out by ejection at once does not happen (it is counted as prevented); at least one
 //!   node of a cluster of two or more may always be ejected, a cluster of one never loses its
-//!   node.
+//!   node. Nodes out by a tier's say-so (`tier.ejection`) count as ejected here.
 //! - **Slow start** applies to an ejected node that returns, as to any node that comes back
 //!   ([`crate::state::cluster::NodeRuntime::slow_start`]).
 //!
@@ -124,11 +124,21 @@ fn nanos(d: Duration) -> u64 {
 pub(crate) trait HasOutlier {
     /// The record.
     fn outlier(&self) -> &OutlierState;
+
+    /// Out because other switches of a tier have it out (`tier.ejection`): it counts against
+    /// `max_ejected_percent` as an ejection here does.
+    fn out_by_tier(&self) -> bool {
+        false
+    }
 }
 
 impl<T: HasOutlier> HasOutlier for Arc<T> {
     fn outlier(&self) -> &OutlierState {
         (**self).outlier()
+    }
+
+    fn out_by_tier(&self) -> bool {
+        (**self).out_by_tier()
     }
 }
 
@@ -158,7 +168,7 @@ pub(crate) fn on_failure<N: HasOutlier>(
     }
     let out = nodes
         .iter()
-        .filter(|n| n.outlier().is_ejected(now_nanos))
+        .filter(|n| n.outlier().is_ejected(now_nanos) || n.out_by_tier())
         .count();
     if out + 1 > max_ejected(nodes.len(), settings.max_ejected_percent) {
         record.prevented.fetch_add(1, Ordering::Relaxed);
@@ -245,6 +255,20 @@ mod tests {
             Verdict::Ejected(Duration::from_secs(10))
         );
         assert_eq!(nodes[0].outlier.ejections.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn a_node_out_by_the_tier_counts_against_the_budget() {
+        let nodes = nodes(2);
+        let s = settings(1, 50);
+        nodes[0].set_tier_out(true);
+        assert_eq!(
+            on_failure(&nodes, 1, S, &s),
+            Verdict::Prevented,
+            "the last node in"
+        );
+        nodes[0].set_tier_out(false);
+        assert!(matches!(on_failure(&nodes, 1, S, &s), Verdict::Ejected(_)));
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! The tier as shared state: the peers (each switch of the tier by its client listener) with
 //! their health-check state and counters, which one is this switch, the ring that gives every
-//! cache key its owner, the hop client, and the hot-key counts behind local copies.
+//! cache key its owner, the hop client, the hot-key counts behind local copies, and the state of
+//! the discovery source that finds more peers.
 //!
 //! The owner of a key is chosen by `capstan-core`'s consistent hashing over the peers'
 //! addresses, among the peers that are up. Its load bound is off (ε = ∞): every switch must
 //! name the same owner for a key without knowing the others' load, or one key would be filled
 //! once per owner the switches disagree on.
+//!
+//! The peer set may change at run time (`tier.discovery`): it lives in [`Members`], swapped whole,
+//! so a request reads one consistent snapshot (peers, own index, ring) with one atomic load, and
+//! a peer that stays keeps its runtime (checks, counters) across the swap.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+#[cfg(test)]
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use capstan_core::policy::ConsistentHash;
 use capstan_core::{ClusterView, NodeId, NodeState, Policy, RequestInfo};
@@ -69,6 +77,23 @@ pub(crate) struct PeerRuntime {
     pub gossip_last_at: AtomicU64,
 }
 
+impl PeerRuntime {
+    fn new(address: SocketAddr) -> PeerRuntime {
+        PeerRuntime {
+            address,
+            check: CheckState::default(),
+            hops_sent: AtomicU64::new(0),
+            hop_failures: AtomicU64::new(0),
+            hops_served: AtomicU64::new(0),
+            invalidations_sent: AtomicU64::new(0),
+            invalidation_failures: AtomicU64::new(0),
+            gossip_reports: AtomicU64::new(0),
+            gossip_dropped: AtomicU64::new(0),
+            gossip_last_at: AtomicU64::new(0),
+        }
+    }
+}
+
 /// The tier's gossip as a whole (`crate::control::gossip`).
 #[derive(Debug, Default)]
 pub(crate) struct GossipCounters {
@@ -86,56 +111,56 @@ pub(crate) struct GossipCounters {
     pub unnamed: AtomicU64,
     /// Why gossip is not running (its socket could not be bound), when it is not.
     pub error: Mutex<Option<String>>,
+    /// Nodes taken out here because the tier's gossip said enough peers have them out
+    /// (`tier.ejection`), and such ejections not made because they would have taken out too
+    /// many nodes.
+    pub tier_ejections: AtomicU64,
+    pub tier_ejections_prevented: AtomicU64,
 }
 
-/// An HTTP/1.1 client to the peers, from this switch's own IP, with keep-alive connections.
-pub(crate) type PeerClient = Client<HttpConnector, Empty<Bytes>>;
-
-fn peer_client(config: &TierConfig, own: usize) -> PeerClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(config.hop_timeout));
-    connector.set_local_address(config.source_ip(own));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
+/// Where the tier's peers come from besides `tier.peers`: the `tier.discovery` source's state
+/// and this switch's own registration (`tier.register`), as `/status` shows them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PeerSourceState {
+    /// The last look failed (the last good peer set stays).
+    pub error: Option<String>,
+    /// When the source last gave a good list.
+    pub last_good: Option<Instant>,
+    pub looks_ok: u64,
+    pub looks_failed: u64,
+    /// Entries of the last good list the source's kind dropped, and why (a value that is not
+    /// an address, port 0).
+    pub skipped: Vec<String>,
+    /// Entries that gave an address no peer can have (a wildcard address), and why.
+    pub unusable: Vec<String>,
+    /// Entries skipped since start (each counted once when it appears).
+    pub skipped_total: u64,
+    /// The addresses the source gave last.
+    pub found: Vec<SocketAddr>,
+    /// This switch's registration: its key, once registered.
+    pub registered_key: Option<String>,
+    /// Times the key was put (again: a new lease after etcd lost the old one).
+    pub registrations: u64,
+    /// The registration's last failure, until it is registered again.
+    pub registration_error: Option<String>,
 }
 
-/// Tells one `Tier` from the next (a reload makes a new one), so a thread's hop client is made
-/// again for a new tier's settings.
-static NEXT_TIER_ID: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// This thread's hop client, for the tier of that id ([`Tier::hop_client`]).
-    static HOP_CLIENT: std::cell::RefCell<Option<(u64, PeerClient)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// The tier this switch is part of.
-pub(crate) struct Tier {
-    /// Which tier this is, for the per-thread hop clients.
-    id: u64,
-    pub config: TierConfig,
+/// The peers at one moment: each one's runtime (kept while it stays a peer), where it came
+/// from, which is this switch, and the ring that names each key's owner among them. Swapped
+/// whole when the set changes; a request reads one snapshot.
+pub(crate) struct Members {
+    /// In address order, so every switch that has the same set numbers it alike.
+    pub peers: Vec<Arc<PeerRuntime>>,
+    /// Where each peer came from: `static`, the discovery source's kind (`dns`, `etcd`,
+    /// `file`), both (`static+etcd`), or `self` (this switch, listed by neither).
+    pub sources: Vec<String>,
     /// This switch's index in `peers`.
     pub own: usize,
-    pub peers: Vec<PeerRuntime>,
     ring: ConsistentHash,
-    /// Keep-alive connections to the peers, for health checks and fanned-out invalidations
-    /// (hops: [`Tier::hop_client`]).
-    pub client: PeerClient,
-    /// Requests whose hop header was removed: not from a peer's address.
-    pub forged_hops: AtomicU64,
-    /// Hits on local copies of keys another peer owns.
-    pub local_copy_hits: AtomicU64,
-    /// Local copies stored.
-    pub local_copies_stored: AtomicU64,
-    pub gossip: GossipCounters,
-    hot: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 /// The peers as a policy sees nodes: up or not, no load (the bound is off).
-struct PeerView<'a>(&'a Tier);
+struct PeerView<'a>(&'a Members);
 
 impl ClusterView for PeerView<'_> {
     fn now_nanos(&self) -> u64 {
@@ -152,66 +177,44 @@ impl ClusterView for PeerView<'_> {
     }
 }
 
-impl Tier {
-    /// The tier of a validated `[tier]`: `listen` (every client listener) finds this switch.
-    pub(crate) fn new(config: &TierConfig, listen: &[SocketAddr]) -> anyhow::Result<Tier> {
-        let own = config
-            .own_index(listen)
-            .ok_or_else(|| anyhow::anyhow!("tier.peers does not list this switch's listener"))?;
-        let names: Vec<String> = config.addresses.iter().map(|a| a.to_string()).collect();
+impl Members {
+    /// The members for `listed` (address and where it came from; this switch is added when
+    /// absent), reusing the runtimes of `before` for the peers that stay.
+    fn build(
+        own: SocketAddr,
+        mut listed: Vec<(SocketAddr, String)>,
+        before: Option<&Members>,
+    ) -> anyhow::Result<Members> {
+        if !listed.iter().any(|(a, _)| *a == own) {
+            listed.push((own, "self".to_string()));
+        }
+        listed.sort_by_key(|(a, _)| *a);
+        listed.dedup_by_key(|(a, _)| *a);
+        let names: Vec<String> = listed.iter().map(|(a, _)| a.to_string()).collect();
         let ring = ConsistentHash::new(&names, f64::INFINITY, VIRTUAL_NODES)
             .map_err(|e| anyhow::anyhow!("tier ring: {e}"))?;
-        let client = peer_client(config, own);
-        Ok(Tier {
-            id: NEXT_TIER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            config: config.clone(),
-            own,
-            peers: (config.addresses.iter())
-                .map(|&address| PeerRuntime {
-                    address,
-                    check: CheckState::default(),
-                    hops_sent: AtomicU64::new(0),
-                    hop_failures: AtomicU64::new(0),
-                    hops_served: AtomicU64::new(0),
-                    invalidations_sent: AtomicU64::new(0),
-                    invalidation_failures: AtomicU64::new(0),
-                    gossip_reports: AtomicU64::new(0),
-                    gossip_dropped: AtomicU64::new(0),
-                    gossip_last_at: AtomicU64::new(0),
-                })
-                .collect(),
+        let peers: Vec<Arc<PeerRuntime>> = (listed.iter())
+            .map(|(address, _)| {
+                (before.and_then(|b| b.peers.iter().find(|p| p.address == *address)))
+                    .map_or_else(|| Arc::new(PeerRuntime::new(*address)), Arc::clone)
+            })
+            .collect();
+        Ok(Members {
+            own: listed.iter().position(|(a, _)| *a == own).expect("added"),
+            sources: listed.into_iter().map(|(_, s)| s).collect(),
+            peers,
             ring,
-            client,
-            forged_hops: AtomicU64::new(0),
-            local_copy_hits: AtomicU64::new(0),
-            local_copies_stored: AtomicU64::new(0),
-            gossip: GossipCounters::default(),
-            hot: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// This worker thread's client for hops to the owners of keys. A hop goes out on a
-    /// connection of the runtime serving the request: connections of one shared client are
-    /// pooled across runtimes, and one made on the control runtime (the peers' health checks)
-    /// then carried every hop across threads (45 % of an asking switch's CPU, a hit through a
-    /// peer 2.2 × a local hit's; `benches/tier_hop.sh`).
-    pub(crate) fn hop_client(&self) -> PeerClient {
-        HOP_CLIENT.with(|cell| {
-            let mut current = cell.borrow_mut();
-            match &*current {
-                Some((id, client)) if *id == self.id => client.clone(),
-                _ => {
-                    let client = peer_client(&self.config, self.own);
-                    *current = Some((self.id, client.clone()));
-                    client
-                }
-            }
         })
     }
 
     /// Whether peer `id` may own keys: this switch always, another while its checks pass.
     pub(crate) fn is_live(&self, id: usize) -> bool {
         id == self.own || self.peers.get(id).is_some_and(|p| p.check.is_up())
+    }
+
+    /// The peers that may own keys now, this switch included (1 at least).
+    pub(crate) fn live_count(&self) -> usize {
+        (0..self.peers.len()).filter(|&id| self.is_live(id)).count()
     }
 
     /// The peer that owns `key` among the live ones (this switch when no other is live).
@@ -228,7 +231,7 @@ impl Tier {
     /// peer its hop header names first, when that peer is at this IP).
     pub(crate) fn peer_at(&self, ip: IpAddr, named: Option<&str>) -> Option<usize> {
         let named = named.and_then(|n| n.parse::<SocketAddr>().ok());
-        let at_ip = |p: &&PeerRuntime| p.address.ip() == ip;
+        let at_ip = |p: &&Arc<PeerRuntime>| p.address.ip() == ip;
         (self.peers.iter())
             .position(|p| Some(p.address) == named && p.address.ip() == ip)
             .or_else(|| self.peers.iter().position(|p| at_ip(&p)))
@@ -259,17 +262,156 @@ impl Tier {
             .position(|p| p.address == from)
             .filter(|&id| id != self.own)
     }
+}
 
-    /// Takes peer `id` out at once after a failed hop; its health checks bring it back after
+/// An HTTP/1.1 client to the peers, from this switch's own IP, with keep-alive connections.
+pub(crate) type PeerClient = Client<HttpConnector, Empty<Bytes>>;
+
+fn peer_client(config: &TierConfig, own_address: SocketAddr) -> PeerClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(config.hop_timeout));
+    connector.set_local_address(config.source_ip(own_address));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .build(connector)
+}
+
+/// Tells one `Tier` from the next (a reload makes a new one), so a thread's hop client is made
+/// again for a new tier's settings.
+static NEXT_TIER_ID: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's hop client, for the tier of that id ([`Tier::hop_client`]).
+    static HOP_CLIENT: std::cell::RefCell<Option<(u64, PeerClient)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The tier this switch is part of.
+pub(crate) struct Tier {
+    /// Which tier this is, for the per-thread hop clients.
+    id: u64,
+    pub config: TierConfig,
+    /// This switch's client listener, by which its peers know it.
+    pub own_address: SocketAddr,
+    /// The peers now (`tier.peers` and what the discovery source last gave, this switch
+    /// always among them).
+    members: ArcSwap<Members>,
+    /// The discovery source's state and this switch's registration.
+    pub source: Mutex<PeerSourceState>,
+    /// Keep-alive connections to the peers, for health checks and fanned-out invalidations
+    /// (hops: [`Tier::hop_client`]).
+    pub client: PeerClient,
+    /// Requests whose hop header was removed: not from a peer's address.
+    pub forged_hops: AtomicU64,
+    /// Hits on local copies of keys another peer owns.
+    pub local_copy_hits: AtomicU64,
+    /// Local copies stored.
+    pub local_copies_stored: AtomicU64,
+    pub gossip: GossipCounters,
+    hot: Mutex<HashMap<String, (u32, Instant)>>,
+}
+
+impl Tier {
+    /// The tier of a validated `[tier]`: `listen` (every client listener) finds this switch.
+    pub(crate) fn new(config: &TierConfig, listen: &[SocketAddr]) -> anyhow::Result<Tier> {
+        let own_address = config.own_address(listen).ok_or_else(|| {
+            anyhow::anyhow!("tier: no client listener of this switch can be its peer address")
+        })?;
+        let members = Members::build(own_address, config.static_peers(), None)?;
+        let client = peer_client(config, own_address);
+        Ok(Tier {
+            id: NEXT_TIER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            config: config.clone(),
+            own_address,
+            members: ArcSwap::from_pointee(members),
+            source: Mutex::new(PeerSourceState::default()),
+            client,
+            forged_hops: AtomicU64::new(0),
+            local_copy_hits: AtomicU64::new(0),
+            local_copies_stored: AtomicU64::new(0),
+            gossip: GossipCounters::default(),
+            hot: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// This worker thread's client for hops to the owners of keys. A hop goes out on a
+    /// connection of the runtime serving the request: connections of one shared client are
+    /// pooled across runtimes, and one made on the control runtime (the peers' health checks)
+    /// then carried every hop across threads (45 % of an asking switch's CPU, a hit through a
+    /// peer 2.2 × a local hit's; `benches/tier_hop.sh`).
+    pub(crate) fn hop_client(&self) -> PeerClient {
+        HOP_CLIENT.with(|cell| {
+            let mut current = cell.borrow_mut();
+            match &*current {
+                Some((id, client)) if *id == self.id => client.clone(),
+                _ => {
+                    let client = peer_client(&self.config, self.own_address);
+                    *current = Some((self.id, client.clone()));
+                    client
+                }
+            }
+        })
+    }
+
+    /// The peers now (a snapshot: a change of the set swaps in another).
+    pub(crate) fn members(&self) -> Arc<Members> {
+        self.members.load_full()
+    }
+
+    /// Takes the addresses the discovery source (of kind `kind`) gives now: the peers become
+    /// them and `tier.peers`, this switch always among them. Peers that stay keep their
+    /// state; new ones start up (as a switch at start: a hop that fails takes one out at
+    /// once). Returns the addresses that joined and those that left.
+    pub(crate) fn set_discovered(
+        &self,
+        found: &[SocketAddr],
+        kind: &str,
+    ) -> anyhow::Result<(Vec<SocketAddr>, Vec<SocketAddr>)> {
+        let mut listed = self.config.static_peers();
+        for a in found {
+            match listed.iter_mut().find(|(l, _)| l == a) {
+                Some((_, source)) => *source = format!("static+{kind}"),
+                None => listed.push((*a, kind.to_string())),
+            }
+        }
+        let before = self.members();
+        let after = Members::build(self.own_address, listed, Some(&before))?;
+        let was = |a: &SocketAddr| before.peers.iter().any(|p| p.address == *a);
+        let is = |a: &SocketAddr| after.peers.iter().any(|p| p.address == *a);
+        let joined = (after.peers.iter().map(|p| p.address))
+            .filter(|a| !was(a))
+            .collect();
+        let left = (before.peers.iter().map(|p| p.address))
+            .filter(|a| !is(a))
+            .collect();
+        self.members.store(Arc::new(after));
+        Ok((joined, left))
+    }
+
+    /// Whether `key`'s owner is another peer than this switch (one lock-free load: the
+    /// request path asks it for every cachable request).
+    pub(crate) fn owner_is_other(&self, key: &str) -> bool {
+        let m = self.members.load();
+        m.owner(key) != m.own
+    }
+
+    /// Which dispatcher of the tier this switch is (see [`Members::dispatcher`]).
+    pub(crate) fn dispatcher(&self) -> capstan_core::Dispatcher {
+        self.members.load().dispatcher()
+    }
+
+    /// Takes `peer` out at once after a failed hop; its health checks bring it back after
     /// `rise` passes.
-    pub(crate) fn hop_failed(&self, id: usize, error: String) {
+    pub(crate) fn hop_failed(&self, peer: &PeerRuntime, error: String) {
         let result = CheckResult {
             passed: false,
             status: None,
             error: Some(format!("hop: {error}")),
         };
-        if self.peers[id].check.record(&result, self.config.rise, 1) == Some(false) {
-            tracing::warn!(peer = %self.peers[id].address, "hop failed ({error}): peer taken out");
+        if peer.check.record(&result, self.config.rise, 1) == Some(false) {
+            tracing::warn!(peer = %peer.address, "hop failed ({error}): peer taken out");
         }
     }
 
@@ -311,12 +453,16 @@ mod tests {
                 .join(", ")
         ))
         .unwrap();
-        config.resolve().unwrap();
+        config.resolve(None).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         let _guard = rt.enter();
         Tier::new(&config, &[own.parse().unwrap()]).unwrap()
+    }
+
+    fn addr(a: &str) -> SocketAddr {
+        a.parse().unwrap()
     }
 
     const PEERS: [&str; 3] = ["127.0.0.2:8080", "127.0.0.3:8080", "127.0.0.4:8080"];
@@ -327,7 +473,7 @@ mod tests {
         let mut owned = [0usize; 3];
         for i in 0..3000 {
             let key = format!("http://site/object/{i}");
-            let owners: Vec<usize> = tiers.iter().map(|t| t.owner(&key)).collect();
+            let owners: Vec<usize> = tiers.iter().map(|t| t.members().owner(&key)).collect();
             assert!(owners.iter().all(|&o| o == owners[0]), "{key}: {owners:?}");
             owned[owners[0]] += 1;
         }
@@ -339,12 +485,13 @@ mod tests {
     #[test]
     fn a_down_peers_keys_move_to_the_others_and_only_those() {
         let t = tier(&PEERS, PEERS[0]);
+        let m = t.members();
         let keys: Vec<String> = (0..1000).map(|i| format!("http://site/k{i}")).collect();
-        let before: Vec<usize> = keys.iter().map(|k| t.owner(k)).collect();
-        t.hop_failed(2, "refused".into());
-        assert!(!t.is_live(2));
+        let before: Vec<usize> = keys.iter().map(|k| m.owner(k)).collect();
+        t.hop_failed(&m.peers[2], "refused".into());
+        assert!(!m.is_live(2));
         for (key, was) in keys.iter().zip(&before) {
-            let now = t.owner(key);
+            let now = m.owner(key);
             assert_ne!(now, 2, "{key} still owned by the down peer");
             if *was != 2 {
                 assert_eq!(now, *was, "{key} moved though its owner is up");
@@ -361,26 +508,87 @@ mod tests {
         );
         let d = t.dispatcher();
         assert_eq!((d.index, d.count), (2, 3));
-        t.hop_failed(1, "refused".into());
+        let m = t.members();
+        assert_eq!(m.peers[0].address, addr("127.0.0.2:8080"), "address order");
+        t.hop_failed(&m.peers[1], "refused".into());
         let d = t.dispatcher();
         assert_eq!((d.index, d.count), (1, 2));
+        assert_eq!(m.live_count(), 2);
     }
 
     #[test]
     fn alone_a_switch_owns_everything() {
         let t = tier(&PEERS, PEERS[1]);
-        t.hop_failed(0, "refused".into());
-        t.hop_failed(2, "refused".into());
-        assert!((0..100).all(|i| t.owner(&format!("/k{i}")) == 1));
+        let m = t.members();
+        t.hop_failed(&m.peers[0], "refused".into());
+        t.hop_failed(&m.peers[2], "refused".into());
+        assert!((0..100).all(|i| m.owner(&format!("/k{i}")) == 1));
     }
 
     #[test]
     fn peers_are_known_by_ip_and_the_named_one_wins() {
         let t = tier(&["127.0.0.2:8080", "127.0.0.2:8081"], "127.0.0.2:8080");
         let ip: IpAddr = "127.0.0.2".parse().unwrap();
-        assert_eq!(t.peer_at(ip, Some("127.0.0.2:8081")), Some(1));
-        assert_eq!(t.peer_at(ip, None), Some(0));
-        assert_eq!(t.peer_at("127.0.0.1".parse().unwrap(), None), None);
+        let m = t.members();
+        assert_eq!(m.peer_at(ip, Some("127.0.0.2:8081")), Some(1));
+        assert_eq!(m.peer_at(ip, None), Some(0));
+        assert_eq!(m.peer_at("127.0.0.1".parse().unwrap(), None), None);
+    }
+
+    #[test]
+    fn discovered_peers_join_the_static_ones_and_this_switch_stays() {
+        let t = tier(&["127.0.0.2:8080"], "127.0.0.2:8080");
+        t.members().peers[0]
+            .hops_sent
+            .fetch_add(5, Ordering::Relaxed);
+        let found = [addr("127.0.0.3:8080"), addr("127.0.0.2:8080")];
+        let (joined, left) = t.set_discovered(&found, "etcd").unwrap();
+        assert_eq!((joined, left), (vec![addr("127.0.0.3:8080")], vec![]));
+        let m = t.members();
+        assert_eq!(m.sources, ["static+etcd", "etcd"]);
+        assert_eq!(m.peers[0].hops_sent.load(Ordering::Relaxed), 5, "kept");
+        // The source forgets every peer, this one included: the tier is this switch and
+        // the static peers, never empty.
+        let (joined, left) = t.set_discovered(&[], "etcd").unwrap();
+        assert_eq!((joined, left), (vec![], vec![addr("127.0.0.3:8080")]));
+        assert_eq!(t.members().sources, ["static"]);
+        // A switch listed by nobody has itself.
+        let mut config: TierConfig =
+            toml::from_str("discovery = { file = \"peers.json\" }").unwrap();
+        config.resolve(None).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let lone = Tier::new(&config, &[addr("127.0.0.5:8080")]).unwrap();
+        let m = lone.members();
+        assert_eq!((m.peers.len(), m.sources[0].as_str()), (1, "self"));
+        lone.set_discovered(&[addr("127.0.0.3:8080")], "dns")
+            .unwrap();
+        let m = lone.members();
+        assert_eq!(m.sources, ["dns", "self"]);
+        assert_eq!(m.peers[m.own].address, addr("127.0.0.5:8080"));
+    }
+
+    #[test]
+    fn a_joining_peer_takes_only_its_share_of_the_keys() {
+        let t = tier(&PEERS[..2], PEERS[0]);
+        let keys: Vec<String> = (0..1000).map(|i| format!("http://site/k{i}")).collect();
+        let owner = |t: &Tier, k: &str| {
+            let m = t.members();
+            m.peers[m.owner(k)].address
+        };
+        let before: Vec<SocketAddr> = keys.iter().map(|k| owner(&t, k)).collect();
+        t.set_discovered(&[addr(PEERS[2])], "file").unwrap();
+        let mut moved = 0;
+        for (k, was) in keys.iter().zip(&before) {
+            let now = owner(&t, k);
+            if now != *was {
+                assert_eq!(now, addr(PEERS[2]), "{k} moved to a peer that was there");
+                moved += 1;
+            }
+        }
+        assert!((200..=450).contains(&moved), "{moved} keys moved");
     }
 
     #[test]

@@ -1,20 +1,77 @@
 //! The `[tier]` section: the switches of one tier (each by its client listener, this one
-//! included), whether they share one cache, how long a hop to a peer may take, the peers'
-//! health checks and the hot keys a switch keeps a local copy of. What a request does with it
-//! is `crate::pipeline::tier`'s job; the peers' checks are `crate::control::tier`'s.
+//! included) as listed (`peers`) and as found by a discovery source (`discovery`, the keys of
+//! a `[[discovery]]` entry; with etcd this switch may register itself, `register`), whether
+//! they share one cache, how long a hop to a peer may take, the peers' health checks, the hot
+//! keys a switch keeps a local copy of, and what the shared view of the nodes feeds
+//! (`admission`, `ejection`). What a request does with it is `crate::pipeline::tier`'s job; the
+//! peers' checks are `crate::control::tier`'s, the source's `crate::control::tier_peers`'.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use super::discovery::{DiscoverySource, Located, RawDiscovery, SourceKind};
+
+/// How a node's admission limit is applied with a tier (`tier.admission`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierAdmission {
+    /// Each switch applies the whole limit to its own requests (the node may see up to
+    /// peers × limit).
+    #[default]
+    Local,
+    /// Each switch applies its share: the limit divided by the live peers (see
+    /// `crate::state::tier_share`).
+    Shared,
+}
+
+/// Whether a node another switch has out is taken out here too (`tier.ejection`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierEjection {
+    /// Only this switch's own outlier detection, checks and back-off take a node out.
+    #[default]
+    Local,
+    /// Out here when any live peer reports it out.
+    Any,
+    /// Out here when more than half of the switches that report it (this one included) have it
+    /// out.
+    Majority,
+}
 
 /// The `[tier]` section.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
     /// Every switch of the tier by its client listener (`IP:PORT`), this one included, as
-    /// written.
+    /// written; may be empty when `discovery` finds them.
+    #[serde(default)]
     pub peers: Vec<String>,
+    /// Where more peers come from: the keys of a `[[discovery]]` entry (`dns`, `etcd` with
+    /// `prefix`, or `file`), as written.
+    #[serde(default, rename = "discovery", skip_serializing)]
+    pub(crate) discovery_raw: Option<Spanned<RawDiscovery>>,
+    /// `discovery` resolved (filled by the parser).
+    #[serde(skip_deserializing, default, rename = "discovery")]
+    pub source: Option<DiscoverySource>,
+    /// With an etcd `discovery`: this switch puts its listener address under the prefix with a
+    /// lease it keeps alive, and deletes it on a clean shutdown.
+    #[serde(default)]
+    pub register: bool,
+    /// The registration's lease: a killed switch's key vanishes this long after its last
+    /// renewal.
+    #[serde(default = "default_register_ttl", with = "humantime_serde")]
+    pub register_ttl: Duration,
+    /// Whether a node's admission limit is this switch's alone or shared out among the live
+    /// peers.
+    #[serde(default)]
+    pub admission: TierAdmission,
+    /// Whether a node the tier's gossip says other switches have out is out here too.
+    #[serde(default)]
+    pub ejection: TierEjection,
     /// `peers` resolved, in the same order (filled by the parser).
     #[serde(skip_deserializing, default)]
     pub addresses: Vec<SocketAddr>,
@@ -122,25 +179,63 @@ fn default_local_copy_ttl() -> Duration {
 fn default_gossip_period() -> Duration {
     Duration::from_millis(100)
 }
+fn default_register_ttl() -> Duration {
+    Duration::from_secs(10)
+}
 
 impl TierConfig {
-    /// Resolves `peers` into `addresses`; the error names the key and the bad entry.
-    pub fn resolve(&mut self) -> Result<(), (&'static str, String)> {
+    /// Resolves `peers` into `addresses` and `discovery` into `source` (relative file paths
+    /// from `base_dir`); the error names the key and the bad entry, with the span of the
+    /// value at fault when it is in `discovery`.
+    pub fn resolve(&mut self, base_dir: Option<&Path>) -> Result<(), (&'static str, Located)> {
         self.addresses = (self.peers.iter())
             .map(|p| crate::net::address::resolve_address(p))
             .collect::<Result<_, _>>()
-            .map_err(|e| ("peers", format!("tier.peers: {e}")))?;
+            .map_err(|e| ("peers", (None, format!("tier.peers: {e}"))))?;
+        if let Some(raw) = &self.discovery_raw {
+            let mut sources = super::discovery::resolve(std::slice::from_ref(raw), base_dir)
+                .map_err(|(span, e)| {
+                    (
+                        "discovery",
+                        (span, e.replacen("discovery:", "tier.discovery:", 1)),
+                    )
+                })?;
+            let mut source = sources.pop().expect("one entry, one source");
+            if !raw.get_ref().is_named() {
+                source.name = "tier".into();
+            }
+            self.source = Some(source);
+        }
         Ok(())
     }
 
-    /// What the parser cannot check: at least one peer, no peer twice, this switch (one of
-    /// `listen`) among them, sane durations.
+    /// The static peers with where they come from, as the tier's membership starts them.
+    pub fn static_peers(&self) -> Vec<(SocketAddr, String)> {
+        (self.addresses.iter())
+            .map(|a| (*a, "static".to_string()))
+            .collect()
+    }
+
+    /// The address this switch is known by among the peers: the first of its listeners that
+    /// `peers` lists, else (with `discovery`) its first client listener that is not a wildcard
+    /// address.
+    pub fn own_address(&self, listen: &[SocketAddr]) -> Option<SocketAddr> {
+        (self.addresses.iter().find(|a| listen.contains(a)).copied()).or_else(|| {
+            (self.source.is_some())
+                .then(|| listen.iter().find(|a| !a.ip().is_unspecified()).copied())
+                .flatten()
+        })
+    }
+
+    /// What the parser cannot check: at least one peer or a source, no peer twice, this
+    /// switch (one of `listen`) among them or able to add itself, sane durations, keys that
+    /// need another.
     pub fn check(&self, listen: &[SocketAddr]) -> Result<(), (&'static str, String)> {
-        if self.addresses.is_empty() {
+        if self.addresses.is_empty() && self.source.is_none() {
             return Err((
                 "peers",
                 "tier.peers is empty: list every switch of the tier by its client listener \
-                 (IP:PORT), this one included"
+                 (IP:PORT), this one included, or give tier.discovery"
                     .into(),
             ));
         }
@@ -149,22 +244,27 @@ impl TierConfig {
                 return Err(("peers", format!("tier.peers lists {a} twice")));
             }
         }
-        if self.own_index(listen).is_none() {
+        if self.own_address(listen).is_none() {
             let ours: Vec<String> = listen.iter().map(|a| a.to_string()).collect();
             let ours = match ours.is_empty() {
                 true => "(none)".to_string(),
                 false => ours.join(", "),
             };
-            return Err((
-                "peers",
-                format!(
+            let e = match self.source.is_some() {
+                true => format!(
+                    "tier.discovery: this switch listens only on wildcard addresses ({ours}), \
+                     which its peers cannot reach it at; listen on the address they reach it at"
+                ),
+                false => format!(
                     "tier.peers must list this switch by its client listener: none of its \
                      listener addresses ({ours}) is among the peers ({}); a switch knows itself \
                      by its own listener address (start each with its own --listen)",
                     self.peers.join(", ")
                 ),
-            ));
+            };
+            return Err(("peers", e));
         }
+        self.check_keys()?;
         let at_least = |key: &'static str, d: Duration, min_ms: u64| {
             (d < Duration::from_millis(min_ms))
                 .then(|| (key, format!("tier.{key} must be at least {min_ms}ms")))
@@ -187,17 +287,54 @@ impl TierConfig {
         Ok(())
     }
 
-    /// Which peer this switch is: the first peer one of its listeners is at.
-    pub fn own_index(&self, listen: &[SocketAddr]) -> Option<usize> {
-        self.addresses.iter().position(|a| listen.contains(a))
+    /// The keys that only mean something with another: `register` with an etcd source,
+    /// `ejection` with gossip.
+    fn check_keys(&self) -> Result<(), (&'static str, String)> {
+        let etcd = matches!(
+            self.source.as_ref().map(|s| &s.kind),
+            Some(SourceKind::Etcd(_))
+        );
+        if self.register && !etcd {
+            return Err((
+                "register",
+                "tier.register puts this switch in etcd: give tier.discovery = { etcd = \
+                 [\"http://HOST:2379\"], prefix = \"/…/\" }"
+                    .into(),
+            ));
+        }
+        if self.register_ttl < Duration::from_secs(1) {
+            return Err((
+                "register_ttl",
+                "tier.register_ttl must be at least 1s (etcd's leases count whole seconds)".into(),
+            ));
+        }
+        if self.ejection != TierEjection::Local && self.gossip_period.is_zero() {
+            return Err((
+                "ejection",
+                "tier.ejection reads the peers' gossip: it needs tier.gossip_period on".into(),
+            ));
+        }
+        Ok(())
     }
 
-    /// The address this switch (peer `own`) sends from, so its peers know it by the IP of its
-    /// listener (on loopback the kernel would pick 127.0.0.1 for every switch); none for a
+    /// The address this switch (known as `own`) sends from, so its peers know it by the IP of
+    /// its listener (on loopback the kernel would pick 127.0.0.1 for every switch); none for a
     /// wildcard listener.
-    pub fn source_ip(&self, own: usize) -> Option<std::net::IpAddr> {
-        let ip = self.addresses.get(own)?.ip();
+    pub fn source_ip(&self, own: SocketAddr) -> Option<std::net::IpAddr> {
+        let ip = own.ip();
         (!ip.is_unspecified()).then_some(ip)
+    }
+
+    /// The discovery source in a phrase, with the registration.
+    fn describe_source(&self, source: &DiscoverySource) -> String {
+        let register = match self.register {
+            true => format!(
+                ", this switch registered under a {} lease",
+                humantime::format_duration(self.register_ttl)
+            ),
+            false => String::new(),
+        };
+        format!("{} {}{register}", source.kind.name(), source.kind.target())
     }
 
     /// What `capstan check` prints of it.
@@ -225,10 +362,34 @@ impl TierConfig {
                 d(self.gossip_period)
             ),
         };
+        let peers = match (&self.source, self.addresses.len()) {
+            (None, n) => format!("{n} peers: {}", self.peers.join(", ")),
+            (Some(s), 0) => format!("peers from {}", self.describe_source(s)),
+            (Some(s), n) => format!(
+                "{n} peers: {}, and peers from {}",
+                self.peers.join(", "),
+                self.describe_source(s)
+            ),
+        };
+        let shared = match (self.admission, self.ejection) {
+            (TierAdmission::Local, TierEjection::Local) => String::new(),
+            (a, e) => format!(
+                "          admission limits {}; {}\n",
+                match a {
+                    TierAdmission::Local => "per switch",
+                    TierAdmission::Shared => "shared: each switch takes limit / live peers",
+                },
+                match e {
+                    TierEjection::Local => "nodes ejected by this switch alone",
+                    TierEjection::Any => "a node any live peer has out is out here too",
+                    TierEjection::Majority => {
+                        "a node most of the reporting switches have out is out here too"
+                    }
+                }
+            ),
+        };
         format!(
-            "tier      {} peers: {}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n          {gossip}\n",
-            self.addresses.len(),
-            self.peers.join(", "),
+            "tier      {peers}\n          {cache}\n          {local}; peers checked every {} (timeout {}, fall {}, rise {})\n          {gossip}\n{shared}",
             d(self.health_interval),
             d(self.health_timeout),
             self.fall,
@@ -243,7 +404,7 @@ mod tests {
 
     fn tier(text: &str) -> TierConfig {
         let mut t: TierConfig = toml::from_str(text).expect("parses");
-        t.resolve().expect("resolves");
+        t.resolve(None).expect("resolves");
         t
     }
 
@@ -259,7 +420,12 @@ mod tests {
         assert_eq!((t.fall, t.rise, t.local_copy_after), (2, 2, 8));
         assert_eq!(t.gossip_period, Duration::from_millis(100));
         assert_eq!(t.check(&listen("127.0.0.3:8080")), Ok(()));
-        assert_eq!(t.own_index(&listen("127.0.0.3:8080")), Some(1));
+        assert_eq!(
+            t.own_address(&listen("127.0.0.3:8080")),
+            Some("127.0.0.3:8080".parse().unwrap())
+        );
+        assert_eq!(t.own_address(&listen("127.0.0.9:8080")), None);
+        assert_eq!((t.admission, t.ejection), Default::default());
     }
 
     #[test]
@@ -288,7 +454,7 @@ fall = 0"#,
         );
         assert_eq!(t.check(&listen("127.0.0.2:8080")).unwrap_err().0, "fall");
         let mut t: TierConfig = toml::from_str(r#"peers = ["nowhere"]"#).unwrap();
-        assert!(t.resolve().unwrap_err().1.contains("no port"));
+        assert!(t.resolve(None).unwrap_err().1 .1.contains("no port"));
         let t = tier(
             r#"peers = ["127.0.0.2:8080"]
 gossip_period = "1ms""#,
@@ -306,7 +472,42 @@ gossip_period = "1ms""#,
             .unwrap_err()
             .to_string();
         assert!(e.contains("`often` is not a duration"), "{e}");
-        assert!(toml::from_str::<TierConfig>("share_cache = true").is_err());
+        assert!(toml::from_str::<TierConfig>("share_cache = true").is_ok());
         assert!(toml::from_str::<TierConfig>("peers = [\"127.0.0.2:1\"]\nbogus = 1").is_err());
+    }
+
+    #[test]
+    fn discovery_may_stand_for_the_peers_and_names_its_errors() {
+        let t = tier(
+            "discovery = { etcd = [\"http://127.0.0.1:2379\"], prefix = \"/tier/\" }\n\
+             register = true\nadmission = \"shared\"\nejection = \"majority\"",
+        );
+        let source = t.source.as_ref().expect("a source");
+        assert_eq!((source.name.as_str(), source.kind.name()), ("tier", "etcd"));
+        assert_eq!(t.admission, TierAdmission::Shared);
+        assert_eq!(t.ejection, TierEjection::Majority);
+        // Not listed: this switch is its first listener that is not a wildcard.
+        let listen = vec![
+            "0.0.0.0:80".parse().unwrap(),
+            "127.0.0.7:8080".parse().unwrap(),
+        ];
+        assert_eq!(t.check(&listen), Ok(()));
+        assert_eq!(t.own_address(&listen), Some(listen[1]));
+        let e = t.check(&listen[..1]).unwrap_err().1;
+        assert!(e.contains("wildcard"), "{e}");
+        let t = tier("peers = []\ndiscovery = { file = \"peers.json\" }\nregister = true");
+        let (key, e) = t.check(&listen).unwrap_err();
+        assert_eq!(key, "register");
+        assert!(e.contains("etcd"), "{e}");
+        let t = tier("peers = []\ndiscovery = { dns = \"_capstan._tcp.tier.example\" }\ngossip_period = \"off\"\nejection = \"any\"");
+        assert_eq!(t.check(&listen).unwrap_err().0, "ejection");
+        let mut t: TierConfig = toml::from_str("discovery = { file = \"peers.txt\" }").unwrap();
+        let (key, (_, e)) = t.resolve(None).unwrap_err();
+        assert_eq!(key, "discovery");
+        assert!(
+            e.starts_with("tier.discovery: `peers.txt` must end in .json"),
+            "{e}"
+        );
+        assert!(toml::from_str::<TierConfig>("admission = \"global\"").is_err());
     }
 }

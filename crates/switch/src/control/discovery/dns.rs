@@ -21,7 +21,6 @@
 //! `hold` (HAProxy's `hold nx`): a record deleted for a moment costs nothing, a service taken
 //! out of the DNS is followed. The reason is in `skipped` meanwhile.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use capstan_discovery::dns::{Answer, DnsError, DnsName, Options, Resolver};
@@ -30,7 +29,6 @@ use tokio::sync::mpsc;
 use super::entries;
 use super::{Listing, Look};
 use crate::config::{DiscoverySource, DnsSource};
-use crate::state::switch::Switch;
 
 /// The longest pause between lookups while they fail.
 const MAX_RETRY: Duration = Duration::from_secs(30);
@@ -101,7 +99,7 @@ fn retry_after(dns: &DnsSource, failures: u32) -> Duration {
 /// Looks the name up now and again at each answer's TTL, sending each look; the records it
 /// dropped go to `/status` (logged when they change). Ends when the receiver is gone.
 pub(super) async fn feed(
-    switch: Arc<Switch>,
+    on_dropped: super::Dropped,
     source: DiscoverySource,
     dns: DnsSource,
     looks: mpsc::Sender<Look>,
@@ -135,8 +133,7 @@ pub(super) async fn feed(
             }
             if listing.dropped != dropped {
                 dropped.clone_from(&listing.dropped);
-                let now = dropped.clone();
-                switch.discovery.update(&source, |s| s.dropped = now);
+                on_dropped(dropped.clone());
             }
         }
         let look = listing.map(|l| l.nodes);

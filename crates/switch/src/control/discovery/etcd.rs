@@ -11,15 +11,12 @@
 //! the source's `skipped` (`/status`) and counted in `capstan_discovery_skipped` while it
 //! lasts. `zone` and `classes` are read but not used by the switch yet.
 
-use std::sync::Arc;
-
 use capstan_discovery::etcd::{self, Settings, Snapshot};
 use tokio::sync::mpsc;
 
 use super::entries;
 use super::{Listing, Look};
 use crate::config::{resolve_address, DiscoverySource, EtcdSource, NodeConfig};
-use crate::state::switch::Switch;
 
 fn settings(etcd: &EtcdSource) -> Settings {
     Settings {
@@ -82,7 +79,7 @@ pub(super) fn look_once(source: &DiscoverySource, etcd: &EtcdSource) -> Result<L
 /// Watches the prefix and sends a look on every change, and every error. Ends when the
 /// receiver is gone, or the watch stops (settings it cannot use).
 pub(super) async fn feed(
-    switch: Arc<Switch>,
+    on_dropped: super::Dropped,
     source: DiscoverySource,
     etcd: EtcdSource,
     looks: mpsc::Sender<Look>,
@@ -96,7 +93,7 @@ pub(super) async fn feed(
                 let made = tokio::task::spawn_blocking(move || nodes_of(&s, &snapshot)).await;
                 match made {
                     Ok((nodes, dropped)) => {
-                        report_dropped(&switch, &source, &dropped, &dropped_before);
+                        report_dropped(&on_dropped, &source, &dropped, &dropped_before);
                         dropped_before = dropped;
                         Ok(nodes)
                     }
@@ -112,7 +109,12 @@ pub(super) async fn feed(
 }
 
 /// Logs the keys newly dropped (once each), and records the current ones for `/status`.
-fn report_dropped(switch: &Switch, source: &DiscoverySource, now: &[String], before: &[String]) {
+fn report_dropped(
+    on_dropped: &super::Dropped,
+    source: &DiscoverySource,
+    now: &[String],
+    before: &[String],
+) {
     for e in now.iter().filter(|e| !before.contains(e)) {
         tracing::warn!(source = %source.name, "discovery: dropped {e}");
     }
@@ -120,9 +122,7 @@ fn report_dropped(switch: &Switch, source: &DiscoverySource, now: &[String], bef
         tracing::info!(source = %source.name, "discovery: no key is dropped any more");
     }
     if now != before {
-        switch
-            .discovery
-            .update(source, |s| s.dropped = now.to_vec());
+        on_dropped(now.to_vec());
     }
 }
 

@@ -48,26 +48,25 @@ pub(crate) use file::parse_nodes as parse_file;
 /// What a source lists now, or why it could not be had.
 pub(crate) type Look = Result<Vec<NodeConfig>, String>;
 
-/// Starts the feed of a source's kind, sending its looks to `looks`.
-fn spawn_feed(
-    switch: &Arc<Switch>,
+/// What a feed does with the entries its kind dropped from the last list (a DNS record with
+/// port 0, an etcd value that is not an address), called when they change: the node
+/// followers put them in the source's `/status`, the tier's follower in its own.
+pub(crate) type Dropped = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+
+/// Starts the feed of a source's kind, sending its looks to `looks`. Used for the
+/// `[[discovery]]` sources of nodes and for the tier's source of peers
+/// (`crate::control::tier_peers`).
+pub(crate) fn spawn_feed(
     source: &DiscoverySource,
     looks: mpsc::Sender<Look>,
+    dropped: Dropped,
 ) -> JoinHandle<()> {
     match &source.kind {
         SourceKind::File(path) => tokio::spawn(file::feed(source.clone(), path.clone(), looks)),
-        SourceKind::Dns(settings) => tokio::spawn(dns::feed(
-            Arc::clone(switch),
-            source.clone(),
-            settings.clone(),
-            looks,
-        )),
-        SourceKind::Etcd(e) => tokio::spawn(etcd::feed(
-            Arc::clone(switch),
-            source.clone(),
-            e.clone(),
-            looks,
-        )),
+        SourceKind::Dns(settings) => {
+            tokio::spawn(dns::feed(dropped, source.clone(), settings.clone(), looks))
+        }
+        SourceKind::Etcd(e) => tokio::spawn(etcd::feed(dropped, source.clone(), e.clone(), looks)),
     }
 }
 
@@ -107,7 +106,7 @@ pub(crate) fn look_once(source: &DiscoverySource) -> Look {
 
 /// A task aborted when this handle is dropped, so a source's feed never outlives its
 /// follower, nor a follower the switch's task that started it.
-struct AbortOnDrop(JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -294,9 +293,12 @@ impl Follower {
     /// the caller drops its handle.
     fn start_feed(&self) -> (mpsc::Receiver<Look>, AbortOnDrop) {
         let (send, receive) = mpsc::channel(1);
+        let (switch, source) = (Arc::clone(&self.switch), self.source.clone());
+        let dropped: Dropped =
+            Arc::new(move |now| switch.discovery.update(&source, |s| s.dropped = now));
         (
             receive,
-            AbortOnDrop(spawn_feed(&self.switch, &self.source, send)),
+            AbortOnDrop(spawn_feed(&self.source, send, dropped)),
         )
     }
 

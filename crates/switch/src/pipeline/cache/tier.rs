@@ -10,6 +10,7 @@
 //! a stale one never makes this switch ask a node itself.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -23,7 +24,7 @@ use http_body_util::{BodyExt, Empty};
 use crate::pipeline::dispatch::Forward;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cache::{bump, CacheLayer, Key};
-use crate::state::tier::{Tier, HOP_HEADER};
+use crate::state::tier::{PeerRuntime, Tier, HOP_HEADER};
 use crate::upstream::pool::NodeBody;
 
 /// Debug header (with `debug_headers`) naming the peer that owns a hopped request's key.
@@ -38,7 +39,7 @@ pub(super) fn asks_owner(tier: &Tier, parts: &Parts, key: &Key) -> bool {
             .extensions
             .get::<crate::pipeline::tier::Hopped>()
             .is_none()
-        && tier.owner(&key.fill_key()) != tier.own
+        && tier.owner_is_other(&key.fill_key())
 }
 
 /// The answer for a request whose key another peer owns, from this switch's local copy or the
@@ -51,12 +52,16 @@ pub(super) async fn from_owners(
     key: &Key,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
-    for _ in 0..tier.peers.len() {
-        let owner = tier.owner(&key.fill_key());
-        if owner == tier.own {
-            return None;
-        }
-        if let Some(answer) = through_owner(forward, parts, peer, key, owner).await {
+    for _ in 0..tier.members().peers.len() {
+        let owner = {
+            let members = tier.members();
+            let owner = members.owner(&key.fill_key());
+            if owner == members.own {
+                return None;
+            }
+            Arc::clone(&members.peers[owner])
+        };
+        if let Some(answer) = through_owner(forward, parts, peer, key, &owner).await {
             return Some(answer);
         }
     }
@@ -70,7 +75,7 @@ async fn through_owner(
     parts: &Parts,
     peer: &HeaderValue,
     key: &Key,
-    owner: usize,
+    owner: &PeerRuntime,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
     let layer = forward.switch.cache.as_ref()?;
@@ -79,10 +84,10 @@ async fn through_owner(
         return Some(Err(hit));
     }
     let hot = parts.method == Method::GET && tier.asked(&key.fill_key(), Instant::now());
-    let peer_rt = &tier.peers[owner];
+    let peer_rt = owner;
     peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
     let request_time = SystemTime::now();
-    let req = hop_request(tier, owner, parts, peer, forward.client_version);
+    let req = hop_request(tier, owner.address, parts, peer, forward.client_version);
     let hop = tier.hop_client().request(req);
     let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
     let failed = match answer {
@@ -130,7 +135,7 @@ async fn through_owner(
 /// `X-Forwarded-For`), with the hop header naming this switch.
 fn hop_request(
     tier: &Tier,
-    owner: usize,
+    owner: std::net::SocketAddr,
     parts: &Parts,
     peer: &HeaderValue,
     version: http::Version,
@@ -145,7 +150,7 @@ fn hop_request(
             headers.insert(header::HOST, host);
         }
     }
-    let own = tier.config.addresses[tier.own].to_string();
+    let own = tier.own_address.to_string();
     headers.insert(
         HeaderName::from_static(HOP_HEADER),
         HeaderValue::from_str(&own).expect("an address is a header value"),
@@ -153,7 +158,7 @@ fn hop_request(
     let pq = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut req = Request::new(Empty::new());
     *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = format!("http://{}{pq}", tier.peers[owner].address)
+    *req.uri_mut() = format!("http://{owner}{pq}")
         .parse()
         .unwrap_or_else(|_| http::Uri::from_static("/"));
     *req.headers_mut() = headers;

@@ -138,6 +138,9 @@ struct Waiter {
 struct GateState {
     mode: Mode,
     queue_max: u32,
+    /// The live peers of the tier a fixed limit and the queue are shared out among
+    /// (`tier.admission = "shared"`, see `crate::state::tier_share`); 1 otherwise.
+    share_among: u32,
     queue_timeout: Duration,
     /// Requests holding a regular slot.
     in_flight: u32,
@@ -162,7 +165,7 @@ impl GateState {
     fn limit(&self) -> u32 {
         match &self.mode {
             Mode::Off => u32::MAX,
-            Mode::Fixed(n) => *n,
+            Mode::Fixed(n) => crate::state::tier_share::limit_share(*n, self.share_among),
             Mode::Adaptive(l) => l.limit(),
         }
     }
@@ -170,12 +173,13 @@ impl GateState {
     /// How many may wait now: the configured bound, or fewer when the node could not start
     /// more than that within the queue timeout at its current pace.
     fn queue_cap(&self) -> u32 {
+        let queue_max = crate::state::tier_share::queue_share(self.queue_max, self.share_among);
         if self.latency_nanos <= 0.0 {
-            return self.queue_max;
+            return queue_max;
         }
         let startable =
             f64::from(self.limit()) * self.queue_timeout.as_nanos() as f64 / self.latency_nanos;
-        self.queue_max.min((startable.ceil() as u32).max(1))
+        queue_max.min((startable.ceil() as u32).max(1))
     }
 
     /// Hands free slots to the oldest waiters still waiting.
@@ -411,6 +415,7 @@ impl Gate {
             state: Mutex::new(GateState {
                 mode: Mode::Off,
                 queue_max: 0,
+                share_among: 1,
                 queue_timeout: Duration::ZERO,
                 in_flight: 0,
                 express: 0,
@@ -463,6 +468,19 @@ impl Gate {
                 Mode::Adaptive(Box::new(GradientLimiter::new(adaptive, classes, now_nanos)))
             }
         };
+        state.grant_waiters();
+        self.publish(&state);
+    }
+
+    /// Shares a fixed limit and the queue out among `live` switches of a tier (1: this switch
+    /// has them whole). An adaptive limit is left as it is: it follows the node's latency,
+    /// which the other switches' requests raise as much as this one's.
+    pub(crate) fn share_among(&self, live: u32) {
+        let mut state = self.lock();
+        if state.share_among == live.max(1) {
+            return;
+        }
+        state.share_among = live.max(1);
         state.grant_waiters();
         self.publish(&state);
     }
@@ -1044,6 +1062,29 @@ mod tests {
         assert_eq!(permits.len(), 1000);
         assert!(!gate.is_saturated());
         assert_eq!(gate.status().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_shared_limit_and_queue_are_this_switchs_part() {
+        // limit 6 and queue 4 among 3 switches: 2 in flight and 1 waiting here.
+        let gate = fixed(6, 4, 60_000);
+        gate.share_among(3);
+        assert_eq!(gate.limit(), 2);
+        let held = futures_admit(&gate, 2).await;
+        assert!(!gate.has_free_slot());
+        let waiting = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.admit(0, 0).await.map(|_| ()) })
+        };
+        while gate.queued() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.admit(0, 0).await.err(), Some(Shed::QueueFull));
+        // Alone again: the whole limit, and the waiter gets its slot at once.
+        gate.share_among(1);
+        assert_eq!(gate.limit(), 6);
+        assert_eq!(waiting.await.unwrap(), Ok(()));
+        drop(held);
     }
 
     async fn futures_admit(gate: &Arc<Gate>, n: usize) -> Vec<Permit> {

@@ -24,8 +24,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-/// One `[[discovery]]` entry, as written.
-#[derive(Deserialize)]
+/// One `[[discovery]]` entry (or `tier.discovery`), as written.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDiscovery {
     file: Option<Spanned<String>>,
@@ -41,6 +41,13 @@ pub(crate) struct RawDiscovery {
     weight: Option<Spanned<u32>>,
     hold: Option<Spanned<String>>,
     interval: Option<Spanned<String>>,
+}
+
+impl RawDiscovery {
+    /// Whether the entry names itself (`name`).
+    pub(crate) fn is_named(&self) -> bool {
+        self.name.is_some()
+    }
 }
 
 /// What a source is: where its nodes come from.

@@ -313,7 +313,7 @@ async fn serve_connection(switch: &Arc<Switch>, endpoint: &Arc<QuicEndpoint>, es
     };
     let h3 = h3::server::builder()
         .max_field_section_size(max_head)
-        .build::<_, Bytes>(h3_quinn::Connection::new(conn))
+        .build::<_, Bytes>(h3_quinn::Connection::new(conn.clone()))
         .await;
     let mut h3 = match h3 {
         Ok(h3) => h3,
@@ -324,20 +324,17 @@ async fn serve_connection(switch: &Arc<Switch>, endpoint: &Arc<QuicEndpoint>, es
     };
     let peer_header = crate::pipeline::dispatch::peer_header(peer);
     let mut stop = switch.shutdown.subscribe();
-    let mut stopping = false;
+    // Requests of this connection not yet answered whole.
+    let (open, mut none_open) = tokio::sync::watch::channel(0usize);
+    let open = Arc::new(open);
     loop {
         let accepted = tokio::select! {
             accepted = h3.accept() => Some(accepted),
-            _ = stop.wait_for(|s| *s), if !stopping => None,
+            _ = stop.wait_for(|s| *s) => None,
         };
         let Some(accepted) = accepted else {
-            stopping = true;
-            // GOAWAY: no new requests; those already accepted finish, and `accept` ends with
-            // `None` once they have.
-            if let Err(e) = h3.shutdown(0).await {
-                tracing::debug!(%peer, "HTTP/3 GOAWAY: {e}");
-            }
-            continue;
+            drain(&mut h3, &conn, &mut none_open).await;
+            return;
         };
         let resolver = match accepted {
             Ok(Some(resolver)) => resolver,
@@ -347,29 +344,70 @@ async fn serve_connection(switch: &Arc<Switch>, endpoint: &Arc<QuicEndpoint>, es
                 return;
             }
         };
-        let switch = Arc::clone(switch);
-        let state = Arc::clone(&state);
-        let peer_header = peer_header.clone();
-        let counters = Arc::clone(&endpoint.counters);
+        let request = H3Request {
+            switch: Arc::clone(switch),
+            state: Arc::clone(&state),
+            peer_header: peer_header.clone(),
+            counters: Arc::clone(&endpoint.counters),
+            _open: OpenRequest::new(&open),
+        };
         let confirmed = confirmed.clone();
         tokio::spawn(async move {
             let Ok((req, stream)) = resolver.resolve_request().await else {
                 return;
             };
-            counters.requests.fetch_add(1, Ordering::Relaxed);
+            request.counters.requests.fetch_add(1, Ordering::Relaxed);
             if let Some(mut confirmed) = confirmed.filter(|_| !is_safe(req.method())) {
                 // Early data can be replayed: an unsafe request waits for the handshake.
                 let _ = confirmed.wait_for(|done| *done).await;
             }
-            let request = H3Request {
-                switch,
-                state,
-                peer_header,
-                counters,
-            };
             Box::pin(request.answer(req, stream)).await;
         });
     }
+}
+
+/// A request of a connection counted open until it is dropped (answered whole, or given up).
+struct OpenRequest(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl OpenRequest {
+    fn new(open: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        open.send_modify(|n| *n += 1);
+        OpenRequest(Arc::clone(open))
+    }
+}
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Graceful shutdown of one connection: GOAWAY (no new requests), the open ones answered
+/// whole, a moment for their last bytes to be acknowledged (a close drops unsent stream data,
+/// and quinn does not say when a stream's data is acknowledged: up to three round trips, at
+/// most a second, or until the client closes first), then the close.
+async fn drain(
+    h3: &mut h3::server::Connection<h3_quinn::Connection, Bytes>,
+    conn: &quinn::Connection,
+    none_open: &mut tokio::sync::watch::Receiver<usize>,
+) {
+    let peer = conn.remote_address();
+    if let Err(e) = h3.shutdown(0).await {
+        tracing::debug!(%peer, "HTTP/3 GOAWAY: {e}");
+    }
+    loop {
+        tokio::select! {
+            // Goes on reading the control stream and refusing streams past the GOAWAY.
+            accepted = h3.accept() => match accepted {
+                Ok(Some(_refused)) => continue,
+                _ => break,
+            },
+            _ = none_open.wait_for(|n| *n == 0) => break,
+        }
+    }
+    let linger = (conn.rtt() * 3).clamp(Duration::from_millis(20), Duration::from_secs(1));
+    let _ = tokio::time::timeout(linger, conn.closed()).await;
+    conn.close(0u32.into(), b"shutting down");
 }
 
 /// Methods a replayed 0-RTT request may carry (RFC 9110 §9.2.1).
@@ -389,6 +427,7 @@ struct H3Request {
     state: Arc<ConnState>,
     peer_header: HeaderValue,
     counters: Arc<QuicCounters>,
+    _open: OpenRequest,
 }
 
 impl H3Request {

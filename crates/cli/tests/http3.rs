@@ -353,6 +353,9 @@ async fn the_tls_example_serves_http3() {
         Err(e) => eprintln!("note: curl not runnable ({e}): Alt-Svc not checked"),
     }
 
+    // A third-party client: ngtcp2's example client (Debian's ngtcp2-client), when installed.
+    gtlsclient(tls);
+
     // Datagrams that cannot be QUIC: counted, and the listener goes on serving.
     let garbage = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for datagram in [&[0u8; 40][..], b"\x00not quic at all", &[0x40, 1, 2]] {
@@ -437,6 +440,30 @@ async fn the_tls_example_serves_http3() {
     assert!(
         status.is_some_and(|s| s.success()),
         "the switch exited cleanly"
+    );
+}
+
+/// GET with `gtlsclient` (ngtcp2 and GnuTLS; it does not check the certificate), or a note.
+fn gtlsclient(tls: SocketAddr) {
+    let dir = std::env::temp_dir().join(format!("capstan-http3-gtls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("https://localhost:{}/gtls-check", tls.port());
+    let port = tls.port().to_string();
+    let args = ["--exit-on-all-streams-close", "-q", "--timeout=10s"];
+    let out = std::process::Command::new("gtlsclient")
+        .args(args)
+        .arg(format!("--download={}", dir.display()))
+        .args(["localhost", &port, &url])
+        .output();
+    let Ok(out) = out else {
+        eprintln!("note: gtlsclient (Debian's ngtcp2-client) is not installed; its check skipped");
+        return;
+    };
+    let got = std::fs::read_to_string(dir.join("gtls-check"));
+    assert!(
+        got.as_deref().ok() == Some("GET /gtls-check"),
+        "gtlsclient: {got:?} {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 

@@ -141,8 +141,9 @@ fn read_chunked(reader: &mut impl BufRead) -> Vec<u8> {
 }
 
 /// examples/tls.toml with free ports, `node` for both nodes, certificate paths made absolute,
-/// a cache and short client idle timeout; returns it and the (TLS and QUIC, admin) addresses.
-fn example_config(node: SocketAddr) -> (PathBuf, SocketAddr, SocketAddr) {
+/// a cache, a short client idle timeout and a second QUIC listener at `strict`; returns it and
+/// the (TLS and QUIC, admin) addresses.
+fn example_config(node: SocketAddr, strict: SocketAddr) -> (PathBuf, SocketAddr, SocketAddr) {
     let example = repo_root().join("examples/tls.toml");
     let mut text = std::fs::read_to_string(example).unwrap();
     assert!(
@@ -166,6 +167,15 @@ fn example_config(node: SocketAddr) -> (PathBuf, SocketAddr, SocketAddr) {
         text = text.replace(from, &to);
     }
     text.push_str("\n[timeouts]\nclient_idle = \"1s\"\n\n[cache]\nmemory = \"16MiB\"\n");
+    // A second QUIC listener: a Retry for every new client, one connection per client address.
+    let pki = repo_root().join("examples/tls");
+    text.push_str(&format!(
+        "\n[[listener]]\naddress = \"{strict}\"\nquic = true\nquic_retry_above = 0\n\
+         max_connections_per_client = 1\nalt_svc_max_age = \"off\"\n\
+         [[listener.certificate]]\ncert = \"{}\"\nkey = \"{}\"\n",
+        pki.join("localhost.pem").display(),
+        pki.join("localhost.key").display()
+    ));
     let dir = std::env::temp_dir().join(format!("capstan-http3-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("tls-{}.toml", tls.port()));
@@ -255,12 +265,13 @@ async fn request(send: &mut SendRequest, method: &str, url: &str, body: &[u8]) -
     }
 }
 
-/// A counter of the QUIC listener in `/metrics`.
-fn quic_metric(admin: SocketAddr, name: &str) -> u64 {
+/// A counter of the QUIC listener at `listener` in `/metrics`.
+fn quic_metric(admin: SocketAddr, listener: SocketAddr, name: &str) -> u64 {
     let metrics = get(admin, "/metrics").text();
+    let label = format!("listener=\"{listener}/udp\"");
     metrics
         .lines()
-        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("/udp\""))
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("{name} in /metrics:\n{metrics}"))
 }
@@ -279,7 +290,8 @@ fn quic_open(admin: SocketAddr, tls: SocketAddr) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tls_example_serves_http3() {
     let node = node();
-    let (path, tls, admin) = example_config(node.addr);
+    let strict = free_addr();
+    let (path, tls, admin) = example_config(node.addr, strict);
     let mut switch = spawn(&["serve", "--config", path.to_str().unwrap()], tls);
     let url = |p: &str| format!("https://localhost:{}{p}", tls.port());
     let endpoint = client(true);
@@ -362,7 +374,7 @@ async fn the_tls_example_serves_http3() {
         garbage.send_to(datagram, tls).unwrap();
     }
     let started = Instant::now();
-    while quic_metric(admin, "capstan_quic_garbage_datagrams_total") < 3 {
+    while quic_metric(admin, tls, "capstan_quic_garbage_datagrams_total") < 3 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "garbage counted"
@@ -371,7 +383,24 @@ async fn the_tls_example_serves_http3() {
     }
     let got = request(&mut send, "GET", &url("/after-garbage"), b"").await;
     assert_eq!(got.status, 200);
-    assert!(quic_metric(admin, "capstan_quic_requests_total") >= 47);
+    assert!(quic_metric(admin, tls, "capstan_quic_requests_total") >= 47);
+
+    // Address validation: a listener with quic_retry_above = 0 sends every new client a Retry
+    // (quinn's client answers it); its one connection per client address refuses a second.
+    let (_first, mut first) = connect(&endpoint, strict, "localhost").await;
+    let strict_url = format!("https://localhost:{}/strict", strict.port());
+    assert_eq!(
+        request(&mut first, "GET", &strict_url, b"").await.status,
+        200
+    );
+    assert!(quic_metric(admin, strict, "capstan_quic_retries_total") >= 1);
+    let second = endpoint.connect(strict, "localhost").unwrap().await;
+    assert!(
+        matches!(second, Err(quinn::ConnectionError::ConnectionClosed(_))),
+        "{second:?}"
+    );
+    assert_eq!(quic_metric(admin, strict, "capstan_quic_refused_total"), 1);
+    assert_eq!(quic_metric(admin, tls, "capstan_quic_retries_total"), 0);
 
     // A reload while a stream is open: the stream finishes.
     let slow = {

@@ -236,9 +236,21 @@ struct Answer {
 
 /// One request with an optional body, read to the end.
 async fn request(send: &mut SendRequest, method: &str, url: &str, body: &[u8]) -> Answer {
+    let length = (!body.is_empty()).then_some(body.len());
+    request_declaring(send, method, url, body, length).await
+}
+
+/// [`request`] with the `content-length` given (`None`: none), whatever the body's length.
+async fn request_declaring(
+    send: &mut SendRequest,
+    method: &str,
+    url: &str,
+    body: &[u8],
+    length: Option<usize>,
+) -> Answer {
     let mut req = http::Request::builder().method(method).uri(url);
-    if !body.is_empty() {
-        req = req.header("content-length", body.len());
+    if let Some(length) = length {
+        req = req.header("content-length", length);
     }
     let mut stream = send.send_request(req.body(()).unwrap()).await.unwrap();
     if !body.is_empty() {
@@ -306,6 +318,11 @@ async fn the_tls_example_serves_http3() {
     // Past the cache (a POST goes straight to a node), the node is told the client's version.
     let via = got.headers.get("x-request-via").unwrap().to_str().unwrap();
     assert!(via.contains("3 capstan"), "{via}");
+    // Without content-length the body goes up chunked; with a false one it is refused.
+    let got = request_declaring(&mut send, "POST", &url("/echo"), b"streamed", None).await;
+    assert_eq!((got.status, got.body.as_slice()), (200, &b"streamed"[..]));
+    let got = request_declaring(&mut send, "POST", &url("/echo"), b"short", Some(10)).await;
+    assert!(got.status >= 400, "{}", got.status);
     let got = request(&mut send, "GET", &url("/big"), b"").await;
     assert_eq!((got.status, got.body.len()), (200, BIG));
 

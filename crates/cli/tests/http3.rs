@@ -1,10 +1,10 @@
 //! HTTP/3 from clients as a user runs it: examples/tls.toml (its TLS listener has `quic = true`)
 //! served by `capstan serve` to an HTTP/3 client (quinn + h3, trusting examples/tls/ca.pem):
 //! GET and POST through to a node, a large response, many streams on one connection, SNI, a
-//! cache hit, `Alt-Svc` on the HTTPS side, garbage datagrams counted, a reload and a shutdown
-//! while a stream is open (it finishes), an idle connection closed; and the configuration
+//! node's 103 passed on, a cache hit, `Alt-Svc` on the HTTPS side, garbage datagrams counted,
+//! Retry and the per-client limit, a reload and a shutdown while a stream is open (it
+//! finishes), an idle connection closed, ngtcp2's client when installed; and the configuration
 //! errors of `quic = true`. One switch serves the checks of the first test.
-
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -115,6 +115,10 @@ fn serve_node(
             }
             _ => ("no-store", format!("{method} {path}").into_bytes()),
         };
+        if path == "/early" {
+            let hints = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+            let _ = out.write_all(hints.as_bytes());
+        }
         let head = format!(
             "HTTP/1.1 200 OK\r\nCache-Control: {cache}\r\nX-Request-Via: {via}\r\nContent-Length: {}\r\n\r\n",
             answer.len()
@@ -331,6 +335,7 @@ async fn the_tls_example_serves_http3() {
     let (conn, mut send) = connect(&t.endpoint, tls, "localhost").await;
     requests_and_bodies(&t, &mut send).await;
     cache_sni_and_alt_svc(&t, &mut send).await;
+    early_hints(&t, &mut send).await;
     // A third-party client: ngtcp2's example client (Debian's ngtcp2-client), when installed.
     gtlsclient(tls);
     defences(&t, &mut send).await;
@@ -371,6 +376,24 @@ async fn requests_and_bodies(t: &Served, send: &mut SendRequest) {
         let (i, got) = done.unwrap();
         assert_eq!(got.body, format!("GET /many/{i}").into_bytes());
     }
+}
+
+/// A node's `103 Early Hints` reaches the HTTP/3 client ahead of the final response.
+async fn early_hints(t: &Served, send: &mut SendRequest) {
+    let req = http::Request::get(t.url("/early")).body(()).unwrap();
+    let mut stream = send.send_request(req).await.unwrap();
+    stream.finish().await.unwrap();
+    let first = stream.recv_response().await.unwrap();
+    assert_eq!(first.status(), 103);
+    let link = first.headers().get("link").unwrap();
+    assert_eq!(link, "</style.css>; rel=preload");
+    let last = stream.recv_response().await.unwrap();
+    assert_eq!(last.status(), 200);
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await.unwrap() {
+        body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
+    }
+    assert_eq!(body, b"GET /early");
 }
 
 /// The cache answers a second GET itself; SNI picks the certificate; the HTTPS side of the

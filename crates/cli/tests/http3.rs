@@ -5,6 +5,7 @@
 //! Retry and the per-client limit, a reload and a shutdown while a stream is open (it
 //! finishes), an idle connection closed, ngtcp2's client when installed; and the configuration
 //! errors of `quic = true`. One switch serves the checks of the first test.
+
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};

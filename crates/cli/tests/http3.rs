@@ -617,7 +617,7 @@ fn quic_needs_tls_13_and_certificates() {
     }
     let path = dir.join("good.toml");
     let text = format!(
-        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
+        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\nquic_0rtt = true\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
     );
     std::fs::write(&path, text).unwrap();
     let out = run(&["check", path.to_str().unwrap()]);
@@ -628,7 +628,8 @@ fn quic_needs_tls_13_and_certificates() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains(&format!("HTTP/3 on udp://{listen}")) && stdout.contains("no Alt-Svc"),
+        stdout.contains(&format!("HTTP/3 on udp://{listen}"))
+            && stdout.contains("no Alt-Svc, 0-RTT on"),
         "{stdout}"
     );
 }

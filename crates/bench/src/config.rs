@@ -289,9 +289,6 @@ impl BenchConfig {
             };
             return bad(format!("{flag} needs an https:// URL: {why}"));
         }
-        if matches!(self.engine, Engine::SClient { .. }) {
-            return bad(format!("{flag} does not go with --sockets (the S-Client engine counts TCP connect attempts)"));
-        }
         if self.follow_redirects {
             return bad(format!("--follow-redirects follows http:// redirects; it does not go with {flag}"));
         }

@@ -181,8 +181,8 @@ fn http3_flags_are_checked() {
             "--streams applies to --http2 and --http3 only",
         ),
         (
-            vec!["bench", "https://127.0.0.1:9/", "--http3", "--sockets", "10", "--insecure"],
-            "--http3 does not go with --sockets",
+            vec!["bench", "https://127.0.0.1:9/", "--http3", "--rate", "1", "--follow-redirects"],
+            "it does not go with --http3",
         ),
     ] {
         let out = run(&args);

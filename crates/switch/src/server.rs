@@ -61,10 +61,11 @@ impl Running {
 
 /// Every client address to bind, and what it speaks.
 type Endpoints = Vec<(SocketAddr, Endpoint)>;
+type QuicEndpoints = Vec<crate::frontend::quic::QuicEndpoint>;
 
 /// A switch for a validated configuration, not yet serving, and every client address it is
 /// to bind with what it speaks.
-fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
+fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints, QuicEndpoints)> {
     let discovered = crate::control::discovery::add_initial_nodes(&mut config);
     if config.nodes.is_empty() {
         anyhow::bail!(
@@ -77,6 +78,7 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
     }
     let max_connections = config.limits.max_connections;
     let endpoints = Endpoint::all(&config);
+    let quic = crate::frontend::quic::QuicEndpoint::all(&config, &endpoints);
     let cache = config
         .cache
         .as_ref()
@@ -94,6 +96,7 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
     let counters = endpoints
         .iter()
         .map(|(_, e)| (Arc::clone(&e.limits), e.tls_counters.clone()))
+        .chain(quic.iter().map(|q| (Arc::clone(&q.limits), None)))
         .collect();
     let switch = Switch::new(
         cluster,
@@ -103,20 +106,59 @@ fn new_switch(mut config: Config) -> anyhow::Result<(Arc<Switch>, Endpoints)> {
         max_connections,
     );
     crate::control::discovery::record_initial(&switch, discovered);
-    Ok((switch, endpoints))
+    Ok((switch, endpoints, quic))
+}
+
+/// Binds the UDP side of each QUIC listener on its TCP sibling's bound address (`bound`, in
+/// the order of `endpoints`), so a configured port 0 gives both the same port.
+fn bind_quic(
+    quic: QuicEndpoints,
+    endpoints: &Endpoints,
+    bound: &[SocketAddr],
+) -> anyhow::Result<Vec<(std::net::UdpSocket, crate::frontend::quic::QuicEndpoint)>> {
+    quic.into_iter()
+        .map(|q| {
+            let at = (endpoints.iter().zip(bound))
+                .find(|((_, e), _)| e.configured() == q.configured())
+                .map_or(q.configured(), |(_, &addr)| addr);
+            let socket = crate::frontend::quic::bind(at)
+                .with_context(|| format!("cannot listen on udp://{at} (QUIC)"))?;
+            Ok((socket, q))
+        })
+        .collect()
 }
 
 /// Binds the listeners and starts serving on the current runtime, as one worker. Returns once
 /// everything is listening.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
     let admin = config.admin;
-    let (switch, endpoints) = new_switch(config)?;
-    let listeners = endpoints
-        .into_iter()
-        .map(|(addr, endpoint)| Ok((bind(addr, false)?, endpoint)))
+    let (switch, endpoints, quic) = new_switch(config)?;
+    let tcp = endpoints
+        .iter()
+        .map(|(addr, _)| bind(*addr, false))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let bound = tcp
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<io::Result<Vec<_>>>()?;
+    let quic = bind_quic(quic, &endpoints, &bound)?;
+    let listeners = tcp.into_iter().zip(endpoints.into_iter().map(|(_, e)| e));
     let admin = admin.map(bind_admin).transpose()?;
-    serve_on(switch, listeners, admin, true)
+    let mut running = serve_on(switch, listeners.collect(), admin, true)?;
+    serve_quic(&mut running, quic)?;
+    Ok(running)
+}
+
+/// Serves the QUIC listeners on the current runtime (the first worker's).
+fn serve_quic(
+    running: &mut Running,
+    quic: Vec<(std::net::UdpSocket, crate::frontend::quic::QuicEndpoint)>,
+) -> anyhow::Result<()> {
+    for (socket, endpoint) in quic {
+        let task = crate::frontend::quic::serve(&running.switch, socket, endpoint)?;
+        running.tasks.push(task);
+    }
+    Ok(())
 }
 
 /// Serves already-bound listeners on the current runtime.
@@ -239,7 +281,7 @@ fn bind_admin(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
 pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
     let threads = threads.max(1);
     let admin = config.admin;
-    let (switch, endpoints) = new_switch(config)?;
+    let (switch, endpoints, quic) = new_switch(config)?;
     // SO_REUSEPORT would also let this switch share a port with another process of the same
     // user, splitting its traffic silently; a plain bind first makes a taken port an error.
     let listen = endpoints
@@ -265,6 +307,7 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
                 .collect::<anyhow::Result<Vec<_>>>()?,
         );
     }
+    let quic = bind_quic(quic, &endpoints, &bound)?;
     let admin = admin.map(bind_admin).transpose()?;
     for (addr, (_, endpoint)) in bound.iter().zip(&endpoints) {
         let scheme = endpoint.scheme();
@@ -291,7 +334,8 @@ pub fn run(config: Config, threads: usize) -> anyhow::Result<()> {
         handles.push(handle);
     }
     let served = single_thread_runtime()?.block_on(async {
-        let running = serve_on(Arc::clone(&switch), first, admin, true)?;
+        let mut running = serve_on(Arc::clone(&switch), first, admin, true)?;
+        serve_quic(&mut running, quic)?;
         spawn_signal_handlers(Arc::clone(&switch))?;
         running.wait().await;
         anyhow::Ok(())

@@ -753,6 +753,9 @@ fn metrics(switch: &Switch) -> String {
     registry.register_collector(Box::new(crate::observe::tls_metrics::TlsCollector::of(
         switch.tls_counters(),
     )));
+    registry.register_collector(Box::new(crate::observe::quic_metrics::QuicCollector::of(
+        switch.quic_counters(),
+    )));
     if let Some(tier) = crate::control::tier::status(switch) {
         registry.register_collector(Box::new(crate::control::tier::TierCollector(tier)));
     }

@@ -9,7 +9,7 @@
 //! serves them from the next handshake on, while open connections go on with theirs.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
@@ -28,6 +28,9 @@ pub(crate) struct Endpoint {
     pub limits: Arc<ListenerLimits>,
     /// Handshake counters of a TLS listener, shared like `limits`.
     pub tls_counters: Option<Arc<TlsCounters>>,
+    /// `Alt-Svc` for the responses of a TLS listener with a QUIC sibling, set once the
+    /// sibling's UDP socket is bound (its port is known then); shared like `limits`.
+    pub alt_svc: Arc<OnceLock<http::HeaderValue>>,
 }
 
 impl Endpoint {
@@ -48,6 +51,7 @@ impl Endpoint {
                 tls_at_start: None,
                 limits: Arc::new(ListenerLimits::new(addr, None, shared.clone())),
                 tls_counters: None,
+                alt_svc: Arc::default(),
             };
             (addr, endpoint)
         });
@@ -62,6 +66,7 @@ impl Endpoint {
                 tls_at_start: l.tls.as_ref().map(|t| Arc::clone(&t.server_config)),
                 limits: Arc::new(ListenerLimits::new(l.address, l.max_connections, clients)),
                 tls_counters: l.tls.as_ref().map(|_| Arc::new(TlsCounters::default())),
+                alt_svc: Arc::default(),
             };
             (l.address, endpoint)
         });
@@ -212,16 +217,25 @@ impl Endpoint {
     }
 }
 
-/// Whether a reload changes what some `[[listener]]` speaks or where, or a connection limit
-/// (those wait for a restart); new certificates alone do not count.
+/// Whether a reload changes what some `[[listener]]` speaks or where, or a connection limit,
+/// or its QUIC settings (those wait for a restart); new certificates alone do not count.
 pub(crate) fn kinds_differ(new: &Config, old: &Config) -> bool {
-    type Kind = (SocketAddr, bool, bool, Option<usize>, Option<usize>);
+    type Quic = Option<(u32, usize, u64, bool)>;
+    type Kind = (SocketAddr, bool, bool, Option<usize>, Option<usize>, Quic);
     let kinds = |c: &Config| -> Vec<Kind> {
         c.listeners
             .iter()
             .map(|l| {
                 let limits = (l.max_connections, l.max_connections_per_client);
-                (l.address, l.h2c, l.tls.is_some(), limits.0, limits.1)
+                let quic = (l.quic.as_ref()).map(|q| {
+                    (
+                        q.max_streams,
+                        q.retry_above,
+                        q.alt_svc_max_age,
+                        q.early_data,
+                    )
+                });
+                (l.address, l.h2c, l.tls.is_some(), limits.0, limits.1, quic)
             })
             .collect()
     };

@@ -30,16 +30,16 @@ pub(crate) struct OpenConnection {
 }
 
 impl OpenConnection {
-    fn new(
+    pub(crate) fn new(
         switch: &Arc<Switch>,
-        endpoint: &Endpoint,
+        limits: &Arc<crate::state::connection_limits::ListenerLimits>,
         slots: crate::state::connection_limits::Slots,
     ) -> Self {
         switch.open_connections.fetch_add(1, Ordering::AcqRel);
         switch.accepted_connections.fetch_add(1, Ordering::Relaxed);
         OpenConnection {
             switch: Arc::clone(switch),
-            _on_listener: endpoint.limits.opened(),
+            _on_listener: limits.opened(),
             _slots: slots,
         }
     }
@@ -254,7 +254,7 @@ pub(crate) async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         // Counted open, and its slots held, until this task ends, however it ends.
-        let open = OpenConnection::new(&switch, &endpoint, slots);
+        let open = OpenConnection::new(&switch, &endpoint.limits, slots);
         let switch = Arc::clone(&switch);
         let endpoint = Arc::clone(&endpoint);
         let reaper = Arc::clone(&reaper);
@@ -360,7 +360,7 @@ async fn serve_connection(
             return None;
         }
     }
-    let state = Arc::new(ConnState::of(Some(client)));
+    let state = Arc::new(ConnState::of(Some(client)).with_alt_svc(endpoint.alt_svc.get().cloned()));
     let io = TrackedStream {
         inner: stream,
         state: Arc::clone(&state),
@@ -446,12 +446,12 @@ async fn serve_http<I>(
         // Boxed: hyper keeps a slot for the request future in every connection from the start,
         // so an unboxed future (the whole proxy path, several KB) would be paid by every idle
         // connection rather than only while a request runs.
-        service_fn(move |req| {
+        service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             Box::pin(crate::pipeline::handle(
                 Arc::clone(&switch),
                 Arc::clone(&state),
                 peer.clone(),
-                req,
+                req.map(crate::net::client_body::ClientBody::Hyper),
             ))
         })
     };

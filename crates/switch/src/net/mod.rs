@@ -1,11 +1,12 @@
 //! Sockets and I/O: the system calls the switch makes itself, the client stream's lazy
 //! registration and write corking, the silent-connection reaper, the peer's addresses, the
 //! clock that times node sockets, and the TLS building blocks (provider, ALPN, certificate
-//! files) both sides share.
+//! files) both sides share, and the client's request body whichever protocol brought it.
 //!
 //! May use: nothing else in the crate (the lowest layer).
 
 pub(crate) mod address;
+pub(crate) mod client_body;
 pub(crate) mod cork;
 pub(crate) mod io;
 pub(crate) mod node_clock;

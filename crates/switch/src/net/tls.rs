@@ -22,6 +22,8 @@ use serde::Serialize;
 /// ALPN protocol ids the switch can speak.
 pub(crate) const ALPN_H2: &[u8] = b"h2";
 pub(crate) const ALPN_HTTP11: &[u8] = b"http/1.1";
+/// HTTP/3's ALPN id, the only one a QUIC listener offers (RFC 9114 §3.1).
+pub(crate) const ALPN_H3: &[u8] = b"h3";
 
 /// One certificate of a listener, as written in the configuration.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -146,6 +148,11 @@ impl TlsFiles {
         })
     }
 
+    /// Whether TLS 1.3 is among the versions (QUIC speaks nothing else, RFC 9001 §4.2).
+    pub(crate) fn has_tls13(&self) -> bool {
+        self.versions.iter().any(|v| v == "1.3")
+    }
+
     fn protocol_versions(
         &self,
     ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, TlsError> {
@@ -189,6 +196,29 @@ impl TlsFiles {
             }
         }
         Ok(ids)
+    }
+}
+
+impl Tls {
+    /// The TLS side of a QUIC listener beside this TLS one: the same certificates chosen by
+    /// the same SNI resolver and the same session tickets, but TLS 1.3 only and ALPN `h3`.
+    /// `early_data`: accept 0-RTT (quinn wants the early-data limit at `u32::MAX` for it).
+    pub(crate) fn quic_crypto(
+        &self,
+        early_data: bool,
+    ) -> Result<Arc<quinn::crypto::rustls::QuicServerConfig>, String> {
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| format!("QUIC TLS: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::clone(&self.server_config.cert_resolver));
+        config.alpn_protocols = vec![ALPN_H3.to_vec()];
+        config.session_storage = session_cache();
+        config.ticketer = ticketer().map_err(|e| format!("session tickets: {e}"))?;
+        config.max_early_data_size = if early_data { u32::MAX } else { 0 };
+        let quic = quinn::crypto::rustls::QuicServerConfig::try_from(config)
+            .map_err(|e| format!("QUIC TLS: {e}"))?;
+        Ok(Arc::new(quic))
     }
 }
 

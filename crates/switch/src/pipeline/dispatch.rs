@@ -44,6 +44,7 @@ fn via_value(version: Version) -> HeaderValue {
     HeaderValue::from_static(match version {
         Version::HTTP_10 => "1.0 capstan",
         Version::HTTP_2 => "2 capstan",
+        Version::HTTP_3 => "3 capstan",
         _ => "1.1 capstan",
     })
 }

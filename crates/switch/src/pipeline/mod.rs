@@ -38,8 +38,9 @@ use futures_util::future::Either;
 use http::header::{HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response};
-use hyper::body::{Body, Incoming};
+use hyper::body::Body;
 
+use crate::net::client_body::ClientBody;
 use crate::pipeline::dispatch::Forward;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::Cluster;
@@ -66,7 +67,7 @@ pub(crate) async fn handle(
     switch: Arc<Switch>,
     conn: Arc<ConnState>,
     peer: HeaderValue,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     conn.request_started();
     let cluster = switch.cluster.load_full();
@@ -84,13 +85,17 @@ pub(crate) async fn handle(
         )),
     }
     .await;
-    let resp = match resp {
+    let mut resp = match resp {
         Ok(resp) => resp,
         Err(resp) => {
             conn.request_done();
             resp
         }
     };
+    if let Some(alt_svc) = &conn.alt_svc {
+        resp.headers_mut()
+            .insert(http::header::ALT_SVC, alt_svc.clone());
+    }
     Ok(match logged {
         None => resp,
         Some(entry) => entry.attach(resp),
@@ -104,7 +109,7 @@ async fn proxy(
     cluster: &Arc<Cluster>,
     conn: &Arc<ConnState>,
     peer: &HeaderValue,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let config = &cluster.config;
     if let Some(refusal) = crate::pipeline::checks::http2::check_request(&req) {

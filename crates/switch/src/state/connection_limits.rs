@@ -40,6 +40,8 @@ pub(crate) struct ListenerLimits {
     full_listener: AtomicU64,
     full_switch: AtomicU64,
     rejected_per_client: AtomicU64,
+    /// A QUIC listener's own counters (its connections are counted above like TCP ones).
+    pub(crate) quic: Option<Arc<crate::observe::quic_metrics::QuicCounters>>,
 }
 
 /// A listener as `/status` shows it.
@@ -63,6 +65,9 @@ pub struct ListenerStatus {
     /// Handshake counts, on a TLS listener.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<crate::observe::tls_metrics::TlsStatus>,
+    /// On a QUIC listener (`ADDRESS/udp`): its datagrams, handshakes and requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<crate::observe::quic_metrics::QuicStatus>,
 }
 
 impl ListenerLimits {
@@ -83,6 +88,55 @@ impl ListenerLimits {
             full_listener: AtomicU64::new(0),
             full_switch: AtomicU64::new(0),
             rejected_per_client: AtomicU64::new(0),
+            quic: None,
+        }
+    }
+
+    /// The per-address limiter that applies here, to share with a QUIC sibling.
+    pub(crate) fn clients(&self) -> Option<&Arc<ClientLimiter>> {
+        self.clients.as_ref()
+    }
+
+    /// The same limits on a QUIC listener, with its counters.
+    pub(crate) fn quic(
+        mut self,
+        counters: Arc<crate::observe::quic_metrics::QuicCounters>,
+    ) -> Self {
+        self.quic = Some(counters);
+        self
+    }
+
+    /// The listener's name in `/status` and `/metrics`: its address, with `/udp` after a
+    /// QUIC listener's (it shares the address with a TCP one).
+    pub(crate) fn label(&self) -> String {
+        match self.quic {
+            Some(_) => format!("{}/udp", self.address()),
+            None => self.address().to_string(),
+        }
+    }
+
+    /// A slot on this listener and one of the switch's now, or `None` (counted) when either
+    /// is full: a QUIC listener has no accept queue to leave a connection waiting in.
+    pub(crate) fn try_slots(&self, switch_slots: &Arc<Semaphore>) -> Option<Slots> {
+        let listener = match &self.slots {
+            Some(slots) => match Arc::clone(slots).try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    self.full_listener.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            },
+            None => None,
+        };
+        match Arc::clone(switch_slots).try_acquire_owned() {
+            Ok(switch) => Some(Slots {
+                _listener: listener,
+                _switch: switch,
+            }),
+            Err(_) => {
+                self.full_switch.fetch_add(1, Ordering::Relaxed);
+                None
+            }
         }
     }
 
@@ -138,7 +192,7 @@ impl ListenerLimits {
     pub(crate) fn status(&self) -> ListenerStatus {
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         ListenerStatus {
-            address: self.address().to_string(),
+            address: self.label(),
             max_connections: self.max_connections,
             max_connections_per_client: self.clients.as_ref().map_or(0, |c| c.limit),
             open_connections: load(&self.open),
@@ -148,6 +202,7 @@ impl ListenerLimits {
             rejected_per_client: load(&self.rejected_per_client),
             client_addresses: self.clients.as_ref().map_or(0, |c| c.addresses()),
             tls: None,
+            quic: self.quic.as_ref().map(|q| q.status()),
         }
     }
 }

@@ -36,6 +36,8 @@ pub(crate) struct ConnState {
     /// The client's addresses and when it connected (absent for requests the switch makes
     /// itself, such as background cache refreshes).
     pub peer: Option<crate::net::peer::Peer>,
+    /// `Alt-Svc` for every response on a TLS listener with a QUIC sibling (`h3=":PORT"`).
+    pub(crate) alt_svc: Option<http::HeaderValue>,
 }
 
 impl ConnState {
@@ -45,6 +47,12 @@ impl ConnState {
             peer,
             ..ConnState::default()
         }
+    }
+
+    /// Also advertises HTTP/3 with `alt_svc` on every response.
+    pub(crate) fn with_alt_svc(mut self, alt_svc: Option<http::HeaderValue>) -> Self {
+        self.alt_svc = alt_svc;
+        self
     }
 
     pub fn request_started(&self) {
@@ -202,6 +210,15 @@ impl Switch {
                 let counters = tls_counters.as_ref()?;
                 Some((limits.address().to_string(), Arc::clone(counters)))
             })
+            .collect()
+    }
+
+    /// Each QUIC listener's name (`ADDRESS/udp`) and counters, for `/metrics`.
+    pub(crate) fn quic_counters(
+        &self,
+    ) -> Vec<(String, Arc<crate::observe::quic_metrics::QuicCounters>)> {
+        (self.listener_counters.iter())
+            .filter_map(|(limits, _)| Some((limits.label(), Arc::clone(limits.quic.as_ref()?))))
             .collect()
     }
 }

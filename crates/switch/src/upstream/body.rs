@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 
 use crate::net::BoxError;
 
@@ -29,7 +29,7 @@ pub(crate) enum UpstreamBody {
     /// The client's body, streamed; `remaining` is how many more bytes the limit allows
     /// (`u64::MAX` for no limit).
     Stream {
-        inner: Incoming,
+        inner: crate::net::client_body::ClientBody,
         remaining: u64,
         exceeded: Arc<AtomicBool>,
     },
@@ -61,7 +61,7 @@ impl Body for UpstreamBody {
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             },

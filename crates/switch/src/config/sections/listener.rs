@@ -1,4 +1,6 @@
-//! `[[listener]]` entries: TLS listeners with certificates chosen by SNI, or plain ones that also take HTTP/2 prior knowledge (h2c), as written and resolved (certificates read).
+//! `[[listener]]` entries: TLS listeners with certificates chosen by SNI (and, with
+//! `quic = true`, HTTP/3 over QUIC on the same address's UDP port), or plain ones that also take
+//! HTTP/2 prior knowledge (h2c), as written and resolved (certificates read).
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -27,7 +29,47 @@ pub struct Listener {
     /// connections (0: no limit here).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_connections_per_client: Option<usize>,
+    /// HTTP/3 on the same address over UDP, for a TLS listener with `quic = true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<Quic>,
 }
+
+/// A QUIC listener's settings (see `crate::frontend::quic`).
+#[derive(Clone, Serialize)]
+pub struct Quic {
+    /// Most request streams a client may have open at once on one connection
+    /// (`quic_max_streams`, QUIC's `initial_max_streams_bidi`).
+    pub max_streams: u32,
+    /// Handshakes in progress on the listener above which a client that has not proved its
+    /// address gets a Retry first (`quic_retry_above`; 0: always).
+    pub retry_above: usize,
+    /// `Alt-Svc`'s `ma` on the TLS listener's responses, in seconds (`alt_svc_max_age`);
+    /// 0: no `Alt-Svc`.
+    pub alt_svc_max_age: u64,
+    /// Accept 0-RTT data (`quic_0rtt`); requests with unsafe methods then wait for the
+    /// handshake to finish.
+    pub early_data: bool,
+    /// The TLS 1.3 side of QUIC: the listener's certificates and SNI, ALPN `h3`.
+    #[serde(skip)]
+    pub crypto: std::sync::Arc<quinn::crypto::rustls::QuicServerConfig>,
+}
+
+impl std::fmt::Debug for Quic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quic")
+            .field("max_streams", &self.max_streams)
+            .field("retry_above", &self.retry_above)
+            .field("alt_svc_max_age", &self.alt_svc_max_age)
+            .field("early_data", &self.early_data)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Defaults of a QUIC listener: streams per connection, handshakes before Retry, `Alt-Svc`'s
+/// max-age (a day, as Cloudflare and Google send).
+const QUIC_MAX_STREAMS: u32 = 100;
+const QUIC_RETRY_ABOVE: usize = 64;
+const ALT_SVC_MAX_AGE: u64 = 86_400;
 
 impl Listener {
     /// `https://ADDR (h2, http/1.1; 2 certificates)` and the like, for logs and `capstan check`.
@@ -41,7 +83,25 @@ impl Listener {
             Some(n) => limits.push_str(&format!(", at most {n} per client address")),
             None => {}
         }
-        self.describe_kind() + &limits
+        let quic = match &self.quic {
+            Some(q) => {
+                let alt_svc = match q.alt_svc_max_age {
+                    0 => "no Alt-Svc".to_string(),
+                    n => format!("Alt-Svc ma={n}"),
+                };
+                let early = if q.early_data {
+                    "0-RTT on"
+                } else {
+                    "0-RTT off"
+                };
+                format!(
+                    "; HTTP/3 on udp://{} (up to {} streams per connection, Retry above {} handshakes, {alt_svc}, {early})",
+                    self.address, q.max_streams, q.retry_above
+                )
+            }
+            None => String::new(),
+        };
+        self.describe_kind() + &limits + &quic
     }
 
     fn describe_kind(&self) -> String {
@@ -82,6 +142,11 @@ pub(crate) struct RawListener {
     tls_versions: Option<Spanned<Vec<String>>>,
     max_connections: Option<Spanned<usize>>,
     max_connections_per_client: Option<Spanned<usize>>,
+    quic: Option<Spanned<bool>>,
+    quic_max_streams: Option<Spanned<u32>>,
+    quic_retry_above: Option<Spanned<usize>>,
+    alt_svc_max_age: Option<Spanned<toml::Value>>,
+    quic_0rtt: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -133,15 +198,93 @@ pub(crate) fn resolve(
                 format!("{name}: max_connections must be at least 1 (leave it out for no limit)"),
             ));
         }
+        let quic =
+            resolve_quic(l, tls.as_ref()).map_err(|(span, e)| (span, format!("{name}: {e}")))?;
         listeners.push(Listener {
             address,
             h2c,
             tls,
             max_connections: l.max_connections.as_ref().map(|m| *m.get_ref()),
             max_connections_per_client: l.max_connections_per_client.as_ref().map(|m| *m.get_ref()),
+            quic,
         });
     }
     Ok(listeners)
+}
+
+type Located = (Option<Range<usize>>, String);
+
+/// The QUIC settings of a listener with `quic = true` (`None` without); the other QUIC keys
+/// without it are an error, as are QUIC without certificates or without TLS 1.3.
+fn resolve_quic(l: &RawListener, tls: Option<&Tls>) -> Result<Option<Quic>, Located> {
+    let on = l.quic.as_ref().is_some_and(|q| *q.get_ref());
+    if !on {
+        let stray = (l
+            .quic_max_streams
+            .as_ref()
+            .map(|v| ("quic_max_streams", v.span())))
+        .or(l
+            .quic_retry_above
+            .as_ref()
+            .map(|v| ("quic_retry_above", v.span())))
+        .or(l
+            .alt_svc_max_age
+            .as_ref()
+            .map(|v| ("alt_svc_max_age", v.span())))
+        .or(l.quic_0rtt.as_ref().map(|v| ("quic_0rtt", v.span())));
+        return match stray {
+            Some((key, span)) => Err((Some(span), format!("{key} needs quic = true"))),
+            None => Ok(None),
+        };
+    }
+    let span = l.quic.as_ref().map(Spanned::span);
+    let Some(tls) = tls else {
+        return Err((
+            span,
+            "quic = true needs TLS (QUIC always encrypts): add a [[listener.certificate]] with cert and key".into(),
+        ));
+    };
+    if !tls.files.has_tls13() {
+        let span = l.tls_versions.as_ref().map(Spanned::span).or(span);
+        return Err((
+            span,
+            "quic = true needs TLS 1.3 (QUIC uses no other version): add \"1.3\" to tls_versions"
+                .into(),
+        ));
+    }
+    let max_streams = l
+        .quic_max_streams
+        .as_ref()
+        .map_or(QUIC_MAX_STREAMS, |v| *v.get_ref());
+    if max_streams == 0 {
+        let span = l.quic_max_streams.as_ref().map(Spanned::span);
+        return Err((span, "quic_max_streams must be at least 1".into()));
+    }
+    let alt_svc_max_age = match &l.alt_svc_max_age {
+        None => ALT_SVC_MAX_AGE,
+        Some(v) => match v.get_ref() {
+            toml::Value::Integer(n) if *n >= 0 => *n as u64,
+            toml::Value::String(s) if s == "off" => 0,
+            _ => {
+                return Err((
+                    Some(v.span()),
+                    "alt_svc_max_age: want seconds (0 or more) or \"off\"".into(),
+                ))
+            }
+        },
+    };
+    let early_data = l.quic_0rtt.as_ref().is_some_and(|v| *v.get_ref());
+    let crypto = tls.quic_crypto(early_data).map_err(|e| (span.clone(), e))?;
+    Ok(Some(Quic {
+        max_streams,
+        retry_above: l
+            .quic_retry_above
+            .as_ref()
+            .map_or(QUIC_RETRY_ABOVE, |v| *v.get_ref()),
+        alt_svc_max_age,
+        early_data,
+        crypto,
+    }))
 }
 
 fn load_tls(

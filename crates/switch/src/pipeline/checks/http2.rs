@@ -20,10 +20,11 @@ use crate::pipeline::response::ResponseBody;
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// RFC 9113 §8.2.2 and §8.3.1 for an HTTP/2 request; the refusal (400) if it breaks them.
-/// Requests of other versions pass untouched.
+/// RFC 9113 §8.2.2 and §8.3.1 for an HTTP/2 request, and the same rules of HTTP/3 (RFC 9114
+/// §4.2, §4.3.1: its requests come downgraded the same way); the refusal (400) if it breaks
+/// them. Requests of other versions pass untouched.
 pub(crate) fn check_request<B>(req: &Request<B>) -> Option<Response<ResponseBody>> {
-    if req.version() != Version::HTTP_2 {
+    if !matches!(req.version(), Version::HTTP_2 | Version::HTTP_3) {
         return None;
     }
     check_fields(req.headers())

@@ -3,17 +3,13 @@
 
 use http::header::{self, HeaderMap};
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use crate::config::Config;
 use crate::pipeline::response::{error_response, ResponseBody};
 
 /// Why a request is refused before it reaches any node: a limit it exceeds, or a forwarding
 /// loop it has gone round ([`crate::pipeline::checks::forwarding_loop`]).
-pub(crate) fn check_limits(
-    req: &Request<Incoming>,
-    config: &Config,
-) -> Option<Response<ResponseBody>> {
+pub(crate) fn check_limits<B>(req: &Request<B>, config: &Config) -> Option<Response<ResponseBody>> {
     let limits = &config.limits;
     let target_len = req.uri().path_and_query().map_or(1, |pq| pq.as_str().len());
     if target_len > limits.max_request_line {

@@ -1,7 +1,8 @@
 //! `capstan bench --http3` against a small HTTP/3 server made here with quinn and h3 (on the
 //! bench's loopback test certificates): the closed and open engines over QUIC, the result's
 //! protocol and connection counts, a server that refuses h3 (a clear error, no hang) and the
-//! flag's checks.
+//! flag's checks; then `--http2` and `--http3` against the switch's TLS listener with
+//! `quic = true`.
 
 mod support;
 
@@ -193,12 +194,12 @@ fn http3_flags_are_checked() {
 }
 
 #[test]
-fn http2_against_the_switchs_tls_listener() {
+fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
     let (_node, node) = origin(&[]);
     let tls = free_addr();
     let tls_dir = repo_root().join("examples/tls");
     let config = format!(
-        "listen = [\"{plain}\"]\ndebug_headers = true\n[[listener]]\naddress = \"{tls}\"\n\
+        "listen = [\"{plain}\"]\ndebug_headers = true\n[[listener]]\naddress = \"{tls}\"\nquic = true\n\
          [[listener.certificate]]\ncert = \"{d}/localhost.pem\"\nkey = \"{d}/localhost.key\"\n\
          [[node]]\nname = \"a\"\naddress = \"{node}\"\n",
         plain = free_addr(),
@@ -220,5 +221,19 @@ fn http2_against_the_switchs_tls_listener() {
     assert_eq!(r["errors_total"], 0, "{r}");
     assert!(r["completed"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["connections_opened"], 2, "4 clients, 2 streams each: {r}");
+    assert_eq!(r["nodes"]["a"], r["completed"], "every response through the switch: {r}");
+    // The same address over UDP: the switch's QUIC listener, driven open loop over 2
+    // connections of 4 streams.
+    let r = bench_json(
+        &[
+            "bench", &url, "--http3", "--cacert", &ca, "--rate", "50", "-k", "--connections",
+            "2", "--streams", "4", "--duration", "1s",
+        ],
+        "h3-switch",
+    );
+    assert_eq!(r["protocol"], "h3", "{r}");
+    assert_eq!(r["errors_total"], 0, "{r}");
+    assert!(r["completed"].as_u64().unwrap() >= 40, "50/s for 1 s: {r}");
+    assert!(r["connections_opened"].as_u64().unwrap() <= 2, "{r}");
     assert_eq!(r["nodes"]["a"], r["completed"], "every response through the switch: {r}");
 }

@@ -284,13 +284,17 @@ impl BenchConfig {
         };
         if !self.target.tls {
             let why = match self.protocol {
-                Protocol::Http3 => "HTTP/3 runs over QUIC, which is always encrypted (the UDP port is the URL's)",
+                Protocol::Http3 => {
+                    "HTTP/3 runs over QUIC, which is always encrypted (the UDP port is the URL's)"
+                }
                 _ => "HTTP/2 is negotiated by TLS ALPN (h2c is not supported)",
             };
             return bad(format!("{flag} needs an https:// URL: {why}"));
         }
         if self.follow_redirects {
-            return bad(format!("--follow-redirects follows http:// redirects; it does not go with {flag}"));
+            return bad(format!(
+                "--follow-redirects follows http:// redirects; it does not go with {flag}"
+            ));
         }
         if self.tls_session_per_client {
             return bad(format!("--tls-session-per-client does not go with {flag} (the run shares one session cache)"));

@@ -297,7 +297,11 @@ impl Lane {
     /// One HTTP/2 or HTTP/3 request: on a pooled connection with a free stream (keep-alive),
     /// else on a connection of its own, closed afterwards.
     async fn fetch_mux(&self, idx: u32, intended: Instant, use_connect_slots: bool) -> bool {
-        let mux = self.ctx.mux.as_ref().expect("fetch_mux runs with --http2/--http3");
+        let mux = self
+            .ctx
+            .mux
+            .as_ref()
+            .expect("fetch_mux runs with --http2/--http3");
         let req = &self.ctx.table.requests[idx as usize];
         let keepalive = self.ctx.cfg.keepalive;
         let permit = if use_connect_slots && !keepalive {
@@ -358,7 +362,11 @@ impl Lane {
     /// the request's deadline (quinn and TCP retransmit lost handshake packets themselves;
     /// there is no S-Client retry).
     async fn open_mux(&self, deadline: Instant) -> Result<crate::mux::MuxConn, ErrorKind> {
-        let mux = self.ctx.mux.as_ref().expect("open_mux runs with --http2/--http3");
+        let mux = self
+            .ctx
+            .mux
+            .as_ref()
+            .expect("open_mux runs with --http2/--http3");
         let target = self.next_target();
         let from = self.next_source();
         let began = Instant::now();

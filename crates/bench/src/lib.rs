@@ -26,8 +26,8 @@
 pub mod config;
 mod engine;
 pub mod http;
-pub mod polygraph;
 mod mux;
+pub mod polygraph;
 pub mod report;
 pub mod result;
 pub mod source;

@@ -287,10 +287,7 @@ impl Client {
         let req = self.request(method, path, ())?;
         let mut stream = send.send_request(req).await.map_err(stream_error)?;
         if let Some(body) = &self.body {
-            stream
-                .send_data(body.clone())
-                .await
-                .map_err(stream_error)?;
+            stream.send_data(body.clone()).await.map_err(stream_error)?;
         }
         stream.finish().await.map_err(stream_error)?;
         let mut resp = stream.recv_response().await.map_err(stream_error)?;

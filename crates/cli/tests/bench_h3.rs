@@ -25,11 +25,10 @@ fn tls_file(name: &str) -> std::path::PathBuf {
 /// Returns its address and the count of requests it answered. The thread lives as long as
 /// the test process.
 fn quic_server(alpn: &[u8]) -> (SocketAddr, Arc<AtomicU64>) {
-    let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_file_iter(tls_file("server.pem"))
-            .unwrap()
-            .map(|c| c.unwrap())
-            .collect();
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(tls_file("server.pem"))
+        .unwrap()
+        .map(|c| c.unwrap())
+        .collect();
     let key = PrivateKeyDer::from_pem_file(tls_file("server.key")).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -89,7 +88,10 @@ async fn serve_connection(incoming: quinn::Incoming, served: Arc<AtomicU64>) {
                 .body(())
                 .unwrap();
             if stream.send_response(resp).await.is_ok()
-                && stream.send_data(Bytes::from(vec![b'x'; 1000])).await.is_ok()
+                && stream
+                    .send_data(Bytes::from(vec![b'x'; 1000]))
+                    .await
+                    .is_ok()
                 && stream.finish().await.is_ok()
             {
                 served.fetch_add(1, Ordering::Relaxed);
@@ -99,7 +101,10 @@ async fn serve_connection(incoming: quinn::Incoming, served: Arc<AtomicU64>) {
 }
 
 fn bench_json(args: &[&str], name: &str) -> Value {
-    let json = std::env::temp_dir().join(format!("capstan-bench-h3-{}-{name}.json", std::process::id()));
+    let json = std::env::temp_dir().join(format!(
+        "capstan-bench-h3-{}-{name}.json",
+        std::process::id()
+    ));
     let mut all: Vec<&str> = args.to_vec();
     let path = json.display().to_string();
     all.extend(["--quiet", "--json", &path]);
@@ -120,8 +125,18 @@ fn http3_closed_and_open_loops_against_a_quinn_server() {
     // Closed loop, verified by --cacert: 4 clients sharing connections 2 streams at a time.
     let r = bench_json(
         &[
-            "bench", &url, "--http3", "--cacert", &ca, "--clients", "4", "-k", "--streams", "2",
-            "--duration", "1s",
+            "bench",
+            &url,
+            "--http3",
+            "--cacert",
+            &ca,
+            "--clients",
+            "4",
+            "-k",
+            "--streams",
+            "2",
+            "--duration",
+            "1s",
         ],
         "closed",
     );
@@ -135,7 +150,14 @@ fn http3_closed_and_open_loops_against_a_quinn_server() {
     // Open loop without keep-alive, --insecure: a QUIC handshake per request.
     let r = bench_json(
         &[
-            "bench", &url, "--http3", "--insecure", "--rate", "40", "--duration", "1s",
+            "bench",
+            &url,
+            "--http3",
+            "--insecure",
+            "--rate",
+            "40",
+            "--duration",
+            "1s",
         ],
         "open",
     );
@@ -153,7 +175,15 @@ fn a_server_without_h3_fails_the_run_with_the_handshake_error() {
     let url = format!("https://127.0.0.1:{}/", addr.port());
     let start = Instant::now();
     let out = run(&[
-        "bench", &url, "--http3", "--insecure", "--rate", "10", "--duration", "1s", "--quiet",
+        "bench",
+        &url,
+        "--http3",
+        "--insecure",
+        "--rate",
+        "10",
+        "--duration",
+        "1s",
+        "--quiet",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -164,7 +194,15 @@ fn a_server_without_h3_fails_the_run_with_the_handshake_error() {
     // Nothing on UDP at all: the probe gives up after its wait and says so.
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let url = format!("https://127.0.0.1:{}/", silent.local_addr().unwrap().port());
-    let out = run(&["bench", &url, "--http3", "--insecure", "--rate", "10", "--quiet"]);
+    let out = run(&[
+        "bench",
+        &url,
+        "--http3",
+        "--insecure",
+        "--rate",
+        "10",
+        "--quiet",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("no QUIC handshake within"), "{err}");
@@ -178,11 +216,26 @@ fn http3_flags_are_checked() {
             "--http3 needs an https:// URL",
         ),
         (
-            vec!["bench", "https://127.0.0.1:9/", "--streams", "4", "--rate", "1", "--insecure"],
+            vec![
+                "bench",
+                "https://127.0.0.1:9/",
+                "--streams",
+                "4",
+                "--rate",
+                "1",
+                "--insecure",
+            ],
             "--streams applies to --http2 and --http3 only",
         ),
         (
-            vec!["bench", "https://127.0.0.1:9/", "--http3", "--rate", "1", "--follow-redirects"],
+            vec![
+                "bench",
+                "https://127.0.0.1:9/",
+                "--http3",
+                "--rate",
+                "1",
+                "--follow-redirects",
+            ],
             "it does not go with --http3",
         ),
     ] {
@@ -212,8 +265,18 @@ fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
     let ca = tls_dir.join("ca.pem").display().to_string();
     let r = bench_json(
         &[
-            "bench", &url, "--http2", "--cacert", &ca, "--clients", "4", "-k", "--streams", "2",
-            "--duration", "1s",
+            "bench",
+            &url,
+            "--http2",
+            "--cacert",
+            &ca,
+            "--clients",
+            "4",
+            "-k",
+            "--streams",
+            "2",
+            "--duration",
+            "1s",
         ],
         "h2",
     );
@@ -221,13 +284,28 @@ fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
     assert_eq!(r["errors_total"], 0, "{r}");
     assert!(r["completed"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["connections_opened"], 2, "4 clients, 2 streams each: {r}");
-    assert_eq!(r["nodes"]["a"], r["completed"], "every response through the switch: {r}");
+    assert_eq!(
+        r["nodes"]["a"], r["completed"],
+        "every response through the switch: {r}"
+    );
     // The same address over UDP: the switch's QUIC listener, driven open loop over 2
     // connections of 4 streams.
     let r = bench_json(
         &[
-            "bench", &url, "--http3", "--cacert", &ca, "--rate", "50", "-k", "--connections",
-            "2", "--streams", "4", "--duration", "1s",
+            "bench",
+            &url,
+            "--http3",
+            "--cacert",
+            &ca,
+            "--rate",
+            "50",
+            "-k",
+            "--connections",
+            "2",
+            "--streams",
+            "4",
+            "--duration",
+            "1s",
         ],
         "h3-switch",
     );
@@ -235,5 +313,8 @@ fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
     assert_eq!(r["errors_total"], 0, "{r}");
     assert!(r["completed"].as_u64().unwrap() >= 40, "50/s for 1 s: {r}");
     assert!(r["connections_opened"].as_u64().unwrap() <= 2, "{r}");
-    assert_eq!(r["nodes"]["a"], r["completed"], "every response through the switch: {r}");
+    assert_eq!(
+        r["nodes"]["a"], r["completed"],
+        "every response through the switch: {r}"
+    );
 }

@@ -51,7 +51,13 @@ fn one_line_error(args: &[&str], says: &str) {
 #[test]
 fn list_help_and_bad_files() {
     let list = String::from_utf8(run(&["lab", "--list"]).stdout).unwrap();
-    for needle in ["wan-delay", "wan-loss", "wan-mix", "wan-loss-h3", "Figs. 9 and 10"] {
+    for needle in [
+        "wan-delay",
+        "wan-loss",
+        "wan-mix",
+        "wan-loss-h3",
+        "Figs. 9 and 10",
+    ] {
         assert!(list.contains(needle), "{list}");
     }
     assert!(!list.contains("broken"), "{list}");
@@ -191,12 +197,12 @@ vary = "loss"
 levels = ["0%", "5%"]
 path = "rtt=100ms,bandwidth=100mbit"
 rate = 20
-duration_s = 2
+duration_s = 1
 warmup_s = 1
 timeout_s = 10
 
 [quick]
-duration_s = 2
+duration_s = 1
 
 [client]
 connections = 8
@@ -224,7 +230,12 @@ fn the_protocol_contenders_run_over_tls_and_quic_or_say_why_not() {
     let file = dir.join("protocols.toml");
     std::fs::write(&file, PROTOCOLS).unwrap();
     let out_dir = dir.join("report");
-    let out = run(&["lab", file.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+    let out = run(&[
+        "lab",
+        file.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -245,7 +256,11 @@ fn the_protocol_contenders_run_over_tls_and_quic_or_say_why_not() {
             .unwrap_or_else(|| panic!("{n} in {r}"))
             .clone()
     };
-    for (name, protocol) in [("switch-h1", "http/1.1"), ("switch-h2", "h2"), ("switch-h3", "h3")] {
+    for (name, protocol) in [
+        ("switch-h1", "http/1.1"),
+        ("switch-h2", "h2"),
+        ("switch-h3", "h3"),
+    ] {
         let c = by_name(name);
         if name == "switch-h3" && !c["skipped"].is_null() {
             // A build whose switch has no QUIC listener says so instead of numbers.
@@ -268,7 +283,13 @@ fn the_protocol_contenders_run_over_tls_and_quic_or_say_why_not() {
     }
     let findings = r["findings"].as_array().unwrap();
     let text: Vec<&str> = findings.iter().filter_map(|f| f.as_str()).collect();
-    assert!(text.iter().any(|f| f.starts_with("At 5% loss: http/1.1")), "{text:?}");
-    assert!(text.iter().any(|f| f.contains("paper, Apache at 5%")), "{text:?}");
+    assert!(
+        text.iter().any(|f| f.starts_with("At 5% loss: http/1.1")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter().any(|f| f.contains("paper, Apache at 5%")),
+        "{text:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -402,7 +402,9 @@ fn udp_burst_echo(emu: &Emulation, echo: SocketAddr, n: u32) -> Vec<f64> {
     let mut buf = [0u8; 16];
     let mut rtts = Vec::new();
     while (rtts.len() as u64) < expected {
-        let len = s.recv(&mut buf).expect("an echo the router forwarded arrives");
+        let len = s
+            .recv(&mut buf)
+            .expect("an echo the router forwarded arrives");
         let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
         assert_eq!(len, 4);
         rtts.push(sent[i].elapsed().as_secs_f64() * 1e3);

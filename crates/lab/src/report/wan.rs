@@ -153,15 +153,15 @@ fn charts(r: &WanResults) -> Result<String, LabError> {
     h += &levels_svg(r, "response time", "p99 ms (from the schedule)", &|l| {
         Some(l.p99_ms)
     })?;
-    h += &levels_svg(r, "median response time", "p50 ms (from the schedule)", &|l| {
-        Some(l.p50_ms)
-    })?;
     h += &levels_svg(
         r,
-        "per-request tail",
-        "p99.9 ms over the whole run",
-        &|l| Some(l.p999_ms),
+        "median response time",
+        "p50 ms (from the schedule)",
+        &|l| Some(l.p50_ms),
     )?;
+    h += &levels_svg(r, "per-request tail", "p99.9 ms over the whole run", &|l| {
+        Some(l.p999_ms)
+    })?;
     h += &levels_svg(r, "goodput", "response bodies, Mbit/s", &|l| {
         Some(l.goodput_mbps)
     })?;

@@ -316,7 +316,8 @@ async fn start_protocol(
     std::fs::write(shared.dir.join("localhost.key"), protocols::KEY).map_err(failed)?;
     let conf = shared.dir.join("switch-tls.toml");
     let report = free_loopback_port().map_err(failed)?;
-    let text = |quic| protocols::switch_config(&shared.dir, port, plain, admin, node_addr, report, quic);
+    let text =
+        |quic| protocols::switch_config(&shared.dir, port, plain, admin, node_addr, report, quic);
     std::fs::write(&conf, text(true)).map_err(failed)?;
     let mut note = "";
     if let Err(why) = check_config(&shared.exe, &conf) {

@@ -78,7 +78,11 @@ fn protocol_findings(r: &WanResults) -> Vec<String> {
                 let l = c.levels.iter().find(|l| &l.level == level)?;
                 Some(format!(
                     "{} {:.2} Mbit/s, p50 {:.0} / p99 {:.0} / max {:.0} ms, {} errors",
-                    if l.protocol.is_empty() { &c.name } else { &l.protocol },
+                    if l.protocol.is_empty() {
+                        &c.name
+                    } else {
+                        &l.protocol
+                    },
                     l.goodput_mbps,
                     l.p50_ms,
                     l.p99_ms,

@@ -119,13 +119,15 @@ mod tests {
             streams: 8,
         };
         let h1 = Protocol::H1.client_args(&c).join(" ");
-        assert!(h1.contains("--connections 32") && !h1.contains("--http"), "{h1}");
-        let h3 = Protocol::H3.client_args(&c).join(" ");
         assert!(
-            h3.contains("--http3 --connections 4 --streams 8"),
-            "{h3}"
+            h1.contains("--connections 32") && !h1.contains("--http"),
+            "{h1}"
         );
-        assert!(Protocol::H2.client_args(&c).contains(&"--http2".to_string()));
+        let h3 = Protocol::H3.client_args(&c).join(" ");
+        assert!(h3.contains("--http3 --connections 4 --streams 8"), "{h3}");
+        assert!(Protocol::H2
+            .client_args(&c)
+            .contains(&"--http2".to_string()));
     }
 
     #[test]
@@ -135,6 +137,9 @@ mod tests {
         assert!(with.contains("address = \"0.0.0.0:8443\"\nalpn"));
         assert!(with.contains("quic = true"));
         assert!(!switch_config(Path::new("/d"), 8443, a, a, a, a, false).contains("quic"));
-        assert_eq!(check_line("\n  f.toml:3:1: unknown key quic\nmore"), "f.toml:3:1: unknown key quic");
+        assert_eq!(
+            check_line("\n  f.toml:3:1: unknown key quic\nmore"),
+            "f.toml:3:1: unknown key quic"
+        );
     }
 }

@@ -8,11 +8,10 @@
 //! keep-alive every request makes a connection of its own (a handshake per request, resumed
 //! from the run's TLS session cache as a browser's would be).
 //!
-//! HTTP/3: the QUIC handshake is the connect time (`connect_ms`; QUIC has no separate
-//! connect), and each connection has a UDP socket of its own (a quinn endpoint), bound to the
-//! next source address when there are several (a client group behind `capstan wan`).
-//! HTTP/2: the TCP connect is the connect time, as for https; the TLS handshake counts in the
-//! first request's latency.
+//! The connect time (`connect_ms`) is a connection's whole set-up: for HTTP/3 the QUIC
+//! handshake (QUIC has no separate connect), for HTTP/2 the TCP connect, TLS handshake and
+//! HTTP/2 preface. Each HTTP/3 connection has a UDP socket of its own (a quinn endpoint), bound
+//! to the next source address when there are several (a client group behind `capstan wan`).
 
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -272,7 +272,7 @@ impl WanExperiment {
         }
         if self.client.connections == 0
             || self.client.streams == 0
-            || self.client.connections % self.client.streams != 0
+            || !self.client.connections.is_multiple_of(self.client.streams)
         {
             return Err(format!(
                 "[client]: connections ({}) must be a positive multiple of streams ({})",

@@ -1,5 +1,6 @@
 //! The router between real namespaces with real sockets: delay, bandwidth and spacing, loss,
-//! queue limit, and two client groups on their own paths. Skipped (with a note) without root.
+//! queue limit, two client groups on their own paths, and a UDP echo with delay and loss each way.
+//! Skipped (with a note) without root.
 //!
 //! Timing bounds are about the emulator's correctness: a round trip is never shorter than the
 //! emulated one, and its median is within CAPSTAN_WAN_TEST_SLACK_MS (default 10 ms) above it.

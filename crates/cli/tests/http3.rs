@@ -1,8 +1,9 @@
 //! HTTP/3 from clients as a user runs it: examples/tls.toml (its TLS listener has `quic = true`)
 //! served by `capstan serve` to an HTTP/3 client (quinn + h3, trusting examples/tls/ca.pem):
 //! GET and POST through to a node, a large response, many streams on one connection, SNI, a
-//! cache hit, `Alt-Svc` on the HTTPS side, garbage datagrams counted, a reload and a shutdown
-//! while a stream is open (it finishes), an idle connection closed; and the configuration
+//! node's 103 passed on, a cache hit, `Alt-Svc` on the HTTPS side, garbage datagrams counted,
+//! Retry and the per-client limit, a reload and a shutdown while a stream is open (it
+//! finishes), an idle connection closed, ngtcp2's client when installed; and the configuration
 //! errors of `quic = true`. One switch serves the checks of the first test.
 
 mod support;
@@ -115,6 +116,10 @@ fn serve_node(
             }
             _ => ("no-store", format!("{method} {path}").into_bytes()),
         };
+        if path == "/early" {
+            let hints = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+            let _ = out.write_all(hints.as_bytes());
+        }
         let head = format!(
             "HTTP/1.1 200 OK\r\nCache-Control: {cache}\r\nX-Request-Via: {via}\r\nContent-Length: {}\r\n\r\n",
             answer.len()
@@ -236,9 +241,21 @@ struct Answer {
 
 /// One request with an optional body, read to the end.
 async fn request(send: &mut SendRequest, method: &str, url: &str, body: &[u8]) -> Answer {
+    let length = (!body.is_empty()).then_some(body.len());
+    request_declaring(send, method, url, body, length).await
+}
+
+/// [`request`] with the `content-length` given (`None`: none), whatever the body's length.
+async fn request_declaring(
+    send: &mut SendRequest,
+    method: &str,
+    url: &str,
+    body: &[u8],
+    length: Option<usize>,
+) -> Answer {
     let mut req = http::Request::builder().method(method).uri(url);
-    if !body.is_empty() {
-        req = req.header("content-length", body.len());
+    if let Some(length) = length {
+        req = req.header("content-length", length);
     }
     let mut stream = send.send_request(req.body(()).unwrap()).await.unwrap();
     if !body.is_empty() {
@@ -287,151 +304,212 @@ fn quic_open(admin: SocketAddr, tls: SocketAddr) -> u64 {
     listener["open_connections"].as_u64().unwrap()
 }
 
+/// The switch under test and what talks to it.
+struct Served {
+    node: Node,
+    tls: SocketAddr,
+    strict: SocketAddr,
+    admin: SocketAddr,
+    endpoint: quinn::Endpoint,
+}
+
+impl Served {
+    fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.tls.port())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tls_example_serves_http3() {
     let node = node();
     let strict = free_addr();
     let (path, tls, admin) = example_config(node.addr, strict);
     let mut switch = spawn(&["serve", "--config", path.to_str().unwrap()], tls);
-    let url = |p: &str| format!("https://localhost:{}{p}", tls.port());
     let endpoint = client(true);
-    let (conn, mut send) = connect(&endpoint, tls, "localhost").await;
+    let t = Served {
+        node,
+        tls,
+        strict,
+        admin,
+        endpoint,
+    };
+    let (conn, mut send) = connect(&t.endpoint, tls, "localhost").await;
+    requests_and_bodies(&t, &mut send).await;
+    cache_sni_and_alt_svc(&t, &mut send).await;
+    early_hints(&t, &mut send).await;
+    // A third-party client: ngtcp2's example client (Debian's ngtcp2-client), when installed.
+    gtlsclient(tls);
+    defences(&t, &mut send).await;
+    reload_with_a_stream_open(&t, &send).await;
+    // An idle connection is closed by the switch after client_idle (1 s here).
+    conn.close(0u32.into(), b"done");
+    drop(send);
+    idle_connection_closed(&t).await;
+    shutdown_with_a_stream_open(&t, &mut switch).await;
+}
 
-    let got = request(&mut send, "GET", &url("/hello"), b"").await;
+/// GET, POST with and without `content-length` (and a false one), a large response, many
+/// streams at once on one connection.
+async fn requests_and_bodies(t: &Served, send: &mut SendRequest) {
+    let got = request(send, "GET", &t.url("/hello"), b"").await;
     assert_eq!((got.status, got.body.as_slice()), (200, &b"GET /hello"[..]));
     let posted: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    let got = request(&mut send, "POST", &url("/echo"), &posted).await;
+    let got = request(send, "POST", &t.url("/echo"), &posted).await;
     assert_eq!(got.status, 200);
     assert!(got.body == posted, "the POST body came back whole");
     // Past the cache (a POST goes straight to a node), the node is told the client's version.
     let via = got.headers.get("x-request-via").unwrap().to_str().unwrap();
     assert!(via.contains("3 capstan"), "{via}");
-    let got = request(&mut send, "GET", &url("/big"), b"").await;
+    // Without content-length the body goes up chunked; with a false one it is refused.
+    let got = request_declaring(send, "POST", &t.url("/echo"), b"streamed", None).await;
+    assert_eq!((got.status, got.body.as_slice()), (200, &b"streamed"[..]));
+    let got = request_declaring(send, "POST", &t.url("/echo"), b"short", Some(10)).await;
+    assert!(got.status >= 400, "{}", got.status);
+    let got = request(send, "GET", &t.url("/big"), b"").await;
     assert_eq!((got.status, got.body.len()), (200, BIG));
 
-    // Many streams at once on the one connection.
     let mut streams = tokio::task::JoinSet::new();
     for i in 0..40 {
-        let (mut send, url) = (send.clone(), url(&format!("/many/{i}")));
+        let (mut send, url) = (send.clone(), t.url(&format!("/many/{i}")));
         streams.spawn(async move { (i, request(&mut send, "GET", &url, b"").await) });
     }
     while let Some(done) = streams.join_next().await {
         let (i, got) = done.unwrap();
         assert_eq!(got.body, format!("GET /many/{i}").into_bytes());
     }
+}
 
-    // The cache answers the second GET itself.
-    let first = request(&mut send, "GET", &url("/cached"), b"").await;
-    let second = request(&mut send, "GET", &url("/cached"), b"").await;
-    let status = second
-        .headers
-        .get("cache-status")
-        .unwrap()
-        .to_str()
-        .unwrap();
+/// A node's `103 Early Hints` reaches the HTTP/3 client ahead of the final response.
+async fn early_hints(t: &Served, send: &mut SendRequest) {
+    let req = http::Request::get(t.url("/early")).body(()).unwrap();
+    let mut stream = send.send_request(req).await.unwrap();
+    stream.finish().await.unwrap();
+    let first = stream.recv_response().await.unwrap();
+    assert_eq!(first.status(), 103);
+    let link = first.headers().get("link").unwrap();
+    assert_eq!(link, "</style.css>; rel=preload");
+    let last = stream.recv_response().await.unwrap();
+    assert_eq!(last.status(), 200);
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await.unwrap() {
+        body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
+    }
+    assert_eq!(body, b"GET /early");
+}
+
+/// The cache answers a second GET itself; SNI picks the certificate; the HTTPS side of the
+/// same address advertises HTTP/3.
+async fn cache_sni_and_alt_svc(t: &Served, send: &mut SendRequest) {
+    let first = request(send, "GET", &t.url("/cached"), b"").await;
+    let second = request(send, "GET", &t.url("/cached"), b"").await;
+    let status = second.headers.get("cache-status").unwrap();
+    let status = status.to_str().unwrap();
     assert!(status.starts_with("capstan; hit"), "{status}");
+    let fetched = t.node.cached_hits.load(Ordering::SeqCst);
+    assert_eq!((first.body, fetched), (second.body, 1));
+
+    // The client checks the certificate against the name it asked for.
+    let (_www, mut www) = connect(&t.endpoint, t.tls, "www.example.test").await;
     assert_eq!(
-        (first.body, node.cached_hits.load(Ordering::SeqCst)),
-        (second.body, 1)
+        request(&mut www, "GET", &t.url("/www"), b"").await.status,
+        200
     );
 
-    // SNI: the client checks the certificate against the name it asked for.
-    let (_www, mut www) = connect(&endpoint, tls, "www.example.test").await;
-    let got = request(&mut www, "GET", &url("/www"), b"").await;
-    assert_eq!(got.status, 200);
-
-    // The HTTPS side of the same address advertises HTTP/3.
     let ca = repo_root().join("examples/tls/ca.pem");
     let out = std::process::Command::new("curl")
-        .args([
-            "-sS",
-            "-D",
-            "-",
-            "-o",
-            "/dev/null",
-            "--max-time",
-            "20",
-            "--cacert",
-        ])
+        .args(["-sS", "-D", "-", "-o", "/dev/null", "--max-time", "20"])
+        .arg("--cacert")
         .arg(&ca)
-        .arg(url("/alt"))
+        .arg(t.url("/alt"))
         .output();
     match out {
         Ok(out) => {
             let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
-            let want = format!("alt-svc: h3=\":{}\"; ma=86400", tls.port());
+            let want = format!("alt-svc: h3=\":{}\"; ma=86400", t.tls.port());
             assert!(head.contains(&want), "{head}");
         }
         Err(e) => eprintln!("note: curl not runnable ({e}): Alt-Svc not checked"),
     }
+}
 
-    // A third-party client: ngtcp2's example client (Debian's ngtcp2-client), when installed.
-    gtlsclient(tls);
-
-    // Datagrams that cannot be QUIC: counted, and the listener goes on serving.
+/// Garbage datagrams counted (the listener goes on serving); a Retry for every client on the
+/// listener with quic_retry_above = 0, whose one connection per address refuses a second.
+async fn defences(t: &Served, send: &mut SendRequest) {
     let garbage = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for datagram in [&[0u8; 40][..], b"\x00not quic at all", &[0x40, 1, 2]] {
-        garbage.send_to(datagram, tls).unwrap();
+        garbage.send_to(datagram, t.tls).unwrap();
     }
     let started = Instant::now();
-    while quic_metric(admin, tls, "capstan_quic_garbage_datagrams_total") < 3 {
+    while quic_metric(t.admin, t.tls, "capstan_quic_garbage_datagrams_total") < 3 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "garbage counted"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let got = request(&mut send, "GET", &url("/after-garbage"), b"").await;
+    let got = request(send, "GET", &t.url("/after-garbage"), b"").await;
     assert_eq!(got.status, 200);
-    assert!(quic_metric(admin, tls, "capstan_quic_requests_total") >= 47);
+    assert!(quic_metric(t.admin, t.tls, "capstan_quic_requests_total") >= 49);
 
-    // Address validation: a listener with quic_retry_above = 0 sends every new client a Retry
-    // (quinn's client answers it); its one connection per client address refuses a second.
-    let (_first, mut first) = connect(&endpoint, strict, "localhost").await;
-    let strict_url = format!("https://localhost:{}/strict", strict.port());
+    // quinn's client answers the Retry by itself.
+    let (_first, mut first) = connect(&t.endpoint, t.strict, "localhost").await;
+    let strict_url = format!("https://localhost:{}/strict", t.strict.port());
     assert_eq!(
         request(&mut first, "GET", &strict_url, b"").await.status,
         200
     );
-    assert!(quic_metric(admin, strict, "capstan_quic_retries_total") >= 1);
-    let second = endpoint.connect(strict, "localhost").unwrap().await;
+    assert!(quic_metric(t.admin, t.strict, "capstan_quic_retries_total") >= 1);
+    let second = t.endpoint.connect(t.strict, "localhost").unwrap().await;
     assert!(
         matches!(second, Err(quinn::ConnectionError::ConnectionClosed(_))),
         "{second:?}"
     );
-    assert_eq!(quic_metric(admin, strict, "capstan_quic_refused_total"), 1);
-    assert_eq!(quic_metric(admin, tls, "capstan_quic_retries_total"), 0);
+    assert_eq!(
+        quic_metric(t.admin, t.strict, "capstan_quic_refused_total"),
+        1
+    );
+    assert_eq!(quic_metric(t.admin, t.tls, "capstan_quic_retries_total"), 0);
+}
 
-    // A reload while a stream is open: the stream finishes.
-    let slow = {
-        let (mut send, url) = (send.clone(), url("/slow"));
-        tokio::spawn(async move { request(&mut send, "GET", &url, b"").await })
-    };
-    node.arrived.recv_timeout(Duration::from_secs(10)).unwrap();
+/// `/slow` sent on `send`, once the node has it.
+async fn slow_request(t: &Served, send: &SendRequest) -> tokio::task::JoinHandle<Answer> {
+    let (mut send, url) = (send.clone(), t.url("/slow"));
+    let slow = tokio::spawn(async move { request(&mut send, "GET", &url, b"").await });
+    t.node
+        .arrived
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap();
+    slow
+}
+
+/// A reload (POST /reload) while a stream is open: the stream finishes.
+async fn reload_with_a_stream_open(t: &Served, send: &SendRequest) {
+    let slow = slow_request(t, send).await;
+    let admin = t.admin;
     let reloaded = tokio::task::spawn_blocking(move || http(admin, "POST", "/reload"))
         .await
         .unwrap();
     assert_eq!(reloaded.status, 200, "{}", reloaded.text());
-    node.release.send(()).unwrap();
+    t.node.release.send(()).unwrap();
     let got = slow.await.unwrap();
     assert_eq!(
         (got.status, got.body.as_slice()),
         (200, &b"slow but whole"[..])
     );
+}
 
-    // An idle connection is closed by the switch after client_idle (1 s here).
-    conn.close(0u32.into(), b"done");
-    drop((send, www));
+/// A connection without keep-alives is closed by the switch after `client_idle`.
+async fn idle_connection_closed(t: &Served) {
     let quiet = client(false);
-    let (idle, mut idle_send) = connect(&quiet, tls, "localhost").await;
+    let (idle, mut idle_send) = connect(&quiet, t.tls, "localhost").await;
     assert_eq!(
-        request(&mut idle_send, "GET", &url("/once"), b"")
+        request(&mut idle_send, "GET", &t.url("/once"), b"")
             .await
             .status,
         200
     );
     let started = Instant::now();
-    while quic_open(admin, tls) > 0 {
+    while quic_open(t.admin, t.tls) > 0 {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "idle connection closed"
@@ -439,36 +517,40 @@ async fn the_tls_example_serves_http3() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(idle);
+}
 
-    // Shutdown while a stream is open: GOAWAY, and the stream finishes before the switch exits.
-    let (_conn, send) = connect(&endpoint, tls, "localhost").await;
-    let slow = {
-        let (mut send, url) = (send.clone(), url("/slow"));
-        tokio::spawn(async move { request(&mut send, "GET", &url, b"").await })
-    };
-    node.arrived.recv_timeout(Duration::from_secs(10)).unwrap();
+/// SIGTERM while a stream is open: GOAWAY, and the stream finishes before the switch exits.
+async fn shutdown_with_a_stream_open(t: &Served, switch: &mut Proc) {
+    let (_conn, send) = connect(&t.endpoint, t.tls, "localhost").await;
+    let slow = slow_request(t, &send).await;
     switch.signal("TERM");
     // The switch stops accepting on its TCP side at once; the QUIC stream is still open.
     let started = Instant::now();
-    while accepts(tls) {
+    while accepts(t.tls) {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "shutdown began"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    node.release.send(()).unwrap();
+    t.node.release.send(()).unwrap();
     let got = slow.await.unwrap();
     assert_eq!(
         (got.status, got.body.as_slice()),
         (200, &b"slow but whole"[..])
     );
-    let status = tokio::task::spawn_blocking(move || switch.wait_exit(Duration::from_secs(20)))
-        .await
-        .unwrap();
+    let started = Instant::now();
+    while switch.0.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the switch exited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = switch.0.try_wait().unwrap();
     assert!(
         status.is_some_and(|s| s.success()),
-        "the switch exited cleanly"
+        "the switch exited cleanly: {status:?}"
     );
 }
 
@@ -535,7 +617,7 @@ fn quic_needs_tls_13_and_certificates() {
     }
     let path = dir.join("good.toml");
     let text = format!(
-        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
+        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\nquic_0rtt = true\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
     );
     std::fs::write(&path, text).unwrap();
     let out = run(&["check", path.to_str().unwrap()]);
@@ -546,7 +628,8 @@ fn quic_needs_tls_13_and_certificates() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains(&format!("HTTP/3 on udp://{listen}")) && stdout.contains("no Alt-Svc"),
+        stdout.contains(&format!("HTTP/3 on udp://{listen}"))
+            && stdout.contains("no Alt-Svc, 0-RTT on"),
         "{stdout}"
     );
 }

@@ -438,13 +438,30 @@ impl H3Request {
             .and_then(|v| v.parse::<u64>().ok());
         let mut body = H3Body::new(recv, length);
         body.peek();
-        let req = req.map(|()| ClientBody::H3(Box::new(body)));
+        let mut req = req.map(|()| ClientBody::H3(Box::new(body)));
+        let (interim, mut heads) = tokio::sync::mpsc::unbounded_channel();
+        req.extensions_mut()
+            .insert(crate::pipeline::interim::Interim::channel(interim));
         let client_send = self.switch.cluster.load().config.timeouts.client_send;
-        let resp =
-            match crate::pipeline::handle(self.switch, self.state, self.peer_header, req).await {
-                Ok(resp) => resp,
-                Err(never) => match never {},
-            };
+        let handling = crate::pipeline::handle(self.switch, self.state, self.peer_header, req);
+        let mut handling = std::pin::pin!(handling);
+        // Interim heads (a node's 103) go out as they come, ahead of the final one.
+        let answered = loop {
+            tokio::select! {
+                biased;
+                Some(head) = heads.recv() => {
+                    let sent = tokio::time::timeout(client_send, send.send_response(head)).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        tracing::debug!("HTTP/3 interim response not sent");
+                    }
+                }
+                answered = &mut handling => break answered,
+            }
+        };
+        let resp = match answered {
+            Ok(resp) => resp,
+            Err(never) => match never {},
+        };
         if let Err(e) = send_response(&mut send, resp, client_send).await {
             tracing::debug!("HTTP/3 response not sent whole: {e}");
             self.counters.streams_reset.fetch_add(1, Ordering::Relaxed);

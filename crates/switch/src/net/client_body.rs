@@ -30,7 +30,35 @@ pub(crate) struct H3Body {
     state: H3State,
     /// `content-length`, when the request declared one.
     length: Option<u64>,
+    /// Bytes of DATA received so far, held to `length` (RFC 9114 §4.1.2: a body longer or
+    /// shorter than its `content-length` makes the request malformed).
+    received: u64,
 }
+
+/// An HTTP/3 request body unlike its `content-length`.
+#[derive(Debug)]
+pub(crate) struct LengthMismatch {
+    declared: u64,
+    received: u64,
+}
+
+impl std::fmt::Display for LengthMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "HTTP/3 request body of {}{} bytes, content-length {}",
+            if self.received > self.declared {
+                "more than "
+            } else {
+                ""
+            },
+            self.received,
+            self.declared
+        )
+    }
+}
+
+impl std::error::Error for LengthMismatch {}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum H3State {
@@ -46,6 +74,7 @@ impl H3Body {
             first: None,
             state: H3State::Data,
             length,
+            received: 0,
         }
     }
 
@@ -66,6 +95,34 @@ impl H3Body {
     }
 
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = self.poll_unchecked(cx);
+        let Some(declared) = self.length else {
+            return polled;
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                self.received += frame.data_ref().map_or(0, |d| d.len() as u64);
+                if self.received <= declared {
+                    return polled;
+                }
+            }
+            Poll::Ready(None) if self.received != declared => {}
+            _ => return polled,
+        }
+        // Said once: the body ends after the error.
+        self.state = H3State::Done;
+        self.length = None;
+        let mismatch = LengthMismatch {
+            declared,
+            received: self.received,
+        };
+        Poll::Ready(Some(Err(Box::new(mismatch))))
+    }
+
+    fn poll_unchecked(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(first) = self.first.take() {
             return Poll::Ready(Some(Ok(Frame::data(first))));
         }

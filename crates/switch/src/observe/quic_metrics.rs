@@ -76,6 +76,14 @@ impl QuicCounters {
     }
 }
 
+/// One metric family: name, help, kind and how to read it from a listener's counts.
+type Family = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&QuicStatus) -> u64,
+);
+
 /// The QUIC listeners' counters for `/metrics`, read at scrape time.
 #[derive(Debug)]
 pub(crate) struct QuicCollector {
@@ -91,7 +99,7 @@ impl QuicCollector {
 
 impl Collector for QuicCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let families: [(&str, &str, MetricType, fn(&QuicStatus) -> u64); 9] = [
+        let families: [Family; 9] = [
             (
                 "capstan_quic_datagrams",
                 "UDP datagrams received on the QUIC listener",

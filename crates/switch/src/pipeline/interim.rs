@@ -13,6 +13,9 @@
 //! is ever stored by the cache; a cache fill passes them to the client whose request started
 //! it, not to those that joined it.
 //!
+//! HTTP/3 clients get them too, through a channel to the task that writes the request's
+//! response ([`Interim::channel`], found in the request's extensions).
+//!
 //! Nothing here runs, and nothing is allocated, for a response without interim heads from a
 //! node on the switch's own HTTP/1.1 path: the sender is asked for only when a head arrives
 //! (in the request's own task). Paths whose heads arrive in another task (hyper's clients, a
@@ -25,7 +28,16 @@ use http::{Request, Response, StatusCode, Version};
 
 /// The way to the client of one request for the interim responses to it.
 #[derive(Clone)]
-pub(crate) struct Interim(hyper::ext::InformationalSender);
+pub(crate) struct Interim(Way);
+
+#[derive(Clone)]
+enum Way {
+    /// hyper's, for HTTP/1.1 and HTTP/2 clients.
+    Hyper(hyper::ext::InformationalSender),
+    /// A channel to the task that writes an HTTP/3 request's response (see
+    /// `crate::frontend::quic`), carried in the request's extensions.
+    Channel(tokio::sync::mpsc::UnboundedSender<Response<()>>),
+}
 
 impl Interim {
     /// For the request whose future is running (hyper polls it on this thread), if its client
@@ -34,7 +46,12 @@ impl Interim {
         if version < Version::HTTP_11 {
             return None;
         }
-        hyper::ext::InformationalSender::current().map(Interim)
+        hyper::ext::InformationalSender::current().map(|s| Interim(Way::Hyper(s)))
+    }
+
+    /// A way that sends each interim head into `channel`.
+    pub(crate) fn channel(channel: tokio::sync::mpsc::UnboundedSender<Response<()>>) -> Interim {
+        Interim(Way::Channel(channel))
     }
 
     /// Passes a node's interim head on to the client (see the module's doc for which).
@@ -46,7 +63,11 @@ impl Interim {
         let mut head = Response::new(());
         *head.status_mut() = status;
         *head.headers_mut() = headers;
-        if !self.0.send(head) {
+        let sent = match &self.0 {
+            Way::Hyper(sender) => sender.send(head),
+            Way::Channel(channel) => channel.send(head).is_ok(),
+        };
+        if !sent {
             tracing::debug!(
                 %status,
                 "interim response not passed on: the final one has gone, or {} went before it",

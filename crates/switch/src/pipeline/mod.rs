@@ -168,7 +168,13 @@ async fn proxy(
         pq,
         client_version: parts.version,
         te_trailers: crate::upstream::h2::wants_trailers(&parts.headers),
-        interim: None,
+        // An HTTP/3 request carries its way for interim responses; the others find hyper's.
+        interim: match parts.version {
+            http::Version::HTTP_3 => parts
+                .extensions
+                .remove::<crate::pipeline::interim::Interim>(),
+            _ => None,
+        },
     };
     if let Some(tunnel) = tunnel {
         return Err(Box::pin(crate::pipeline::tunnel::pass(&forward, parts, peer, tunnel)).await);

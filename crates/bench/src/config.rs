@@ -114,6 +114,32 @@ pub enum Engine {
     SClient { sockets: usize },
 }
 
+/// The HTTP version on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1 with keep-alive, else HTTP/1.0 (over TLS for `https://`).
+    #[default]
+    Http1,
+    /// HTTP/2 over TLS (`--http2`, `https://` URLs only, ALPN `h2`): several requests at once
+    /// per connection (`streams`).
+    Http2,
+    /// HTTP/3 over QUIC (`--http3`, `https://` URLs only): several requests at once per
+    /// connection (`streams`).
+    Http3,
+}
+
+impl Protocol {
+    /// The name in the JSON result (`protocol`).
+    pub fn name(self, keepalive: bool) -> &'static str {
+        match self {
+            Protocol::Http1 if keepalive => "http/1.1",
+            Protocol::Http1 => "http/1.0",
+            Protocol::Http2 => "h2",
+            Protocol::Http3 => "h3",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ReplaySpeed {
     /// Original timing divided by this factor (2 = twice as fast).
@@ -197,6 +223,12 @@ pub struct BenchConfig {
     /// New connection `i` goes to target `i mod N`; one refused or failed goes to the next
     /// target, so a dead target costs only the requests in flight on it. Empty: the URL's host.
     pub targets: Vec<String>,
+    /// HTTP/1.x, HTTP/2 (`--http2`) or HTTP/3 (`--http3`).
+    pub protocol: Protocol,
+    /// HTTP/2 and HTTP/3: requests in flight at once on one connection (`--streams`). The open
+    /// engine with keep-alive runs `connections × streams` requests at once over `connections`
+    /// connections; a closed-loop run puts `streams` clients on each connection.
+    pub streams: usize,
 }
 
 impl BenchConfig {
@@ -230,7 +262,44 @@ impl BenchConfig {
             follow_redirects: false,
             bind: Vec::new(),
             targets: Vec::new(),
+            protocol: Protocol::Http1,
+            streams: 1,
         }
+    }
+
+    /// `--http2`, `--http3` and `--streams` with what they need and what they cannot be
+    /// combined with.
+    fn validate_protocol(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::Config(m));
+        if self.streams == 0 {
+            return bad("streams must be at least 1".into());
+        }
+        let flag = match self.protocol {
+            Protocol::Http1 if self.streams > 1 => {
+                return bad("--streams applies to --http2 and --http3 only (HTTP/1.1 has one request at a time per connection)".into());
+            }
+            Protocol::Http1 => return Ok(()),
+            Protocol::Http2 => "--http2",
+            Protocol::Http3 => "--http3",
+        };
+        if !self.target.tls {
+            let why = match self.protocol {
+                Protocol::Http3 => {
+                    "HTTP/3 runs over QUIC, which is always encrypted (the UDP port is the URL's)"
+                }
+                _ => "HTTP/2 is negotiated by TLS ALPN (h2c is not supported)",
+            };
+            return bad(format!("{flag} needs an https:// URL: {why}"));
+        }
+        if self.follow_redirects {
+            return bad(format!(
+                "--follow-redirects follows http:// redirects; it does not go with {flag}"
+            ));
+        }
+        if self.tls_session_per_client {
+            return bad(format!("--tls-session-per-client does not go with {flag} (the run shares one session cache)"));
+        }
+        Ok(())
     }
 
     pub fn validate(&self) -> Result<(), BenchError> {
@@ -289,6 +358,7 @@ impl BenchConfig {
                 );
             }
         }
+        self.validate_protocol()?;
         for t in &self.targets {
             split_host_port(t).map_err(BenchError::Config)?;
         }

@@ -36,6 +36,8 @@ pub(crate) struct Ctx {
     pub replay_index: Vec<u32>,
     /// `https://` targets: the TLS client.
     pub tls: Option<crate::tls::Tls>,
+    /// `--http2`, `--http3`: the multiplexing client (then `tls` is `None`).
+    pub mux: Option<crate::mux::Client>,
 }
 
 /// A lane's live counters, sent once a second for the progress line.
@@ -70,6 +72,8 @@ pub(crate) struct Lane {
     /// Per target, until when it is tried last: it let a connect time out (a dead host drops
     /// SYNs rather than refusing), and each new connection should not wait for that again.
     silent_until: RefCell<Vec<Option<Instant>>>,
+    /// `--http2`, `--http3`: the lane's multiplexed connections.
+    mux_pool: crate::mux::Pool,
 }
 
 /// How long a target that let a connect time out is tried after the others.
@@ -223,6 +227,9 @@ impl Lane {
         intended: Instant,
         use_connect_slots: bool,
     ) -> bool {
+        if self.ctx.mux.is_some() {
+            return self.fetch_mux(idx, intended, use_connect_slots).await;
+        }
         let req = &self.ctx.table.requests[idx as usize];
         let permit = if conn.is_none() && use_connect_slots {
             self.connect_slots.acquire().await.ok()
@@ -283,6 +290,103 @@ impl Lane {
                 *conn = None;
                 s.error(req.class, ErrorKind::ReadTimeout, now);
                 false
+            }
+        }
+    }
+
+    /// One HTTP/2 or HTTP/3 request: on a pooled connection with a free stream (keep-alive),
+    /// else on a connection of its own, closed afterwards.
+    async fn fetch_mux(&self, idx: u32, intended: Instant, use_connect_slots: bool) -> bool {
+        let mux = self
+            .ctx
+            .mux
+            .as_ref()
+            .expect("fetch_mux runs with --http2/--http3");
+        let req = &self.ctx.table.requests[idx as usize];
+        let keepalive = self.ctx.cfg.keepalive;
+        let permit = if use_connect_slots && !keepalive {
+            self.connect_slots.acquire().await.ok()
+        } else {
+            None
+        };
+        let sent = Instant::now();
+        self.stats.borrow_mut().started(intended, sent);
+        let deadline = self.timeout_deadline(sent);
+        let acquired = tokio::time::timeout_at(deadline.into(), async {
+            if keepalive {
+                self.mux_pool.acquire(|| self.open_mux(deadline)).await
+            } else {
+                self.open_mux(deadline).await.map(Rc::new)
+            }
+        })
+        .await
+        .unwrap_or(Err(ErrorKind::ConnectTimeout));
+        drop(permit);
+        let conn = match acquired {
+            Ok(c) => c,
+            Err(k) => {
+                self.stats.borrow_mut().error(req.class, k, Instant::now());
+                return false;
+            }
+        };
+        let r = tokio::time::timeout_at(
+            deadline.into(),
+            mux.roundtrip(&conn, &req.method, &req.path, req.head),
+        )
+        .await
+        .unwrap_or(Err(ErrorKind::ReadTimeout));
+        let now = Instant::now();
+        let ok = r.is_ok();
+        {
+            let mut s = self.stats.borrow_mut();
+            match r {
+                Ok(resp) => {
+                    s.targets[conn.target].requests += 1;
+                    s.response(req.class, intended, sent, &resp, now);
+                }
+                Err(k) => {
+                    s.targets[conn.target].errors += 1;
+                    s.error(req.class, k, now);
+                }
+            }
+        }
+        if keepalive {
+            self.mux_pool.release(&conn, !ok);
+        } else {
+            conn.close();
+        }
+        ok
+    }
+
+    /// A new multiplexed connection to the next target, its connect and handshake bounded by
+    /// the request's deadline (quinn and TCP retransmit lost handshake packets themselves;
+    /// there is no S-Client retry).
+    async fn open_mux(&self, deadline: Instant) -> Result<crate::mux::MuxConn, ErrorKind> {
+        let mux = self
+            .ctx
+            .mux
+            .as_ref()
+            .expect("open_mux runs with --http2/--http3");
+        let target = self.next_target();
+        let from = self.next_source();
+        let began = Instant::now();
+        self.stats.borrow_mut().connect_attempts += 1;
+        let wait = deadline.saturating_duration_since(began);
+        match mux.connect(self.ctx.addrs[target], from, wait).await {
+            Ok(mut c) => {
+                c.target = target;
+                let mut s = self.stats.borrow_mut();
+                s.connected(began, Instant::now());
+                s.targets[target].connects += 1;
+                Ok(c)
+            }
+            Err(f) => {
+                let mut s = self.stats.borrow_mut();
+                if f.kind == ErrorKind::ConnectTimeout {
+                    s.connect_timeouts += 1;
+                }
+                s.targets[target].refused += 1;
+                Err(f.kind)
             }
         }
     }
@@ -439,6 +543,7 @@ pub(crate) fn run_lane(
         opened: Cell::new(lane as usize),
         begun: Cell::new(lane as usize),
         silent_until: RefCell::new(vec![None; ctx.addrs.len()]),
+        mux_pool: crate::mux::Pool::new(cfg.connections, cfg.streams),
         ctx: ctx.clone(),
     });
     let cpu0 = thread_cpu_s();
@@ -519,8 +624,14 @@ async fn open_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
     let end = l.ctx.window_s;
     let keepalive = l.ctx.cfg.keepalive;
     if keepalive {
-        // Dropped with the lane's task set when the run (and its drain) is over.
-        for _ in 0..l.ctx.cfg.connections {
+        // Dropped with the lane's task set when the run (and its drain) is over. HTTP/3: a
+        // worker per stream, `streams` of them sharing each connection.
+        let streams = if l.ctx.mux.is_some() {
+            l.ctx.cfg.streams
+        } else {
+            1
+        };
+        for _ in 0..l.ctx.cfg.connections * streams {
             tokio::task::spawn_local(l.clone().keepalive_worker());
         }
     }
@@ -559,6 +670,10 @@ async fn closed_loop(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {
     };
     let lanes = l.ctx.lanes;
     let mine = clients as u64 / lanes + u64::from(lane < clients as u64 % lanes);
+    // HTTP/2 and HTTP/3: `streams` clients share a connection.
+    l.mux_pool
+        .max
+        .set((mine as usize).div_ceil(l.ctx.cfg.streams).max(1));
     let picker = Rc::new(RefCell::new(Picker::new(&l.ctx.cfg, &l.ctx.table, lane)?));
     let end = l.window_end();
     let mut tasks = Vec::new();

@@ -525,6 +525,36 @@ impl Conn {
     }
 }
 
+/// Whether a response came from a cache, from its header fields (name, value): `X-Cache` or
+/// `Cache-Status` say it outright; else Varnish's, Traffic Server's or a positive `Age` imply it.
+/// The HTTP/1 reader applies the same rules as it parses.
+pub(crate) fn cache_mark<'a>(headers: impl Iterator<Item = (&'a str, &'a [u8])>) -> CacheMark {
+    let (mut cache, mut implied, mut aged) = (CacheMark::None, CacheMark::None, false);
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("x-cache") {
+            cache = classify_x_cache(value);
+        } else if name.eq_ignore_ascii_case("cache-status") {
+            cache = classify_cache_status(value);
+        } else if name.eq_ignore_ascii_case("x-varnish") {
+            implied = classify_x_varnish(value);
+        } else if name.eq_ignore_ascii_case("via") {
+            if let m @ (CacheMark::Hit | CacheMark::Miss) = classify_ats_via(value) {
+                implied = m;
+            }
+        } else if name.eq_ignore_ascii_case("age") {
+            aged = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|a| a > 0);
+        }
+    }
+    match (cache, implied) {
+        (CacheMark::None, CacheMark::None) if aged => CacheMark::Hit,
+        (CacheMark::None, m) => m,
+        (c, _) => c,
+    }
+}
+
 fn contains_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|&b| b == b',')

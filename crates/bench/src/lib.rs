@@ -4,6 +4,9 @@
 //! `--polygraph`: Web Polygraph workloads through a proxy, with hit ratios per phase
 //! ([`polygraph`]).
 //!
+//! `--http2` and `--http3`: the same engines over HTTP/2 (TLS) and HTTP/3 (QUIC), several
+//! requests at once per connection ([`mux`]).
+//!
 //! Engines: `open` (Banga & Druschel's S-Client: requests start on a schedule whatever the server
 //! does; non-blocking connects abandoned after a timeout and retried), `closed` (WebStone-style
 //! clients), `sessions` (the CAP paper's Table 1 sessions) and `replay` (access logs). Latency is
@@ -23,6 +26,7 @@
 pub mod config;
 mod engine;
 pub mod http;
+mod mux;
 pub mod polygraph;
 pub mod report;
 pub mod result;
@@ -36,7 +40,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use config::{
-    parse_burst, parse_duration, parse_phases, BenchConfig, Engine, ReplaySpeed, Source, Target,
+    parse_burst, parse_duration, parse_phases, BenchConfig, Engine, Protocol, ReplaySpeed, Source,
+    Target,
 };
 pub use result::{merge, Percentiles, RunResult, TargetResult, TimelineSecond, WanPath, WanResult};
 
@@ -79,6 +84,10 @@ pub async fn run(
     let addrs = resolve_targets(&config).await?;
     raise_fd_limit();
     let tls = tls::client(&config)?;
+    let mux = match config.protocol {
+        Protocol::Http1 => None,
+        Protocol::Http2 | Protocol::Http3 => Some(mux::Client::new(&config, &addrs).await?),
+    };
     let table = source::RequestTable::build(&config)?;
     let (replay_times, replay_index) = replay_schedule(&config, &table);
     let window_s = match &config.engine {
@@ -116,6 +125,7 @@ pub async fn run(
         replay_times,
         replay_index,
         tls,
+        mux,
     });
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut handles = Vec::new();
@@ -196,6 +206,7 @@ pub async fn run(
         },
     );
     out.targets = targets;
+    out.protocol = cfg.protocol.name(cfg.keepalive).into();
     Ok(out)
 }
 
@@ -263,6 +274,7 @@ pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, Strin
         replay_times,
         replay_index,
         tls: None,
+        mux: None,
     };
     let lane = config.shard.0 as u64 * config.threads as u64;
     Ok(engine::schedule(&ctx, lane)?

@@ -123,6 +123,10 @@ pub struct Histograms {
 pub struct RunResult {
     pub schema: String,
     pub engine: String,
+    /// The HTTP version on the wire: `http/1.0` (a connection per request), `http/1.1`
+    /// (keep-alive) or `h3` (`--http3`); empty in results written before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol: String,
     pub target: String,
     /// Shards this result covers, as `i/n`.
     pub shards: Vec<String>,
@@ -360,6 +364,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
     RunResult {
         schema: SCHEMA.into(),
         engine: m.engine.into(),
+        protocol: String::new(),
         target: m.target,
         shards: vec![format!("{}/{}", m.shard.0, m.shard.1)],
         started_unix_ms: m.started_unix_ms,

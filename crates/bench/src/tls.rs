@@ -1,6 +1,9 @@
 //! TLS for `https://` targets: a rustls client configuration built once per run (ring provider,
 //! TLS 1.2 and 1.3, ALPN `http/1.1`, in-memory session resumption as a browser would).
 //!
+//! `--http2` (ALPN `h2`, [`h2_client`]) and `--http3` (a QUIC client configuration,
+//! [`quic_client`]) use the same trust.
+//!
 //! Trust: `--cacert FILE` (PEM) replaces the system bundle, as with curl; otherwise the first
 //! bundle found among `$SSL_CERT_FILE` and the usual distribution paths is read (no network, no
 //! extra crate). `--insecure` accepts any certificate for any name.
@@ -52,18 +55,58 @@ impl Tls {
     }
 }
 
-/// The TLS client for `cfg`'s target, or `None` for `http://`.
+/// The TLS client for `cfg`'s target, or `None` for `http://` (and for `--http2` and
+/// `--http3`, which take [`h2_client`]'s and [`quic_client`]'s configurations instead).
 pub(crate) fn client(cfg: &BenchConfig) -> Result<Option<Tls>, BenchError> {
-    if !cfg.target.tls {
+    if !cfg.target.tls || cfg.protocol != crate::config::Protocol::Http1 {
         return Ok(None);
     }
     let host = cfg.target.host.trim_matches(['[', ']']).to_string();
     let name = ServerName::try_from(host)
         .map_err(|_| BenchError::Config(format!("bad TLS server name {:?}", cfg.target.host)))?;
+    let config = Arc::new(rustls_config(cfg, b"http/1.1")?);
+    Ok(Some(Tls {
+        connector: TlsConnector::from(config.clone()),
+        name,
+        config,
+        per_client: cfg.tls_session_per_client,
+    }))
+}
+
+/// The TLS client for `--http2`: the run's trust, ALPN `h2` only.
+pub(crate) fn h2_client(cfg: &BenchConfig) -> Result<TlsConnector, BenchError> {
+    Ok(TlsConnector::from(Arc::new(rustls_config(cfg, b"h2")?)))
+}
+
+/// The QUIC client configuration for `--http3`: the same trust as https (`--cacert`,
+/// `--insecure`, the system bundle), TLS 1.3 (QUIC has no other), ALPN `h3`, and session
+/// resumption in memory for the whole run (no 0-RTT: the generator never sends early data).
+pub(crate) fn quic_client(cfg: &BenchConfig) -> Result<quinn::ClientConfig, BenchError> {
+    let config = rustls_config(cfg, b"h3")?;
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(config)
+        .map_err(|e| BenchError::Config(format!("QUIC: {e}")))?;
+    let mut client = quinn::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn::TransportConfig::default();
+    // A connection lives as long as the run; an idle timeout shorter than a request's would
+    // end connections waiting on a slow server.
+    let idle = cfg.timeout.max(std::time::Duration::from_secs(30));
+    if let Ok(idle) = quinn::IdleTimeout::try_from(idle) {
+        transport.max_idle_timeout(Some(idle));
+    }
+    client.transport_config(Arc::new(transport));
+    Ok(client)
+}
+
+/// A rustls client configuration with the run's trust and one ALPN protocol.
+fn rustls_config(cfg: &BenchConfig, alpn: &[u8]) -> Result<ClientConfig, BenchError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| BenchError::Config(format!("TLS: {e}")))?;
+    let builder = ClientConfig::builder_with_provider(provider.clone());
+    let builder = if alpn == b"h3" {
+        builder.with_protocol_versions(&[&rustls::version::TLS13])
+    } else {
+        builder.with_safe_default_protocol_versions()
+    }
+    .map_err(|e| BenchError::Config(format!("TLS: {e}")))?;
     let mut config = if cfg.insecure {
         builder
             .dangerous()
@@ -74,14 +117,8 @@ pub(crate) fn client(cfg: &BenchConfig) -> Result<Option<Tls>, BenchError> {
             .with_root_certificates(roots(cfg.ca_pem.as_deref())?)
             .with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let config = Arc::new(config);
-    Ok(Some(Tls {
-        connector: TlsConnector::from(config.clone()),
-        name,
-        config,
-        per_client: cfg.tls_session_per_client,
-    }))
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(config)
 }
 
 fn roots(ca_pem: Option<&[u8]>) -> Result<RootCertStore, BenchError> {

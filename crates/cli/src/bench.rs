@@ -47,6 +47,7 @@ use capstan_workload::{
       capstan bench http://127.0.0.1:8080/file1k.html --sockets 1000 --connect-timeout 500ms --duration 30s\n  \
       capstan bench http://127.0.0.1:6081/ --polygraph experiments/polygraph/mixed-inc.toml --time-scale 0.01 --json pg.json\n  \
       capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
+      capstan bench https://localhost:8443/ --http3 --insecure --rate 500 -k --connections 2 --streams 8\n  \
       capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
       capstan bench merge a.json b.json --json all.json\n  \
       sudo capstan bench http://127.0.0.1:8080/ --rate 200 --wan rtt=100ms,bandwidth=10mbit,loss=1%\n  \
@@ -152,6 +153,26 @@ pub struct BenchArgs {
     /// resumes. Example: --clients 20 --tls-session-per-client
     #[arg(long)]
     tls_session_per_client: bool,
+    /// HTTP/3 over QUIC (quinn + h3) to an https:// URL, on the URL's port over UDP; with
+    /// --insecure and --cacert as for https. Keep-alive (-k) shares --connections QUIC
+    /// connections per generator thread, --streams requests at once on each; without it
+    /// every request makes a connection (a QUIC handshake) of its own. A server that does not
+    /// answer HTTP/3 stops the run at once with the handshake's error. The JSON result says
+    /// `"protocol": "h3"`. Example: capstan bench https://localhost:8443/ --http3 --insecure
+    /// --clients 8 -k --streams 4
+    #[arg(long, conflicts_with = "http2")]
+    http3: bool,
+    /// HTTP/2 over TLS (ALPN h2, hyper's client) to an https:// URL, with --insecure and
+    /// --cacert as for https; connections and --streams as for --http3. A server that does not
+    /// choose h2 stops the run at once. The JSON result says `"protocol": "h2"`.
+    /// Example: capstan bench https://localhost:8443/ --http2 --insecure --rate 500 -k --streams 8
+    #[arg(long)]
+    http2: bool,
+    /// --http2, --http3: requests in flight at once on one QUIC connection (open loop with -k:
+    /// connections × streams workers; closed loop: clients share connections this many at a
+    /// time) [default: 1]. Example: --streams 8
+    #[arg(long, value_name = "N")]
+    streams: Option<usize>,
     /// Open loop: drop (and count) requests due while this many are in flight. Example: --max-inflight 5000
     #[arg(long, value_name = "N")]
     max_inflight: Option<usize>,
@@ -370,6 +391,12 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
     c.follow_redirects = a.follow_redirects;
     c.insecure = a.insecure;
     c.tls_session_per_client = a.tls_session_per_client;
+    if a.http3 {
+        c.protocol = capstan_bench::Protocol::Http3;
+    } else if a.http2 {
+        c.protocol = capstan_bench::Protocol::Http2;
+    }
+    c.streams = a.streams.unwrap_or(1);
     if let Some(p) = &a.cacert {
         c.ca_pem = Some(
             std::fs::read(p).with_context(|| format!("cannot read --cacert {}", p.display()))?,
@@ -625,13 +652,14 @@ fn write_outputs(
 fn summary(r: &RunResult) -> String {
     let l = &r.latency_ms;
     let mut s = format!(
-        "{} ({} engine, shards {})\n\
+        "{} ({} engine, {}, shards {})\n\
          duration {:.1}s  offered {} ({:.1}/s)  started {}  completed {} ({:.1}/s)  dropped {}  unfinished {}\n\
          latency ms   p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  (corrected)\n\
          \x20            p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  (uncorrected)\n\
          connect ms p50 {:.3} p99 {:.3}   ttfb ms p50 {:.3} p99 {:.3}   lag ms p99 {:.3}\n",
         r.target,
         r.engine,
+        if r.protocol.is_empty() { "http/1" } else { &r.protocol },
         r.shards.join(","),
         r.duration_s,
         r.offered,

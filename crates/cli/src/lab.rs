@@ -22,6 +22,7 @@ const LAB_EXAMPLES: &str = "Examples:
   capstan lab cache-best-effort --contenders capstan,varnish
   capstan lab wan-delay --quick                # behind capstan wan's delay router (root), < 3 minutes
   capstan lab wan-loss --contenders origin-processes,apache2
+  capstan lab wan-loss-h3 --quick              # HTTP/1.1, HTTP/2, HTTP/3 vs loss through the switch (root)
   capstan lab churn --quick                    # nodes join and leave under load (< 1 minute)
   capstan lab churn --quick --registry etcd    # the same with nodes registering in an etcd
   capstan lab tier --quick                     # K = 1, 2 switches under CPU quotas (< 3 minutes)
@@ -58,7 +59,11 @@ groups on LAN, backbone, wireless and modem paths at once) and run one contender
 process node (switch), and the real apache2 (prefork, MaxRequestWorkers 152) and nginx serving the
 same tree from disk (installed with apt-get when missing; skipped with the reason otherwise). The
 report plots throughput, open connections and processes against the RTT or loss, and the paper's
-numbers beside ours.
+numbers beside ours. wan-loss-h3 reruns §5.6 (0–5 % loss at 100 ms RTT) against the switch's TLS
+listener with quic = true, loaded over HTTP/1.1, HTTP/2 and HTTP/3 at one concurrency
+(switch-h1, switch-h2, switch-h3; goodput, p50, p99 and the slowest request against loss, the
+paper's numbers beside the HTTP/1.1 row); a build whose switch refuses quic = true (capstan check)
+reports the HTTP/3 row as not available.
 
 `capstan lab churn` runs one open-loop load twice against a switch in front of emulated nodes:
 with static [[node]]s, and with the nodes from a [[discovery]] file the lab rewrites during the

@@ -51,7 +51,13 @@ fn one_line_error(args: &[&str], says: &str) {
 #[test]
 fn list_help_and_bad_files() {
     let list = String::from_utf8(run(&["lab", "--list"]).stdout).unwrap();
-    for needle in ["wan-delay", "wan-loss", "wan-mix", "Figs. 9 and 10"] {
+    for needle in [
+        "wan-delay",
+        "wan-loss",
+        "wan-mix",
+        "wan-loss-h3",
+        "Figs. 9 and 10",
+    ] {
         assert!(list.contains(needle), "{list}");
     }
     assert!(!list.contains("broken"), "{list}");
@@ -177,5 +183,113 @@ fn an_rtt_sweep_writes_a_consistent_report() {
             "{name}: processes are reported by a process-per-connection node only"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// wan-loss-h3 in miniature: the three protocol contenders at 0 and 5 % loss.
+const PROTOCOLS: &str = r#"
+name = "wan-loss-h3-test"
+kind = "wan"
+title = "test protocols"
+figure = "Banga & Druschel §5.6 over QUIC, in miniature"
+contenders = ["switch-h1", "switch-h2", "switch-h3"]
+vary = "loss"
+levels = ["0%", "5%"]
+path = "rtt=100ms,bandwidth=100mbit"
+rate = 20
+duration_s = 1
+warmup_s = 1
+timeout_s = 10
+
+[quick]
+duration_s = 1
+
+[client]
+connections = 8
+streams = 4
+
+[workload]
+tree = "cap"
+files = 100
+
+[[paper]]
+server = "Apache"
+contender = "switch-h1"
+level = "5%"
+throughput_change_pct = -36.0
+source = "§5.6"
+"#;
+
+#[test]
+fn the_protocol_contenders_run_over_tls_and_quic_or_say_why_not() {
+    if let Some(why) = missing() {
+        eprintln!("skipped the_protocol_contenders_run_over_tls_and_quic_or_say_why_not: {why}");
+        return;
+    }
+    let dir = temp_dir("protocols");
+    let file = dir.join("protocols.toml");
+    std::fs::write(&file, PROTOCOLS).unwrap();
+    let out_dir = dir.join("report");
+    let out = run(&[
+        "lab",
+        file.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("goodput") && html.contains("<svg"));
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    let by_name = |n: &str| {
+        r["contenders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("{n} in {r}"))
+            .clone()
+    };
+    for (name, protocol) in [
+        ("switch-h1", "http/1.1"),
+        ("switch-h2", "h2"),
+        ("switch-h3", "h3"),
+    ] {
+        let c = by_name(name);
+        if name == "switch-h3" && !c["skipped"].is_null() {
+            // A build whose switch has no QUIC listener says so instead of numbers.
+            let why = c["skipped"].as_str().unwrap();
+            assert!(why.contains("not available in this build"), "{why}");
+            assert!(c["levels"].as_array().unwrap().is_empty());
+            continue;
+        }
+        assert!(c["skipped"].is_null(), "{name}: {}", c["skipped"]);
+        let levels = c["levels"].as_array().unwrap();
+        assert_eq!(levels.len(), 2, "{name}");
+        for l in levels {
+            let at = format!("{name} at {}", l["level"]);
+            assert_eq!(l["protocol"], protocol, "{at}");
+            assert!(l["goodput_mbps"].as_f64().unwrap() > 0.0, "{at}: {l}");
+            // A keep-alive request crosses the 100 ms path at least once each way.
+            assert!(l["p50_ms"].as_f64().unwrap() >= 100.0, "{at}: {l}");
+            assert!(l["max_ms"].as_f64().unwrap() >= l["p50_ms"].as_f64().unwrap());
+        }
+    }
+    let findings = r["findings"].as_array().unwrap();
+    let text: Vec<&str> = findings.iter().filter_map(|f| f.as_str()).collect();
+    assert!(
+        text.iter().any(|f| f.starts_with("At 5% loss: http/1.1")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter().any(|f| f.contains("paper, Apache at 5%")),
+        "{text:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

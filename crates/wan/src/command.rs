@@ -23,7 +23,7 @@ use crate::stats::Report;
 
 #[derive(Args, Debug)]
 #[command(
-    about = "Emulate WAN paths (delay, bandwidth, queueing, loss) between network namespaces"
+    about = "Emulate WAN paths (delay, bandwidth, queueing, loss) between network namespaces; every IP packet, TCP and UDP (QUIC) alike"
 )]
 pub struct WanArgs {
     #[command(subcommand)]

@@ -1,5 +1,6 @@
 //! The router between real namespaces with real sockets: delay, bandwidth and spacing, loss,
-//! queue limit, and two client groups on their own paths. Skipped (with a note) without root.
+//! queue limit, two client groups on their own paths, and a UDP echo with delay and loss each way.
+//! Skipped (with a note) without root.
 //!
 //! Timing bounds are about the emulator's correctness: a round trip is never shorter than the
 //! emulated one, and its median is within CAPSTAN_WAN_TEST_SLACK_MS (default 10 ms) above it.
@@ -7,7 +8,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -370,4 +371,75 @@ fn jitter_keeps_a_flow_in_order_unless_reordering_is_asked_for() {
         inversions > 10,
         "reorder = true should let jitter reorder packets"
     );
+}
+
+/// Sends `n` numbered datagrams at once from the client namespace to `echo` and returns each
+/// echoed one's round trip in ms, once the router has forwarded or dropped all of them.
+fn udp_burst_echo(emu: &Emulation, echo: SocketAddr, n: u32) -> Vec<f64> {
+    let client = emu.clients(0)[0];
+    let socket = capstan_wan::netns::spawn_in(&emu.client_ns(), move || {
+        let s = UdpSocket::bind((client, 0)).unwrap();
+        big_receive_buffer(&s);
+        let mut sent = Vec::new();
+        for i in 0..n {
+            sent.push(Instant::now());
+            s.send_to(&i.to_be_bytes(), echo).unwrap();
+        }
+        (s, sent)
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let (s, sent) = socket;
+    // Every datagram has gone up (forwarded or lost) and every echo of one has come down.
+    let r = emu.report_when(|r| {
+        let (up, down) = (&r.paths[0].up, &r.paths[0].down);
+        up.packets_out + up.drops.loss == u64::from(n)
+            && down.packets_out + down.drops.loss == up.packets_out
+            && down.in_router == 0
+    });
+    let expected = r.paths[0].down.packets_out;
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 16];
+    let mut rtts = Vec::new();
+    while (rtts.len() as u64) < expected {
+        let len = s
+            .recv(&mut buf)
+            .expect("an echo the router forwarded arrives");
+        let i = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, 4);
+        rtts.push(sent[i].elapsed().as_secs_f64() * 1e3);
+    }
+    rtts
+}
+
+#[test]
+fn udp_echo_gets_the_delay_each_way_and_the_loss_of_its_path() {
+    if !can_run("udp_echo_gets_the_delay_each_way_and_the_loss_of_its_path") {
+        return;
+    }
+    let _serial = serial();
+    // Few enough that the echo server's default receive buffer holds a burst of them.
+    const N: u32 = 100;
+    // No loss: every datagram comes back, never before the two one-way delays.
+    let emu = Emulation::start("[[path]]\ndelay = \"15ms\"");
+    let echo = Echo::start(emu.server());
+    let rtts = udp_burst_echo(&emu, echo.addr, N);
+    assert_eq!(rtts.len(), N as usize, "no loss configured");
+    assert!(min(&rtts) >= 30.0, "a reply before 2 × 15 ms: {rtts:?}");
+    drop((echo, emu));
+    // 50 % loss each way: a quarter comes back (binomial, σ ≈ 4.3 of 100), still no earlier.
+    let emu = Emulation::start("seed = 5\n[[path]]\ndelay = \"15ms\"\nloss = \"50%\"");
+    let echo = Echo::start(emu.server());
+    let rtts = udp_burst_echo(&emu, echo.addr, N);
+    let r = emu.report_when(|_| true);
+    eprintln!(
+        "50 % each way: {} of {N} echoed; drops up {} down {}",
+        rtts.len(),
+        r.paths[0].up.drops.loss,
+        r.paths[0].down.drops.loss
+    );
+    assert!((8..=45).contains(&rtts.len()), "{} echoed", rtts.len());
+    assert!(r.paths[0].up.drops.loss > 0 && r.paths[0].down.drops.loss > 0);
+    assert!(min(&rtts) >= 30.0, "a reply before 2 × 15 ms: {rtts:?}");
 }

@@ -15,6 +15,11 @@
 //! - `origin-events`: the same emulated node, event-driven (no process limit);
 //! - `switch`: `capstan serve` facing the WAN, in front of one `origin-processes` node on
 //!   loopback over pooled keep-alive connections;
+//! - `switch-h1`, `switch-h2`, `switch-h3` (`wan-loss-h3`): `capstan serve` with one TLS
+//!   listener on `0.0.0.0` that also has `quic = true` (HTTP/3 on the same address over UDP),
+//!   in front of one event-driven node, loaded over HTTP/1.1 keep-alive, HTTP/2 and HTTP/3 at
+//!   the same concurrency (`[client]`); the HTTP/3 contender is skipped, with the reason, when
+//!   `capstan check` refuses the listener (a build without QUIC listeners);
 //! - `apache2` (prefork MPM, `MaxRequestWorkers` = the process limit) and `nginx`, the real
 //!   servers from Debian serving the same tree written to disk (installed with apt-get when
 //!   missing and the lab runs as root; skipped with the reason otherwise).
@@ -43,16 +48,23 @@ pub const BUILTIN_WAN: &[(&str, &str)] = &[
         "wan-mix",
         include_str!("../../../../experiments/wan-mix.toml"),
     ),
+    (
+        "wan-loss-h3",
+        include_str!("../../../../experiments/wan-loss-h3.toml"),
+    ),
 ];
 
 /// The contenders a WAN experiment knows.
-pub const CONTENDERS: [&str; 6] = [
+pub const CONTENDERS: [&str; 9] = [
     "origin-processes",
     "origin-processes-1k",
     "origin-events",
     "switch",
     "apache2",
     "nginx",
+    "switch-h1",
+    "switch-h2",
+    "switch-h3",
 ];
 
 /// What the runs of an experiment vary.
@@ -107,6 +119,28 @@ pub struct WanExperiment {
     pub server: ServerSettings,
     #[serde(default, rename = "paper")]
     pub paper: Vec<PaperPoint>,
+    /// How the `switch-h*` contenders are loaded.
+    #[serde(default)]
+    pub client: ClientSettings,
+}
+
+/// The load of the protocol contenders (`switch-h1`, `-h2`, `-h3`): keep-alive connections at
+/// one concurrency — HTTP/1.1 over `connections` connections, HTTP/2 and HTTP/3 over
+/// `connections / streams` connections of `streams` requests each.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientSettings {
+    pub connections: usize,
+    pub streams: usize,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        ClientSettings {
+            connections: 32,
+            streams: 8,
+        }
+    }
 }
 
 /// What `--quick` changes.
@@ -235,6 +269,15 @@ impl WanExperiment {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!("warmup_s must be ≥ 0, got {v}"));
             }
+        }
+        if self.client.connections == 0
+            || self.client.streams == 0
+            || !self.client.connections.is_multiple_of(self.client.streams)
+        {
+            return Err(format!(
+                "[client]: connections ({}) must be a positive multiple of streams ({})",
+                self.client.connections, self.client.streams
+            ));
         }
         if self.server.process_limit == 0 || self.server.backlog == 0 || self.server.threads == 0 {
             return Err("[server]: process_limit, backlog and threads must be at least 1".into());
@@ -419,6 +462,17 @@ pub struct LevelResult {
     /// Responses completed inside the whole run (warm-up included) over its length (the
     /// generator's own figure).
     pub completed_rps: f64,
+    /// Body bytes received per second in the measured seconds, in Mbit/s (goodput).
+    #[serde(default)]
+    pub goodput_mbps: f64,
+    /// The generator's protocol (`http/1.0`, `http/1.1`, `h2`, `h3`).
+    #[serde(default)]
+    pub protocol: String,
+    /// The whole run's per-request tail (from the schedule): p99.9 and the slowest request.
+    #[serde(default)]
+    pub p999_ms: f64,
+    #[serde(default)]
+    pub max_ms: f64,
     /// Errors in the measured seconds, and requests unfinished at the end of the run.
     pub errors: u64,
     pub unfinished: u64,

@@ -153,6 +153,18 @@ fn charts(r: &WanResults) -> Result<String, LabError> {
     h += &levels_svg(r, "response time", "p99 ms (from the schedule)", &|l| {
         Some(l.p99_ms)
     })?;
+    h += &levels_svg(
+        r,
+        "median response time",
+        "p50 ms (from the schedule)",
+        &|l| Some(l.p50_ms),
+    )?;
+    h += &levels_svg(r, "per-request tail", "p99.9 ms over the whole run", &|l| {
+        Some(l.p999_ms)
+    })?;
+    h += &levels_svg(r, "goodput", "response bodies, Mbit/s", &|l| {
+        Some(l.goodput_mbps)
+    })?;
     Ok(h)
 }
 
@@ -209,8 +221,10 @@ pub fn write_report(r: &WanResults, out: &Path) -> Result<PathBuf, LabError> {
          slow connections live), backlog = the most \
          connections waiting in the accept queue, procs = mean server processes (busy \
          processes of the emulated node, all apache2 processes, nginx's workers), hit = the \
-         emulated file cache's hit ratio. Samples every 250 ms, the generator's results and \
-         the router's per-path counters are in results.json.</p>",
+         emulated file cache's hit ratio. QUIC connections (HTTP/3) are not TCP: they do not \
+         show in conns. Samples every 250 ms, the generator's results (goodput, protocol, \
+         p99.9 and the slowest request per run) and the router's per-path counters are in \
+         results.json.</p>",
     );
     let path = out.join("index.html");
     std::fs::write(&path, h.finish())

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use capstan_workload::tree::DocTree;
 
+use super::protocols::{self, Protocol};
 use crate::model::wan::{Sample, WanExperiment};
 use crate::procs::cluster::{free_loopback_port, get, load_report};
 use crate::procs::daemon::{tree_cpu, version, Daemon};
@@ -41,6 +42,10 @@ pub(super) struct Backend {
     pub only_path: Option<String>,
     pub setup: String,
     pub version: String,
+    /// The URL is https:// (a TLS listener; the generator gets --insecure).
+    pub tls: bool,
+    /// The generator's protocol and connection flags (the `switch-h*` contenders).
+    pub client_args: Vec<String>,
     serving: Serving,
 }
 
@@ -96,6 +101,9 @@ impl Backend {
             }
             "origin-events" => start_emulated(exp, shared, false, None).await,
             "switch" => start_switch(exp, shared).await,
+            "switch-h1" => start_protocol(exp, shared, Protocol::H1).await,
+            "switch-h2" => start_protocol(exp, shared, Protocol::H2).await,
+            "switch-h3" => start_protocol(exp, shared, Protocol::H3).await,
             "apache2" => start_real(ServerKind::Apache2, exp, shared).await,
             "nginx" => start_real(ServerKind::Nginx, exp, shared).await,
             other => Err(NotStarted::Failed(format!("unknown contender {other:?}"))),
@@ -232,6 +240,8 @@ async fn start_emulated(
         only_path,
         setup,
         version: format!("capstan {}", env!("CARGO_PKG_VERSION")),
+        tls: false,
+        client_args: Vec::new(),
         serving: Serving::Emulated {
             daemons: vec![daemon],
             report,
@@ -279,11 +289,95 @@ async fn start_switch(exp: &WanExperiment, shared: &mut Shared) -> Result<Backen
             node_setup(exp, true)
         ),
         version: format!("capstan {}", env!("CARGO_PKG_VERSION")),
+        tls: false,
+        client_args: Vec::new(),
         serving: Serving::Emulated {
             daemons: vec![switch, node_daemon],
             report,
         },
     })
+}
+
+/// The switch with a TLS listener on `0.0.0.0` (and `quic = true` when this build takes it)
+/// in front of one event-driven node on loopback, loaded over `proto` (`switch-h*`). A build
+/// whose `capstan check` refuses `quic = true` skips the HTTP/3 contender with its reason and
+/// runs the others without it.
+async fn start_protocol(
+    exp: &WanExperiment,
+    shared: &mut Shared,
+    proto: Protocol,
+) -> Result<Backend, NotStarted> {
+    let failed = |e: std::io::Error| NotStarted::Failed(e.to_string());
+    let node_addr = free_loopback_port().map_err(failed)?;
+    let port = port()?;
+    let plain = free_loopback_port().map_err(failed)?;
+    let admin = free_loopback_port().map_err(failed)?;
+    std::fs::write(shared.dir.join("localhost.pem"), protocols::CERT).map_err(failed)?;
+    std::fs::write(shared.dir.join("localhost.key"), protocols::KEY).map_err(failed)?;
+    let conf = shared.dir.join("switch-tls.toml");
+    let report = free_loopback_port().map_err(failed)?;
+    let text =
+        |quic| protocols::switch_config(&shared.dir, port, plain, admin, node_addr, report, quic);
+    std::fs::write(&conf, text(true)).map_err(failed)?;
+    let mut note = "";
+    if let Err(why) = check_config(&shared.exe, &conf) {
+        if proto == Protocol::H3 {
+            return Err(NotStarted::Skip(format!(
+                "HTTP/3 not available in this build (capstan check refuses quic = true: {why})"
+            )));
+        }
+        std::fs::write(&conf, text(false)).map_err(failed)?;
+        note = ", without quic = true (this build refuses it)";
+    }
+    let mut cmd = origin_command(&shared.exe, exp, node_addr, report, false);
+    let mut node_daemon = Daemon::spawn("capstan origin", &mut cmd, shared.dir.join("origin.log"))
+        .map_err(NotStarted::Failed)?;
+    node_daemon
+        .ready(report, "/_capstan/load", Duration::from_secs(30))
+        .await
+        .map_err(NotStarted::Failed)?;
+    let mut cmd = Command::new(&shared.exe);
+    cmd.args(["serve", "--config"])
+        .arg(&conf)
+        .args(["--threads", &exp.server.threads.to_string()])
+        .env("RUST_LOG", "warn");
+    let log = shared.dir.join("switch.log");
+    let mut switch = Daemon::spawn("capstan serve", &mut cmd, log).map_err(NotStarted::Failed)?;
+    switch
+        .ready(plain, &shared.one_kb_file(), Duration::from_secs(30))
+        .await
+        .map_err(NotStarted::Failed)?;
+    Ok(Backend {
+        port,
+        only_path: None,
+        setup: format!(
+            "capstan serve (TLS listener{note}; round-robin, pooled keep-alive connections, no              admission limit) in front of {}; clients: {} over {}",
+            node_setup(exp, false),
+            proto.name(),
+            proto.describe(&exp.client)
+        ),
+        version: format!("capstan {}", env!("CARGO_PKG_VERSION")),
+        tls: true,
+        client_args: proto.client_args(&exp.client),
+        serving: Serving::Emulated {
+            daemons: vec![switch, node_daemon],
+            report,
+        },
+    })
+}
+
+/// `capstan check FILE`: Ok, or the first line of its complaint.
+fn check_config(exe: &Path, conf: &Path) -> Result<(), String> {
+    let out = Command::new(exe)
+        .arg("check")
+        .arg(conf)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(protocols::check_line(&String::from_utf8_lossy(&out.stderr)))
+    }
 }
 
 async fn start_real(
@@ -329,6 +423,8 @@ async fn start_real(
         only_path: None,
         setup,
         version: version(&program, "-v"),
+        tls: false,
+        client_args: Vec::new(),
         serving: Serving::Real(server),
     })
 }

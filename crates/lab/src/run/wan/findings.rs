@@ -54,6 +54,62 @@ pub fn findings(r: &WanResults) -> Vec<String> {
         out.push(f + ".");
         out.extend(paper_lines(r, c));
     }
+    out.extend(protocol_findings(r));
+    out
+}
+
+/// Beside each other at every level, the protocol contenders (`switch-h1`, `-h2`, `-h3`):
+/// goodput, p50, p99 and the slowest request, and whether HTTP/3 kept up with HTTP/2 (the
+/// issue's claim: goodput at least HTTP/2's and p99 at most).
+fn protocol_findings(r: &WanResults) -> Vec<String> {
+    let find = |name: &str| ran(r).find(|c| c.name == name);
+    let protocols: Vec<&ContenderRuns> = ["switch-h1", "switch-h2", "switch-h3"]
+        .iter()
+        .filter_map(|n| find(n))
+        .collect();
+    if protocols.len() < 2 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for level in &r.levels {
+        let cells: Vec<String> = protocols
+            .iter()
+            .filter_map(|c| {
+                let l = c.levels.iter().find(|l| &l.level == level)?;
+                Some(format!(
+                    "{} {:.2} Mbit/s, p50 {:.0} / p99 {:.0} / max {:.0} ms, {} errors",
+                    if l.protocol.is_empty() {
+                        &c.name
+                    } else {
+                        &l.protocol
+                    },
+                    l.goodput_mbps,
+                    l.p50_ms,
+                    l.p99_ms,
+                    l.max_ms,
+                    l.errors + l.unfinished
+                ))
+            })
+            .collect();
+        let mut f = format!("At {level} loss: {}", cells.join("; "));
+        let at = |name: &str| find(name)?.levels.iter().find(|l| &l.level == level);
+        if let (Some(h2), Some(h3)) = (at("switch-h2"), at("switch-h3")) {
+            let verdict = if h3.goodput_mbps >= h2.goodput_mbps && h3.p99_ms <= h2.p99_ms {
+                "HTTP/3 kept up with HTTP/2 (goodput ≥, p99 ≤)"
+            } else if h3.p99_ms > h2.p99_ms {
+                "HTTP/3's p99 is above HTTP/2's"
+            } else {
+                "HTTP/3's goodput is below HTTP/2's"
+            };
+            let _ = write!(f, " — {verdict}");
+        }
+        out.push(f + ".");
+    }
+    if let Some(c) = r.contenders.iter().find(|c| c.name == "switch-h3") {
+        if let Some(why) = &c.skipped {
+            out.push(format!("HTTP/3: no numbers — {why}."));
+        }
+    }
     out
 }
 

@@ -1,6 +1,8 @@
 //! Running a WAN experiment: for each contender and level a fresh server, `capstan bench
 //! --wan` as a child process (it makes the namespaces and runs the router), and the server's
-//! connections and processes sampled four times a second while the load runs.
+//! connections and processes sampled four times a second while the load runs. The protocol
+//! contenders of `wan-loss-h3` (a TLS and QUIC listener, HTTP/1.1, HTTP/2 or HTTP/3 clients)
+//! are set up from [`protocols`].
 
 use std::path::Path;
 use std::process::Stdio;
@@ -11,6 +13,7 @@ use capstan_workload::tree::DocTree;
 
 mod backend;
 mod findings;
+mod protocols;
 
 use crate::model::error::LabError;
 use crate::model::wan::{
@@ -140,9 +143,10 @@ fn bench_args(
     json: &Path,
 ) -> Vec<String> {
     let path = b.only_path.as_deref().unwrap_or("/");
+    let scheme = if b.tls { "https" } else { "http" };
     let mut a: Vec<String> = vec![
         "bench".into(),
-        format!("http://127.0.0.1:{}{path}", b.port),
+        format!("{scheme}://127.0.0.1:{}{path}", b.port),
         "--rate".into(),
         exp.rate.to_string(),
         "--duration".into(),
@@ -159,6 +163,7 @@ fn bench_args(
         "--json".into(),
         json.display().to_string(),
     ];
+    a.extend(b.client_args.iter().cloned());
     if b.only_path.is_none() {
         a.extend(["--tree".into(), exp.workload.tree.clone()]);
         a.extend(["--tree-seed".into(), exp.workload.seed.to_string()]);
@@ -303,6 +308,10 @@ fn level_result(
         offered_rps: result.offered_rps,
         throughput_rps: steady_throughput(result, w),
         completed_rps: result.completed_rps,
+        goodput_mbps: goodput_mbps(&seconds),
+        protocol: result.protocol.clone(),
+        p999_ms: result.latency_ms.corrected.p999,
+        max_ms: result.latency_ms.corrected.max,
         errors: seconds.iter().map(|s| s.errors).sum(),
         unfinished: result.unfinished,
         p50_ms: median(seconds.iter().map(|s| s.p50_ms).collect()).unwrap_or(0.0),
@@ -332,6 +341,15 @@ fn steady_throughput(result: &RunResult, w: Window) -> f64 {
         return result.completed_rps;
     }
     seconds.iter().sum::<u64>() as f64 / seconds.len() as f64
+}
+
+/// Body bytes per second over the measured seconds, in Mbit/s.
+fn goodput_mbps(seconds: &[&capstan_bench::TimelineSecond]) -> f64 {
+    if seconds.is_empty() {
+        return 0.0;
+    }
+    let bytes: u64 = seconds.iter().map(|s| s.bytes).sum();
+    bytes as f64 * 8.0 / 1e6 / seconds.len() as f64
 }
 
 /// The `--wan…` flags of a run, as one line.

@@ -90,7 +90,7 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
                     own = OwnTable::of(&cluster);
                     view.set_table(&own.table);
                 }
-                round(&switch, tier, &socket, &mut view, &own, (boot, seq)).await;
+                round(&switch, tier, &socket, &mut view, &mut own, (boot, seq)).await;
             }
             Some(Ok((n, from))) => {
                 take(&switch, tier, &mut view, &buf[..n], from);
@@ -109,6 +109,8 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
 struct OwnTable {
     cluster: Arc<Cluster>,
     table: Table,
+    /// The counts the previous round sent (by table position), that the next sends changes of.
+    sent: Option<Vec<NodeReport>>,
 }
 
 impl OwnTable {
@@ -117,6 +119,7 @@ impl OwnTable {
         OwnTable {
             cluster: Arc::clone(cluster),
             table,
+            sent: None,
         }
     }
 }
@@ -128,7 +131,7 @@ async fn round(
     tier: &Tier,
     socket: &UdpSocket,
     view: &mut SharedView,
-    own: &OwnTable,
+    own: &mut OwnTable,
     (boot, seq): (u64, u64),
 ) {
     // Held across the sends: an owned `Arc`, not a guard.
@@ -138,7 +141,7 @@ async fn round(
     let reports: Vec<NodeReport> = (own.table.order.iter())
         .map(|&i| own_report(&nodes[i], now_nanos))
         .collect();
-    let datagrams = gossip::encode(boot, seq, &own.table, &reports);
+    let datagrams = gossip::encode(boot, seq, &own.table, &reports, own.sent.as_deref());
     tier.gossip
         .unnamed
         .store(own.table.unnamed as u64, Ordering::Relaxed);
@@ -186,6 +189,7 @@ async fn round(
         });
     }
     eject_by_tier(tier, &own.cluster, &wanted, now_nanos);
+    own.sent = Some(reports);
 }
 
 /// Takes out (and lets back) the nodes the tier has out, within the outlier detector's budget.

@@ -19,12 +19,24 @@
 //! then uses the map until either table changes. Counts of a table the receiver cannot map yet
 //! are dropped and counted ([`Taken::Unmapped`]), not guessed.
 //!
+//! **Changes, not every count.** Like HAProxy's peers protocol, which pushes only the stick-table
+//! entries that changed, a round sends every node's counts only every [`NAMES_EVERY`]th time
+//! (and in a run's first rounds); in between it sends the nodes whose counts changed since the
+//! previous round, each with its position — at least one datagram, so an idle round still says
+//! "alive". A receiver keeps a peer's last counts of every node and judges their age by when it
+//! last heard the peer, not by when a node's counts last changed. The work is then bounded by
+//! the requests placed per period rather than by the nodes: an idle tier of 16 switches with
+//! 1,000 nodes each sends one small datagram per peer per round. A lost datagram leaves the
+//! counts it carried stale until the next full round, at most [`NAMES_EVERY`] periods later.
+//!
 //! The datagram (integers big-endian; `varint` is LEB128), at most [`MAX_DATAGRAM`] bytes:
 //!
 //! ```text
 //! "CPGS" version:u8 boot:u64 seq:u64 table:u64 total:u32 kind:u8 first:u32 count:u16
 //! kind 0, counts: count × ( varint(active × 2 + ejected) varint(finished) varint(latency_us) )
 //! kind 1, names:  count × ( name_len:u8 name:[u8; name_len] )
+//! kind 2, changes: count × ( varint(gap) counts ), a position being the previous one + 1 + gap
+//!                  (the first: `first` + gap)
 //! ```
 //!
 //! `boot` tells one run of a switch from the next (a restarted peer starts its `seq` again);
@@ -55,12 +67,14 @@ pub(crate) const MAX_DATAGRAM: usize = 1200;
 /// Bytes of the header before the entries.
 const HEADER: usize = 4 + 1 + 8 + 8 + 8 + 4 + 1 + 4 + 2;
 
-/// The most bytes a counts entry takes (three varints: 33 + 64 + 32 bits).
+/// The most bytes a counts entry takes (three varints: 33 + 64 + 32 bits), and a change entry
+/// (its gap first).
 const MAX_COUNTS_ENTRY: usize = 5 + 10 + 5;
+const MAX_CHANGE_ENTRY: usize = 5 + MAX_COUNTS_ENTRY;
 
-/// A round whose `seq` is a multiple of this also carries the table's names (as do a run's
-/// first [`NAMES_FIRST`] rounds), so a peer with another node list can map positions within
-/// this many periods.
+/// A round whose `seq` is a multiple of this carries the table's names and every node's counts
+/// (as do a run's first [`NAMES_FIRST`] rounds), so a peer with another node list can map
+/// positions, and a peer that lost a datagram has every count again, within this many periods.
 pub(crate) const NAMES_EVERY: u64 = 10;
 
 /// A run's first rounds all carry names: a peer that starts with another list learns it at once.
@@ -141,13 +155,29 @@ pub(crate) struct Header {
 pub(crate) enum Entries {
     Counts(Vec<NodeReport>),
     Names(Vec<String>),
+    /// Counts of some positions: (position, counts).
+    Changes(Vec<(u32, NodeReport)>),
 }
 
-/// Encodes one round: `reports` in `table` order. Names datagrams come first when the round
-/// carries them (see [`NAMES_EVERY`]).
-pub(crate) fn encode(boot: u64, seq: u64, table: &Table, reports: &[NodeReport]) -> Vec<Vec<u8>> {
+/// Whether round `seq` sends the names and every count.
+pub(crate) fn is_full_round(seq: u64) -> bool {
+    seq <= NAMES_FIRST || seq.is_multiple_of(NAMES_EVERY)
+}
+
+/// Encodes one round: `reports` in `table` order; `previous`, what the previous round sent
+/// (`None`: nothing yet, or another table). A full round ([`is_full_round`], or without
+/// `previous`) is the names and every count; another one the counts that changed since
+/// `previous`, at least one datagram.
+pub(crate) fn encode(
+    boot: u64,
+    seq: u64,
+    table: &Table,
+    reports: &[NodeReport],
+    previous: Option<&[NodeReport]>,
+) -> Vec<Vec<u8>> {
     let mut datagrams = Vec::new();
-    if seq <= NAMES_FIRST || seq.is_multiple_of(NAMES_EVERY) {
+    let previous = previous.filter(|p| p.len() == reports.len());
+    let Some(previous) = previous.filter(|_| !is_full_round(seq)) else {
         encode_entries(boot, seq, table, 1, &mut datagrams, |d, p| {
             let name = table.names[p].as_bytes();
             if d.len() + 1 + name.len() > MAX_DATAGRAM {
@@ -157,18 +187,75 @@ pub(crate) fn encode(boot: u64, seq: u64, table: &Table, reports: &[NodeReport])
             d.extend_from_slice(name);
             true
         });
-    }
-    encode_entries(boot, seq, table, 0, &mut datagrams, |d, p| {
-        if d.len() + MAX_COUNTS_ENTRY > MAX_DATAGRAM {
-            return false;
-        }
-        let r = &reports[p];
-        put_varint(d, u64::from(r.active) << 1 | u64::from(r.ejected));
-        put_varint(d, r.finished);
-        put_varint(d, u64::from(r.latency_us));
-        true
-    });
+        encode_entries(boot, seq, table, 0, &mut datagrams, |d, p| {
+            if d.len() + MAX_COUNTS_ENTRY > MAX_DATAGRAM {
+                return false;
+            }
+            put_counts(d, &reports[p]);
+            true
+        });
+        return datagrams;
+    };
+    let changed: Vec<usize> = (0..reports.len())
+        .filter(|&p| reports[p] != previous[p])
+        .collect();
+    encode_changes(boot, seq, table, reports, &changed, &mut datagrams);
     datagrams
+}
+
+/// Appends datagrams of the `changed` positions' counts (one, empty, when none changed).
+fn encode_changes(
+    boot: u64,
+    seq: u64,
+    table: &Table,
+    reports: &[NodeReport],
+    changed: &[usize],
+    datagrams: &mut Vec<Vec<u8>>,
+) {
+    let mut rest = changed;
+    loop {
+        let first = rest.first().copied().unwrap_or(0);
+        let mut d = header(boot, seq, table, 2, first);
+        let (mut count, mut previous) = (0u16, None);
+        while let Some(&p) = rest.first() {
+            if d.len() + MAX_CHANGE_ENTRY > MAX_DATAGRAM || count == u16::MAX {
+                break;
+            }
+            let gap = match previous {
+                None => p - first,
+                Some(q) => p - q - 1,
+            };
+            put_varint(&mut d, gap as u64);
+            put_counts(&mut d, &reports[p]);
+            (count, previous, rest) = (count + 1, Some(p), &rest[1..]);
+        }
+        d[HEADER - 2..HEADER].copy_from_slice(&count.to_be_bytes());
+        datagrams.push(d);
+        if rest.is_empty() {
+            return;
+        }
+    }
+}
+
+fn put_counts(d: &mut Vec<u8>, r: &NodeReport) {
+    put_varint(d, u64::from(r.active) << 1 | u64::from(r.ejected));
+    put_varint(d, r.finished);
+    put_varint(d, u64::from(r.latency_us));
+}
+
+/// A datagram's header with a count of 0, to be set when its entries are in.
+fn header(boot: u64, seq: u64, table: &Table, kind: u8, first: usize) -> Vec<u8> {
+    let mut d = Vec::with_capacity(MAX_DATAGRAM);
+    d.extend_from_slice(&MAGIC);
+    d.push(VERSION);
+    d.extend_from_slice(&boot.to_be_bytes());
+    d.extend_from_slice(&seq.to_be_bytes());
+    d.extend_from_slice(&table.id.to_be_bytes());
+    d.extend_from_slice(&(table.len() as u32).to_be_bytes());
+    d.push(kind);
+    d.extend_from_slice(&(first as u32).to_be_bytes());
+    d.extend_from_slice(&[0, 0]);
+    d
 }
 
 /// Appends datagrams of `kind` for every position of `table`; `put` writes one entry into a
@@ -184,16 +271,7 @@ fn encode_entries(
     let total = table.len();
     let mut first = 0;
     while first < total {
-        let mut d = Vec::with_capacity(MAX_DATAGRAM);
-        d.extend_from_slice(&MAGIC);
-        d.push(VERSION);
-        d.extend_from_slice(&boot.to_be_bytes());
-        d.extend_from_slice(&seq.to_be_bytes());
-        d.extend_from_slice(&table.id.to_be_bytes());
-        d.extend_from_slice(&(total as u32).to_be_bytes());
-        d.push(kind);
-        d.extend_from_slice(&(first as u32).to_be_bytes());
-        d.extend_from_slice(&[0, 0]);
+        let mut d = header(boot, seq, table, kind, first);
         let mut count = 0u16;
         while first + usize::from(count) < total
             && count < u16::MAX
@@ -269,7 +347,7 @@ pub(crate) fn decode(datagram: &[u8]) -> Result<(Header, Entries), String> {
     let kind = r.array::<1>("the kind")?[0];
     let first = u32::from_be_bytes(r.array("the first position")?);
     let count = u16::from_be_bytes(r.array("the count")?);
-    if u64::from(first) + u64::from(count) > u64::from(total) {
+    if kind != 2 && u64::from(first) + u64::from(count) > u64::from(total) {
         return Err(format!(
             "positions {first}..{} past the table's {total}",
             u64::from(first) + u64::from(count)
@@ -285,6 +363,7 @@ pub(crate) fn decode(datagram: &[u8]) -> Result<(Header, Entries), String> {
     let entries = match kind {
         0 => Entries::Counts(decode_counts(&mut r, count)?),
         1 => Entries::Names(decode_names(&mut r, count)?),
+        2 => Entries::Changes(decode_changes(&mut r, count, first, total)?),
         k => return Err(format!("unknown kind {k}")),
     };
     if !r.0.is_empty() {
@@ -296,15 +375,38 @@ pub(crate) fn decode(datagram: &[u8]) -> Result<(Header, Entries), String> {
 fn decode_counts(r: &mut Reader, count: u16) -> Result<Vec<NodeReport>, String> {
     let mut reports = Vec::with_capacity(usize::from(count).min(MAX_DATAGRAM / 3));
     for _ in 0..count {
-        let active = r.varint(33, "an active count")?;
-        reports.push(NodeReport {
-            active: (active >> 1) as u32,
-            ejected: active & 1 == 1,
-            finished: r.varint(64, "a finished count")?,
-            latency_us: r.varint(32, "a latency")? as u32,
-        });
+        reports.push(read_counts(r)?);
     }
     Ok(reports)
+}
+
+fn read_counts(r: &mut Reader) -> Result<NodeReport, String> {
+    let active = r.varint(33, "an active count")?;
+    Ok(NodeReport {
+        active: (active >> 1) as u32,
+        ejected: active & 1 == 1,
+        finished: r.varint(64, "a finished count")?,
+        latency_us: r.varint(32, "a latency")? as u32,
+    })
+}
+
+fn decode_changes(
+    r: &mut Reader,
+    count: u16,
+    first: u32,
+    total: u32,
+) -> Result<Vec<(u32, NodeReport)>, String> {
+    let mut changes = Vec::with_capacity(usize::from(count).min(MAX_DATAGRAM / 4));
+    let mut next = u64::from(first);
+    for _ in 0..count {
+        let position = next + r.varint(32, "a position's gap")?;
+        if position >= u64::from(total) {
+            return Err(format!("position {position} past the table's {total}"));
+        }
+        changes.push((position as u32, read_counts(r)?));
+        next = position + 1;
+    }
+    Ok(changes)
 }
 
 fn decode_names(r: &mut Reader, count: u16) -> Result<Vec<String>, String> {
@@ -316,13 +418,6 @@ fn decode_names(r: &mut Reader, count: u16) -> Result<Vec<String>, String> {
         names.push(name.to_string());
     }
     Ok(names)
-}
-
-/// A peer's last report on one node, with when it arrived.
-#[derive(Clone, Copy, Debug)]
-struct Received {
-    report: NodeReport,
-    at: Instant,
 }
 
 /// A peer's table other than this switch's: its positions mapped to this switch's, as far as its
@@ -341,9 +436,11 @@ struct PeerTable {
 struct PeerReports {
     /// Its run and the latest round taken from it.
     last: Option<(u64, u64)>,
+    /// When a datagram of it was last taken: its counts are as old as that.
+    heard: Option<Instant>,
     table: Option<PeerTable>,
-    /// Its last report on each node, by this switch's table position.
-    nodes: Vec<Option<Received>>,
+    /// Its last counts of each node, by this switch's table position.
+    nodes: Vec<Option<NodeReport>>,
 }
 
 /// What became of a datagram given to [`SharedView::accept`].
@@ -443,13 +540,19 @@ impl SharedView {
             _ => {}
         }
         p.last = Some((header.boot, header.seq));
+        p.heard = Some(now);
         match entries {
             Entries::Names(names) if header.table != own => {
                 learn_names(p, &self.index, header, names);
                 Taken::Used
             }
             Entries::Names(_) => Taken::Used,
-            Entries::Counts(reports) => take_counts(p, (own, len), header, reports, now),
+            Entries::Counts(reports) => {
+                let first = header.first;
+                let at = (0..).map(|i| first + i).zip(reports);
+                take_counts(p, (own, len), header, at)
+            }
+            Entries::Changes(changes) => take_counts(p, (own, len), header, changes.into_iter()),
         }
     }
 
@@ -468,11 +571,20 @@ impl SharedView {
             .filter(|(address, _)| live(**address))
             .map(|(_, p)| p)
             .collect();
+        let fresh = |p: &&&PeerReports| {
+            p.heard
+                .is_some_and(|at| now.saturating_duration_since(at) <= max_age)
+        };
+        let peers: Vec<(&PeerReports, Instant)> = (peers.iter())
+            .filter(fresh)
+            .map(|p| (*p, p.heard.unwrap_or(now)))
+            .collect();
         (own.iter().enumerate())
             .map(|(position, own)| {
-                let reports = (peers.iter())
-                    .filter_map(|p| p.nodes.get(position).copied().flatten())
-                    .filter(|got| now.saturating_duration_since(got.at) <= max_age);
+                let reports = (peers.iter()).filter_map(|(p, at)| {
+                    let report = p.nodes.get(position).copied().flatten()?;
+                    Some((report, *at))
+                });
                 sum(own, reports, now)
             })
             .collect()
@@ -504,18 +616,17 @@ fn learn_names(
     }
 }
 
-/// Stores a counts datagram's reports by this switch's positions.
+/// Stores a datagram's counts, each at the sender's table position given, by this switch's
+/// positions.
 fn take_counts(
     p: &mut PeerReports,
     (own, len): (u64, usize),
     header: Header,
-    reports: Vec<NodeReport>,
-    now: Instant,
+    reports: impl Iterator<Item = (u32, NodeReport)>,
 ) -> Taken {
-    let first = header.first as usize;
     if header.table == own && header.total as usize == len {
-        for (i, report) in reports.into_iter().enumerate() {
-            p.nodes[first + i] = Some(Received { report, at: now });
+        for (position, report) in reports {
+            p.nodes[position as usize] = Some(report);
         }
         return Taken::Used;
     }
@@ -525,9 +636,9 @@ fn take_counts(
                 && t.missing == 0
                 && t.to_own.len() == header.total as usize =>
         {
-            for (i, report) in reports.into_iter().enumerate() {
-                if let Some(Some(position)) = t.to_own[first + i] {
-                    p.nodes[position as usize] = Some(Received { report, at: now });
+            for (position, report) in reports {
+                if let Some(Some(own)) = t.to_own[position as usize] {
+                    p.nodes[own as usize] = Some(report);
                 }
             }
             Taken::Used
@@ -536,8 +647,12 @@ fn take_counts(
     }
 }
 
-/// `own` plus `reports`; `None` without any report.
-fn sum(own: &NodeReport, reports: impl Iterator<Item = Received>, now: Instant) -> Option<Sum> {
+/// `own` plus `reports`, each with when its peer was last heard; `None` without any report.
+fn sum(
+    own: &NodeReport,
+    reports: impl Iterator<Item = (NodeReport, Instant)>,
+    now: Instant,
+) -> Option<Sum> {
     let mut sum = Sum {
         oldest: now,
         active: own.active,
@@ -552,10 +667,9 @@ fn sum(own: &NodeReport, reports: impl Iterator<Item = Received>, now: Instant) 
     if own.latency_us > 0 {
         latencies += 1;
     }
-    for got in reports {
-        let r = &got.report;
+    for (r, at) in reports {
         sum.peers += 1;
-        sum.oldest = sum.oldest.min(got.at);
+        sum.oldest = sum.oldest.min(at);
         sum.active = sum.active.saturating_add(r.active);
         sum.finished = sum.finished.saturating_add(r.finished);
         sum.ejected |= r.ejected;
@@ -584,14 +698,8 @@ mod tests {
         }
     }
 
-    fn counts(datagrams: &[Vec<u8>]) -> Vec<NodeReport> {
-        let mut back = Vec::new();
-        for d in datagrams {
-            if let (_, Entries::Counts(r)) = decode(d).unwrap() {
-                back.extend(r);
-            }
-        }
-        back
+    fn decoded(datagrams: &[Vec<u8>]) -> Vec<Entries> {
+        datagrams.iter().map(|d| decode(d).unwrap().1).collect()
     }
 
     #[test]
@@ -608,30 +716,47 @@ mod tests {
     }
 
     #[test]
-    fn a_round_decodes_as_it_was_encoded_and_names_come_when_due() {
-        let table = Table::new(["web-1", "wéb-2"]);
-        let mut reports = vec![report(3), report(0)];
+    fn a_full_round_is_names_and_counts_and_another_only_what_changed() {
+        let table = Table::new(["web-1", "web-2", "wéb-3"]);
+        let mut reports = vec![report(3), report(0), report(1)];
         reports[1].ejected = true;
         reports[1].finished = u64::MAX;
         reports[1].latency_us = u32::MAX;
-        let datagrams = encode(7, 42, &table, &reports);
-        assert_eq!(datagrams.len(), 1, "round 42 carries no names");
-        let (header, back) = decode(&datagrams[0]).unwrap();
+        let names = Entries::Names(vec!["web-1".into(), "web-2".into(), "wéb-3".into()]);
+        for (seq, previous) in [
+            (1, Some(&reports[..])),
+            (40, Some(&reports[..])),
+            (42, None),
+        ] {
+            let full = encode(7, seq, &table, &reports, previous);
+            assert_eq!(
+                decoded(&full),
+                [names.clone(), Entries::Counts(reports.clone())],
+                "round {seq}"
+            );
+        }
+        let (header, _) = decode(&encode(7, 42, &table, &reports, None)[1]).unwrap();
         let expected = Header {
             boot: 7,
             seq: 42,
             table: table.id,
-            total: 2,
+            total: 3,
             first: 0,
         };
         assert_eq!(header, expected);
-        assert_eq!(back, Entries::Counts(reports.clone()));
-        for seq in [1, 3, 40] {
-            let with_names = encode(7, seq, &table, &reports);
-            assert_eq!(with_names.len(), 2, "round {seq}");
-            let names = decode(&with_names[0]).unwrap().1;
-            assert_eq!(names, Entries::Names(vec!["web-1".into(), "wéb-2".into()]));
-        }
+        // Round 42 after round 41: nothing changed, one empty datagram (the peer is alive).
+        let idle = encode(7, 42, &table, &reports, Some(&reports));
+        assert_eq!(decoded(&idle), [Entries::Changes(Vec::new())]);
+        assert!(idle[0].len() <= HEADER);
+        // Nodes 0 and 2 changed: only they go, by position.
+        let mut next = reports.clone();
+        next[0].active = 4;
+        next[2].finished += 1;
+        let changes = encode(7, 43, &table, &next, Some(&reports));
+        assert_eq!(
+            decoded(&changes),
+            [Entries::Changes(vec![(0, next[0]), (2, next[2])])]
+        );
     }
 
     #[test]
@@ -639,26 +764,44 @@ mod tests {
         let names: Vec<String> = (0..1000).map(|i| format!("node-{i:04}")).collect();
         let table = Table::new(names.iter().map(String::as_str));
         let reports: Vec<NodeReport> = (0..1000).map(|i| report(i * 1000)).collect();
-        let datagrams = encode(1, 5, &table, &reports);
-        assert!(datagrams.len() > 1);
-        let mut next = 0;
+        let datagrams = encode(1, 5, &table, &reports, None);
+        assert!(datagrams.len() > 2);
+        let (mut counts, mut next) = (Vec::new(), 0);
         for (i, d) in datagrams.iter().enumerate() {
             assert!(d.len() <= MAX_DATAGRAM, "datagram {i}: {} bytes", d.len());
-            let (h, _) = decode(d).unwrap();
-            assert_eq!((h.first, h.total), (next, 1000), "datagram {i}");
-            next += match decode(d).unwrap().1 {
-                Entries::Counts(r) => r.len() as u32,
-                Entries::Names(n) => n.len() as u32,
-            };
+            if let (h, Entries::Counts(r)) = decode(d).unwrap() {
+                assert_eq!((h.first, h.total), (next, 1000), "datagram {i}");
+                next += r.len() as u32;
+                counts.extend(r);
+            }
         }
-        assert_eq!(counts(&datagrams), reports);
+        assert_eq!(counts, reports);
+        // Every node changed: the changes fit and come back in order too.
+        let previous: Vec<NodeReport> = reports.iter().map(|_| report(7)).collect();
+        let changes = encode(1, 6, &table, &reports, Some(&previous));
+        assert!(changes.len() > 1);
+        let back: Vec<(u32, NodeReport)> = (decoded(&changes).into_iter())
+            .flat_map(|e| match e {
+                Entries::Changes(c) => c,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            back,
+            reports
+                .iter()
+                .copied()
+                .enumerate()
+                .map(|(p, r)| (p as u32, r))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
     fn malformed_datagrams_are_refused_with_a_reason() {
         let table = Table::new(["a"]);
-        let good = &encode(1, 5, &table, &[report(1)])[0];
-        let names = &encode(1, 1, &table, &[report(1)])[0];
+        let full = encode(1, 1, &table, &[report(1)], None);
+        let (names, good) = (&full[0], &full[1]);
         let mut cases: Vec<(Vec<u8>, &str)> = vec![
             (Vec::new(), "cut short"),
             (b"GET / HTTP/1.1\r\n\r\n".to_vec(), "not a Capstan"),
@@ -684,6 +827,10 @@ mod tests {
         let mut name = names.clone();
         name[HEADER + 1] = 0xff;
         cases.push((name, "UTF-8"));
+        let changes = &encode(1, 5, &table, &[report(2)], Some(&[report(1)]))[0];
+        let mut beyond = changes.clone();
+        beyond[HEADER] = 1; // a gap of 1 from position 0: position 1 of a table of 1
+        cases.push((beyond, "position 1 past the table's 1"));
         for (bytes, why) in cases {
             let e = decode(&bytes).unwrap_err();
             assert!(e.contains(why), "{bytes:?}: {e} (expected {why})");
@@ -694,21 +841,39 @@ mod tests {
         SocketAddr::from(([127, 0, 0, n], 8080))
     }
 
-    fn take_round(
-        view: &mut SharedView,
+    /// Round `seq` of `reports` (after `previous`) from `peer`, taken at `at`.
+    struct Round<'a> {
         peer: SocketAddr,
         boot: u64,
         seq: u64,
-        table: &Table,
-        reports: &[NodeReport],
-        at: Instant,
-    ) -> Vec<Taken> {
-        (encode(boot, seq, table, reports).iter())
+        table: &'a Table,
+        reports: &'a [NodeReport],
+        previous: Option<&'a [NodeReport]>,
+    }
+
+    fn take(view: &mut SharedView, r: Round, at: Instant) -> Vec<Taken> {
+        (encode(r.boot, r.seq, r.table, r.reports, r.previous).iter())
             .map(|d| {
                 let (h, e) = decode(d).unwrap();
-                view.accept(peer, h, e, at)
+                view.accept(r.peer, h, e, at)
             })
             .collect()
+    }
+
+    fn full<'a>(
+        peer: SocketAddr,
+        boot: u64,
+        table: &'a Table,
+        reports: &'a [NodeReport],
+    ) -> Round<'a> {
+        Round {
+            peer,
+            boot,
+            seq: 10,
+            table,
+            reports,
+            previous: None,
+        }
     }
 
     #[test]
@@ -728,12 +893,12 @@ mod tests {
             [None],
             "no peer: unknown"
         );
-        take_round(&mut view, peer(1), 9, 5, &table, &[report(5)], start);
+        take(&mut view, full(peer(1), 9, &table, &[report(5)]), start);
         let mut ejected = report(7);
         ejected.ejected = true;
         ejected.latency_us = 4000;
         let later = start + period;
-        take_round(&mut view, peer(2), 3, 5, &table, &[ejected], later);
+        take(&mut view, full(peer(2), 3, &table, &[ejected]), later);
         let sum = view.sums(&own, all, later, max_age)[0].unwrap();
         assert_eq!((sum.active, sum.own_active, sum.peers), (14, 2, 2));
         assert_eq!(sum.finished, 20 + 50 + 70);
@@ -744,12 +909,46 @@ mod tests {
         // Peer 2 taken out by its health checks: only peer 1 counts.
         let sum = view.sums(&own, |a| a != peer(2), later, max_age)[0].unwrap();
         assert_eq!((sum.active, sum.ejected), (7, false));
-        // Peer 1's report is older than 3 periods: it ages out; peer 2's is still in.
+        // Peer 1 silent for more than 3 periods: it ages out; peer 2 is still in.
         let aged = start + max_age + Duration::from_millis(1);
         let sum = view.sums(&own, all, aged, max_age)[0].unwrap();
         assert_eq!((sum.active, sum.peers, sum.oldest), (9, 1, later));
-        let gone = later + max_age + Duration::from_millis(1);
+        // An idle round of peer 1 (nothing changed) makes its counts fresh again.
+        let five = [report(5)];
+        let idle = Round {
+            seq: 11,
+            previous: Some(&five),
+            ..full(peer(1), 9, &table, &five)
+        };
+        assert_eq!(take(&mut view, idle, aged), [Taken::Used]);
+        let sum = view.sums(&own, all, aged, max_age)[0].unwrap();
+        assert_eq!((sum.active, sum.peers, sum.oldest), (14, 2, later));
+        let gone = aged + max_age + Duration::from_millis(1);
         assert_eq!(view.sums(&own, all, gone, max_age), [None]);
+    }
+
+    #[test]
+    fn changes_land_on_their_nodes_and_leave_the_others_as_they_were() {
+        let now = Instant::now();
+        let max_age = Duration::from_secs(1);
+        let table = Table::new(["a", "b", "c"]);
+        let mut view = SharedView::new(&table);
+        let own = [report(0); 3];
+        let actives = |view: &SharedView| -> Vec<Option<u32>> {
+            (view.sums(&own, |_| true, now, max_age).iter())
+                .map(|s| s.map(|s| s.active))
+                .collect()
+        };
+        let first = [report(1), report(2), report(3)];
+        take(&mut view, full(peer(1), 1, &table, &first), now);
+        let second = [report(1), report(9), report(3)];
+        let changes = Round {
+            seq: 11,
+            previous: Some(&first),
+            ..full(peer(1), 1, &table, &second)
+        };
+        assert_eq!(take(&mut view, changes, now), [Taken::Used]);
+        assert_eq!(actives(&view), [Some(1), Some(9), Some(3)]);
     }
 
     #[test]
@@ -764,41 +963,28 @@ mod tests {
                 .map(|s| s.map(|s| s.active))
                 .collect()
         };
-        take_round(
+        take(
             &mut view,
-            peer(1),
-            1,
-            10,
-            &table,
-            &[report(1), report(4)],
+            full(peer(1), 1, &table, &[report(1), report(4)]),
             now,
         );
-        assert_eq!(
-            take_round(
-                &mut view,
-                peer(1),
-                1,
-                9,
-                &table,
-                &[report(9), report(99)],
-                now
-            ),
-            [Taken::Old]
-        );
+        let stale = [report(9), report(99)];
+        let older = Round {
+            seq: 9,
+            ..full(peer(1), 1, &table, &stale)
+        };
+        assert_eq!(take(&mut view, older, now), [Taken::Old, Taken::Old]);
         assert_eq!(sums(&view), [Some(1), Some(4)]);
-        // The peer restarted: its round 1 (names and counts) is taken though 1 < 10.
-        let restarted = take_round(
-            &mut view,
-            peer(1),
-            2,
-            1,
-            &table,
-            &[report(2), report(3)],
-            now,
-        );
-        assert_eq!(restarted, [Taken::Used, Taken::Used]);
+        // The peer restarted: its round 1 is taken though 1 < 10.
+        let anew = [report(2), report(3)];
+        let restarted = Round {
+            seq: 1,
+            ..full(peer(1), 2, &table, &anew)
+        };
+        assert_eq!(take(&mut view, restarted, now), [Taken::Used, Taken::Used]);
         assert_eq!(sums(&view), [Some(2), Some(3)]);
-        let (h, _) = decode(&encode(3, 20, &table, &[report(0), report(0)])[1]).unwrap();
+        // A third run says only db: the second run's web is gone.
+        let (h, _) = decode(&encode(3, 20, &table, &[report(0), report(0)], None)[1]).unwrap();
         let only_db = Entries::Counts(vec![report(6)]);
         assert_eq!(view.accept(peer(1), h, only_db, now), Taken::Used);
         assert_eq!(
@@ -821,19 +1007,25 @@ mod tests {
         // The peer has b, c and d (no a): another table.
         let theirs = Table::new(["d", "c", "b"]);
         let reports = [report(20), report(30), report(40)]; // b, c, d in its table order
+        let before = [report(0); 3];
         let actives = |view: &SharedView| -> Vec<Option<u32>> {
             (view.sums(&own, |_| true, now, max_age).iter())
                 .map(|s| s.map(|s| s.active))
                 .collect()
         };
-        // Round 5 has no names: its counts cannot be placed yet.
-        assert_eq!(
-            take_round(&mut view, peer(1), 1, 5, &theirs, &reports, now),
-            [Taken::Unmapped]
-        );
+        // Round 5 carries changes but no names: they cannot be placed yet.
+        let unnamed = Round {
+            peer: peer(1),
+            boot: 1,
+            seq: 5,
+            table: &theirs,
+            reports: &reports,
+            previous: Some(&before),
+        };
+        assert_eq!(take(&mut view, unnamed, now), [Taken::Unmapped]);
         assert_eq!(actives(&view), [None, None, None]);
-        // Round 10 brings the names first, then counts that land by name; d is not ours.
-        let taken = take_round(&mut view, peer(1), 1, 10, &theirs, &reports, now);
+        // A full round brings the names first, then counts that land by name; d is not ours.
+        let taken = take(&mut view, full(peer(1), 1, &theirs, &reports), now);
         assert_eq!(taken, [Taken::Used, Taken::Used]);
         assert_eq!(actives(&view), [None, Some(20), Some(30)]);
         // This switch's list changes: what was said by the old positions is dropped.
@@ -846,10 +1038,15 @@ mod tests {
             .all(Option::is_none));
         // Now the lists are the same: the positions are taken as they are, names or not.
         let same = [report(1), report(2), report(3), report(4)];
-        assert_eq!(
-            take_round(&mut view, peer(1), 1, 11, &grown, &same, now),
-            [Taken::Used]
-        );
+        let changes = Round {
+            peer: peer(1),
+            boot: 1,
+            seq: 11,
+            table: &grown,
+            reports: &same,
+            previous: Some(&[report(0); 4]),
+        };
+        assert_eq!(take(&mut view, changes, now), [Taken::Used]);
         let sums = view.sums(&own4, |_| true, now, max_age);
         assert_eq!(
             sums.iter().map(|s| s.unwrap().active).collect::<Vec<_>>(),

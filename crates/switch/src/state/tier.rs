@@ -337,10 +337,9 @@ impl Tier {
     }
 
     /// This worker thread's client for hops to the owners of keys. A hop goes out on a
-    /// connection of the runtime serving the request: connections of one shared client are
-    /// pooled across runtimes, and one made on the control runtime (the peers' health checks)
-    /// then carried every hop across threads (45 % of an asking switch's CPU, a hit through a
-    /// peer 2.2 × a local hit's; `benches/tier_hop.sh`).
+    /// connection of the runtime serving the request: with one client for all, a connection
+    /// made on one worker's runtime (its task runs there) is pooled and may be taken by another
+    /// worker, whose hop then crosses threads twice.
     pub(crate) fn hop_client(&self) -> PeerClient {
         HOP_CLIENT.with(|cell| {
             let mut current = cell.borrow_mut();

@@ -34,12 +34,7 @@ capstan=$(capstan_binary)
 mkdir -p "$OUT"
 pki=$PWD/examples/tls
 
-pids=()
-stop_all() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap stop_all EXIT
+trap stop_pids EXIT
 
 "$capstan" origin --listen "$ORIGIN" --name origin --tree cap --seed 1 --files 200 \
   --resources real --data-dir "$OUT/origin-data" --threads 1 > "$OUT/origin.log" 2>&1 &

@@ -158,3 +158,13 @@ duel_cpus() {
   proxy_cpu=$((cpus - 1))
   load_cpus="0-$((cpus - 2))"
 }
+
+# Processes a script started: `pids+=($!)` after each, and `trap stop_pids EXIT` once; stops
+# them all (TERM, then waits) and empties the list.
+pids=()
+stop_pids() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}

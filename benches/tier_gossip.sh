@@ -26,13 +26,7 @@ capstan=$(capstan_binary)
 mkdir -p "$OUT"
 ulimit -n "$(ulimit -Hn)"
 
-pids=()
-stop_all() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
+trap stop_pids EXIT
 
 listener() { echo "127.0.3.$((10 + $1)):8080"; }
 admin() { echo "127.0.3.$((10 + $1)):9900"; }
@@ -92,7 +86,7 @@ for period in $PERIODS; do
     used=$(( $(cpu_ns "${pids[$i]}") - before[i] ))
     python3 -c "print('$period\t$i\t%.3f' % (100 * $used / ($end - $start)))" >> "$OUT/cpu.tsv"
   done
-  stop_all
+  stop_pids
 done
 
 python3 - "$OUT/cpu.tsv" "$PEERS" "$NODES" <<'PY'

@@ -30,12 +30,7 @@ S=127.0.3.60:18500; A=127.0.3.61:18500; B=127.0.3.62:18500
 capstan=$(capstan_binary)
 mkdir -p "$OUT"
 
-pids=()
-stop_all() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap stop_all EXIT
+trap stop_pids EXIT
 
 wait_http() { # URL
   for _ in $(seq 200); do curl -s -o /dev/null --max-time 1 "$1" && return 0; sleep 0.05; done

@@ -304,6 +304,16 @@ fn quic_open(admin: SocketAddr, tls: SocketAddr) -> u64 {
     listener["open_connections"].as_u64().unwrap()
 }
 
+/// Waits until `check` holds, polling every `step` (the runtime keeps driving the QUIC
+/// connections meanwhile), at most `within`.
+async fn until(what: &str, within: Duration, step: Duration, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < within, "timed out waiting: {what}");
+        tokio::time::sleep(step).await;
+    }
+}
+
 /// The switch under test and what talks to it.
 struct Served {
     node: Node,
@@ -439,14 +449,13 @@ async fn defences(t: &Served, send: &mut SendRequest) {
     for datagram in [&[0u8; 40][..], b"\x00not quic at all", &[0x40, 1, 2]] {
         garbage.send_to(datagram, t.tls).unwrap();
     }
-    let started = Instant::now();
-    while quic_metric(t.admin, t.tls, "capstan_quic_garbage_datagrams_total") < 3 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "garbage counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(
+        "garbage counted",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || quic_metric(t.admin, t.tls, "capstan_quic_garbage_datagrams_total") >= 3,
+    )
+    .await;
     let got = request(send, "GET", &t.url("/after-garbage"), b"").await;
     assert_eq!(got.status, 200);
     assert!(quic_metric(t.admin, t.tls, "capstan_quic_requests_total") >= 49);
@@ -508,14 +517,13 @@ async fn idle_connection_closed(t: &Served) {
             .status,
         200
     );
-    let started = Instant::now();
-    while quic_open(t.admin, t.tls) > 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "idle connection closed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(
+        "idle connection closed",
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || quic_open(t.admin, t.tls) == 0,
+    )
+    .await;
     drop(idle);
 }
 
@@ -525,28 +533,26 @@ async fn shutdown_with_a_stream_open(t: &Served, switch: &mut Proc) {
     let slow = slow_request(t, &send).await;
     switch.signal("TERM");
     // The switch stops accepting on its TCP side at once; the QUIC stream is still open.
-    let started = Instant::now();
-    while accepts(t.tls) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "shutdown began"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        "shutdown began",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || !accepts(t.tls),
+    )
+    .await;
     t.node.release.send(()).unwrap();
     let got = slow.await.unwrap();
     assert_eq!(
         (got.status, got.body.as_slice()),
         (200, &b"slow but whole"[..])
     );
-    let started = Instant::now();
-    while switch.0.try_wait().unwrap().is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the switch exited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(
+        "the switch exited",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || switch.0.try_wait().unwrap().is_some(),
+    )
+    .await;
     let status = switch.0.try_wait().unwrap();
     assert!(
         status.is_some_and(|s| s.success()),

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use capstan_core::TierState;
-use tokio::net::UdpSocket;
 
 use crate::config::sections::tier::TierEjection;
 use crate::state::cluster::{Cluster, NodeRuntime, OutReason};
@@ -30,6 +29,11 @@ use crate::state::outlier::max_ejected;
 use crate::state::switch::Switch;
 use crate::state::tier::Tier;
 use crate::state::tier_share::{self, Candidate};
+
+/// Receive buffer asked for the gossip socket: a period's datagrams wait in it until the
+/// next round takes them (16 peers' full rounds at 1,000 nodes are some 60 datagrams, and
+/// the kernel charges each a few KiB of buffer).
+const RECEIVE_BUFFER: usize = 1 << 20;
 
 /// Binds the gossip socket on this switch's listener address (UDP, the same port as its TCP
 /// listener), when the switch is in a tier with gossip on.
@@ -45,22 +49,23 @@ pub(crate) fn bind(switch: &Switch) -> anyhow::Result<Option<std::net::UdpSocket
         anyhow::anyhow!("tier gossip: cannot bind UDP {address} (this switch's listener address; set tier.gossip_period = \"off\" to run without the shared view): {e}")
     })?;
     socket.set_nonblocking(true)?;
+    // Best effort: the kernel caps it at net.core.rmem_max; a smaller buffer only drops
+    // datagrams of very large tiers, whose next full round says it all again.
+    let _ = socket2::SockRef::from(&socket).set_recv_buffer_size(RECEIVE_BUFFER);
     Ok(Some(socket))
 }
 
-/// The gossip task: sends and sums every period, takes datagrams in between, until shutdown.
+/// The gossip task: every period, takes the datagrams that came since the last round, then
+/// sends and sums; until shutdown.
+///
+/// The socket is never handed to the runtime's reactor: a datagram's arrival wakes nothing,
+/// and each round reads what is queued with non-blocking calls. A peer's counts are summed
+/// only at a round in either case, so taking them there loses nothing, and an idle tier of 16
+/// switches wakes each one once per period instead of once per peer per period (on two
+/// cores, the 15 wake-ups a period were most of the gossip's CPU: `epoll_wait`, scheduling).
 pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
     let Some(tier) = switch.tier.as_ref() else {
         return;
-    };
-    let socket = match UdpSocket::from_std(socket) {
-        Ok(s) => s,
-        Err(e) => {
-            let error = format!("gossip socket: {e}");
-            tracing::error!("{error}");
-            *tier.gossip.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
-            return;
-        }
     };
     // One run of this switch: its peers drop what an earlier run said once this one speaks.
     let boot = SystemTime::now()
@@ -77,29 +82,39 @@ pub(crate) async fn gossip(switch: Arc<Switch>, socket: std::net::UdpSocket) {
     loop {
         // The select only says what happened: a watch guard must not be held across the
         // round's sends.
-        let event = tokio::select! {
-            _ = tick.tick() => None,
-            got = socket.recv_from(&mut buf) => Some(got),
+        tokio::select! {
+            _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
-        };
-        match event {
-            None => {
-                seq += 1;
-                let cluster = switch.cluster.load_full();
-                if !Arc::ptr_eq(&cluster, &own.cluster) {
-                    own = OwnTable::of(&cluster);
-                    view.set_table(&own.table);
-                }
-                round(&switch, tier, &socket, &mut view, &mut own, (boot, seq)).await;
+        }
+        take_queued(&switch, tier, &socket, &mut view, &mut buf);
+        seq += 1;
+        let cluster = switch.cluster.load_full();
+        if !Arc::ptr_eq(&cluster, &own.cluster) {
+            own = OwnTable::of(&cluster);
+            view.set_table(&own.table);
+        }
+        round(&switch, tier, &socket, &mut view, &mut own, (boot, seq));
+    }
+}
+
+/// Takes every datagram queued on the socket.
+fn take_queued(
+    switch: &Switch,
+    tier: &Tier,
+    socket: &std::net::UdpSocket,
+    view: &mut SharedView,
+    buf: &mut [u8],
+) {
+    loop {
+        match socket.recv_from(buf) {
+            Ok((n, from)) => take(switch, tier, view, &buf[..n], from),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            // An ICMP error of an earlier send (a peer that is down): nothing to take.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
+            Err(e) => {
+                tracing::debug!("gossip receive: {e}");
+                return;
             }
-            Some(Ok((n, from))) => {
-                take(&switch, tier, &mut view, &buf[..n], from);
-                // A peer's round comes as a burst: take what is queued before sleeping again.
-                while let Ok((n, from)) = socket.try_recv_from(&mut buf) {
-                    take(&switch, tier, &mut view, &buf[..n], from);
-                }
-            }
-            Some(Err(e)) => tracing::debug!("gossip receive: {e}"),
         }
     }
 }
@@ -126,15 +141,14 @@ impl OwnTable {
 
 /// One round: this switch's counts to every other peer, then the sums, and what they change
 /// here (`tier.ejection`).
-async fn round(
+fn round(
     switch: &Switch,
     tier: &Tier,
-    socket: &UdpSocket,
+    socket: &std::net::UdpSocket,
     view: &mut SharedView,
     own: &mut OwnTable,
     (boot, seq): (u64, u64),
 ) {
-    // Held across the sends: an owned `Arc`, not a guard.
     let members = tier.members();
     let now_nanos = switch.epoch.now_nanos();
     let nodes = &own.cluster.nodes;
@@ -151,7 +165,9 @@ async fn round(
         }
         for d in &datagrams {
             // A peer that is down still gets its share: it learns the tier as soon as it is back.
-            match socket.send_to(d, peer.address).await {
+            // Non-blocking: a full send buffer drops the datagram (counted), as a lossy
+            // network would; the next round says it again.
+            match socket.send_to(d, peer.address) {
                 Ok(_) => tier.gossip.sent.fetch_add(1, Ordering::Relaxed),
                 Err(_) => tier.gossip.send_errors.fetch_add(1, Ordering::Relaxed),
             };

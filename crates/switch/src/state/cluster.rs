@@ -87,8 +87,8 @@ pub struct NodeRuntime {
     latency_ewma_us: AtomicU64,
     /// What the tier's peers last said about the node, summed with this switch's counts once
     /// per gossip period (`crate::control::gossip`); unknown without a tier. A pick reads it
-    /// without a lock.
-    tier: ArcSwap<TierState>,
+    /// without a lock ([`crate::state::tier_slot`]).
+    tier: crate::state::tier_slot::TierSlot,
     /// Out because the tier's gossip says enough other switches have it out
     /// (`tier.ejection`, set once per gossip period by `crate::control::gossip`).
     tier_out: AtomicBool,
@@ -175,7 +175,7 @@ impl NodeRuntime {
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
             latency_ewma_us: AtomicU64::new(0),
-            tier: ArcSwap::from_pointee(TierState::default()),
+            tier: crate::state::tier_slot::TierSlot::default(),
             tier_out: AtomicBool::new(false),
             feedback: ArcSwap::from_pointee(Feedback::default()),
             load_reports: AtomicU64::new(0),
@@ -408,12 +408,12 @@ impl NodeRuntime {
 
     /// What the tier last shared about the node (unknown without a tier or its gossip).
     pub(crate) fn tier_state(&self) -> TierState {
-        **self.tier.load()
+        self.tier.load()
     }
 
     /// Publishes the tier-wide state the gossip summed for the node.
     pub(crate) fn publish_tier(&self, state: TierState) {
-        self.tier.store(Arc::new(state));
+        self.tier.store(state);
     }
 
     /// Whether the node is out by the tier's say-so (`tier.ejection`).

@@ -278,19 +278,13 @@ fn peer_client(config: &TierConfig, own_address: SocketAddr) -> PeerClient {
         .build(connector)
 }
 
-/// Tells one `Tier` from the next (a reload makes a new one), so a thread's hop client is made
-/// again for a new tier's settings.
+/// Tells one `Tier` from the next (a reload makes a new one), so a thread's pool of hop
+/// connections (`crate::upstream::pool::send_to_peer`) is made again for a new tier's settings.
 static NEXT_TIER_ID: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// This thread's hop client, for the tier of that id ([`Tier::hop_client`]).
-    static HOP_CLIENT: std::cell::RefCell<Option<(u64, PeerClient)>> =
-        const { std::cell::RefCell::new(None) };
-}
 
 /// The tier this switch is part of.
 pub(crate) struct Tier {
-    /// Which tier this is, for the per-thread hop clients.
+    /// Which tier this is, for the per-thread pools of hop connections.
     id: u64,
     pub config: TierConfig,
     /// This switch's client listener, by which its peers know it.
@@ -301,7 +295,7 @@ pub(crate) struct Tier {
     /// The discovery source's state and this switch's registration.
     pub source: Mutex<PeerSourceState>,
     /// Keep-alive connections to the peers, for health checks and fanned-out invalidations
-    /// (hops: [`Tier::hop_client`]).
+    /// (hops go by the switch's own HTTP/1.1: `crate::upstream::pool::send_to_peer`).
     pub client: PeerClient,
     /// Requests whose hop header was removed: not from a peer's address.
     pub forged_hops: AtomicU64,
@@ -336,22 +330,9 @@ impl Tier {
         })
     }
 
-    /// This worker thread's client for hops to the owners of keys. A hop goes out on a
-    /// connection of the runtime serving the request: with one client for all, a connection
-    /// made on one worker's runtime (its task runs there) is pooled and may be taken by another
-    /// worker, whose hop then crosses threads twice.
-    pub(crate) fn hop_client(&self) -> PeerClient {
-        HOP_CLIENT.with(|cell| {
-            let mut current = cell.borrow_mut();
-            match &*current {
-                Some((id, client)) if *id == self.id => client.clone(),
-                _ => {
-                    let client = peer_client(&self.config, self.own_address);
-                    *current = Some((self.id, client.clone()));
-                    client
-                }
-            }
-        })
+    /// Which tier this is: a reload makes a new one (per-thread hop pools are made again).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// The peers now (a snapshot: a change of the set swaps in another).

@@ -18,14 +18,13 @@ use capstan_cache::rfc::{self, CacheStatus, Decision, StoredTimes};
 use capstan_cache::store::{Entry, Lookup};
 use http::header::{self, HeaderName, HeaderValue};
 use http::request::Parts;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Empty};
+use http::{Method, Response, StatusCode};
+use http_body_util::BodyExt;
 
 use crate::pipeline::dispatch::Forward;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cache::{bump, CacheLayer, Key};
 use crate::state::tier::{PeerRuntime, Tier, HOP_HEADER};
-use crate::upstream::pool::NodeBody;
 
 /// Debug header (with `debug_headers`) naming the peer that owns a hopped request's key.
 static TIER_OWNER: HeaderName = HeaderName::from_static("x-capstan-tier-owner");
@@ -87,12 +86,19 @@ async fn through_owner(
     let peer_rt = owner;
     peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
     let request_time = SystemTime::now();
-    let req = hop_request(tier, owner.address, parts, peer, forward.client_version);
-    let hop = tier.hop_client().request(req);
+    // A target that is no URI (it was one on the way in) is served here.
+    let (target, head) = hop_request(tier, owner.address, parts, peer, forward.client_version)?;
+    let hop = crate::upstream::pool::send_to_peer(
+        &forward.cluster,
+        tier,
+        &target,
+        &head,
+        &parts.method,
+    );
     let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
     let failed = match answer {
         Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) => Err(crate::pipeline::tier::innermost(&e)),
+        Ok(Err(e)) => Err(crate::pipeline::tier::innermost(&*e.error)),
         Err(_) => Err(format!(
             "no answer within {}",
             humantime::format_duration(tier.config.hop_timeout)
@@ -107,7 +113,7 @@ async fn through_owner(
         }
     };
     let mut resp = resp.map(|body| ResponseBody::Upstream {
-        inner: NodeBody::Hyper(body),
+        inner: body,
         on_end: None,
     });
     crate::pipeline::hop_by_hop::strip(resp.headers_mut());
@@ -131,15 +137,16 @@ async fn through_owner(
     Some(Ok(resp))
 }
 
-/// The request sent to the owner: the client's, as a node would get it (`Via`,
-/// `X-Forwarded-For`), with the hop header naming this switch.
+/// The request sent to the owner, as its target and head (`None` if the target is no URI):
+/// the client's, as a node would get
+/// it (`Via`, `X-Forwarded-For`), with the hop header naming this switch.
 fn hop_request(
     tier: &Tier,
     owner: std::net::SocketAddr,
     parts: &Parts,
     peer: &HeaderValue,
     version: http::Version,
-) -> Request<Empty<Bytes>> {
+) -> Option<(http::Uri, Vec<u8>)> {
     let mut headers = parts.headers.clone();
     crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
     if !headers.contains_key(header::HOST) {
@@ -156,13 +163,9 @@ fn hop_request(
         HeaderValue::from_str(&own).expect("an address is a header value"),
     );
     let pq = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut req = Request::new(Empty::new());
-    *req.method_mut() = parts.method.clone();
-    *req.uri_mut() = format!("http://{owner}{pq}")
-        .parse()
-        .unwrap_or_else(|_| http::Uri::from_static("/"));
-    *req.headers_mut() = headers;
-    req
+    let target: http::Uri = format!("http://{owner}{pq}").parse().ok()?;
+    let head = crate::upstream::pool::bodiless_head(&parts.method, &target, &headers, false);
+    Some((target, head))
 }
 
 /// A fresh local copy of a key another peer owns, answered as a hit.

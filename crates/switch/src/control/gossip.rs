@@ -112,7 +112,9 @@ fn take_queued(
             // An ICMP error of an earlier send (a peer that is down): nothing to take.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
             Err(e) => {
-                tracing::debug!("gossip receive: {e}");
+                let error = format!("gossip receive: {e}");
+                tracing::warn!("{error}");
+                *tier.gossip.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
                 return;
             }
         }
@@ -163,7 +165,8 @@ fn round(
         if id == members.own {
             continue;
         }
-        for d in &datagrams {
+        let needs_names = !view.has_our_table(peer.address);
+        for d in datagrams.iter().filter(|d| needs_names || !gossip::is_names(d)) {
             // A peer that is down still gets its share: it learns the tier as soon as it is back.
             // Non-blocking: a full send buffer drops the datagram (counted), as a lossy
             // network would; the next round says it again.

@@ -230,7 +230,7 @@ impl NodeRuntime {
             }
         }
         self.publish(old.feedback());
-        self.tier.store(old.tier.load_full());
+        self.tier.store(old.tier.load());
         self.latency_ewma_us.store(
             old.latency_ewma_us.load(Ordering::Relaxed),
             Ordering::Relaxed,

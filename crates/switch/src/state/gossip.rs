@@ -203,6 +203,12 @@ pub(crate) fn encode(
     datagrams
 }
 
+/// Whether a datagram [`encode`] made is one of the table's names: a peer that already speaks
+/// of the same table needs none (see [`SharedView::has_our_table`]).
+pub(crate) fn is_names(datagram: &[u8]) -> bool {
+    datagram.get(HEADER - 7) == Some(&1)
+}
+
 /// Appends datagrams of the `changed` positions' counts (one, empty, when none changed).
 fn encode_changes(
     boot: u64,
@@ -438,6 +444,9 @@ struct PeerReports {
     last: Option<(u64, u64)>,
     /// When a datagram of it was last taken: its counts are as old as that.
     heard: Option<Instant>,
+    /// The table its last datagram spoke of: when it is this switch's own, the peer maps this
+    /// switch's positions without names.
+    speaks_of: Option<u64>,
     table: Option<PeerTable>,
     /// Its last counts of each node, by this switch's table position.
     nodes: Vec<Option<NodeReport>>,
@@ -512,6 +521,15 @@ impl SharedView {
         }
     }
 
+    /// Whether `peer` is known to have the same table as this switch (its last datagram spoke
+    /// of it): then it needs no names to map this switch's counts. A full round sends names
+    /// only to the other peers (those not heard yet, or with another node list), so in a tier
+    /// whose switches all have the same nodes the names stop after the first exchange (at
+    /// 1,000 nodes they were two thirds of the datagrams).
+    pub(crate) fn has_our_table(&self, peer: SocketAddr) -> bool {
+        (self.peers.get(&peer)).is_some_and(|p| p.speaks_of == Some(self.own))
+    }
+
     /// Forgets the peers `keep` no longer names (they left the tier).
     pub(crate) fn keep_peers(&mut self, keep: impl Fn(SocketAddr) -> bool) {
         self.peers.retain(|a, _| keep(*a));
@@ -541,6 +559,7 @@ impl SharedView {
         }
         p.last = Some((header.boot, header.seq));
         p.heard = Some(now);
+        p.speaks_of = Some(header.table);
         match entries {
             Entries::Names(names) if header.table != own => {
                 learn_names(p, &self.index, header, names);
@@ -925,6 +944,38 @@ mod tests {
         assert_eq!((sum.active, sum.peers, sum.oldest), (14, 2, later));
         let gone = aged + max_age + Duration::from_millis(1);
         assert_eq!(view.sums(&own, all, gone, max_age), [None]);
+    }
+
+    /// Names go only to peers not known to share this switch's table; a full round without
+    /// its names datagrams still carries every count, which a peer of the same table maps.
+    #[test]
+    fn names_are_for_peers_of_another_or_an_unknown_table() {
+        let now = Instant::now();
+        let ours = Table::new(["a", "b"]);
+        let theirs = Table::new(["a", "b", "c"]);
+        let mut view = SharedView::new(&ours);
+        assert!(!view.has_our_table(peer(1)), "not heard yet");
+        let reports = [report(3), report(4)];
+        let round = encode(1, 10, &ours, &reports, None);
+        assert!(round.iter().any(|d| is_names(d)) && !round.iter().all(|d| is_names(d)));
+        // The same table, its names left out: every count taken.
+        let without_names: Vec<Vec<u8>> = round.into_iter().filter(|d| !is_names(d)).collect();
+        for d in &without_names {
+            let (h, e) = decode(d).unwrap();
+            assert_eq!(view.accept(peer(1), h, e, now), Taken::Used);
+        }
+        assert!(view.has_our_table(peer(1)));
+        let sums = view.sums(&[report(0); 2], |_| true, now, Duration::from_secs(1));
+        let actives: Vec<u32> = sums.iter().map(|s| s.unwrap().active).collect();
+        assert_eq!(actives, [3, 4]);
+        // Another table: names needed.
+        let three = [report(1); 3];
+        take(&mut view, full(peer(2), 1, &theirs, &three), now);
+        assert!(!view.has_our_table(peer(2)));
+        // A reload that changes this switch's own table: every peer needs names again.
+        view.set_table(&theirs);
+        assert!(!view.has_our_table(peer(1)));
+        assert!(view.has_our_table(peer(2)));
     }
 
     #[test]

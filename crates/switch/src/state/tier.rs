@@ -109,7 +109,8 @@ pub(crate) struct GossipCounters {
     pub unmapped: AtomicU64,
     /// Nodes left out of the reports (name longer than 255 bytes).
     pub unnamed: AtomicU64,
-    /// Why gossip is not running (its socket could not be bound), when it is not.
+    /// The gossip socket's last receive error other than "nothing queued", if any (a socket
+    /// that cannot be bound stops the switch at start instead).
     pub error: Mutex<Option<String>>,
     /// Nodes taken out here because the tier's gossip said enough peers have them out
     /// (`tier.ejection`), and such ejections not made because they would have taken out too

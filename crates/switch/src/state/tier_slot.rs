@@ -16,6 +16,7 @@ use capstan_core::TierState;
 const NONE: u64 = u64::MAX;
 
 /// A node's [`TierState`], published without allocation.
+#[derive(Debug)]
 pub(crate) struct TierSlot {
     at_nanos: AtomicU64,
     /// `active` in the high half, `own_active` in the low.

@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use bytes::Bytes;
 use capstan_cache::rfc::{self, CacheStatus, Decision, StoredTimes};
 use capstan_cache::store::{Entry, Lookup};
 use http::header::{self, HeaderName, HeaderValue};

@@ -350,4 +350,27 @@ fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
         r["nodes"]["a"], r["completed"],
         "every response through the switch: {r}"
     );
+    // A body four times quinn's stream receive window arrives whole: the switch's writer
+    // waits for flow-control credit rather than ending the stream early (the bench would
+    // count a short body as `closed`).
+    let big = format!("https://localhost:{}/file5m.html", tls.port());
+    let r = bench_json(
+        &[
+            "bench",
+            &big,
+            "--http3",
+            "--cacert",
+            &ca,
+            "--clients",
+            "1",
+            "-k",
+            "--duration",
+            "1s",
+        ],
+        "h3-big",
+    );
+    assert_eq!(r["errors_total"], 0, "{r}");
+    let completed = r["completed"].as_u64().unwrap();
+    assert!(completed > 0, "{r}");
+    assert_eq!(r["bytes"].as_u64().unwrap(), completed * 5_248_000, "{r}");
 }

@@ -296,11 +296,13 @@ impl Client {
             resp = stream.recv_response().await.map_err(stream_error)?;
         }
         let mut body_bytes = 0u64;
-        if !head {
+        let declared = declared_length(&resp, head);
+        if declared != Some(0) {
             while let Some(chunk) = stream.recv_data().await.map_err(stream_error)? {
                 body_bytes += chunk.remaining() as u64;
             }
         }
+        body_matches(declared, body_bytes)?;
         let (parts, ()) = resp.into_parts();
         Ok(response(&parts, first_byte, body_bytes))
     }
@@ -340,6 +342,30 @@ where
 {
     fn execute(&self, fut: F) {
         tokio::task::spawn_local(fut);
+    }
+}
+
+/// The body length an HTTP/3 response's head promises: none for a HEAD request, a 204 or a
+/// 304 (RFC 9110 §6.4.1), else its Content-Length if it has one. h3 does not check it itself.
+fn declared_length(resp: &http::Response<()>, head: bool) -> Option<u64> {
+    let status = resp.status().as_u16();
+    if head || status == 204 || status == 304 {
+        return Some(0);
+    }
+    (resp.headers().get(http::header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A body of another length than its Content-Length is malformed (RFC 9114 §4.1.2), not a
+/// success with fewer bytes: a stream that ended short counts as `closed`, like HTTP/1.1's
+/// EOF before the whole body (HTTP/2's is caught by h2 itself), one that ran over as
+/// `bad_response`.
+fn body_matches(declared: Option<u64>, got: u64) -> Result<(), ErrorKind> {
+    match declared {
+        Some(n) if got < n => Err(ErrorKind::Closed),
+        Some(n) if got > n => Err(ErrorKind::BadResponse),
+        _ => Ok(()),
     }
 }
 

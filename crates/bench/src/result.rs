@@ -68,6 +68,11 @@ pub struct TimelineSecond {
     pub errors: u64,
     pub dropped: u64,
     pub bytes: u64,
+    /// Body bytes of the responses to the requests due in this second, whenever they
+    /// completed (`bytes` counts by completion): over a window, the share of the offered
+    /// load's bytes that arrived, unmoved by how late a large response ends.
+    #[serde(default)]
+    pub bytes_by_start: u64,
     /// Corrected latency of the responses completed in this second (2 significant digits).
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -428,6 +433,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
                     errors: s.errors,
                     dropped: s.dropped,
                     bytes: s.bytes,
+                    bytes_by_start: s.bytes_by_start,
                     p50_ms: round3(p50),
                     p99_ms: round3(p99),
                     max_ms: round3(max),
@@ -540,6 +546,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
             a.errors += b.errors;
             a.dropped += b.dropped;
             a.bytes += b.bytes;
+            a.bytes_by_start += b.bytes_by_start;
             a.p50_ms = a.p50_ms.max(b.p50_ms);
             a.p99_ms = a.p99_ms.max(b.p99_ms);
             a.max_ms = a.max_ms.max(b.max_ms);

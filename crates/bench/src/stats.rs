@@ -34,6 +34,8 @@ pub struct Second {
     pub errors: u64,
     pub dropped: u64,
     pub bytes: u64,
+    /// Body bytes of the responses to the requests due in this second, whenever they ended.
+    pub bytes_by_start: u64,
     pub latency: Option<Histogram<u32>>,
 }
 
@@ -276,6 +278,7 @@ impl Stats {
                 self.content_types.insert(t.clone(), 1);
             }
         }
+        self.sec(intended).bytes_by_start += resp.body_bytes;
         let s = self.sec(done);
         s.completed += 1;
         s.bytes += resp.body_bytes;
@@ -350,6 +353,7 @@ impl Stats {
             a.errors += b.errors;
             a.dropped += b.dropped;
             a.bytes += b.bytes;
+            a.bytes_by_start += b.bytes_by_start;
             if let Some(h) = b.latency {
                 match &mut a.latency {
                     Some(x) => {

@@ -157,7 +157,9 @@ pub struct BenchArgs {
     /// --insecure and --cacert as for https. Keep-alive (-k) shares --connections QUIC
     /// connections per generator thread, --streams requests at once on each; without it
     /// every request makes a connection (a QUIC handshake) of its own. A server that does not
-    /// answer HTTP/3 stops the run at once with the handshake's error. The JSON result says
+    /// answer HTTP/3 stops the run at once with the handshake's error. A body that ends
+    /// short of its Content-Length is an error (`closed`). QUIC runs quinn's BBR where the
+    /// kernel's TCP runs BBR, else CUBIC, as the TCP protocols do. The JSON result says
     /// `"protocol": "h3"`. Example: capstan bench https://localhost:8443/ --http3 --insecure
     /// --clients 8 -k --streams 4
     #[arg(long, conflicts_with = "http2")]

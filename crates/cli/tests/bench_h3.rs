@@ -1,6 +1,7 @@
 //! `capstan bench --http3` against a small HTTP/3 server made here with quinn and h3 (on the
 //! bench's loopback test certificates): the closed and open engines over QUIC, the result's
-//! protocol and connection counts, a server that refuses h3 (a clear error, no hang) and the
+//! protocol and connection counts, a body cut short of its Content-Length counted as an error,
+//! a server that refuses h3 (a clear error, no hang) and the
 //! flag's checks; then `--http2` and `--http3` against the switch's TLS listener with
 //! `quic = true`.
 
@@ -21,7 +22,8 @@ fn tls_file(name: &str) -> std::path::PathBuf {
     repo_root().join("crates/bench/tests/tls").join(name)
 }
 
-/// A QUIC server on loopback with ALPN `alpn`; `h3` serves every request a 1000-byte body.
+/// A QUIC server on loopback with ALPN `alpn`; `h3` serves every request a 1000-byte body
+/// (`/short` with `Content-Length: 2000`).
 /// Returns its address and the count of requests it answered. The thread lives as long as
 /// the test process.
 fn quic_server(alpn: &[u8]) -> (SocketAddr, Arc<AtomicU64>) {
@@ -75,15 +77,22 @@ async fn serve_connection(incoming: quinn::Incoming, served: Arc<AtomicU64>) {
     while let Ok(Some(resolver)) = h3.accept().await {
         let served = served.clone();
         tokio::spawn(async move {
-            let Ok((_req, mut stream)) = resolver.resolve_request().await else {
+            let Ok((req, mut stream)) = resolver.resolve_request().await else {
                 return;
             };
             while let Ok(Some(mut b)) = stream.recv_data().await {
                 b.advance(b.remaining());
             }
+            // /short declares more than it sends and ends its stream cleanly: a response cut
+            // short that no transport error gives away.
+            let declared = if req.uri().path() == "/short" {
+                "2000"
+            } else {
+                "1000"
+            };
             let resp = http::Response::builder()
                 .status(200)
-                .header("content-length", "1000")
+                .header("content-length", declared)
                 .header("content-type", "text/plain")
                 .body(())
                 .unwrap();
@@ -167,6 +176,30 @@ fn http3_closed_and_open_loops_against_a_quinn_server() {
     assert!(completed >= 30, "40/s for 1 s: {r}");
     assert_eq!(r["connections_opened"].as_u64().unwrap(), completed, "{r}");
     assert!(served.load(Ordering::Relaxed) >= completed);
+}
+
+#[test]
+fn an_http3_body_shorter_than_its_content_length_is_an_error() {
+    let (addr, served) = quic_server(b"h3");
+    let url = format!("https://localhost:{}/short", addr.port());
+    let r = bench_json(
+        &[
+            "bench",
+            &url,
+            "--http3",
+            "--insecure",
+            "--clients",
+            "2",
+            "-k",
+            "--duration",
+            "1s",
+        ],
+        "short",
+    );
+    let errors = r["errors_total"].as_u64().unwrap();
+    assert!(errors > 0 && served.load(Ordering::Relaxed) > 0, "{r}");
+    assert_eq!(r["errors"]["closed"], errors, "cut short = closed: {r}");
+    assert_eq!(r["bytes"], 0, "no short body counted as goodput: {r}");
 }
 
 #[test]
@@ -317,4 +350,27 @@ fn http2_and_http3_against_the_switchs_tls_and_quic_listener() {
         r["nodes"]["a"], r["completed"],
         "every response through the switch: {r}"
     );
+    // A body four times quinn's stream receive window arrives whole: the switch's writer
+    // waits for flow-control credit rather than ending the stream early (the bench would
+    // count a short body as `closed`).
+    let big = format!("https://localhost:{}/file5m.html", tls.port());
+    let r = bench_json(
+        &[
+            "bench",
+            &big,
+            "--http3",
+            "--cacert",
+            &ca,
+            "--clients",
+            "1",
+            "-k",
+            "--duration",
+            "1s",
+        ],
+        "h3-big",
+    );
+    assert_eq!(r["errors_total"], 0, "{r}");
+    let completed = r["completed"].as_u64().unwrap();
+    assert!(completed > 0, "{r}");
+    assert_eq!(r["bytes"].as_u64().unwrap(), completed * 5_248_000, "{r}");
 }

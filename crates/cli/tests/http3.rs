@@ -609,6 +609,10 @@ fn quic_needs_tls_13_and_certificates() {
             format!("quic = true\nalt_svc_max_age = \"soon\"\n{cert}"),
             "alt_svc_max_age: want seconds",
         ),
+        (
+            format!("quic = true\nquic_congestion = \"vegas\"\n{cert}"),
+            "quic_congestion: want \"system\"",
+        ),
     ] {
         let path = dir.join("bad.toml");
         let text = format!(
@@ -623,7 +627,7 @@ fn quic_needs_tls_13_and_certificates() {
     }
     let path = dir.join("good.toml");
     let text = format!(
-        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\nquic_0rtt = true\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
+        "[[listener]]\naddress = \"{listen}\"\nquic = true\nalt_svc_max_age = \"off\"\nquic_0rtt = true\nquic_congestion = \"bbr\"\n{cert}[[node]]\naddress = \"127.0.0.1:9\"\n"
     );
     std::fs::write(&path, text).unwrap();
     let out = run(&["check", path.to_str().unwrap()]);
@@ -635,7 +639,7 @@ fn quic_needs_tls_13_and_certificates() {
     );
     assert!(
         stdout.contains(&format!("HTTP/3 on udp://{listen}"))
-            && stdout.contains("no Alt-Svc, 0-RTT on"),
+            && stdout.contains("no Alt-Svc, 0-RTT on, congestion control bbr"),
         "{stdout}"
     );
 }

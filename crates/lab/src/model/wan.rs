@@ -462,7 +462,8 @@ pub struct LevelResult {
     /// Responses completed inside the whole run (warm-up included) over its length (the
     /// generator's own figure).
     pub completed_rps: f64,
-    /// Body bytes received per second in the measured seconds, in Mbit/s (goodput).
+    /// Body bytes per second of the requests due in the measured seconds, whenever their
+    /// responses arrived within the run, in Mbit/s (goodput).
     #[serde(default)]
     pub goodput_mbps: f64,
     /// The generator's protocol (`http/1.0`, `http/1.1`, `h2`, `h3`).

@@ -220,7 +220,7 @@ impl Endpoint {
 /// Whether a reload changes what some `[[listener]]` speaks or where, or a connection limit,
 /// or its QUIC settings (those wait for a restart); new certificates alone do not count.
 pub(crate) fn kinds_differ(new: &Config, old: &Config) -> bool {
-    type Quic = Option<(u32, usize, u64, bool)>;
+    type Quic = Option<(u32, usize, u64, bool, &'static str)>;
     type Kind = (SocketAddr, bool, bool, Option<usize>, Option<usize>, Quic);
     let kinds = |c: &Config| -> Vec<Kind> {
         c.listeners
@@ -233,6 +233,7 @@ pub(crate) fn kinds_differ(new: &Config, old: &Config) -> bool {
                         q.retry_above,
                         q.alt_svc_max_age,
                         q.early_data,
+                        q.congestion.name(),
                     )
                 });
                 (l.address, l.h2c, l.tls.is_some(), limits.0, limits.1, quic)

@@ -49,6 +49,8 @@ pub struct Quic {
     /// Accept 0-RTT data (`quic_0rtt`); requests with unsafe methods then wait for the
     /// handshake to finish.
     pub early_data: bool,
+    /// The congestion controller of its connections (`quic_congestion`).
+    pub congestion: Congestion,
     /// The TLS 1.3 side of QUIC: the listener's certificates and SNI, ALPN `h3`.
     #[serde(skip)]
     pub crypto: std::sync::Arc<quinn::crypto::rustls::QuicServerConfig>,
@@ -61,7 +63,54 @@ impl std::fmt::Debug for Quic {
             .field("retry_above", &self.retry_above)
             .field("alt_svc_max_age", &self.alt_svc_max_age)
             .field("early_data", &self.early_data)
+            .field("congestion", &self.congestion)
             .finish_non_exhaustive()
+    }
+}
+
+/// A QUIC listener's congestion controller (`quic_congestion`). The switch's TCP listeners
+/// get the kernel's (`net.ipv4.tcp_congestion_control`); by default QUIC follows the same
+/// choice, so that HTTP/3 and HTTP/2 share a path on the same terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Congestion {
+    /// The host's TCP choice: BBR when the kernel's is `bbr`, NewReno for `reno`, else CUBIC.
+    System,
+    Cubic,
+    Bbr,
+    NewReno,
+}
+
+impl Congestion {
+    fn parse(name: &str) -> Option<Congestion> {
+        Some(match name {
+            "system" => Congestion::System,
+            "cubic" => Congestion::Cubic,
+            "bbr" => Congestion::Bbr,
+            "new-reno" => Congestion::NewReno,
+            _ => return None,
+        })
+    }
+
+    /// `System` resolved with the kernel's TCP congestion control name (`None`: unknown, as
+    /// off Linux), the others as they are.
+    pub fn resolve(self, tcp: Option<&str>) -> Congestion {
+        match (self, tcp.map(str::trim)) {
+            (Congestion::System, Some("bbr" | "bbr2" | "bbr3")) => Congestion::Bbr,
+            (Congestion::System, Some("reno")) => Congestion::NewReno,
+            (Congestion::System, _) => Congestion::Cubic,
+            (chosen, _) => chosen,
+        }
+    }
+
+    /// The name as written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::System => "system",
+            Congestion::Cubic => "cubic",
+            Congestion::Bbr => "bbr",
+            Congestion::NewReno => "new-reno",
+        }
     }
 }
 
@@ -95,8 +144,8 @@ impl Listener {
                     "0-RTT off"
                 };
                 format!(
-                    "; HTTP/3 on udp://{} (up to {} streams per connection, Retry above {} handshakes, {alt_svc}, {early})",
-                    self.address, q.max_streams, q.retry_above
+                    "; HTTP/3 on udp://{} (up to {} streams per connection, Retry above {} handshakes, {alt_svc}, {early}, congestion control {})",
+                    self.address, q.max_streams, q.retry_above, q.congestion.name()
                 )
             }
             None => String::new(),
@@ -147,6 +196,7 @@ pub(crate) struct RawListener {
     quic_retry_above: Option<Spanned<usize>>,
     alt_svc_max_age: Option<Spanned<toml::Value>>,
     quic_0rtt: Option<Spanned<bool>>,
+    quic_congestion: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -231,7 +281,8 @@ fn resolve_quic(l: &RawListener, tls: Option<&Tls>) -> Result<Option<Quic>, Loca
             .alt_svc_max_age
             .as_ref()
             .map(|v| ("alt_svc_max_age", v.span())))
-        .or(l.quic_0rtt.as_ref().map(|v| ("quic_0rtt", v.span())));
+        .or(l.quic_0rtt.as_ref().map(|v| ("quic_0rtt", v.span())))
+        .or((l.quic_congestion.as_ref()).map(|v| ("quic_congestion", v.span())));
         return match stray {
             Some((key, span)) => Err((Some(span), format!("{key} needs quic = true"))),
             None => Ok(None),
@@ -274,6 +325,15 @@ fn resolve_quic(l: &RawListener, tls: Option<&Tls>) -> Result<Option<Quic>, Loca
         },
     };
     let early_data = l.quic_0rtt.as_ref().is_some_and(|v| *v.get_ref());
+    let congestion = match &l.quic_congestion {
+        None => Congestion::System,
+        Some(v) => Congestion::parse(v.get_ref()).ok_or_else(|| {
+            (
+                Some(v.span()),
+                "quic_congestion: want \"system\", \"cubic\", \"bbr\" or \"new-reno\"".into(),
+            )
+        })?,
+    };
     let crypto = tls.quic_crypto(early_data).map_err(|e| (span.clone(), e))?;
     Ok(Some(Quic {
         max_streams,
@@ -283,6 +343,7 @@ fn resolve_quic(l: &RawListener, tls: Option<&Tls>) -> Result<Option<Quic>, Loca
             .map_or(QUIC_RETRY_ABOVE, |v| *v.get_ref()),
         alt_svc_max_age,
         early_data,
+        congestion,
         crypto,
     }))
 }
@@ -320,4 +381,24 @@ fn load_tls(
         };
         (span.or(Some(l.address.span())), e.message)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Congestion;
+
+    #[test]
+    fn system_congestion_follows_the_kernels_tcp() {
+        let system = Congestion::System;
+        assert_eq!(system.resolve(Some("bbr\n")), Congestion::Bbr);
+        assert_eq!(system.resolve(Some("reno")), Congestion::NewReno);
+        assert_eq!(system.resolve(Some("cubic")), Congestion::Cubic);
+        assert_eq!(system.resolve(Some("htcp")), Congestion::Cubic);
+        assert_eq!(system.resolve(None), Congestion::Cubic, "not Linux");
+        assert_eq!(Congestion::Cubic.resolve(Some("bbr")), Congestion::Cubic);
+        for name in ["system", "cubic", "bbr", "new-reno"] {
+            assert_eq!(Congestion::parse(name).map(Congestion::name), Some(name));
+        }
+        assert_eq!(Congestion::parse("vegas"), None);
+    }
 }

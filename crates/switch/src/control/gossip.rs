@@ -166,7 +166,10 @@ fn round(
             continue;
         }
         let needs_names = !view.has_our_table(peer.address);
-        for d in datagrams.iter().filter(|d| needs_names || !gossip::is_names(d)) {
+        for d in datagrams
+            .iter()
+            .filter(|d| needs_names || !gossip::is_names(d))
+        {
             // A peer that is down still gets its share: it learns the tier as soon as it is back.
             // Non-blocking: a full send buffer drops the datagram (counted), as a lossy
             // network would; the next round says it again.

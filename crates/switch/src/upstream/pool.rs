@@ -36,15 +36,15 @@ use hyper_util::rt::TokioIo;
 use rustc_hash::FxHashMap;
 use tower_service::Service;
 
+use crate::config::sections::proxy_protocol::SendVersion;
 use crate::net::node_clock::NodeClock;
 use crate::net::BoxError;
 use crate::state::cluster::Cluster;
+use crate::state::node_tls::TlsToNodes;
+use crate::state::tier::Tier;
 use crate::upstream::body::UpstreamBody;
 use crate::upstream::connect::{ClientSettings, UpstreamError};
 use crate::upstream::h1::{self, H1Body, H1Conn, NodeReplyError, TakeBack};
-use crate::config::sections::proxy_protocol::SendVersion;
-use crate::state::node_tls::TlsToNodes;
-use crate::state::tier::Tier;
 use crate::upstream::proxy_protocol::NodeConnector;
 use crate::upstream::tls::NodeStream;
 
@@ -209,7 +209,15 @@ pub(crate) async fn send_to_peer(
 ) -> Result<Response<NodeBody>, UpstreamError> {
     let pool = peer_pool_for(cluster, tier);
     let ignore_interim = |_, _| {};
-    let (resp, _pooled) = send_h1(pool, target, pool_key(target), head, method, &ignore_interim).await?;
+    let (resp, _pooled) = send_h1(
+        pool,
+        target,
+        pool_key(target),
+        head,
+        method,
+        &ignore_interim,
+    )
+    .await?;
     Ok(resp)
 }
 

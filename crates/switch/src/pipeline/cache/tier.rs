@@ -87,13 +87,8 @@ async fn through_owner(
     let request_time = SystemTime::now();
     // A target that is no URI (it was one on the way in) is served here.
     let (target, head) = hop_request(tier, owner.address, parts, peer, forward.client_version)?;
-    let hop = crate::upstream::pool::send_to_peer(
-        &forward.cluster,
-        tier,
-        &target,
-        &head,
-        &parts.method,
-    );
+    let hop =
+        crate::upstream::pool::send_to_peer(&forward.cluster, tier, &target, &head, &parts.method);
     let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
     let failed = match answer {
         Ok(Ok(resp)) => Ok(resp),

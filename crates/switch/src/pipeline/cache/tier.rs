@@ -132,8 +132,8 @@ async fn through_owner(
 }
 
 /// The request sent to the owner, as its target and head (`None` if the target is no URI):
-/// the client's, as a node would get
-/// it (`Via`, `X-Forwarded-For`), with the hop header naming this switch.
+/// the client's, as a node would get it (`Via`, `X-Forwarded-For`), with the hop header naming
+/// this switch.
 fn hop_request(
     tier: &Tier,
     owner: std::net::SocketAddr,

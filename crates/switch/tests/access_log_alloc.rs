@@ -4,6 +4,7 @@
 //! of this test binary (client, back-end, switch, log writer) and no other binary, which is
 //! why this file holds a single test: nothing else may allocate while it counts.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

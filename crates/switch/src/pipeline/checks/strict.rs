@@ -3,7 +3,7 @@
 //! hyper 1 already answers `400` and closes the connection for whitespace between a field name
 //! and its colon, obs-fold, bare CR or NUL in a field, a `Transfer-Encoding` whose final coding
 //! is not `chunked` (or any on HTTP/1.0), and an invalid `Content-Length` or several differing
-//! ones (`tests/strict.rs` pins each). What it accepts and a switch must not forward is checked
+//! ones (`tests/it/strict.rs` pins each). What it accepts and a switch must not forward is checked
 //! here: the `Host` field (RFC 9112 §3.2), the absolute-form target (§3.2.2), and transfer
 //! codings the switch could not pass on faithfully (§6.1). Every refusal closes the connection,
 //! so nothing after a request the switch did not understand is read as a new request.

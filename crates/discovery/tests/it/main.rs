@@ -1,0 +1,5 @@
+//! capstan-discovery's integration tests, one binary: each module was once a test file of
+//! its own; in one binary they link once and share the test threads.
+
+mod dns;
+mod etcd;

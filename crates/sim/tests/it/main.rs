@@ -1,0 +1,7 @@
+//! capstan-sim's integration tests, one binary: each module was once a test file of
+//! its own; in one binary they link once and share the test threads.
+
+mod determinism;
+mod scale;
+mod sweeps;
+mod validation;

@@ -124,16 +124,15 @@ impl Registration {
         };
         let doing = format!("delete {}", self.key);
         let body = wire::delete(&self.key);
-        (client.call("/v3/kv/deleterange", &doing, &body, wire::header)).await?;
+        client
+            .call("/v3/kv/deleterange", &doing, &body, wire::header)
+            .await?;
         // The key is gone already; a lease that expired meanwhile is not a failure.
         let doing = format!("revoke lease {lease:x}");
-        let revoked = (client.call(
-            "/v3/lease/revoke",
-            &doing,
-            &wire::lease(lease),
-            wire::header,
-        ))
-        .await;
+        let body = wire::lease(lease);
+        let revoked = client
+            .call("/v3/lease/revoke", &doing, &body, wire::header)
+            .await;
         match revoked {
             Err(failed) if failed.not_found() => Ok(()),
             other => other.map(|_| ()).map_err(Error::from),
@@ -151,7 +150,9 @@ impl Drop for Registration {
 async fn put_new(client: &Gateway, key: &str, value: &[u8], ttl_s: i64) -> Result<i64, Error> {
     let doing = format!("grant a lease of {ttl_s}s");
     let body = wire::lease_grant(ttl_s);
-    let granted = (client.call("/v3/lease/grant", &doing, &body, wire::lease_answer)).await?;
+    let granted = client
+        .call("/v3/lease/grant", &doing, &body, wire::lease_answer)
+        .await?;
     put(client, key, value, granted.id).await?;
     Ok(granted.id)
 }
@@ -159,7 +160,9 @@ async fn put_new(client: &Gateway, key: &str, value: &[u8], ttl_s: i64) -> Resul
 async fn put(client: &Gateway, key: &str, value: &[u8], lease: i64) -> Result<(), Error> {
     let doing = format!("put {key}");
     let body = wire::put(key, value, lease);
-    (client.call("/v3/kv/put", &doing, &body, wire::header)).await?;
+    client
+        .call("/v3/kv/put", &doing, &body, wire::header)
+        .await?;
     Ok(())
 }
 
@@ -249,13 +252,17 @@ impl Keeper {
     async fn recheck(&self, client: &Gateway, lease: i64) -> Result<i64, Error> {
         let doing = format!("look up lease {lease:x}");
         let body = wire::lease(lease);
-        let left = (client.call("/v3/lease/timetolive", &doing, &body, wire::lease_answer)).await?;
+        let left = client
+            .call("/v3/lease/timetolive", &doing, &body, wire::lease_answer)
+            .await?;
         if left.ttl <= 0 {
             return Ok(0);
         }
         let doing = format!("range {}", self.key);
         let body = wire::range_key(&self.key);
-        let now = (client.call("/v3/kv/range", &doing, &body, wire::range)).await?;
+        let now = client
+            .call("/v3/kv/range", &doing, &body, wire::range)
+            .await?;
         let ours = (now.kvs.first()).is_some_and(|kv| kv.value == self.value && kv.lease == lease);
         if !ours {
             tracing::warn!(key = %self.key, "the registered key was changed or deleted; putting it back");

@@ -258,7 +258,9 @@ async fn still_answers(gateway: &Gateway, state: &State, stream: &Stream) -> Res
     let doing = format!("watch {} (checking that the member answers)", state.prefix);
     let body = wire::range_prefix(&state.prefix, true);
     let endpoint = stream.endpoint();
-    (gateway.call_one(endpoint, "/v3/kv/range", &doing, &body, wire::range)).await?;
+    gateway
+        .call_one(endpoint, "/v3/kv/range", &doing, &body, wire::range)
+        .await?;
     Ok(())
 }
 

@@ -1,19 +1,46 @@
-//! etcd: a key prefix watched from a revision, and self-registration under a lease (etcd-client).
+//! etcd: a key prefix watched from a revision, and self-registration under a lease, over
+//! etcd's v3 JSON gateway (etcd 3.4 or later).
 //!
 //! - [`watch_prefix`] follows every key under a prefix and hands out full snapshots (key →
-//!   value): one after the first Get, one after every change, one after every reconnection.
-//!   It resumes from the last revision it saw, so a lost connection neither misses nor doubles
-//!   an event; errors are handed out too, and the watch goes on after them.
+//!   value): one after the first range, one after every change, one after every
+//!   reconnection. It resumes from the last revision it saw, so a lost connection neither
+//!   misses nor doubles an event; errors are handed out too, and the watch goes on after them.
 //! - [`node`] reads a value as a node (`{"address":"HOST:PORT","weight":2}`), or says why it
 //!   is not one.
 //! - [`register`] puts one key bound to a lease and keeps the lease alive until shut down.
 //!
-//! Layers: `node` uses nothing of this crate; `watch` uses this module's [`Settings`],
-//! [`Error`] and backoff, and `node`; `register` the same without `node`.
+//! # Why the JSON gateway
+//!
+//! etcd serves its v3 API twice on the client port: as gRPC, and as JSON over HTTP/1.1 (the
+//! gRPC gateway: `POST /v3/kv/range`, `/v3/watch`, `/v3/lease/keepalive`, …; on by default
+//! since 3.4). This client speaks the JSON one, instead of gRPC through generated code
+//! (`etcd-client`, or tonic/prost code generated once and committed), because:
+//!
+//! - the workspace then builds with a Rust toolchain alone: no `protoc` on the build machine,
+//!   no tonic, prost or their build scripts in the dependency tree, no generated code to keep
+//!   in step with etcd's `.proto` files;
+//! - it is the same hyper 1 / hyper-util client the switch already uses for its nodes, so
+//!   etcd adds no HTTP stack of its own;
+//! - what the later TLS and authentication work needs fits it: `https://` endpoints are a
+//!   rustls connector given to the same client (the switch has one), and etcd's user
+//!   authentication is a `POST /v3/auth/authenticate` whose token goes in an `Authorization`
+//!   header on each request. Until then `https://` endpoints are refused ([`check_endpoint`]).
+//!
+//! What it costs: HTTP/1.1 carries one stream per connection and no pings, so a watch holds
+//! a connection of its own, and a dead watch stream is found by the watch itself (TCP
+//! keepalive, a check that the member still answers, a bound on silence: see `watch`) rather
+//! than by HTTP/2 pings. A lease keepalive is one request per renewal.
+//!
+//! Layers: `wire` (the JSON bodies and answers) and `node` use nothing of this crate;
+//! `gateway` (the HTTP client) uses `wire` and this module's [`Settings`] and [`Error`];
+//! `watch` and `register` use both, this module's backoff, and `watch` also `node`.
 
 pub mod node;
 pub mod register;
 pub mod watch;
+
+mod gateway;
+mod wire;
 
 use std::time::Duration;
 
@@ -24,13 +51,21 @@ pub use watch::{get_prefix, watch_prefix, PrefixWatch, Snapshot};
 /// Where etcd is and how long to wait for it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    /// Client URLs of the cluster's members (`http://127.0.0.1:2379`); any one answering will do.
+    /// Client URLs of the cluster's members (`http://127.0.0.1:2379`); any one answering will
+    /// do: a request that fails at one goes to the next.
     pub endpoints: Vec<String>,
     /// How long connecting may take.
     pub connect_timeout: Duration,
-    /// How long one request (Get, Put, lease grant, a keepalive answer) may take. Not applied
-    /// to the watch stream, which stays open; HTTP/2 pings find a dead one.
+    /// How long one request (a range, a put, a lease grant, a keepalive) may take at one
+    /// endpoint. Not applied to the watch stream, which stays open: while it is quiet, the
+    /// member it comes from is asked this often (at least every second) whether it still
+    /// answers, with this long to answer.
     pub request_timeout: Duration,
+    /// How long a watch stream may stay silent before it is taken for dead and opened again.
+    /// The watch asks for progress notifications, which etcd sends a quiet watcher every 10
+    /// minutes by default (`--experimental-watch-progress-notify-interval`), so the default
+    /// is above that.
+    pub watch_silence: Duration,
     /// First wait before reconnecting; doubled after each failure up to `max_backoff`.
     pub min_backoff: Duration,
     /// Longest wait between reconnection attempts.
@@ -44,55 +79,10 @@ impl Settings {
             endpoints,
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(5),
+            watch_silence: Duration::from_secs(15 * 60),
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
         }
-    }
-
-    /// The endpoints, for messages.
-    fn describe(&self) -> String {
-        self.endpoints.join(",")
-    }
-
-    /// Connects (the client connects lazily: the first request tells whether etcd is there).
-    async fn connect(&self) -> Result<etcd_client::Client, Error> {
-        for endpoint in &self.endpoints {
-            check_endpoint(endpoint).map_err(Error::Invalid)?;
-        }
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(self.connect_timeout)
-            // HTTP/2 pings: a watch or keepalive stream to a vanished server ends instead of
-            // waiting forever.
-            .with_keep_alive(
-                self.request_timeout.max(Duration::from_secs(1)),
-                self.request_timeout,
-            );
-        let connect = etcd_client::Client::connect(&self.endpoints, Some(options));
-        match tokio::time::timeout(self.connect_timeout, connect).await {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(self.failed("connect", e)),
-            Err(_) => Err(self.failed("connect", "timed out")),
-        }
-    }
-
-    /// One request, bounded by `request_timeout`.
-    async fn request<T>(
-        &self,
-        doing: impl std::fmt::Display,
-        future: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, Error> {
-        match tokio::time::timeout(self.request_timeout, future).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.failed(doing, e)),
-            Err(_) => Err(self.failed(
-                doing,
-                format!("no answer within {:?}", self.request_timeout),
-            )),
-        }
-    }
-
-    fn failed(&self, doing: impl std::fmt::Display, why: impl std::fmt::Display) -> Error {
-        Error::Etcd(format!("etcd {}: {doing}: {why}", self.describe()))
     }
 }
 
@@ -103,7 +93,8 @@ pub enum Error {
     /// An endpoint or key that cannot be used.
     #[error("{0}")]
     Invalid(String),
-    /// etcd could not be reached, did not answer in time, or refused a request.
+    /// etcd could not be reached, did not answer in time, refused a request or answered
+    /// something malformed: `etcd ENDPOINT: WHAT WAS ASKED: WHY` (each endpoint tried named).
     #[error("{0}")]
     Etcd(String),
 }

@@ -4,6 +4,8 @@
 //! leaves it to vanish at lease expiry. Bad flags are refused before the node starts. And the
 //! whole path: `capstan serve` with an etcd source in front of registered origins, one of
 //! which is stopped with SIGTERM while clients keep requesting: no request fails.
+//! `capstan check --resolve` prints what an etcd prefix holds now, and with etcd down (or
+//! never there: always run) one line naming the endpoint and what failed.
 
 use crate::support;
 
@@ -390,4 +392,30 @@ fn check_resolve_prints_what_an_etcd_prefix_gives_now() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains(": error: etcd http://127.0.0.1:"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_resolve_with_etcd_down_names_the_endpoint_and_the_refused_connection() {
+    // Nobody listens there (a free port, never handed out twice in this process).
+    let dead = free_addr();
+    let dir = std::env::temp_dir().join(format!("capstan-etcd-down-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("switch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"127.0.0.1:0\"]\n[[discovery]]\netcd = [\"http://{dead}\"]\n\
+             prefix = \"{PREFIX}\"\ntimeout = \"1s\"\n"
+        ),
+    )
+    .unwrap();
+    let out = run(&["check", "--resolve", config.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let line = format!(
+        "resolved  etcd etcd http://{dead} {PREFIX}: error: etcd http://{dead}: range {PREFIX}: \
+         connection refused"
+    );
+    assert!(text.lines().any(|l| l == line), "wanted the line\n{line}\nin\n{text}");
 }

@@ -2,7 +2,8 @@
 //!
 //! [`register`] grants a lease of `ttl`, puts the key with it and returns once both are done
 //! (so a misconfigured endpoint is an error at start, not a silent retry). The task then
-//! renews the lease every third of `ttl`. When the connection fails it reconnects (doubling
+//! renews the lease every third of `ttl`, one keepalive request each time (the JSON gateway
+//! answers one keepalive per request). When a renewal fails it reconnects (doubling
 //! backoff) and checks that the lease still exists and the key still holds the value; a lease
 //! that is gone (etcd did not hear from us within `ttl`, or someone revoked it) is replaced by
 //! a new one and the key put again.
@@ -14,9 +15,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{Client, PutOptions};
 use tokio::sync::watch;
 
+use super::gateway::Gateway;
+use super::wire;
 use super::{Backoff, Error, Settings};
 
 /// How a registration stands, for whoever wants to watch it (logs say the same).
@@ -41,7 +43,9 @@ pub struct Registration {
 
 /// What the keepalive task and `shutdown` both need.
 struct Shared {
-    client: Option<Client>,
+    /// The client in use; `None` after a failure, so the next attempt starts on fresh
+    /// connections.
+    client: Option<Gateway>,
     lease: i64,
 }
 
@@ -65,8 +69,8 @@ pub async fn register(
         false => format!("{prefix}/{name}"),
     };
     let ttl_s = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
-    let client = settings.connect().await?;
-    let lease = put_new(&settings, &client, &key, &value, ttl_s).await?;
+    let client = Gateway::new(&settings)?;
+    let lease = put_new(&client, &key, &value, ttl_s).await?;
     let status = Status {
         lease,
         registrations: 1,
@@ -116,23 +120,22 @@ impl Registration {
         };
         let client = match client {
             Some(c) => c,
-            None => self.settings.connect().await?,
+            None => Gateway::new(&self.settings)?,
         };
-        let mut kv = client.kv_client();
-        (self.settings)
-            .request(
-                format!("delete {}", self.key),
-                kv.delete(self.key.as_str(), None),
-            )
+        let doing = format!("delete {}", self.key);
+        let body = wire::delete(&self.key);
+        client
+            .call("/v3/kv/deleterange", &doing, &body, wire::header)
             .await?;
-        let mut leases = client.lease_client();
         // The key is gone already; a lease that expired meanwhile is not a failure.
-        match (self.settings)
-            .request(format!("revoke lease {lease:x}"), leases.revoke(lease))
-            .await
-        {
-            Err(Error::Etcd(e)) if e.contains("not found") => Ok(()),
-            other => other.map(|_| ()),
+        let doing = format!("revoke lease {lease:x}");
+        let body = wire::lease(lease);
+        let revoked = client
+            .call("/v3/lease/revoke", &doing, &body, wire::header)
+            .await;
+        match revoked {
+            Err(failed) if failed.not_found() => Ok(()),
+            other => other.map(|_| ()).map_err(Error::from),
         }
     }
 }
@@ -144,38 +147,21 @@ impl Drop for Registration {
 }
 
 /// Grants a lease and puts the key with it; the lease's id.
-async fn put_new(
-    settings: &Settings,
-    client: &Client,
-    key: &str,
-    value: &[u8],
-    ttl_s: i64,
-) -> Result<i64, Error> {
-    let mut leases = client.lease_client();
-    let lease = settings
-        .request(
-            format!("grant a lease of {ttl_s}s"),
-            leases.grant(ttl_s, None),
-        )
-        .await?
-        .id();
-    put(settings, client, key, value, lease).await?;
-    Ok(lease)
+async fn put_new(client: &Gateway, key: &str, value: &[u8], ttl_s: i64) -> Result<i64, Error> {
+    let doing = format!("grant a lease of {ttl_s}s");
+    let body = wire::lease_grant(ttl_s);
+    let granted = client
+        .call("/v3/lease/grant", &doing, &body, wire::lease_answer)
+        .await?;
+    put(client, key, value, granted.id).await?;
+    Ok(granted.id)
 }
 
-async fn put(
-    settings: &Settings,
-    client: &Client,
-    key: &str,
-    value: &[u8],
-    lease: i64,
-) -> Result<(), Error> {
-    let mut kv = client.kv_client();
-    settings
-        .request(
-            format!("put {key}"),
-            kv.put(key, value, Some(PutOptions::new().with_lease(lease))),
-        )
+async fn put(client: &Gateway, key: &str, value: &[u8], lease: i64) -> Result<(), Error> {
+    let doing = format!("put {key}");
+    let body = wire::put(key, value, lease);
+    client
+        .call("/v3/kv/put", &doing, &body, wire::header)
         .await?;
     Ok(())
 }
@@ -223,7 +209,7 @@ impl Keeper {
     }
 
     /// Registers again if needed, then renews until something stops it.
-    async fn round(&self, client: &Client, check: &mut bool, backoff: &mut Backoff) -> Stopped {
+    async fn round(&self, client: &Gateway, check: &mut bool, backoff: &mut Backoff) -> Stopped {
         let lease = self.lock().lease;
         let ready = match (lease, *check) {
             (0, _) => self.register_again(client).await,
@@ -244,17 +230,17 @@ impl Keeper {
         self.renew(client, lease).await
     }
 
-    async fn connected(&self) -> Result<Client, Error> {
+    async fn connected(&self) -> Result<Gateway, Error> {
         if let Some(client) = self.lock().client.clone() {
             return Ok(client);
         }
-        let client = self.settings.connect().await?;
+        let client = Gateway::new(&self.settings)?;
         self.lock().client = Some(client.clone());
         Ok(client)
     }
 
-    async fn register_again(&self, client: &Client) -> Result<i64, Error> {
-        let lease = put_new(&self.settings, client, &self.key, &self.value, self.ttl_s).await?;
+    async fn register_again(&self, client: &Gateway) -> Result<i64, Error> {
+        let lease = put_new(client, &self.key, &self.value, self.ttl_s).await?;
         self.set_lease(lease);
         self.status.send_modify(|s| s.registrations += 1);
         tracing::info!(key = %self.key, "registered in etcd again under lease {lease:x}");
@@ -263,66 +249,42 @@ impl Keeper {
 
     /// After a reconnection: the lease's id if it still exists and the key holds the value
     /// (put back if not), 0 if the lease is gone.
-    async fn recheck(&self, client: &Client, lease: i64) -> Result<i64, Error> {
-        let mut leases = client.lease_client();
-        let left = (self.settings)
-            .request(
-                format!("look up lease {lease:x}"),
-                leases.time_to_live(lease, None),
-            )
-            .await?
-            .ttl();
-        if left <= 0 {
+    async fn recheck(&self, client: &Gateway, lease: i64) -> Result<i64, Error> {
+        let doing = format!("look up lease {lease:x}");
+        let body = wire::lease(lease);
+        let left = client
+            .call("/v3/lease/timetolive", &doing, &body, wire::lease_answer)
+            .await?;
+        if left.ttl <= 0 {
             return Ok(0);
         }
-        let mut kv = client.kv_client();
-        let now = (self.settings)
-            .request(format!("get {}", self.key), kv.get(self.key.as_str(), None))
+        let doing = format!("range {}", self.key);
+        let body = wire::range_key(&self.key);
+        let now = client
+            .call("/v3/kv/range", &doing, &body, wire::range)
             .await?;
-        let ours = now
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.value() == self.value && kv.lease() == lease);
+        let ours = (now.kvs.first()).is_some_and(|kv| kv.value == self.value && kv.lease == lease);
         if !ours {
             tracing::warn!(key = %self.key, "the registered key was changed or deleted; putting it back");
-            put(&self.settings, client, &self.key, &self.value, lease).await?;
+            put(client, &self.key, &self.value, lease).await?;
         }
         Ok(lease)
     }
 
     /// Renews the lease every third of its TTL until that fails or the lease is gone.
-    async fn renew(&self, client: &Client, lease: i64) -> Stopped {
-        let mut leases = client.lease_client();
-        let opened = (self.settings)
-            .request(
-                format!("keep lease {lease:x} alive"),
-                leases.keep_alive(lease),
-            )
-            .await;
-        let (mut keeper, mut stream) = match opened {
-            Ok(pair) => pair,
-            Err(Error::Etcd(e)) if e.contains("lease not found") => return Stopped::LeaseLost,
-            Err(e) => return Stopped::Failed(e),
-        };
+    async fn renew(&self, client: &Gateway, lease: i64) -> Stopped {
         let period = Duration::from_millis((self.ttl_s as u64 * 1000 / 3).max(200));
+        let doing = format!("renew lease {lease:x}");
+        let body = wire::lease(lease);
         loop {
             tokio::time::sleep(period).await;
-            if let Err(e) = keeper.keep_alive().await {
-                return Stopped::Failed(self.settings.failed("renew the lease", e));
-            }
-            let answer = (self.settings)
-                .request(format!("renew lease {lease:x}"), stream.message())
-                .await;
-            match answer {
-                Ok(Some(r)) if r.ttl() > 0 => {}
-                Ok(Some(_)) => return Stopped::LeaseLost,
-                Ok(None) => {
-                    let e = self
-                        .settings
-                        .failed("renew the lease", "the server ended the stream");
-                    return Stopped::Failed(e);
-                }
-                Err(e) => return Stopped::Failed(e),
+            let answer = client.call("/v3/lease/keepalive", &doing, &body, wire::lease_answer);
+            match answer.await {
+                Ok(renewed) if renewed.ttl > 0 => {}
+                // etcd answers a keepalive of a lease it no longer has with no TTL.
+                Ok(_) => return Stopped::LeaseLost,
+                Err(failed) if failed.not_found() => return Stopped::LeaseLost,
+                Err(failed) => return Stopped::Failed(failed.into()),
             }
         }
     }

@@ -10,9 +10,8 @@ use crate::common;
 use std::time::Duration;
 
 use capstan_discovery::etcd::{register, NodeValue, Settings};
-use capstan_discovery::testing::EtcdServer;
+use capstan_discovery::testing::{EtcdKv, EtcdServer};
 use common::*;
-use etcd_client::{Client, PutOptions};
 
 const PREFIX: &str = "/capstan/nodes/";
 
@@ -42,8 +41,8 @@ fn source_status(status: &serde_json::Value) -> &serde_json::Value {
 }
 
 /// The test's own etcd client, to put and delete keys as a registry's users would.
-async fn etcd(server: &EtcdServer) -> Client {
-    Client::connect([server.endpoint()], None).await.unwrap()
+fn etcd(server: &EtcdServer) -> EtcdKv {
+    server.kv()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,9 +55,9 @@ async fn puts_deletes_and_lease_expiry_move_nodes_under_load() {
         Backend::start("b").await,
         Backend::start("c").await,
     );
-    let mut kv = etcd(&server).await;
-    kv.put(key(&a), value(&a), None).await.unwrap();
-    kv.put(key(&b), value(&b), None).await.unwrap();
+    let kv = etcd(&server);
+    kv.put(key(&a), value(&a)).unwrap();
+    kv.put(key(&b), value(&b)).unwrap();
     // No static node: etcd alone gives the cluster its nodes (read once before the start).
     let sw = start_switch(&etcd_config(&server, &[])).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
@@ -69,17 +68,16 @@ async fn puts_deletes_and_lease_expiry_move_nodes_under_load() {
     wait_until("traffic on a and b", || a.hits() > 10 && b.hits() > 10).await;
 
     // c is put: it joins.
-    kv.put(key(&c), value(&c), None).await.unwrap();
+    kv.put(key(&c), value(&c)).unwrap();
     wait_until("c to get requests", || c.hits() > 10).await;
 
     // b is deleted: it drains, and gets no new requests.
-    kv.delete(key(&b), None).await.unwrap();
+    kv.delete(key(&b)).unwrap();
     assert_left_and_starved(admin, &node_name(&b), &b, &[&a, &c]).await;
 
     // b comes back under a lease nobody renews: it joins, and leaves when the lease expires.
-    let lease = kv.lease_grant(2, None).await.unwrap().id();
-    let options = PutOptions::new().with_lease(lease);
-    kv.put(key(&b), value(&b), Some(options)).await.unwrap();
+    let lease = kv.lease_grant(2).unwrap();
+    kv.put_leased(key(&b), value(&b), lease).unwrap();
     wait_for_status(admin, "b back", |s| {
         !node_status(s, &node_name(&b)).is_null()
     })
@@ -95,7 +93,7 @@ async fn puts_deletes_and_lease_expiry_move_nodes_under_load() {
         .as_u64()
         .unwrap();
     let weighted = format!("{{\"address\":\"{}\",\"weight\":4}}", a.addr);
-    kv.put(key(&a), weighted, None).await.unwrap();
+    kv.put(key(&a), weighted).unwrap();
     let status = wait_for_status(admin, "a's new weight", |s| {
         node_status(s, &node_name(&a))["weight"] == 4
     })
@@ -117,9 +115,9 @@ async fn an_etcd_restart_keeps_the_last_set_and_the_watch_resumes() {
         Backend::start("b").await,
         Backend::start("c").await,
     );
-    let mut kv = etcd(&server).await;
-    kv.put(key(&a), value(&a), None).await.unwrap();
-    kv.put(key(&b), value(&b), None).await.unwrap();
+    let kv = etcd(&server);
+    kv.put(key(&a), value(&a)).unwrap();
+    kv.put(key(&b), value(&b)).unwrap();
     let sw = start_switch(&etcd_config(&server, &[])).await;
     let (addr, admin) = (sw.listen_addrs[0], sw.admin_addr.unwrap());
     let traffic = Traffic::start(addr, 4);
@@ -153,9 +151,9 @@ async fn an_etcd_restart_keeps_the_last_set_and_the_watch_resumes() {
     })
     .await
     .unwrap();
-    let mut kv = etcd(&server).await;
-    kv.delete(key(&a), None).await.unwrap();
-    kv.put(key(&c), value(&c), None).await.unwrap();
+    let kv = etcd(&server);
+    kv.delete(key(&a)).unwrap();
+    kv.put(key(&c), value(&c)).unwrap();
     let status = wait_for_status(admin, "a out and c in", |s| {
         node_status(s, &node_name(&a)).is_null() && !node_status(s, &node_name(&c)).is_null()
     })
@@ -208,24 +206,15 @@ async fn a_value_that_is_not_a_node_is_left_out_shown_and_counted() {
         return;
     };
     let (s, a) = (Backend::start("s").await, Backend::start("a").await);
-    let mut kv = etcd(&server).await;
-    kv.put(key(&a), value(&a), None).await.unwrap();
+    let kv = etcd(&server);
+    kv.put(key(&a), value(&a)).unwrap();
     let sw = start_switch(&etcd_config(&server, &[&s])).await;
     let admin = sw.admin_addr.unwrap();
-    kv.put(format!("{PREFIX}junk"), "hello", None)
-        .await
+    kv.put(format!("{PREFIX}junk"), "hello").unwrap();
+    kv.put(format!("{PREFIX}zero"), "{\"address\":\"127.0.0.1:0\"}")
         .unwrap();
-    kv.put(
-        format!("{PREFIX}zero"),
-        "{\"address\":\"127.0.0.1:0\"}",
-        None,
-    )
-    .await
-    .unwrap();
     // Another key with a's address (a copy left behind): a is not listed twice.
-    kv.put(format!("{PREFIX}twin"), value(&a), None)
-        .await
-        .unwrap();
+    kv.put(format!("{PREFIX}twin"), value(&a)).unwrap();
     let status = wait_for_status(admin, "three skipped", |st| {
         source_status(st)["skipped"].as_array().map(Vec::len) == Some(3)
     })
@@ -255,9 +244,9 @@ async fn a_value_that_is_not_a_node_is_left_out_shown_and_counted() {
         "{metrics}"
     );
     // Fixed: no longer skipped.
-    kv.delete(format!("{PREFIX}junk"), None).await.unwrap();
-    kv.delete(format!("{PREFIX}zero"), None).await.unwrap();
-    kv.delete(format!("{PREFIX}twin"), None).await.unwrap();
+    kv.delete(format!("{PREFIX}junk")).unwrap();
+    kv.delete(format!("{PREFIX}zero")).unwrap();
+    kv.delete(format!("{PREFIX}twin")).unwrap();
     wait_for_status(admin, "nothing skipped", |st| {
         source_status(st)["skipped"] == serde_json::json!([])
     })
@@ -270,8 +259,8 @@ async fn etcd_down_at_start_starts_empty_and_its_nodes_join_when_it_comes_up() {
         return;
     };
     let (s, a) = (Backend::start("s").await, Backend::start("a").await);
-    let mut kv = etcd(&server).await;
-    kv.put(key(&a), value(&a), None).await.unwrap();
+    let kv = etcd(&server);
+    kv.put(key(&a), value(&a)).unwrap();
     server.stop();
     let sw = start_switch(&etcd_config(&server, &[&s])).await;
     let admin = sw.admin_addr.unwrap();

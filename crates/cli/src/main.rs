@@ -77,9 +77,10 @@ enum Command {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
-    /// Print a manual page (roff) to stdout: `capstan man > /usr/local/share/man/man1/capstan.1`;
-    /// `capstan man serve > capstan-serve.1` (and `capstan man bench merge`, …) prints a
-    /// subcommand's page, one of those its SUBCOMMANDS section lists.
+    /// Print the man page (roff) to stdout: capstan(1), or a subcommand's (`capstan man serve`).
+    ///
+    /// `capstan man > /usr/local/share/man/man1/capstan.1`; `capstan man serve >
+    /// capstan-serve.1`, `capstan man bench merge`, …: every page a SUBCOMMANDS section lists.
     Man {
         /// The subcommand (and sub-subcommand) whose page to print; none: capstan(1).
         #[arg(value_name = "SUBCOMMAND")]

@@ -52,7 +52,7 @@ use crate::numbers::{amount, share, whole};
       capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
       capstan bench http://127.0.0.1:8080/file500.html --sockets 1000 --connect-timeout 500ms --duration 30s\n  \
-      capstan bench http://127.0.0.1:8080/file5k.html --rate 5000 --max-error-rate 1   # past capacity: errors expected\n  \
+      capstan bench http://127.0.0.1:8080/file5k.html --rate 5000 --max-error-rate 1  # past capacity\n  \
       capstan bench http://127.0.0.1:6081/ --polygraph experiments/polygraph/mixed-inc.toml --time-scale 0.01 --json pg.json\n  \
       capstan bench https://localhost:8443/file5k.html --clients 8 --keepalive --cacert ca.pem\n  \
       capstan bench https://localhost:8443/file5k.html --http3 --insecure --rate 500 -k --connections 2 --streams 8\n  \
@@ -287,7 +287,8 @@ pub struct BenchArgs {
     /// slots) never reached the server and count neither way. A run that has had no response
     /// at all, only errors, 5 s after its start stops then (a dead or unreachable target). A
     /// fraction or a percentage; 1 (100%) accepts any outcome and always runs the whole
-    /// duration. Example: --max-error-rate 1%
+    /// duration. Not applied to --polygraph (reported per phase) or `bench merge`.
+    /// Example: --max-error-rate 1%
     #[arg(long, value_name = "SHARE", default_value = "0.5", value_parser = share)]
     max_error_rate: f64,
     /// Print the first N scheduled requests (time, method, path) and exit without sending.

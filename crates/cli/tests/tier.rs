@@ -681,6 +681,11 @@ fn a_switch_that_cannot_bind_its_gossip_port_says_so() {
 /// clients of one DNS name do: three answers, one node request; after the PURGE, one more.
 #[test]
 fn the_example_tiers_curl_loop_makes_one_node_request() {
+    let curl = std::process::Command::new("curl").arg("--version").output();
+    if !curl.is_ok_and(|o| o.status.success()) {
+        eprintln!("note: curl is not installed (.ci/run installs it); test skipped");
+        return;
+    }
     let example = std::fs::read_to_string(repo_root().join("examples/tier.toml")).unwrap();
     let nodes: Vec<CountingNode> = (0..4).map(|_| CountingNode::start()).collect();
     let (port, admin_port) = (free_addr().port(), free_addr().port());

@@ -170,7 +170,7 @@ run() {
   local start
   start=$(date +%s.%N)
   "$capstan" bench "http://127.0.0.1:$LISTEN/" --urls "$dir/urls.txt" --rate "$RATE" --keepalive \
-    --connections 64 --duration "${SECONDS_PER_RUN}s" --timeout 15s --drain 15s -q \
+    --connections 64 --duration "${SECONDS_PER_RUN}s" --timeout 15s --drain 15s --max-error-rate 1 -q \
     --json "$dir/bench.json" &
   local bench=$!
   watch_node "$proxy" "$dir/states.txt" "$start" &

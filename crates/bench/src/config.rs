@@ -229,6 +229,11 @@ pub struct BenchConfig {
     /// engine with keep-alive runs `connections × streams` requests at once over `connections`
     /// connections; a closed-loop run puts `streams` clients on each connection.
     pub streams: usize,
+    /// Stop the run early when, this long after its start, not one response (of any status)
+    /// has arrived and requests have failed: a dead or unreachable target, which the rest of
+    /// the run would only measure again. The result says so (`gave_up`). None (the default):
+    /// the whole duration, whatever happens.
+    pub give_up_after: Option<Duration>,
 }
 
 impl BenchConfig {
@@ -264,6 +269,7 @@ impl BenchConfig {
             targets: Vec::new(),
             protocol: Protocol::Http1,
             streams: 1,
+            give_up_after: None,
         }
     }
 

@@ -38,6 +38,9 @@ pub(crate) struct Ctx {
     pub tls: Option<crate::tls::Tls>,
     /// `--http2`, `--http3`: the multiplexing client (then `tls` is `None`).
     pub mux: Option<crate::mux::Client>,
+    /// Set when the run gives up early (`give_up_after`): every lane ends its schedule and
+    /// skips the drain.
+    pub stopped: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A lane's live counters, sent once a second for the progress line.
@@ -551,14 +554,26 @@ pub(crate) fn run_lane(
     let l = lane_state.clone();
     let result: Result<(), BenchError> = local.block_on(&rt, async move {
         let ticker = tokio::task::spawn_local(tick(l.clone(), local_index, progress));
-        let r = match &l.ctx.cfg.engine {
-            Engine::Open { .. } | Engine::Replay { .. } => open_loop(l.clone(), lane).await,
-            Engine::Closed { .. } => closed_loop(l.clone(), lane).await,
-            Engine::Sessions { .. } => sessions(l.clone(), lane).await,
-            Engine::SClient { .. } => sclient::run(l.clone(), lane).await,
+        let engine = async {
+            match &l.ctx.cfg.engine {
+                Engine::Open { .. } | Engine::Replay { .. } => open_loop(l.clone(), lane).await,
+                Engine::Closed { .. } => closed_loop(l.clone(), lane).await,
+                Engine::Sessions { .. } => sessions(l.clone(), lane).await,
+                Engine::SClient { .. } => sclient::run(l.clone(), lane).await,
+            }
         };
-        // Drain: in-flight requests may finish until the drain deadline.
-        let drain_end = l.window_end().max(Instant::now()) + l.ctx.cfg.drain;
+        let mut stopped = l.ctx.stopped.clone();
+        let r = tokio::select! {
+            r = engine => r,
+            // A closed channel is no stop: the run ends on its own then.
+            Ok(_) = stopped.wait_for(|s| *s) => Ok(()),
+        };
+        // Drain: in-flight requests may finish until the drain deadline (none when stopped).
+        let drain_end = if *stopped.borrow() {
+            Instant::now()
+        } else {
+            l.window_end().max(Instant::now()) + l.ctx.cfg.drain
+        };
         while l.pending.get() > 0 && Instant::now() < drain_end {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

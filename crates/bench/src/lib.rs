@@ -115,7 +115,10 @@ pub async fn run(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    // Kept until every lane has finished: a lane takes a closed channel for "go on".
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(engine::Ctx {
+        stopped,
         cfg: config,
         table,
         addrs,
@@ -127,7 +130,7 @@ pub async fn run(
         tls,
         mux,
     });
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let mut handles = Vec::new();
     for j in 0..threads {
         let lane = shard.0 as u64 * threads as u64 + j as u64;
@@ -143,30 +146,7 @@ pub async fn run(
         handles.push(done_rx);
     }
     drop(tx);
-    let mut live: HashMap<usize, engine::Snapshot> = HashMap::new();
-    while let Some(s) = rx.recv().await {
-        live.insert(s.lane, s);
-        if let Some(cb) = &progress {
-            if live.len() == threads {
-                let mut p = Progress {
-                    elapsed_s: t0.elapsed().as_secs_f64().round(),
-                    duration_s: window_s,
-                    ..Default::default()
-                };
-                for s in live.values() {
-                    p.offered += s.offered;
-                    p.started += s.started;
-                    p.completed += s.completed;
-                    p.errors += s.errors;
-                    p.dropped += s.dropped;
-                    p.inflight += s.inflight;
-                    p.rps += s.last_second_completed as f64;
-                    p.p99_ms = p.p99_ms.max(s.last_second_p99_us as f64 / 1000.0);
-                }
-                cb(&p);
-            }
-        }
-    }
+    let gave_up = watch_lanes(rx, threads, t0, window_s, progress, &ctx.cfg, &stop).await;
     let mut total: Option<stats::Stats> = None;
     let mut cpu_max: f64 = 0.0;
     for h in handles {
@@ -199,7 +179,11 @@ pub async fn run(
             target: cfg.target.url(),
             shard,
             started_unix_ms,
-            duration_s: window_s,
+            duration_s: if gave_up {
+                t0.elapsed().as_secs_f64().min(window_s)
+            } else {
+                window_s
+            },
             offered_rps,
             classes: &ctx.table.classes,
             generator,
@@ -207,7 +191,55 @@ pub async fn run(
     );
     out.targets = targets;
     out.protocol = cfg.protocol.name(cfg.keepalive).into();
+    out.gave_up = gave_up;
+    drop(stop);
     Ok(out)
+}
+
+/// Takes the lanes' once-a-second snapshots until every lane has finished: sums them for
+/// `progress`, and tells the lanes to stop (`stop`) when the run should give up
+/// (`give_up_after`: no response at all, only failures). Returns whether it gave up.
+async fn watch_lanes(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<engine::Snapshot>,
+    threads: usize,
+    t0: Instant,
+    window_s: f64,
+    progress: Option<ProgressFn>,
+    cfg: &BenchConfig,
+    stop: &tokio::sync::watch::Sender<bool>,
+) -> bool {
+    let mut live: HashMap<usize, engine::Snapshot> = HashMap::new();
+    let mut gave_up = false;
+    while let Some(s) = rx.recv().await {
+        live.insert(s.lane, s);
+        if live.len() < threads {
+            continue;
+        }
+        let mut p = Progress {
+            elapsed_s: t0.elapsed().as_secs_f64().round(),
+            duration_s: window_s,
+            ..Default::default()
+        };
+        for s in live.values() {
+            p.offered += s.offered;
+            p.started += s.started;
+            p.completed += s.completed;
+            p.errors += s.errors;
+            p.dropped += s.dropped;
+            p.inflight += s.inflight;
+            p.rps += s.last_second_completed as f64;
+            p.p99_ms = p.p99_ms.max(s.last_second_p99_us as f64 / 1000.0);
+        }
+        if let Some(cb) = &progress {
+            cb(&p);
+        }
+        let dead = p.completed == 0 && p.errors > 0;
+        if !gave_up && dead && cfg.give_up_after.is_some_and(|g| t0.elapsed() >= g) {
+            gave_up = true;
+            stop.send_replace(true);
+        }
+    }
+    gave_up
 }
 
 /// The addresses connections go to: each `--target` in order, else the URL's host.
@@ -275,6 +307,7 @@ pub fn preview(config: &BenchConfig, n: usize) -> Result<Vec<(f64, String, Strin
         replay_index,
         tls: None,
         mux: None,
+        stopped: tokio::sync::watch::channel(false).1,
     };
     let lane = config.shard.0 as u64 * config.threads as u64;
     Ok(engine::schedule(&ctx, lane)?

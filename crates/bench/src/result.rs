@@ -185,6 +185,10 @@ pub struct RunResult {
     /// `--target`: per connection target, in the given order; absent without.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<TargetResult>,
+    /// The run stopped early (`BenchConfig::give_up_after`): no response at all, only failed
+    /// requests; `duration_s` is then the time it ran. Absent when it ran its whole duration.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gave_up: bool,
 }
 
 /// One connection target of a run spread over several (`--target`).
@@ -453,6 +457,7 @@ pub(crate) fn build(stats: &Stats, m: Meta<'_>) -> RunResult {
         },
         wan: None,
         targets: Vec::new(),
+        gave_up: false,
     }
 }
 
@@ -552,6 +557,7 @@ pub fn merge(results: &[RunResult]) -> Result<RunResult, BenchError> {
             a.max_ms = a.max_ms.max(b.max_ms);
         }
         merge_targets(&mut out.targets, &r.targets);
+        out.gave_up |= r.gave_up;
         match (&mut out.wan, &r.wan) {
             (Some(a), Some(b)) => a.paths.extend(b.paths.iter().cloned()),
             (None, Some(b)) => out.wan = Some(b.clone()),

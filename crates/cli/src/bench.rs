@@ -17,6 +17,8 @@ use capstan_workload::{
     parse_clf, parse_filelist, ArrivalKind, Dist, Popularity, SessionModel, TreeKind,
 };
 
+use crate::numbers::{amount, share, whole};
+
 #[derive(clap::Args, Debug)]
 #[command(
     args_conflicts_with_subcommands = true,
@@ -37,21 +39,27 @@ use capstan_workload::{
                      beside the offered hit ratio\n\n\
       --rate, --clients and --sessions are totals over all shards (--shard i/n).\n\n\
       EXAMPLES\n  \
+      (against the README's cluster: a switch on 127.0.0.1:8080 in front of `capstan origin` nodes, \
+      which serve the webstone tree — /file500.html, /file5k.html, /file50k.html, /file500k.html, \
+      /file5m.html — and /cgi-bin/cpu_light.cgi, cpu_med.cgi, disk_load.cgi; the --tree polygraph \
+      and --tree cap examples want nodes started with that --tree)\n  \
       capstan bench http://127.0.0.1:8080/file5k.html --rate 2000 --duration 30s\n  \
-      capstan bench http://127.0.0.1:8080/ --clients 50 --keepalive --duration 10s --json out.json\n  \
-      capstan bench http://127.0.0.1:8080/ --rate 500 --burst 6x5%/100s --duration 300s\n  \
-      capstan bench http://127.0.0.1:8080/ --rate 1000 --keepalive --connections 20 --report r.html\n  \
+      capstan bench http://127.0.0.1:8080/file5k.html --clients 50 --keepalive --duration 10s --json out.json\n  \
+      capstan bench http://127.0.0.1:8080/file50k.html --rate 500 --burst 6x5%/100s --duration 300s\n  \
+      capstan bench http://127.0.0.1:8080/cgi-bin/cpu_light.cgi --rate 50 --keepalive --connections 20 --report r.html\n  \
+      capstan bench http://127.0.0.1:8080/ --rate 500 --tree webstone --duration 30s\n  \
       capstan bench http://127.0.0.1:8080/ --rate 300 --tree polygraph --zipf 1.0 --recurrence 0.55\n  \
       capstan bench http://127.0.0.1:8080/ --sessions 20 --tree cap --duration 60s\n  \
       capstan bench http://127.0.0.1:8080/ --replay access.log --replay-speed 10\n  \
-      capstan bench http://127.0.0.1:8080/file1k.html --sockets 1000 --connect-timeout 500ms --duration 30s\n  \
+      capstan bench http://127.0.0.1:8080/file500.html --sockets 1000 --connect-timeout 500ms --duration 30s\n  \
+      capstan bench http://127.0.0.1:8080/file5k.html --rate 5000 --max-error-rate 1  # past capacity\n  \
       capstan bench http://127.0.0.1:6081/ --polygraph experiments/polygraph/mixed-inc.toml --time-scale 0.01 --json pg.json\n  \
-      capstan bench https://localhost:8443/ --clients 8 --keepalive --cacert ca.pem\n  \
-      capstan bench https://localhost:8443/ --http3 --insecure --rate 500 -k --connections 2 --streams 8\n  \
-      capstan bench http://127.0.0.1:8080/ --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
+      capstan bench https://localhost:8443/file5k.html --clients 8 --keepalive --cacert ca.pem\n  \
+      capstan bench https://localhost:8443/file5k.html --http3 --insecure --rate 500 -k --connections 2 --streams 8\n  \
+      capstan bench http://127.0.0.1:8080/file5k.html --rate 1000 --phases phases.toml --shard 0/2 --json a.json\n  \
       capstan bench merge a.json b.json --json all.json\n  \
-      sudo capstan bench http://127.0.0.1:8080/ --rate 200 --wan rtt=100ms,bandwidth=10mbit,loss=1%\n  \
-      sudo capstan bench http://127.0.0.1:8080/ --rate 300 --wan rtt=20ms \\\n    \
+      sudo capstan bench http://127.0.0.1:8080/file5k.html --rate 200 --wan rtt=100ms,bandwidth=10mbit,loss=1%\n  \
+      sudo capstan bench http://127.0.0.1:8080/file5k.html --rate 300 --wan rtt=20ms \\\n    \
       --wan-group name=lan,clients=3 --wan-group name=modem,clients=1,rtt=150ms,bandwidth=56kbit\n\n\
       WAN (--wan, --wan-group, --wan-config; root): the generator runs in the client namespace of \
       `capstan wan run` and reaches the target through the delay router; the target must be \
@@ -63,7 +71,9 @@ use capstan_workload::{
       The result gets a `wan` section: per path its load, latency and the router's packets, \
       drops and delay error. Raise --connect-timeout on paths slower than its 500 ms.\n\n\
       Results: a summary on standard output; --json FILE writes the schema in \
-      crates/bench/SCHEMA.md. The generator warns (and marks the result limited) when its lag \
+      crates/bench/SCHEMA.md. Exit status: 0 when the run passed --max-error-rate, 1 when \
+      nothing succeeded or too many requests failed (one line on standard error says why), 2 \
+      for bad arguments. The generator warns (and marks the result limited) when its lag \
       p99 exceeds 1 ms or a generator thread uses more than 90 % of a core."
 )]
 pub struct BenchArgs {
@@ -76,17 +86,17 @@ pub struct BenchArgs {
     url: Option<String>,
 
     /// Open loop at R requests/s (the mean when bursts or phases shape it). Example: --rate 2000
-    #[arg(long, value_name = "R", group = "engine")]
+    #[arg(long, value_name = "R", group = "engine", value_parser = amount("a rate in requests per second", "2000"))]
     rate: Option<f64>,
     /// Closed loop with N clients. Example: --clients 64
-    #[arg(long, value_name = "N", group = "engine")]
+    #[arg(long, value_name = "N", group = "engine", value_parser = whole::<usize>("of clients", "50"))]
     clients: Option<usize>,
     /// CAP Table 1 sessions arriving at R per second. Example: --sessions 20
-    #[arg(long, value_name = "R", group = "engine")]
+    #[arg(long, value_name = "R", group = "engine", value_parser = amount("a rate in sessions per second", "20"))]
     sessions: Option<f64>,
     /// S-Client with D sockets, one connect attempt each per --connect-timeout T, abandoned if
     /// not established within T (D/T attempts/s). Example: --sockets 1000
-    #[arg(long, value_name = "D", group = "engine")]
+    #[arg(long, value_name = "D", group = "engine", value_parser = whole::<usize>("of sockets", "1000"))]
     sockets: Option<usize>,
     /// Replay an access log (Common or Combined Log Format). Example: --replay access.log
     #[arg(long, value_name = "LOG", group = "engine")]
@@ -103,7 +113,7 @@ pub struct BenchArgs {
     polygraph: Option<PathBuf>,
     /// --polygraph: multiply every phase duration and the working-set length (e.g. 0.01 for a
     /// short run) [default: the file's time_scale]
-    #[arg(long, value_name = "F")]
+    #[arg(long, value_name = "F", value_parser = amount("a scale factor", "0.01"))]
     time_scale: Option<f64>,
 
     /// Length of the run [default: 10s; replay: the log's length]. Example: --duration 30s
@@ -112,7 +122,7 @@ pub struct BenchArgs {
     /// Open loop: sockets allowed in connect state (connection per request), or connections in
     /// the pool (--keepalive); requests wait for a slot, keeping their intended start.
     /// Example: --connections 200
-    #[arg(long, short = 'c', value_name = "D", default_value_t = 1000)]
+    #[arg(long, short = 'c', value_name = "D", default_value_t = 1000, value_parser = whole::<usize>("of connections", "200"))]
     connections: usize,
     /// Abandon a connect attempt after this long and retry (S-Client). Example: --connect-timeout 500ms
     #[arg(long, value_name = "TIME", default_value = "500ms")]
@@ -173,14 +183,13 @@ pub struct BenchArgs {
     /// --http2, --http3: requests in flight at once on one QUIC connection (open loop with -k:
     /// connections × streams workers; closed loop: clients share connections this many at a
     /// time) [default: 1]. Example: --streams 8
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>("of streams per connection", "8"))]
     streams: Option<usize>,
     /// Open loop: drop (and count) requests due while this many are in flight. Example: --max-inflight 5000
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>("of requests", "5000"))]
     max_inflight: Option<usize>,
 
-    /// Gaps between arrivals: constant, poisson or weibull:SHAPE [default: constant].
-    /// Example: --arrival weibull:0.6
+    /// Gaps between arrivals: constant, poisson or weibull:SHAPE. Example: --arrival weibull:0.6
     #[arg(long, value_name = "PROCESS", default_value = "constant")]
     arrival: String,
     /// On/off bursts: PEAKxPERCENT%/PERIOD, e.g. 6x5%/100s is 6x the mean rate for 5 % of every
@@ -200,16 +209,16 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SPEC")]
     think: Option<String>,
     /// Sessions: parallel connections for a page's embedded objects. Example: --parallel 4
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = whole::<usize>("of connections", "4"))]
     parallel: usize,
     /// Sessions: multiply the Table 1 think times (0.1 = ten times shorter). Example: --think-scale 0.1
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = amount("a factor", "0.1"))]
     think_scale: f64,
     /// Replay: speed-up of the log's own timing. Example: --replay-speed 10
-    #[arg(long, value_name = "F", conflicts_with = "replay_rate")]
+    #[arg(long, value_name = "F", conflicts_with = "replay_rate", value_parser = amount("a speed-up factor", "10"))]
     replay_speed: Option<f64>,
     /// Replay: ignore the log's timing and send its requests at R/s. Example: --replay-rate 500
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", value_parser = amount("a rate in requests per second", "500"))]
     replay_rate: Option<f64>,
 
     /// Request paths (or URLs on the target host) from a file, one a line, equally likely.
@@ -223,19 +232,19 @@ pub struct BenchArgs {
     /// webstone-2000, polygraph or cap. Example: --tree polygraph
     #[arg(long, value_name = "TREE", group = "source")]
     tree: Option<String>,
-    /// Seed of that tree (match the origin's --seed) [default: 1].
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Seed of that tree (match the origin's --seed).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u64>("for the seed", "7"))]
     tree_seed: u64,
     /// Objects in a polygraph or cap tree (match the origin's --files).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>("of objects", "5000"))]
     files: Option<usize>,
     /// Zipf popularity with this exponent over the tree's objects (default: uniform).
     /// Example: --zipf 1.0
-    #[arg(long, value_name = "ALPHA")]
+    #[arg(long, value_name = "ALPHA", value_parser = amount("a Zipf exponent", "1.0"))]
     zipf: Option<f64>,
     /// Polygraph recurrence ratio: share of requests that revisit an object requested before.
     /// Example: --recurrence 0.55
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", value_parser = share)]
     recurrence: Option<f64>,
 
     /// Request method. Example: -X POST
@@ -252,14 +261,14 @@ pub struct BenchArgs {
     body_file: Option<PathBuf>,
 
     /// Seed of every random stream: same seed, same requests. Example: --seed 7
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u64>("for the seed", "7"))]
     seed: u64,
     /// Run shard I of N (0-based) with 1/N of the load; merge the JSON results with
     /// `capstan bench merge`. Example: --shard 0/2
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// Generator threads, each a single-threaded event loop. Example: --threads 2
-    #[arg(long, short = 't', value_name = "N", default_value_t = 1)]
+    #[arg(long, short = 't', value_name = "N", default_value_t = 1, value_parser = whole::<usize>("of generator threads", "2"))]
     threads: usize,
 
     /// Write the result as JSON (schema: crates/bench/SCHEMA.md). Example: --json out.json
@@ -271,9 +280,20 @@ pub struct BenchArgs {
     /// No progress line and no summary.
     #[arg(long, short = 'q')]
     quiet: bool,
+    /// Exit with status 1, and one line on standard error saying why (even with -q), when no
+    /// request succeeded or more than this share of the finished requests failed. 2xx and 3xx
+    /// responses succeed; transport errors (refused, reset, timeouts, …) and 4xx and 5xx
+    /// responses fail; requests the generator dropped itself (--max-inflight, connection
+    /// slots) never reached the server and count neither way. A run that has had no response
+    /// at all, only errors, 5 s after its start stops then (a dead or unreachable target). A
+    /// fraction or a percentage; 1 (100%) accepts any outcome and always runs the whole
+    /// duration. Not applied to --polygraph (reported per phase) or `bench merge`.
+    /// Example: --max-error-rate 1%
+    #[arg(long, value_name = "SHARE", default_value = "0.5", value_parser = share)]
+    max_error_rate: f64,
     /// Print the first N scheduled requests (time, method, path) and exit without sending.
     /// Example: --print-requests 20
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<usize>("of requests", "20"))]
     print_requests: Option<usize>,
 
     /// Run behind the WAN delay router (root): one path for every client, in capstan wan's
@@ -484,8 +504,71 @@ fn build(a: &BenchArgs) -> anyhow::Result<BenchConfig> {
         );
     }
     c.threads = a.threads;
+    c.give_up_after = (a.max_error_rate < 1.0).then_some(GIVE_UP_AFTER);
     c.validate()?;
     Ok(c)
+}
+
+/// A run with no response at all, only errors, this long after its start stops then.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(5);
+
+/// `--max-error-rate`: why the run `r` failed (one line), or None when it passed. Succeeded:
+/// 2xx and 3xx responses; failed: every other finished request (transport errors, 4xx, 5xx).
+pub(crate) fn verdict(r: &RunResult, max_error_rate: f64) -> Option<String> {
+    if max_error_rate >= 1.0 {
+        return None;
+    }
+    let count = |class: &str| r.status.get(class).copied().unwrap_or(0);
+    let succeeded = count("2xx") + count("3xx");
+    let failed = r.requests.saturating_sub(succeeded);
+    let kinds = r
+        .errors
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if r.requests == 0 {
+        return Some(format!(
+            "no request finished in {:.1} s ({} started, {} dropped, {} unfinished): nothing was \
+             measured",
+            r.duration_s, r.started, r.dropped, r.unfinished
+        ));
+    }
+    if succeeded == 0 {
+        let client_errors = r.errors.get("http_4xx").copied().unwrap_or(0);
+        let stopped = if r.gave_up {
+            format!(
+                "; stopped after {:.0} s without a single response: is anything serving {}?",
+                r.duration_s, r.target
+            )
+        } else if client_errors == failed {
+            format!("; does the server have {}?", r.target)
+        } else {
+            String::new()
+        };
+        return Some(format!(
+            "no request succeeded: {failed} of {} failed ({kinds}){stopped}",
+            r.requests
+        ));
+    }
+    let rate = failed as f64 / r.requests as f64;
+    (rate > max_error_rate).then(|| {
+        format!(
+            "{failed} of {} requests failed ({kinds}): {:.1} % > --max-error-rate {} %",
+            r.requests,
+            100.0 * rate,
+            100.0 * max_error_rate
+        )
+    })
+}
+
+/// The run's outcome as the exit status: an error (exit 1, its line on standard error) when
+/// it fails `--max-error-rate`.
+pub(crate) fn judge(r: &RunResult, max_error_rate: f64) -> anyhow::Result<()> {
+    match verdict(r, max_error_rate) {
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -516,7 +599,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         args.json.as_deref(),
         args.report.as_deref(),
         args.quiet,
-    )
+    )?;
+    judge(&result, args.max_error_rate)
 }
 
 /// `--polygraph FILE`: the workload through the target, a table per phase, `--json` the whole
@@ -710,6 +794,12 @@ fn summary(r: &RunResult) -> String {
             r.errors_total,
             e.join(", "),
             r.connect_timeouts
+        );
+    }
+    if r.gave_up {
+        s += &format!(
+            "stopped after {:.1}s: no response at all, only errors (--max-error-rate 1 runs the whole duration)\n",
+            r.duration_s
         );
     }
     if r.sessions > 0 {

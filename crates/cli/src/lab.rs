@@ -192,6 +192,7 @@ pub fn run(args: LabArgs) -> anyhow::Result<()> {
         .experiment
         .clone()
         .unwrap_or_else(|| capstan_lab::DEFAULT.to_string());
+    check_known(&name)?;
     let other_room = capstan_lab::CacheExperiment::find(&name).is_some()
         || capstan_lab::WanExperiment::find(&name).is_some()
         || name == "validate"
@@ -533,42 +534,101 @@ fn print_summary(
     println!("data:   {}", out.join("results.json").display());
 }
 
+/// One group of `capstan lab --list`: its heading and its experiments with what each is.
+struct Group {
+    heading: &'static str,
+    experiments: Vec<(&'static str, String)>,
+}
+
+/// Every experiment `capstan lab` knows by name, in `--list`'s groups: what `--list` prints and
+/// what an unknown name's error lists, from this one list.
+fn catalogue() -> Vec<Group> {
+    fn described<E>(
+        table: &'static [(&'static str, &'static str)],
+        parse: impl Fn(&str, &str) -> Result<E, capstan_lab::LabError>,
+        about: impl Fn(&E) -> String,
+    ) -> Vec<(&'static str, String)> {
+        table
+            .iter()
+            .map(|&(name, text)| match parse(text, name) {
+                Ok(e) => (name, about(&e)),
+                Err(e) => (name, format!("(broken: {e})")),
+            })
+            .collect()
+    }
+    let mut switch = described(capstan_lab::BUILTIN, Experiment::parse, |e: &Experiment| {
+        format!("{} — rebuilds {}", e.title, e.figure)
+    });
+    switch.push((
+        "validate",
+        "the live stack against queueing theory (M/M/1, M/G/1-PS, Erlang C)".into(),
+    ));
+    vec![
+        Group {
+            heading: "Built-in experiments (capstan lab NAME [--quick]):",
+            experiments: switch,
+        },
+        Group {
+            heading: "Cache experiments (capstan lab NAME [--quick | --full] [--contenders C1,C2]):",
+            experiments: described(
+                capstan_lab::BUILTIN_CACHE,
+                capstan_lab::CacheExperiment::parse,
+                |e| format!("{} — rebuilds {}", e.title, e.figure),
+            ),
+        },
+        Group {
+            heading: "WAN experiments (root; capstan lab NAME [--quick] [--contenders C1,C2]):",
+            experiments: described(
+                capstan_lab::BUILTIN_WAN,
+                capstan_lab::WanExperiment::parse,
+                |e| format!("{} — rebuilds {}", e.title, e.figure),
+            ),
+        },
+        Group {
+            heading: "Membership experiments (capstan lab NAME [--quick]):",
+            experiments: vec![
+                (
+                    capstan_lab::CHURN,
+                    "nodes joining and leaving under load through [[discovery]], against static [[node]]s".into(),
+                ),
+                (
+                    capstan_lab::TIER,
+                    "K switches on their own addresses and CPU quotas: capacity, one cache, a switch killed".into(),
+                ),
+            ],
+        },
+    ]
+}
+
 fn list() {
-    println!("Built-in experiments (capstan lab NAME [--quick]):");
-    for (name, text) in capstan_lab::BUILTIN {
-        match Experiment::parse(text, name) {
-            Ok(e) => println!("  {name:<16} {} — rebuilds {}", e.title, e.figure),
-            Err(e) => println!("  {name:<16} (broken: {e})"),
+    let groups = catalogue();
+    let width = groups
+        .iter()
+        .flat_map(|g| g.experiments.iter().map(|(n, _)| n.len()))
+        .max()
+        .unwrap_or(0);
+    for group in groups {
+        println!("{}", group.heading);
+        for (name, about) in group.experiments {
+            println!("  {name:<width$} {about}");
         }
     }
-    println!(
-        "  {:<16} the live stack against queueing theory (M/M/1, M/G/1-PS, Erlang C)",
-        "validate"
-    );
-    println!("Cache experiments (capstan lab NAME [--quick | --full] [--contenders C1,C2]):");
-    for (name, text) in capstan_lab::BUILTIN_CACHE {
-        match capstan_lab::CacheExperiment::parse(text, name) {
-            Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
-            Err(e) => println!("  {name:<17} (broken: {e})"),
-        }
-    }
-    println!("WAN experiments (root; capstan lab NAME [--quick] [--contenders C1,C2]):");
-    for (name, text) in capstan_lab::BUILTIN_WAN {
-        match capstan_lab::WanExperiment::parse(text, name) {
-            Ok(e) => println!("  {name:<17} {} — rebuilds {}", e.title, e.figure),
-            Err(e) => println!("  {name:<17} (broken: {e})"),
-        }
-    }
-    println!("Membership experiments (capstan lab NAME [--quick]):");
-    println!(
-        "  {:<17} nodes joining and leaving under load through [[discovery]], against static [[node]]s",
-        capstan_lab::CHURN
-    );
-    println!(
-        "  {:<17} K switches on their own addresses and CPU quotas: capacity, one cache, a switch killed",
-        capstan_lab::TIER
-    );
     println!("Default: {}", capstan_lab::DEFAULT);
+}
+
+/// A name that is neither an experiment `--list` shows nor a file: the error lists them all.
+fn check_known(name: &str) -> anyhow::Result<()> {
+    let names: Vec<&str> = catalogue()
+        .into_iter()
+        .flat_map(|g| g.experiments.into_iter().map(|(n, _)| n))
+        .collect();
+    if names.contains(&name) || std::path::Path::new(name).exists() {
+        return Ok(());
+    }
+    bail!(
+        "no experiment {name:?}: not a built-in ({}) and no such file",
+        names.join(", ")
+    )
 }
 
 fn progress_bar(runs: usize) -> ProgressBar {

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bench;
 mod lab;
+mod numbers;
 mod origin;
 mod register;
 mod serve;
@@ -76,8 +77,15 @@ enum Command {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) to stdout: `capstan man > /usr/local/share/man/man1/capstan.1`.
-    Man,
+    /// Print the man page (roff) to stdout: capstan(1), or a subcommand's (`capstan man serve`).
+    ///
+    /// `capstan man > /usr/local/share/man/man1/capstan.1`; `capstan man serve >
+    /// capstan-serve.1`, `capstan man bench merge`, …: every page a SUBCOMMANDS section lists.
+    Man {
+        /// The subcommand (and sub-subcommand) whose page to print; none: capstan(1).
+        #[arg(value_name = "SUBCOMMAND")]
+        path: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -96,7 +104,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab::run(args),
         Command::Wan(args) => wan::run(args),
         Command::Completions { shell } => completions(shell),
-        Command::Man => man_page(),
+        Command::Man { path } => man_page(&path),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -138,12 +146,31 @@ fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     write_stdout(&out)
 }
 
-/// One page for `capstan` with every subcommand's synopsis (clap_mangen renders the top
-/// command; the subcommands' own options are in `capstan SUBCOMMAND --help`).
-fn man_page() -> anyhow::Result<()> {
+/// The page of `capstan` (`path` empty) or of one of its subcommands, `capstan-serve(1)`,
+/// `capstan-bench-merge(1)`: each page's SUBCOMMANDS section lists the pages below it by the
+/// names clap gives them once the command is built, so every page listed can be printed.
+fn man_page(path: &[String]) -> anyhow::Result<()> {
     use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let mut page = &command;
+    for name in path {
+        page = page.find_subcommand(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "no manual page capstan-{}: the SUBCOMMANDS section of `capstan man{}` lists \
+                 the pages there are",
+                path.join("-"),
+                path.iter()
+                    .take_while(|p| *p != name)
+                    .map(|p| format!(" {p}"))
+                    .collect::<String>()
+            )
+        })?;
+    }
     let mut out = Vec::new();
-    clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+    clap_mangen::Man::new(page.clone())
+        .source(format!("capstan {VERSION}"))
+        .render(&mut out)?;
     write_stdout(&out)
 }
 

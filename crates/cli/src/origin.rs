@@ -58,6 +58,10 @@ use capstan_workload::{DocTree, TreeKind};
                   the key first, serves --deregister-wait more while switches drain it, then \
                   closes its listener; killed, its key vanishes at lease expiry \
                   (--register-ttl).\n\n\
+                  Response headers of its own: X-Origin-Node (the node's --name) on every \
+                  response, and on the tree's files X-Origin-File-Cache: hit or miss in the \
+                  emulated node's modelled memory file cache (not an HTTP cache; the switch's \
+                  --debug-headers are X-Capstan-*).\n\n\
                   Prints `listening on ADDR` on standard output once it is serving, then \
                   `tls listening on ADDR` when there is a TLS listener, then `registered KEY` \
                   when --register has put its key.")]
@@ -71,7 +75,7 @@ pub struct OriginArgs {
     #[arg(long, value_name = "ADDR")]
     listen: Option<SocketAddr>,
 
-    /// Node name reported in /_capstan/load and the X-Capstan-Node header [default: the listen
+    /// Node name reported in /_capstan/load and the X-Origin-Node header [default: the listen
     /// address]
     #[arg(long, value_name = "NAME")]
     name: Option<String>,

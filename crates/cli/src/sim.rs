@@ -206,19 +206,32 @@ fn load_scenario(arg: &str) -> Result<Scenario> {
     }
     bail!(
         "unknown scenario `{arg}` (known: {}; or a .toml file)",
-        NAMES.join(", ")
+        scenarios()
+            .iter()
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(", ")
     )
+}
+
+/// Every named scenario with its description: what `--list` prints and an unknown name's
+/// error lists, from this one list.
+fn scenarios() -> Vec<(&'static str, String)> {
+    let own = NAMES.iter().map(|&n| {
+        let about = Scenario::named(n).map(|s| s.description);
+        (n, about.unwrap_or_default())
+    });
+    let sweb = capstan_sim::sweb::NAMES.iter().map(|&n| {
+        let about = Which::named(n).map(|w| w.description().to_string());
+        (n, about.unwrap_or_default())
+    });
+    own.chain(sweb).collect()
 }
 
 fn list() {
     println!("Scenarios:");
-    for n in NAMES {
-        let s = Scenario::named(n).expect("named");
-        println!("  {n:<20} {}", s.description);
-    }
-    for n in capstan_sim::sweb::NAMES {
-        let which = Which::named(n).expect("named");
-        println!("  {n:<20} {}", which.description());
+    for (name, about) in scenarios() {
+        println!("  {name:<20} {about}");
     }
     println!("\nPolicies (the switch's; parameters after a colon):");
     for reg in capstan_core::policy::registrations() {

@@ -58,6 +58,7 @@ pub use capstan_core::report::{
     CacheReport, ClassWindow, LoadReport, Partition, ProcessReport, TimerReport, Window,
 };
 pub use real::materialize;
+pub use service::{X_ORIGIN_FILE_CACHE, X_ORIGIN_NODE};
 pub use tls::TlsReport;
 
 #[derive(Debug, thiserror::Error)]
@@ -184,7 +185,7 @@ where
     let threads = threads.max(1);
     let tree = DocTree::generate(config.tree, config.seed, config.files)?;
     let shared = config.process_limit.is_some();
-    let first = bind(config.listen, threads > 1 && !shared, config.backlog)?;
+    let first = bind_first(config.listen, threads > 1 && !shared, config.backlog)?;
     let addr = local_addr(&first, config.listen)?;
     let mut more = Vec::new();
     for _ in 1..threads {
@@ -276,6 +277,31 @@ fn bind(
     bind().map_err(|error| OriginError::Bind { addr, error })
 }
 
+/// The first socket of a listener, the one that takes the port; with `reuse_port` the node's
+/// other workers join it on the same port afterwards.
+///
+/// `SO_REUSEPORT` lets *any* socket of the same user that also sets it join a port's group,
+/// and the kernel then spreads new connections over the whole group: a node started on a port
+/// a switch (or another node) already serves would start and silently take a share of its
+/// connections. A socket bound without `SO_REUSEPORT` cannot join a group, and fails with
+/// `EADDRINUSE` while any other socket listens on the port (with or without it; its
+/// `SO_REUSEADDR` only passes over connections in `TIME_WAIT`). So with one worker the only
+/// socket is bound plainly and the kernel itself refuses a taken port, now and for anyone
+/// coming later; with several, a plain socket is bound first and closed again as a probe
+/// before the shared ones are made, as `capstan serve` does. The probe leaves a window of
+/// microseconds in which another process setting `SO_REUSEPORT` could still join; a port the
+/// kernel picks (port 0) is never taken, so it is not probed.
+fn bind_first(
+    addr: SocketAddr,
+    reuse_port: bool,
+    backlog: u32,
+) -> Result<std::net::TcpListener, OriginError> {
+    if reuse_port && addr.port() != 0 {
+        drop(bind(addr, false, 1)?);
+    }
+    bind(addr, reuse_port, backlog)
+}
+
 fn local_addr(l: &std::net::TcpListener, addr: SocketAddr) -> Result<SocketAddr, OriginError> {
     l.local_addr()
         .map_err(|error| OriginError::Bind { addr, error })
@@ -314,7 +340,7 @@ fn bind_tls(config: &OriginConfig, count: usize) -> Result<Option<TlsBinding>, O
     };
     // The certificate first: a bad file is the likelier mistake, and says so in one line.
     let acceptor = tls::acceptor(cert, key)?;
-    let first = bind(listen, count > 1, config.backlog)?;
+    let first = bind_first(listen, count > 1, config.backlog)?;
     let addr = local_addr(&first, listen)?;
     let mut listeners = vec![first];
     for _ in 1..count {

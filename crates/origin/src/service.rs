@@ -21,6 +21,16 @@ use crate::processes::{ProcessSlot, Processes};
 use crate::real::{materialize, Real};
 use crate::{OriginConfig, OriginError, Resources};
 
+/// `X-Origin-Node`: the node's name (`--name`) on every response it serves. Named apart from
+/// the switch's `--debug-headers` fields (`X-Capstan-Node`, `X-Capstan-Class`), which a node
+/// must never be taken for.
+pub const X_ORIGIN_NODE: &str = "x-origin-node";
+
+/// `X-Origin-File-Cache: hit` or `miss`: whether an emulated node found a file in its modelled
+/// memory file cache (the node's own page cache, not any HTTP cache); absent on real nodes and
+/// on answers that are not files.
+pub const X_ORIGIN_FILE_CACHE: &str = "x-origin-file-cache";
+
 pub enum Res {
     Emulated(Arc<Emulated>),
     Real(Arc<Real>),
@@ -317,7 +327,7 @@ pub async fn handle<B>(
     };
     node.stats.finished(t.elapsed().as_nanos() as u64, kind);
     if let Some(v) = &node.name_header {
-        resp.headers_mut().insert("x-capstan-node", v.clone());
+        resp.headers_mut().insert(X_ORIGIN_NODE, v.clone());
     }
     resp.headers_mut()
         .insert(header::SERVER, HeaderValue::from_static("capstan-origin"));
@@ -802,7 +812,7 @@ async fn static_file<B>(
         }
     }
     if let Some(c) = cache_header {
-        h.insert("x-capstan-cache", HeaderValue::from_static(c));
+        h.insert(X_ORIGIN_FILE_CACHE, HeaderValue::from_static(c));
     }
     r
 }

@@ -202,7 +202,8 @@ pub fn outer(a: &BenchArgs, config: &BenchConfig) -> Result<()> {
         std::process::exit(code);
     }
     let result = collect(&dir.0, &config.target.url())?;
-    super::write_outputs(&result, a.json.as_deref(), a.report.as_deref(), a.quiet)
+    super::write_outputs(&result, a.json.as_deref(), a.report.as_deref(), a.quiet)?;
+    super::judge(&result, a.max_error_rate)
 }
 
 /// The router's settings as `capstan wan run` defaults them.

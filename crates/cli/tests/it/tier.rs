@@ -3,7 +3,8 @@
 //! asked at every switch makes one node request; a PURGE at one clears all; killing a key's
 //! owner fails no GET and the new owner fills the key once; a peer its health checks take out
 //! gets no hop; a hop header forged by a client is removed. `capstan check` on the example and
-//! on a tier that misses this switch.
+//! on a tier that misses this switch; the example's own curl loop and PURGE, as a user pastes
+//! them.
 
 use crate::support;
 
@@ -690,4 +691,101 @@ fn a_switch_that_cannot_bind_its_gossip_port_says_so() {
     let err = proc.stderr_text();
     assert!(err.contains("cannot bind UDP"), "{err}");
     assert!(err.contains("gossip_period"), "{err}");
+}
+
+/// The example's own commands (issue 41): `examples/tier.toml` as written — its nodes counted,
+/// its ports moved to free ones — and the curl loop and PURGE of its comment, run by the shell
+/// as a user pastes them. The loop asks one key at all three switches with one `Host`, as
+/// clients of one DNS name do: three answers, one node request; after the PURGE, one more.
+#[test]
+fn the_example_tiers_curl_loop_makes_one_node_request() {
+    let curl = std::process::Command::new("curl").arg("--version").output();
+    if !curl.is_ok_and(|o| o.status.success()) {
+        eprintln!("note: curl is not installed (.ci/run installs it); test skipped");
+        return;
+    }
+    let example = std::fs::read_to_string(repo_root().join("examples/tier.toml")).unwrap();
+    let nodes: Vec<CountingNode> = (0..4).map(|_| CountingNode::start()).collect();
+    let (port, admin_port) = (free_addr().port(), free_addr().port());
+    let mut config = example
+        .replace(":8080", &format!(":{port}"))
+        .replace(":9900", &format!(":{admin_port}"));
+    for (i, node) in nodes.iter().enumerate() {
+        config = config.replace(&format!("127.0.0.1:900{}", i + 1), &node.addr.to_string());
+    }
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("capstan-tier-example-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("tier.toml");
+    std::fs::write(&path, &config).unwrap();
+    let _switches: Vec<Proc> = (2..=4)
+        .map(|i| {
+            let listen: SocketAddr = format!("127.0.0.{i}:{port}").parse().unwrap();
+            let admin = format!("127.0.0.{i}:{admin_port}");
+            let args = [
+                "serve",
+                "--config",
+                path.to_str().unwrap(),
+                "--listen",
+                &listen.to_string(),
+                "--admin",
+                &admin,
+                "--threads",
+                "1",
+            ];
+            spawn(&args, listen)
+        })
+        .collect();
+    for i in 2..=4 {
+        let admin: SocketAddr = format!("127.0.0.{i}:{admin_port}").parse().unwrap();
+        eventually("every peer up", || {
+            let status: serde_json::Value =
+                serde_json::from_slice(&get(admin, "/status").body).unwrap();
+            status["tier"]["peers"].as_array().is_some_and(|peers| {
+                peers.iter().all(|p| {
+                    p["state"] == "self"
+                        || (p["state"] == "up" && p["checks_passed"].as_u64() > Some(0))
+                })
+            })
+        });
+    }
+    let node_requests = || -> u64 { nodes.iter().map(|n| n.count("/file5k.html")).sum() };
+    let shell = |what: &str| -> String {
+        let command = commented_command(&example, what).replace(":8080", &format!(":{port}"));
+        let out = std::process::Command::new("bash")
+            .args(["-c", &command])
+            .output()
+            .expect("bash runs");
+        assert!(out.status.success(), "{command}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(shell("for s in 2 3 4"), "200 200 200 ");
+    assert_eq!(node_requests(), 1, "one Host, one key: one node request");
+    shell("curl -X PURGE");
+    assert_eq!(shell("for s in 2 3 4"), "200 200 200 ");
+    assert_eq!(
+        node_requests(),
+        2,
+        "purged at every switch: filled once again"
+    );
+}
+
+/// The shell command in the example's header comment that starts with `start`, with its
+/// continuation lines (a trailing backslash), as a user copies it.
+fn commented_command(example: &str, start: &str) -> String {
+    let mut lines = example
+        .lines()
+        .map_while(|l| l.strip_prefix('#'))
+        .map(str::trim)
+        .skip_while(|l| !l.starts_with(start));
+    let mut command = String::new();
+    for line in lines.by_ref() {
+        command.push_str(line);
+        command.push('\n');
+        if !line.ends_with('\\') {
+            break;
+        }
+    }
+    assert!(!command.is_empty(), "the example's comment has `{start}`");
+    command
 }

@@ -141,7 +141,7 @@ async fn static_cache_hit_costs_no_disk_time_a_miss_does() {
     let miss = get(a, "/file50k.html").await;
     assert_eq!(miss.status, 200);
     assert_eq!(miss.body.len(), 51_250);
-    assert_eq!(miss.header("x-capstan-cache"), Some("miss"));
+    assert_eq!(miss.header("x-origin-file-cache"), Some("miss"));
     let after_miss = load(a).await["since_start"]["disk_busy_s"]
         .as_f64()
         .unwrap();
@@ -149,7 +149,7 @@ async fn static_cache_hit_costs_no_disk_time_a_miss_does() {
     assert!((after_miss - 0.015_779).abs() < 1e-4, "{after_miss}");
 
     let hit = get(a, "/file50k.html").await;
-    assert_eq!(hit.header("x-capstan-cache"), Some("hit"));
+    assert_eq!(hit.header("x-origin-file-cache"), Some("hit"));
     assert_eq!(hit.body, miss.body);
     let rep = load(a).await;
     let after_hit = rep["since_start"]["disk_busy_s"].as_f64().unwrap();
@@ -173,7 +173,7 @@ async fn the_five_megabyte_file_does_not_fit_the_cache() {
     assert_eq!(r.body.len(), 5_248_000);
     assert!(ms(r.elapsed) > 400.0, "{}", ms(r.elapsed));
     let again = get(a, "/file5m.html").await;
-    assert_eq!(again.header("x-capstan-cache"), Some("miss"));
+    assert_eq!(again.header("x-origin-file-cache"), Some("miss"));
     node.shutdown().await;
 }
 

@@ -25,7 +25,7 @@ async fn real_node_serves_files_from_disk_and_runs_services() {
     let r = get(a, "/file5k.html").await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body.as_ref(), tree.content(f).as_slice());
-    assert!(r.header("x-capstan-cache").is_none());
+    assert!(r.header("x-origin-file-cache").is_none());
 
     let cpu = get(a, "/cgi-bin/cpu_light.cgi").await;
     assert_eq!(cpu.status, 200);

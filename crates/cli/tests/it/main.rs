@@ -11,6 +11,7 @@ mod bench_targets;
 mod bench_wan;
 mod cache_cli;
 mod docs;
+mod first_hour;
 mod golden;
 mod http3;
 mod lab_cache;

@@ -7,7 +7,7 @@
 //! one; the test nodes' own headers are not named like the switch's; no help shows a default
 //! twice; a bad number says in words what is wanted.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};

@@ -15,11 +15,12 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::config::{OriginConfig, Resources};
 use crate::emulated::Emulated;
+use crate::error::OriginError;
 use crate::load::{Busy, Kind, LoadStats};
 use crate::processes::{ProcessSlot, Processes};
 use crate::real::{materialize, Real};
-use crate::{OriginConfig, OriginError, Resources};
 
 pub enum Res {
     Emulated(Arc<Emulated>),

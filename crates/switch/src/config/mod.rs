@@ -826,8 +826,98 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     if raw.nodes.is_empty() && discovery.is_empty() {
         return Err(loc.error(None, "no node: add at least one [[node]] with an address"));
     }
+    let nodes = resolve_nodes(&raw.nodes, loc)?;
+
+    let (classes, rules, default_class, spans) =
+        resolve_classes(raw.classes, raw.rules, raw.default_class);
+    let policy_span = raw.policy.as_ref().map(|p| p.span());
+    let policy = resolve_policy(raw.policy.as_ref(), loc)?;
+    let tier = resolve_tier(raw.tier, loc)?;
+    let config = Config {
+        source: None,
+        listen,
+        listeners,
+        http2: raw.http2,
+        admin,
+        admin_token,
+        debug_headers: raw.debug_headers,
+        policy,
+        nodes,
+        classes,
+        rules,
+        default_class,
+        timeouts: raw.timeouts,
+        limits: raw.limits,
+        health: raw.health,
+        upstream: raw.upstream,
+        admission: raw.admission,
+        outlier: raw.outlier,
+        load: raw.load,
+        cache: raw.cache,
+        redirect: raw.redirect,
+        access_log: raw.access_log,
+        proxy_protocol: raw.proxy_protocol,
+        upgrade: raw.upgrade,
+        discovery,
+        tier,
+    };
+
+    let classifier = config.classifier().map_err(|e| {
+        let span = classifier_error_span(&e, &config.classes, &spans);
+        loc.error(span, e.to_string())
+    })?;
+    check_sections(&config, &classifier, policy_span, loc)?;
+    Ok(config)
+}
+
+/// The `[policy]` table, or round robin without one.
+fn resolve_policy(
+    raw: Option<&Spanned<toml::Table>>,
+    loc: &Locator<'_>,
+) -> Result<PolicySpec, ConfigError> {
+    let policy_span = raw.map(|p| p.span());
+    let policy = match raw {
+        Some(p) => policy_from_table(p.get_ref()).map_err(|e| {
+            let span = e
+                .key
+                .as_deref()
+                .and_then(|key| value_span(loc.text, &["policy", key]))
+                .or(policy_span.clone());
+            loc.error(span, format!("policy: {}", e.message))
+        })?,
+        None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+    };
+    Ok(policy)
+}
+
+/// The `[tier]` section, its peers and discovery resolved, when there is one.
+fn resolve_tier(
+    raw: Option<crate::config::sections::tier::TierConfig>,
+    loc: &Locator<'_>,
+) -> Result<Option<crate::config::sections::tier::TierConfig>, ConfigError> {
+    let tier = match raw {
+        Some(mut tier) => {
+            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
+                let span = at
+                    .or_else(|| value_span(loc.text, &["tier", key]))
+                    .or(find_key(loc.text, "tier"));
+                loc.error(span, e)
+            })?;
+            Some(tier)
+        }
+        None => None,
+    };
+    Ok(tier)
+}
+
+/// The `[[node]]` entries, each checked: an address, a unique name, a weight of at least 1, a
+/// public URL, a report address, the protocol and TLS to it.
+fn resolve_nodes(
+    raw: &[Spanned<RawNode>],
+    loc: &Locator<'_>,
+) -> Result<Vec<NodeConfig>, ConfigError> {
     let mut nodes: Vec<NodeConfig> = Vec::new();
-    for node in &raw.nodes {
+    for node in raw {
         let span = node.span();
         let node = node.get_ref();
         let address = resolve_address(node.address.get_ref())
@@ -894,100 +984,85 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             protocol,
         });
     }
+    Ok(nodes)
+}
 
+/// Where the classes, the rules and the default class were written, to locate the
+/// classifier's errors.
+struct ClassSpans {
+    classes: Vec<Range<usize>>,
+    rules: Vec<Range<usize>>,
+    default: Option<Range<usize>>,
+}
+
+/// The classes, the rules and the default class as written, or the CAP paper's classes and
+/// rules when no `[[class]]` is given (no rules when classes are given without rules).
+fn resolve_classes(
+    raw_classes: Option<Vec<Spanned<ClassSpec>>>,
+    raw_rules: Option<Vec<Spanned<RuleSpec>>>,
+    raw_default: Option<Spanned<String>>,
+) -> (Vec<ClassSpec>, Vec<RuleSpec>, String, ClassSpans) {
     let (default_classes, default_rules) = cap_default_specs();
-    let user_classes = raw.classes.is_some();
-    let class_spans: Vec<Range<usize>> = raw.classes.iter().flatten().map(|c| c.span()).collect();
-    let classes: Vec<ClassSpec> = match raw.classes {
+    let user_classes = raw_classes.is_some();
+    let class_spans: Vec<Range<usize>> = raw_classes.iter().flatten().map(|c| c.span()).collect();
+    let classes: Vec<ClassSpec> = match raw_classes {
         Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
         None => default_classes,
     };
-    let rule_spans: Vec<Range<usize>> = raw.rules.iter().flatten().map(|r| r.span()).collect();
-    let rules: Vec<RuleSpec> = match raw.rules {
+    let rule_spans: Vec<Range<usize>> = raw_rules.iter().flatten().map(|r| r.span()).collect();
+    let rules: Vec<RuleSpec> = match raw_rules {
         Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
         None if user_classes => Vec::new(),
         None => default_rules,
     };
-    let default_span = raw.default_class.as_ref().map(|d| d.span());
-    let default_class = match raw.default_class {
+    let default_span = raw_default.as_ref().map(|d| d.span());
+    let default_class = match raw_default {
         Some(d) => d.into_inner(),
         None => classes.first().map(|c| c.name.clone()).unwrap_or_default(),
     };
-    let policy_span = raw.policy.as_ref().map(|p| p.span());
-    let policy = match raw.policy {
-        Some(p) => policy_from_table(p.get_ref()).map_err(|e| {
-            let span = e
-                .key
-                .as_deref()
-                .and_then(|key| value_span(loc.text, &["policy", key]))
-                .or(policy_span.clone());
-            loc.error(span, format!("policy: {}", e.message))
-        })?,
-        None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+    let spans = ClassSpans {
+        classes: class_spans,
+        rules: rule_spans,
+        default: default_span,
     };
-    let tier = match raw.tier {
-        Some(mut tier) => {
-            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
-                let span = at
-                    .or_else(|| value_span(loc.text, &["tier", key]))
-                    .or(find_key(loc.text, "tier"));
-                loc.error(span, e)
-            })?;
-            Some(tier)
-        }
-        None => None,
-    };
-    let config = Config {
-        source: None,
-        listen,
-        listeners,
-        http2: raw.http2,
-        admin,
-        admin_token,
-        debug_headers: raw.debug_headers,
-        policy,
-        nodes,
-        classes,
-        rules,
-        default_class,
-        timeouts: raw.timeouts,
-        limits: raw.limits,
-        health: raw.health,
-        upstream: raw.upstream,
-        admission: raw.admission,
-        outlier: raw.outlier,
-        load: raw.load,
-        cache: raw.cache,
-        redirect: raw.redirect,
-        access_log: raw.access_log,
-        proxy_protocol: raw.proxy_protocol,
-        upgrade: raw.upgrade,
-        discovery,
-        tier,
-    };
+    (classes, rules, default_class, spans)
+}
 
-    let classifier = config.classifier().map_err(|e| {
-        let span = match &e {
-            ClassifierError::UnknownClass { rule, .. }
-            | ClassifierError::NoCondition { rule }
-            | ClassifierError::BadGlob { rule, .. }
-            | ClassifierError::BadRegex { rule, .. }
-            | ClassifierError::ValueWithoutHeader { rule } => rule_spans.get(rule - 1).cloned(),
-            ClassifierError::DuplicateClass(name)
-            | ClassifierError::BadProfile { class: name, .. } => {
-                let last = config.classes.iter().rposition(|c| &c.name == name);
-                last.and_then(|i| class_spans.get(i).cloned())
-            }
-            ClassifierError::EmptyClassName => {
-                let i = config.classes.iter().position(|c| c.name.is_empty());
-                i.and_then(|i| class_spans.get(i).cloned())
-            }
-            ClassifierError::UnknownDefault { .. } => default_span.clone(),
-        };
-        loc.error(span, e.to_string())
-    })?;
+/// Where the classifier's error `e` was written: the rule, the class or the default class.
+fn classifier_error_span(
+    e: &ClassifierError,
+    classes: &[ClassSpec],
+    spans: &ClassSpans,
+) -> Option<Range<usize>> {
+    match e {
+        ClassifierError::UnknownClass { rule, .. }
+        | ClassifierError::NoCondition { rule }
+        | ClassifierError::BadGlob { rule, .. }
+        | ClassifierError::BadRegex { rule, .. }
+        | ClassifierError::ValueWithoutHeader { rule } => spans.rules.get(rule - 1).cloned(),
+        ClassifierError::DuplicateClass(name) | ClassifierError::BadProfile { class: name, .. } => {
+            let last = classes.iter().rposition(|c| &c.name == name);
+            last.and_then(|i| spans.classes.get(i).cloned())
+        }
+        ClassifierError::EmptyClassName => {
+            let i = classes.iter().position(|c| c.name.is_empty());
+            i.and_then(|i| spans.classes.get(i).cloned())
+        }
+        ClassifierError::UnknownDefault { .. } => spans.default.clone(),
+    }
+}
+
+/// Checks what the parser cannot: the policy against the classes, then each section (and the
+/// redirect, the timeouts and the cache against the classes); the error is located at the key
+/// at fault, else at its section.
+fn check_sections(
+    config: &Config,
+    classifier: &Classifier,
+    policy_span: Option<Range<usize>>,
+    loc: &Locator<'_>,
+) -> Result<(), ConfigError> {
     config
-        .build_policy_for(&classifier)
+        .build_policy_for(classifier)
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
     config.http2.check().map_err(|(key, e)| {
@@ -1000,12 +1075,12 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         loc.error(span, e)
     })?;
     if let Some(redirect) = &config.redirect {
-        check_redirect(redirect, &config.nodes, &class_names(&classifier)).map_err(|e| {
+        check_redirect(redirect, &config.nodes, &class_names(classifier)).map_err(|e| {
             let span = find_key(loc.text, "redirect");
             loc.error(span, e)
         })?;
     }
-    check_timeouts(&config.timeouts, &class_names(&classifier)).map_err(|(path, e)| {
+    check_timeouts(&config.timeouts, &class_names(classifier)).map_err(|(path, e)| {
         let keys: Vec<&str> = std::iter::once("timeouts")
             .chain(path.iter().map(String::as_str))
             .collect();
@@ -1025,16 +1100,16 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         loc.error(span, e)
     })?;
     if let Some(cache) = &config.cache {
-        cache.check(&class_names(&classifier)).map_err(|(key, e)| {
+        cache.check(&class_names(classifier)).map_err(|(key, e)| {
             let span = value_span(loc.text, &["cache", key]).or(find_key(loc.text, "cache"));
             loc.error(span, e)
         })?;
     }
-    check_operation(&config).map_err(|(section, key, e)| {
+    check_operation(config).map_err(|(section, key, e)| {
         let span = value_span(loc.text, &[section, key]).or(find_key(loc.text, section));
         loc.error(span, e)
     })?;
-    Ok(config)
+    Ok(())
 }
 
 /// A node's public URL: `http://host[:port]` with no path, query or trailing slash.

@@ -7,7 +7,7 @@ use capstan_workload::{
     AccessLog, ArrivalKind, Burst, Dist, FileList, Phase, Popularity, SessionModel, TreeKind,
 };
 
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// The server under test, from an `http://host[:port][/path]` or `https://…` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,8 +23,8 @@ use http_body_util::{BodyExt, Full};
 use tokio::sync::Notify;
 
 use crate::config::{BenchConfig, Protocol};
+use crate::error::BenchError;
 use crate::http::{ErrorKind, Response};
-use crate::BenchError;
 
 type H3Sender = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 type H2Sender = hyper::client::conn::http2::SendRequest<Full<Bytes>>;

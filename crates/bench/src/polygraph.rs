@@ -26,9 +26,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
 use crate::config::Target;
+use crate::error::BenchError;
 use crate::http::{self, CacheMark, Conn, ErrorKind};
 use crate::stats::thread_cpu_s;
-use crate::BenchError;
 
 /// Called once a second with the elapsed seconds, the current phase and the responses so far.
 pub type PolyProgress = std::sync::Arc<dyn Fn(f64, &str, u64) + Send + Sync>;
@@ -425,7 +425,7 @@ pub async fn run(
         ));
     }
     let gen = Generator::new(cfg.workload.clone()).map_err(BenchError::Config)?;
-    crate::raise_fd_limit();
+    crate::runner::raise_fd_limit();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("bench-polygraph".into())

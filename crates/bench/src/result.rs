@@ -8,9 +8,9 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::error::BenchError;
 use crate::http::ErrorKind;
 use crate::stats::{new_hist, Stats};
-use crate::BenchError;
 
 pub const SCHEMA: &str = "capstan-bench/1";
 

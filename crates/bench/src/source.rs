@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use capstan_workload::{stream, DocTree, RecurrenceMix, Weighted, WorkloadRng};
 
 use crate::config::{BenchConfig, Engine, Source, Target};
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// One prebuilt request.
 #[derive(Debug, Clone)]

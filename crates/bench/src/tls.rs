@@ -18,7 +18,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio_rustls::TlsConnector;
 
 use crate::config::BenchConfig;
-use crate::BenchError;
+use crate::error::BenchError;
 
 /// Where distributions keep their CA bundle.
 const BUNDLES: [&str; 4] = [

@@ -29,9 +29,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::error::OriginError;
 use crate::load::{Busy, LoadStats};
 use crate::procfs::{self, Sample, Select};
-use crate::OriginError;
 
 /// What `capstan agent` is told.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@ use capstan_model::NodeParams;
 use capstan_workload::{Dist, TreeKind};
 use serde::{Deserialize, Serialize};
 
-use crate::OriginError;
+use crate::error::OriginError;
 
 /// Whether the node spends modelled time or real resources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

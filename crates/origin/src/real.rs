@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use capstan_workload::DocTree;
 
+use crate::error::OriginError;
 use crate::load::Busy;
-use crate::OriginError;
 
 pub struct Real {
     start: Instant,

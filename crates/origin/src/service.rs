@@ -15,11 +15,12 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::config::{OriginConfig, Resources};
 use crate::emulated::Emulated;
+use crate::error::OriginError;
 use crate::load::{Busy, Kind, LoadStats};
 use crate::processes::{ProcessSlot, Processes};
 use crate::real::{materialize, Real};
-use crate::{OriginConfig, OriginError, Resources};
 
 /// `X-Origin-Node`: the node's name (`--name`) on every response it serves. Named apart from
 /// the switch's `--debug-headers` fields (`X-Capstan-Node`, `X-Capstan-Class`), which a node

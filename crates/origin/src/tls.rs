@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::OriginError;
+use crate::error::OriginError;
 
 /// A client that does not finish its handshake within this time is dropped, so a stalled or
 /// non-TLS client cannot hold a task forever.

@@ -14,11 +14,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::Lane;
+use super::lane::Lane;
 use crate::config::Engine;
+use crate::error::BenchError;
 use crate::http::{self, Conn, ErrorKind};
 use crate::source::Picker;
-use crate::BenchError;
 
 /// Runs this lane's share of the D sockets until the window ends.
 pub(super) async fn run(l: Rc<Lane>, lane: u64) -> Result<(), BenchError> {

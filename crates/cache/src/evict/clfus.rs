@@ -41,8 +41,8 @@
 //! whatever the store does; ATS relies on the per-tick trimming alone.
 
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::{List, Slab};
-use super::{Evictor, ObjectId};
 
 /// ATS `ENTRY_OVERHEAD`: bytes charged per entry when valuing it.
 const ENTRY_OVERHEAD: u64 = 256;

@@ -13,9 +13,9 @@
 //! H never falls below L, which is what a radix heap needs, and the victims are the same.
 
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::radix_queue::{Place, Queued, RadixQueue};
 use super::slab::Slab;
-use super::{Evictor, ObjectId};
 
 pub(crate) struct Gdsf {
     capacity: u64,

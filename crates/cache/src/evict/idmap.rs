@@ -5,8 +5,8 @@
 //! (`std`'s `HashMap`) touches two (the control bytes, then the entry). At 100 k objects the map
 //! does not fit in L2, so that line is most of a lookup's cost.
 
+use super::policy::ObjectId;
 use super::slab::NIL;
-use super::ObjectId;
 
 #[derive(Clone, Copy)]
 struct Entry {

@@ -16,8 +16,8 @@
 
 use super::bucket_queue::{BucketQueue, Keyed};
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::Slab;
-use super::{Evictor, ObjectId};
 
 pub(crate) struct LfuDa {
     capacity: u64,

@@ -2,8 +2,8 @@
 //! admitted or hit). Not size-aware.
 
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::{List, Slab};
-use super::{Evictor, ObjectId};
 
 pub(crate) struct Lru {
     capacity: u64,

@@ -4,8 +4,8 @@
 
 use super::heap::IndexedHeap;
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::Slab;
-use super::{Evictor, ObjectId};
 
 /// LFU-DA over the indexed heap.
 pub(crate) struct HeapLfuDa {

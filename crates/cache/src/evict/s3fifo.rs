@@ -29,8 +29,8 @@
 //! refuses objects as large as S; Algorithm 1 does not).
 
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::{List, Slab, NIL};
-use super::{Evictor, ObjectId};
 
 /// Frequency needed in S to be moved to M at eviction time (Algorithm 1: `t.freq > 1`).
 const MOVE_TO_MAIN_THRESHOLD: u8 = 2;

@@ -9,8 +9,8 @@
 //! No departures; not size-aware (nor is SIEVE).
 
 use super::idmap::IdMap;
+use super::policy::{Evictor, ObjectId};
 use super::slab::{List, Slab, NIL};
-use super::{Evictor, ObjectId};
 
 pub(crate) struct Sieve {
     capacity: u64,

@@ -6,7 +6,7 @@
 
 use std::ops::{Index, IndexMut};
 
-use super::ObjectId;
+use super::policy::ObjectId;
 
 /// "No slot": the end of a list, or an empty hand/marker.
 pub(crate) const NIL: u32 = u32::MAX;

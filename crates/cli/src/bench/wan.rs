@@ -22,7 +22,8 @@ use capstan_wan::stats::Report;
 use capstan_wan::WanArgs;
 use serde::{Deserialize, Serialize};
 
-use super::BenchArgs;
+use super::args::BenchArgs;
+use super::output::{end_progress_line, judge, progress_printer, runtime, write_outputs};
 
 /// What the inner run leaves for the outer one: each group's result.
 const GROUPS_FILE: &str = "groups.json";
@@ -202,8 +203,8 @@ pub fn outer(a: &BenchArgs, config: &BenchConfig) -> Result<()> {
         std::process::exit(code);
     }
     let result = collect(&dir.0, &config.target.url())?;
-    super::write_outputs(&result, a.json.as_deref(), a.report.as_deref(), a.quiet)?;
-    super::judge(&result, a.max_error_rate)
+    write_outputs(&result, a.json.as_deref(), a.report.as_deref(), a.quiet)?;
+    judge(&result, a.max_error_rate)
 }
 
 /// The router's settings as `capstan wan run` defaults them.
@@ -353,8 +354,8 @@ pub fn inner(a: &BenchArgs, mut config: BenchConfig, dir: &Path) -> Result<()> {
 
 /// Runs the groups' generators at once; one progress line sums them.
 fn run_groups(configs: Vec<BenchConfig>, quiet: bool) -> Result<Vec<RunResult>> {
-    let rt = super::runtime()?;
-    let printer = super::progress_printer(quiet);
+    let rt = runtime()?;
+    let printer = progress_printer(quiet);
     let latest = Arc::new(Mutex::new(vec![None; configs.len()]));
     let results = rt.block_on(async {
         let mut set = tokio::task::JoinSet::new();
@@ -379,7 +380,7 @@ fn run_groups(configs: Vec<BenchConfig>, quiet: bool) -> Result<Vec<RunResult>> 
         out.sort_by_key(|(i, _)| *i);
         Ok::<_, anyhow::Error>(out.into_iter().map(|(_, r)| r).collect())
     })?;
-    super::end_progress_line(quiet);
+    end_progress_line(quiet);
     Ok(results)
 }
 
@@ -398,40 +399,6 @@ fn sum_progress(all: &[Option<capstan_bench::Progress>]) -> capstan_bench::Progr
         p.p99_ms = p.p99_ms.max(q.p99_ms);
     }
     p
-}
-
-/// The text summary's WAN part: per path its load, latency and the router's counters.
-pub fn summary(w: &WanResult) -> String {
-    let r = &w.router;
-    let mut s = format!(
-        "wan    server {}  router CPU {:.2} s  timer lead {:.1} µs  wake-up lateness p99 {:.1} µs  unrouted {}\n",
-        w.server,
-        r["pacer"]["router_cpu_s"].as_f64().unwrap_or(0.0),
-        r["pacer"]["lead_us"].as_f64().unwrap_or(0.0),
-        r["pacer"]["lateness_p99_us"].as_f64().unwrap_or(0.0),
-        r["unrouted"].as_u64().unwrap_or(0),
-    );
-    for p in &w.paths {
-        let l = &p.latency_ms.corrected;
-        s += &format!(
-            "path {:<10} share {:>5.1} %  completed {} ({:.1}/s)  errors {}  latency ms p50 {:.3} p99 {:.3}  connect ms p50 {:.3}\n",
-            p.name, p.share * 100.0, p.completed, p.completed_rps, p.errors_total, l.p50, l.p99, p.connect_ms.p50
-        );
-        for dir in ["up", "down"] {
-            let d = &p.router[dir];
-            s += &format!(
-                "  {dir:<4} {}  packets {}  bytes {}  drops loss {} queue {}  max queue {} p  delay error p99 {:.1} µs\n",
-                p.router[format!("{dir}_params")].as_str().unwrap_or(""),
-                d["packets_out"].as_u64().unwrap_or(0),
-                d["bytes_out"].as_u64().unwrap_or(0),
-                d["drops"]["loss"].as_u64().unwrap_or(0),
-                d["drops"]["queue"].as_u64().unwrap_or(0),
-                d["max_queue_packets"].as_u64().unwrap_or(0),
-                d["delay_error_us"]["p99"].as_f64().unwrap_or(0.0),
-            );
-        }
-    }
-    s
 }
 
 #[cfg(test)]

@@ -417,5 +417,8 @@ fn check_resolve_with_etcd_down_names_the_endpoint_and_the_refused_connection() 
         "resolved  etcd etcd http://{dead} {PREFIX}: error: etcd http://{dead}: range {PREFIX}: \
          connection refused"
     );
-    assert!(text.lines().any(|l| l == line), "wanted the line\n{line}\nin\n{text}");
+    assert!(
+        text.lines().any(|l| l == line),
+        "wanted the line\n{line}\nin\n{text}"
+    );
 }

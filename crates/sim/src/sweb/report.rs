@@ -13,11 +13,8 @@ use capstan_report::{escape as esc, Chart, Page, Series};
 use serde::Serialize;
 
 use super::analysis::Inputs;
-use super::Cluster;
-use super::{
-    estimate, mean, mean_node_use, quantile, redirect_fraction, CapacitySweep, Job, NodeUse,
-    RunOutcome, SwebExperiment, Which,
-};
+use super::experiment::{CapacitySweep, Job, SwebExperiment, Which};
+use super::model::{Cluster, NodeUse, RunOutcome};
 use crate::stats::{round, Estimate};
 
 /// One policy at one rate.
@@ -494,4 +491,51 @@ pub fn html(r: &SwebReport) -> Result<String, String> {
     let cluster = serde_json::to_string_pretty(&r.cluster).map_err(|e| e.to_string())?;
     h.push_str(&format!("<h2>Model</h2><pre>{}</pre>", esc(&cluster)));
     Ok(h.finish())
+}
+
+/// Mean over replications of a per-run value.
+fn estimate(runs: &[&RunOutcome], f: impl Fn(&RunOutcome) -> f64) -> Estimate {
+    Estimate::of(&runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+/// The `q` quantile of sorted values (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Share of requests a run redirected.
+fn redirect_fraction(r: &RunOutcome) -> f64 {
+    r.redirects as f64 / r.response_s.len().max(1) as f64
+}
+
+fn mean_node_use(runs: &[&RunOutcome]) -> Vec<NodeUse> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    let n = runs.len() as f64;
+    (0..first.nodes.len())
+        .map(|i| {
+            let avg = |f: fn(&NodeUse) -> f64| {
+                round(runs.iter().map(|r| f(&r.nodes[i])).sum::<f64>() / n)
+            };
+            NodeUse {
+                cpu: avg(|u| u.cpu),
+                disk: avg(|u| u.disk),
+                nfs: avg(|u| u.nfs),
+                served: runs.iter().map(|r| r.nodes[i].served).sum::<u64>() / runs.len() as u64,
+            }
+        })
+        .collect()
 }

@@ -4,6 +4,7 @@ use super::model::{Cluster, Run};
 use super::workload::{File, Workload};
 use super::*;
 use crate::event::nanos_round;
+use crate::policy::PolicyChoice;
 
 fn choice(text: &str) -> PolicyChoice {
     PolicyChoice::parse(text).unwrap()

@@ -7,14 +7,12 @@
 pub(crate) mod cache;
 pub(crate) mod sections;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 
 pub use crate::net::address::resolve_address;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use capstan_core::class::cap_default_specs;
 use capstan_core::{
@@ -26,9 +24,26 @@ use toml::Spanned;
 pub use crate::config::cache::CacheConfig;
 pub use crate::config::sections::access_log::AccessLogConfig;
 pub use crate::config::sections::admin_token::AdminToken;
+pub use crate::config::sections::admission::{Admission, LimitMode};
 pub use crate::config::sections::discovery::{DiscoverySource, DnsSource, EtcdSource, SourceKind};
+pub use crate::config::sections::health::{Health, StatusSet};
+pub use crate::config::sections::limits::Limits;
+pub use crate::config::sections::load::LoadGathering;
+pub use crate::config::sections::outlier::Outlier;
 pub use crate::config::sections::proxy_protocol::ProxyProtocolConfig;
+pub use crate::config::sections::redirect::Redirect;
+pub use crate::config::sections::timeouts::Timeouts;
 pub use crate::config::sections::upgrade::UpgradeConfig;
+pub use crate::config::sections::upstream::{KeyKind, Upstream};
+use crate::config::sections::{
+    admission::{check_admission, describe_admission},
+    health::{check_health, describe_health},
+    limits::check_limits,
+    load::check_load,
+    outlier::{check_outlier, describe_outlier},
+    timeouts::{check_timeouts, describe_timeouts},
+    upstream::check_upstream,
+};
 
 /// A validated configuration.
 #[derive(Clone, Debug, Serialize)]
@@ -154,450 +169,6 @@ impl NodeProtocol {
                 "protocol: `{other}` is not one of \"http/1.1\" or \"h2\" \
                  (HTTP/2; cleartext h2c, or ALPN h2 with `tls`)"
             )),
-        }
-    }
-}
-
-/// URL redirection (SWEB): for the chosen classes the switch answers with a redirect to the
-/// picked node's `public_url` instead of proxying. A redirected URL carries a marker query
-/// parameter, and a request that has it is forwarded, never redirected again (SWEB's guard
-/// against ping-pong when several brokers redirect).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Redirect {
-    /// Classes answered with a redirect; absent: every class.
-    pub classes: Option<Vec<String>>,
-    /// 301, 302, 303, 307 or 308 (default 302, as SWEB's HTTP redirection).
-    pub status: u16,
-    /// Name of the query parameter marking a redirected request (default `capstan-redirected`).
-    pub mark: String,
-}
-
-impl Default for Redirect {
-    fn default() -> Self {
-        Redirect {
-            classes: None,
-            status: 302,
-            mark: "capstan-redirected".into(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Timeouts {
-    /// Connecting to a node.
-    #[serde(with = "humantime_serde")]
-    pub connect: Duration,
-    /// From sending a request to its first node until a response head arrives, across every
-    /// attempt (then 504). Time waiting in a node's queue is not counted (`admission`).
-    #[serde(with = "humantime_serde")]
-    pub upstream: Duration,
-    /// One node's time to send a response head. A node that takes longer counts a timeout
-    /// (the outlier detector sees it) and an idempotent request without a body is retried on
-    /// another node while `upstream` leaves time; otherwise 504.
-    #[serde(with = "humantime_serde")]
-    pub first_byte: Duration,
-    /// `first_byte` for some classes (`{ static = "2s", cpu = "20s" }`).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub first_byte_by_class: BTreeMap<String, humantime_serde::Serde<Duration>>,
-    /// A client connection with no bytes moving either way is closed after this.
-    #[serde(with = "humantime_serde")]
-    pub client_idle: Duration,
-    /// A client must send a whole request head within this, once it has started one.
-    #[serde(with = "humantime_serde")]
-    pub header_read: Duration,
-    /// A response write to a client may make no progress for this long (the client stopped
-    /// reading); then the connection is closed and its node connection released (nginx's
-    /// `send_timeout`). While a write waits, `client_idle` does not apply. On HTTP/2, also each
-    /// stream's: one whose client grants no window for its next frame this long is cut (its
-    /// node side released, the stream reset) while the connection stays.
-    #[serde(with = "humantime_serde")]
-    pub client_send: Duration,
-    /// On SIGTERM, in-flight requests get this long to finish.
-    #[serde(with = "humantime_serde")]
-    pub grace: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            connect: Duration::from_secs(2),
-            upstream: Duration::from_secs(30),
-            // Envoy's default route timeout.
-            first_byte: Duration::from_secs(15),
-            first_byte_by_class: BTreeMap::new(),
-            client_idle: Duration::from_secs(60),
-            header_read: Duration::from_secs(10),
-            // nginx's `send_timeout` is 60 s too.
-            client_send: Duration::from_secs(60),
-            grace: Duration::from_secs(10),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Longest request target (path and query) in bytes; longer → 414.
-    pub max_request_line: usize,
-    /// Most bytes of request header fields; more → 431.
-    pub max_header_bytes: usize,
-    /// Most request header fields; more → 431.
-    pub max_headers: usize,
-    /// Largest request body in bytes; larger → 413. 0 means no limit.
-    pub max_body_bytes: u64,
-    /// Most client connections open at once; more wait in the listen backlog.
-    pub max_connections: usize,
-    /// Most connections open at once from one client address (after a trusted PROXY
-    /// header, the address it declares); one more is answered `429` and closed. 0: no limit.
-    pub max_connections_per_client: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_request_line: 8 * 1024,
-            max_header_bytes: 32 * 1024,
-            max_headers: 100,
-            max_body_bytes: 100 * 1024 * 1024,
-            max_connections: 10_000,
-            // Off: clients behind one NAT or an L4 balancer without PROXY protocol share an
-            // address, and the lab's robots all come from loopback.
-            max_connections_per_client: 0,
-        }
-    }
-}
-
-/// Node health: passive (connect failures on requests take a node out for a while), active checks
-/// (HAProxy's `check`: a `GET` to every node every `check_interval`), and slow start for a node
-/// that joins or comes back. A node takes requests only while none of them says it is out.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Health {
-    /// Consecutive connect failures that take a node out.
-    pub fail_threshold: u32,
-    /// How long a node stays out before it is tried again.
-    #[serde(with = "humantime_serde")]
-    pub backoff: Duration,
-    /// Path the active check asks every node for (`GET`); without it there are no active
-    /// checks.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub check_path: Option<String>,
-    /// Time between two checks of a node (HAProxy's `inter`).
-    #[serde(with = "humantime_serde")]
-    pub check_interval: Duration,
-    /// A check without a response head within this fails (at most `check_interval`).
-    #[serde(with = "humantime_serde")]
-    pub check_timeout: Duration,
-    /// Consecutive passed checks that bring a node that is down back up.
-    pub rise: u32,
-    /// Consecutive failed checks that take a node that is up out.
-    pub fall: u32,
-    /// Statuses a check passes with: a status, a range `"200-399"`, or a list of them.
-    pub expect_status: StatusSet,
-    /// For this long after a node joins or comes back (checks pass again, its back-off ends,
-    /// it reports again, it is undrained), it is offered to the policy on a share of the picks
-    /// that ramps from 10 % to 100 %; `0s` (the default) turns slow start off.
-    #[serde(with = "humantime_serde")]
-    pub slow_start: Duration,
-}
-
-impl Default for Health {
-    fn default() -> Self {
-        Health {
-            fail_threshold: 3,
-            backoff: Duration::from_secs(10),
-            check_path: None,
-            check_interval: Duration::from_secs(2),
-            check_timeout: Duration::from_secs(1),
-            rise: 2,
-            fall: 3,
-            expect_status: StatusSet::default(),
-            slow_start: Duration::ZERO,
-        }
-    }
-}
-
-/// HTTP statuses an active check passes with: inclusive ranges.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "toml::Value")]
-pub struct StatusSet(Vec<std::ops::RangeInclusive<u16>>);
-
-impl Default for StatusSet {
-    /// 2xx and 3xx, as HAProxy's `http-check` expects by default.
-    fn default() -> Self {
-        StatusSet(vec![200..=399])
-    }
-}
-
-impl StatusSet {
-    pub fn contains(&self, status: u16) -> bool {
-        self.0.iter().any(|r| r.contains(&status))
-    }
-
-    /// One item: `200` or `"200-399"`.
-    fn item(value: &toml::Value) -> Result<std::ops::RangeInclusive<u16>, String> {
-        let code = |n: i64| {
-            u16::try_from(n)
-                .ok()
-                .filter(|c| (100..=599).contains(c))
-                .ok_or_else(|| format!("{n} is not an HTTP status (100-599)"))
-        };
-        match value {
-            toml::Value::Integer(n) => code(*n).map(|c| c..=c),
-            toml::Value::String(text) => {
-                let (low, high) = text.split_once('-').unwrap_or((text, text));
-                let number = |t: &str| {
-                    t.trim()
-                        .parse::<i64>()
-                        .map_err(|_| {
-                            format!("`{text}` is not a status or a range like \"200-399\"")
-                        })
-                        .and_then(code)
-                };
-                let (low, high) = (number(low)?, number(high)?);
-                if low > high {
-                    return Err(format!("the range `{text}` is empty"));
-                }
-                Ok(low..=high)
-            }
-            other => Err(format!(
-                "want a status (200), a range (\"200-399\") or a list of them, got {other}"
-            )),
-        }
-    }
-}
-
-impl TryFrom<toml::Value> for StatusSet {
-    type Error = String;
-
-    fn try_from(value: toml::Value) -> Result<Self, String> {
-        let items = match &value {
-            toml::Value::Array(list) if list.is_empty() => {
-                return Err("the list of expected statuses is empty".into())
-            }
-            toml::Value::Array(list) => list.iter().map(StatusSet::item).collect(),
-            toml::Value::String(text) => text
-                .split(',')
-                .map(|t| StatusSet::item(&toml::Value::String(t.trim().to_string())))
-                .collect(),
-            one => StatusSet::item(one).map(|r| vec![r]),
-        };
-        items.map(StatusSet)
-    }
-}
-
-impl fmt::Display for StatusSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.0.iter().enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            match r.start() == r.end() {
-                true => write!(f, "{sep}{}", r.start())?,
-                false => write!(f, "{sep}{}-{}", r.start(), r.end())?,
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Serialize for StatusSet {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-/// Gathering each node's load report (the papers' "collector", SWEB's loadd), for the policies
-/// that read gathered state (`cap-load`, `sweb`, `lard` on utilisation, `weighted-round-robin`
-/// with `metric = "service-time"`). Reports are fetched only when `path` is set;
-/// `capstan origin` and `capstan agent` report at `/_capstan/load`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LoadGathering {
-    /// Path of the node's JSON load report; its busiest `interval` utilisation (`cpu_util`,
-    /// `disk_util`, `nic_util`) becomes the node's load.
-    pub path: Option<String>,
-    /// How often to gather (T_gat in the CAP paper; SWEB's load daemon used 2–3 s). WRR's
-    /// derived weights are recomputed at the same pace.
-    #[serde(with = "humantime_serde")]
-    pub interval: Duration,
-    /// A node whose last report is older than this is taken out until it reports again (SWEB's
-    /// loadd). Default: three intervals.
-    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
-    pub silent_after: Option<Duration>,
-}
-
-impl Default for LoadGathering {
-    fn default() -> Self {
-        LoadGathering {
-            path: None,
-            interval: Duration::from_secs(2),
-            silent_after: None,
-        }
-    }
-}
-
-/// What a request's locality key is (used by `lard`, `lard-r`, `consistent-hash`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum KeyKind {
-    /// The path without the query.
-    #[default]
-    Path,
-    /// The path with the query.
-    Uri,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Upstream {
-    /// Idle keep-alive connections kept per node.
-    pub pool_max_idle_per_node: usize,
-    /// An idle pooled connection is closed after this.
-    #[serde(with = "humantime_serde")]
-    pub pool_idle_timeout: Duration,
-    /// Retry an idempotent request without a body once on another node when connecting fails,
-    /// or when the node closes or resets the connection before a response head.
-    pub retry: bool,
-    /// Retries may add at most this share (in %) to the requests of the last 10 s …
-    pub retry_budget_percent: u32,
-    /// … plus this many per second of that window, so that a quiet switch can still retry.
-    pub retry_budget_min_per_second: u32,
-    /// The locality key of a request.
-    pub key: KeyKind,
-}
-
-impl Default for Upstream {
-    fn default() -> Self {
-        Upstream {
-            pool_max_idle_per_node: 256,
-            pool_idle_timeout: Duration::from_secs(60),
-            retry: true,
-            retry_budget_percent: 20,
-            retry_budget_min_per_second: 3,
-            key: KeyKind::Path,
-        }
-    }
-}
-
-/// Per-node admission (see [`crate::state::admission`]): a concurrency limit in front of every node,
-/// a bounded queue behind it, and `503` + `Retry-After` for what fits in neither.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Admission {
-    /// `"adaptive"` (the default: the limit follows the node's latency), a number (a fixed
-    /// limit, HAProxy's `maxconn`), or `"off"` (no limit, no queue: every request goes through).
-    pub limit: LimitMode,
-    /// Most requests waiting for a slot, per node; 0: none wait.
-    pub queue: u32,
-    /// Longest wait in the queue (HAProxy's `timeout queue`, which falls back to its `timeout
-    /// connect`, 5 s in its examples), then another node with a free slot, or 503. Long enough
-    /// to ride out a node's failure under load: a fault that leaves the others short of
-    /// capacity for some seconds queues requests for that long (`benches/chaos.sh`).
-    #[serde(with = "humantime_serde")]
-    pub queue_timeout: Duration,
-    /// Adaptive: the lowest limit, also the limit while baselines are measured (Envoy's
-    /// `min_concurrency`, 3).
-    pub min_limit: u32,
-    /// Adaptive: the highest limit (Envoy's `max_concurrency_limit`, 1000).
-    pub max_limit: u32,
-    /// Adaptive: the limit before the node's latency is known (Netflix's `initialLimit`, 20).
-    pub initial_limit: u32,
-    /// Adaptive: latency above the baseline tolerated before the limit falls, % (Envoy's
-    /// `buffer`, 25).
-    pub latency_buffer_percent: u32,
-    /// Adaptive: how often the unloaded latency is measured again (plus up to 15 % jitter).
-    #[serde(with = "humantime_serde")]
-    pub probe_interval: Duration,
-}
-
-impl Default for Admission {
-    fn default() -> Self {
-        Admission {
-            limit: LimitMode::Adaptive,
-            queue: 100,
-            queue_timeout: Duration::from_secs(5),
-            min_limit: 3,
-            max_limit: 1000,
-            initial_limit: 20,
-            latency_buffer_percent: 25,
-            probe_interval: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Admission {
-    /// `Retry-After` on a shed request: the queue timeout, in whole seconds, at least 1.
-    pub fn retry_after_s(&self) -> u64 {
-        self.queue_timeout.as_secs_f64().ceil().max(1.0) as u64
-    }
-}
-
-/// How a node's concurrency is limited.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "toml::Value")]
-pub enum LimitMode {
-    Adaptive,
-    Fixed(u32),
-    Off,
-}
-
-impl TryFrom<toml::Value> for LimitMode {
-    type Error = String;
-
-    fn try_from(value: toml::Value) -> Result<Self, String> {
-        match value {
-            toml::Value::String(s) if s == "adaptive" => Ok(LimitMode::Adaptive),
-            toml::Value::String(s) if s == "off" => Ok(LimitMode::Off),
-            toml::Value::Integer(n) if (1..=1_000_000).contains(&n) => {
-                Ok(LimitMode::Fixed(n as u32))
-            }
-            other => Err(format!(
-                "admission.limit must be \"adaptive\", \"off\" or a number from 1 to 1000000, \
-                 not {other}"
-            )),
-        }
-    }
-}
-
-impl Serialize for LimitMode {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            LimitMode::Adaptive => s.serialize_str("adaptive"),
-            LimitMode::Off => s.serialize_str("off"),
-            LimitMode::Fixed(n) => s.serialize_u32(*n),
-        }
-    }
-}
-
-/// The outlier detector (Envoy's outlier detection; see [`crate::state::outlier`]): a node that fails
-/// `consecutive_failures` requests in a row — a 5xx, no response head within `first_byte`, a
-/// reset or a close without a response — is ejected for `base_ejection` × the times it has been
-/// ejected in a row (at most `max_ejection`); never more than `max_ejected_percent` of the nodes
-/// at once.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Outlier {
-    /// Failures in a row that eject a node (Envoy's `consecutive_5xx`, 5); 0 turns it off.
-    pub consecutive_failures: u32,
-    /// The first ejection's length; the n-th in a row lasts n times this.
-    #[serde(with = "humantime_serde")]
-    pub base_ejection: Duration,
-    /// The longest ejection (Envoy's `max_ejection_time`, 300 s).
-    #[serde(with = "humantime_serde")]
-    pub max_ejection: Duration,
-    /// Most nodes out by ejection at once, % of the cluster (at least one node of two or
-    /// more may be ejected; a single node never is).
-    pub max_ejected_percent: u32,
-}
-
-impl Default for Outlier {
-    fn default() -> Self {
-        Outlier {
-            consecutive_failures: 5,
-            base_ejection: Duration::from_secs(10),
-            max_ejection: Duration::from_secs(300),
-            max_ejected_percent: 50,
         }
     }
 }
@@ -1110,95 +681,6 @@ fn describe_operation(config: &Config) -> String {
     out
 }
 
-fn describe_timeouts(t: &Timeouts) -> String {
-    let d = humantime::format_duration;
-    let by_class: Vec<String> = t
-        .first_byte_by_class
-        .iter()
-        .map(|(class, timeout)| format!("{class} {}", d(timeout.into_inner())))
-        .collect();
-    format!(
-        "timeouts  connect {}, first byte {}{}, upstream {} (all attempts), client idle {}, \
-         header read {}, client send {}, grace {}",
-        d(t.connect),
-        d(t.first_byte),
-        match by_class.is_empty() {
-            true => String::new(),
-            false => format!(" ({})", by_class.join(", ")),
-        },
-        d(t.upstream),
-        d(t.client_idle),
-        d(t.header_read),
-        d(t.client_send),
-        d(t.grace)
-    )
-}
-
-fn describe_admission(a: &Admission) -> String {
-    let d = humantime::format_duration;
-    let limit = match a.limit {
-        LimitMode::Off => return "admission off: no per-node limit or queue".to_string(),
-        LimitMode::Fixed(n) => format!("fixed limit {n} per node"),
-        LimitMode::Adaptive => format!(
-            "adaptive limit per node ({}..{}, from {}, latency buffer {} %, baseline every {})",
-            a.min_limit,
-            a.max_limit,
-            a.initial_limit,
-            a.latency_buffer_percent,
-            d(a.probe_interval)
-        ),
-    };
-    format!(
-        "admission {limit}; queue {} per node, timeout {}; beyond: 503 with Retry-After {} s",
-        a.queue,
-        d(a.queue_timeout),
-        a.retry_after_s()
-    )
-}
-
-fn describe_outlier(o: &Outlier) -> String {
-    if o.consecutive_failures == 0 {
-        return "outlier   off".to_string();
-    }
-    format!(
-        "outlier   eject after {} failures in a row (5xx, first-byte timeout, reset) for {} × \
-         ejections in a row (at most {}), at most {} % of the nodes",
-        o.consecutive_failures,
-        humantime::format_duration(o.base_ejection),
-        humantime::format_duration(o.max_ejection),
-        o.max_ejected_percent
-    )
-}
-
-fn describe_health(h: &Health) -> String {
-    let d = humantime::format_duration;
-    let passive = format!(
-        "health    passive: out after {} failed connects, for {}",
-        h.fail_threshold,
-        d(h.backoff)
-    );
-    let active = match &h.check_path {
-        Some(path) => format!(
-            "\n          active: GET {path} every {} (timeout {}), out after {} failed, back after \
-             {} passed, passes with {}",
-            d(h.check_interval),
-            d(h.check_timeout),
-            h.fall,
-            h.rise,
-            h.expect_status
-        ),
-        None => "\n          active: off (set health.check_path)".to_string(),
-    };
-    let slow = match h.slow_start.is_zero() {
-        true => "\n          slow start: off".to_string(),
-        false => format!(
-            "\n          slow start: {} (a joining or returning node's share ramps 10 % → 100 %)",
-            d(h.slow_start)
-        ),
-    };
-    passive + &active + &slow
-}
-
 fn describe_cache(cache: Option<&CacheConfig>) -> String {
     let Some(c) = cache else {
         return "cache     off".to_string();
@@ -1281,208 +763,6 @@ fn describe_rule(rule: &RuleSpec) -> String {
     parts.join(" and ")
 }
 
-fn check_load(l: &LoadGathering) -> Result<(), String> {
-    if let Some(path) = &l.path {
-        if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
-            return Err(format!("load.path `{path}` must be a path starting with /"));
-        }
-    }
-    if l.interval < Duration::from_millis(10) {
-        return Err("load.interval must be at least 10ms".into());
-    }
-    if l.silent_after.is_some_and(|s| s < l.interval) {
-        return Err("load.silent_after must be at least load.interval".into());
-    }
-    Ok(())
-}
-
-/// The `health` key at fault and why.
-fn check_health(h: &Health) -> Result<(), (&'static str, String)> {
-    if let Some(path) = &h.check_path {
-        if !path.starts_with('/') || path.parse::<http::uri::PathAndQuery>().is_err() {
-            return Err((
-                "check_path",
-                format!("health.check_path `{path}` must be a path starting with /"),
-            ));
-        }
-    }
-    if h.check_interval < Duration::from_millis(10) {
-        return Err((
-            "check_interval",
-            "health.check_interval must be at least 10ms".into(),
-        ));
-    }
-    if h.check_timeout < Duration::from_millis(1) || h.check_timeout > h.check_interval {
-        return Err((
-            "check_timeout",
-            format!(
-                "health.check_timeout is {}; it must be at least 1ms and at most \
-                 health.check_interval ({})",
-                humantime::format_duration(h.check_timeout),
-                humantime::format_duration(h.check_interval)
-            ),
-        ));
-    }
-    for (key, value) in [
-        ("rise", h.rise),
-        ("fall", h.fall),
-        ("fail_threshold", h.fail_threshold),
-    ] {
-        if value == 0 {
-            return Err((key, format!("health.{key} must be at least 1")));
-        }
-    }
-    Ok(())
-}
-
-/// The `timeouts` key at fault (a path below `[timeouts]`) and why.
-fn check_timeouts(t: &Timeouts, classes: &[String]) -> Result<(), (Vec<String>, String)> {
-    if t.first_byte < Duration::from_millis(1) {
-        return Err((
-            vec!["first_byte".into()],
-            "timeouts.first_byte must be at least 1ms".into(),
-        ));
-    }
-    if t.client_send < Duration::from_millis(1) {
-        return Err((
-            vec!["client_send".into()],
-            "timeouts.client_send must be at least 1ms".into(),
-        ));
-    }
-    for (class, timeout) in &t.first_byte_by_class {
-        let path = vec!["first_byte_by_class".into(), class.clone()];
-        if !classes.contains(class) {
-            return Err((
-                path,
-                format!(
-                    "timeouts.first_byte_by_class names unknown class `{class}` (classes: {})",
-                    classes.join(", ")
-                ),
-            ));
-        }
-        if timeout.into_inner() < Duration::from_millis(1) {
-            return Err((
-                path,
-                format!("timeouts.first_byte_by_class.{class} must be at least 1ms"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The `admission` key at fault and why.
-fn check_admission(a: &Admission) -> Result<(), (&'static str, String)> {
-    if a.min_limit == 0 {
-        return Err(("min_limit", "admission.min_limit must be at least 1".into()));
-    }
-    if a.max_limit < a.min_limit {
-        return Err((
-            "max_limit",
-            format!(
-                "admission.max_limit ({}) must be at least admission.min_limit ({})",
-                a.max_limit, a.min_limit
-            ),
-        ));
-    }
-    if !(a.min_limit..=a.max_limit).contains(&a.initial_limit) {
-        return Err((
-            "initial_limit",
-            format!(
-                "admission.initial_limit ({}) must be from min_limit ({}) to max_limit ({})",
-                a.initial_limit, a.min_limit, a.max_limit
-            ),
-        ));
-    }
-    if a.queue > 1_000_000 {
-        return Err(("queue", "admission.queue must be at most 1000000".into()));
-    }
-    if a.queue > 0 && a.queue_timeout < Duration::from_millis(1) {
-        return Err((
-            "queue_timeout",
-            "admission.queue_timeout must be at least 1ms (or set queue = 0)".into(),
-        ));
-    }
-    if a.latency_buffer_percent > 1000 {
-        return Err((
-            "latency_buffer_percent",
-            "admission.latency_buffer_percent must be 0 to 1000".into(),
-        ));
-    }
-    if a.probe_interval < Duration::from_secs(1) {
-        return Err((
-            "probe_interval",
-            "admission.probe_interval must be at least 1s".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The `outlier` key at fault and why.
-fn check_outlier(o: &Outlier) -> Result<(), (&'static str, String)> {
-    if o.max_ejected_percent > 100 {
-        return Err((
-            "max_ejected_percent",
-            format!(
-                "outlier.max_ejected_percent is {}; it must be 0 to 100",
-                o.max_ejected_percent
-            ),
-        ));
-    }
-    if o.base_ejection < Duration::from_millis(10) {
-        return Err((
-            "base_ejection",
-            "outlier.base_ejection must be at least 10ms".into(),
-        ));
-    }
-    if o.max_ejection < o.base_ejection {
-        return Err((
-            "max_ejection",
-            format!(
-                "outlier.max_ejection ({}) must be at least outlier.base_ejection ({})",
-                humantime::format_duration(o.max_ejection),
-                humantime::format_duration(o.base_ejection)
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// The `upstream` key at fault and why.
-fn check_upstream(u: &Upstream) -> Result<(), (&'static str, String)> {
-    if u.retry_budget_percent > 100 {
-        return Err((
-            "retry_budget_percent",
-            format!(
-                "upstream.retry_budget_percent is {}; it must be 0 to 100",
-                u.retry_budget_percent
-            ),
-        ));
-    }
-    if u.retry_budget_min_per_second > 10_000 {
-        return Err((
-            "retry_budget_min_per_second",
-            "upstream.retry_budget_min_per_second must be at most 10000".into(),
-        ));
-    }
-    Ok(())
-}
-
-fn check_limits(l: &Limits) -> Result<(), String> {
-    if l.max_request_line < 16 {
-        return Err("limits.max_request_line must be at least 16".into());
-    }
-    if l.max_header_bytes < 256 {
-        return Err("limits.max_header_bytes must be at least 256".into());
-    }
-    if l.max_headers == 0 {
-        return Err("limits.max_headers must be at least 1".into());
-    }
-    if l.max_connections == 0 {
-        return Err("limits.max_connections must be at least 1".into());
-    }
-    Ok(())
-}
-
 fn class_names(classifier: &Classifier) -> Vec<String> {
     classifier
         .classes()
@@ -1546,8 +826,98 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
     if raw.nodes.is_empty() && discovery.is_empty() {
         return Err(loc.error(None, "no node: add at least one [[node]] with an address"));
     }
+    let nodes = resolve_nodes(&raw.nodes, loc)?;
+
+    let (classes, rules, default_class, spans) =
+        resolve_classes(raw.classes, raw.rules, raw.default_class);
+    let policy_span = raw.policy.as_ref().map(|p| p.span());
+    let policy = resolve_policy(raw.policy.as_ref(), loc)?;
+    let tier = resolve_tier(raw.tier, loc)?;
+    let config = Config {
+        source: None,
+        listen,
+        listeners,
+        http2: raw.http2,
+        admin,
+        admin_token,
+        debug_headers: raw.debug_headers,
+        policy,
+        nodes,
+        classes,
+        rules,
+        default_class,
+        timeouts: raw.timeouts,
+        limits: raw.limits,
+        health: raw.health,
+        upstream: raw.upstream,
+        admission: raw.admission,
+        outlier: raw.outlier,
+        load: raw.load,
+        cache: raw.cache,
+        redirect: raw.redirect,
+        access_log: raw.access_log,
+        proxy_protocol: raw.proxy_protocol,
+        upgrade: raw.upgrade,
+        discovery,
+        tier,
+    };
+
+    let classifier = config.classifier().map_err(|e| {
+        let span = classifier_error_span(&e, &config.classes, &spans);
+        loc.error(span, e.to_string())
+    })?;
+    check_sections(&config, &classifier, policy_span, loc)?;
+    Ok(config)
+}
+
+/// The `[policy]` table, or round robin without one.
+fn resolve_policy(
+    raw: Option<&Spanned<toml::Table>>,
+    loc: &Locator<'_>,
+) -> Result<PolicySpec, ConfigError> {
+    let policy_span = raw.map(|p| p.span());
+    let policy = match raw {
+        Some(p) => policy_from_table(p.get_ref()).map_err(|e| {
+            let span = e
+                .key
+                .as_deref()
+                .and_then(|key| value_span(loc.text, &["policy", key]))
+                .or(policy_span.clone());
+            loc.error(span, format!("policy: {}", e.message))
+        })?,
+        None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+    };
+    Ok(policy)
+}
+
+/// The `[tier]` section, its peers and discovery resolved, when there is one.
+fn resolve_tier(
+    raw: Option<crate::config::sections::tier::TierConfig>,
+    loc: &Locator<'_>,
+) -> Result<Option<crate::config::sections::tier::TierConfig>, ConfigError> {
+    let tier = match raw {
+        Some(mut tier) => {
+            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
+                let span = at
+                    .or_else(|| value_span(loc.text, &["tier", key]))
+                    .or(find_key(loc.text, "tier"));
+                loc.error(span, e)
+            })?;
+            Some(tier)
+        }
+        None => None,
+    };
+    Ok(tier)
+}
+
+/// The `[[node]]` entries, each checked: an address, a unique name, a weight of at least 1, a
+/// public URL, a report address, the protocol and TLS to it.
+fn resolve_nodes(
+    raw: &[Spanned<RawNode>],
+    loc: &Locator<'_>,
+) -> Result<Vec<NodeConfig>, ConfigError> {
     let mut nodes: Vec<NodeConfig> = Vec::new();
-    for node in &raw.nodes {
+    for node in raw {
         let span = node.span();
         let node = node.get_ref();
         let address = resolve_address(node.address.get_ref())
@@ -1614,100 +984,85 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
             protocol,
         });
     }
+    Ok(nodes)
+}
 
+/// Where the classes, the rules and the default class were written, to locate the
+/// classifier's errors.
+struct ClassSpans {
+    classes: Vec<Range<usize>>,
+    rules: Vec<Range<usize>>,
+    default: Option<Range<usize>>,
+}
+
+/// The classes, the rules and the default class as written, or the CAP paper's classes and
+/// rules when no `[[class]]` is given (no rules when classes are given without rules).
+fn resolve_classes(
+    raw_classes: Option<Vec<Spanned<ClassSpec>>>,
+    raw_rules: Option<Vec<Spanned<RuleSpec>>>,
+    raw_default: Option<Spanned<String>>,
+) -> (Vec<ClassSpec>, Vec<RuleSpec>, String, ClassSpans) {
     let (default_classes, default_rules) = cap_default_specs();
-    let user_classes = raw.classes.is_some();
-    let class_spans: Vec<Range<usize>> = raw.classes.iter().flatten().map(|c| c.span()).collect();
-    let classes: Vec<ClassSpec> = match raw.classes {
+    let user_classes = raw_classes.is_some();
+    let class_spans: Vec<Range<usize>> = raw_classes.iter().flatten().map(|c| c.span()).collect();
+    let classes: Vec<ClassSpec> = match raw_classes {
         Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
         None => default_classes,
     };
-    let rule_spans: Vec<Range<usize>> = raw.rules.iter().flatten().map(|r| r.span()).collect();
-    let rules: Vec<RuleSpec> = match raw.rules {
+    let rule_spans: Vec<Range<usize>> = raw_rules.iter().flatten().map(|r| r.span()).collect();
+    let rules: Vec<RuleSpec> = match raw_rules {
         Some(list) => list.into_iter().map(Spanned::into_inner).collect(),
         None if user_classes => Vec::new(),
         None => default_rules,
     };
-    let default_span = raw.default_class.as_ref().map(|d| d.span());
-    let default_class = match raw.default_class {
+    let default_span = raw_default.as_ref().map(|d| d.span());
+    let default_class = match raw_default {
         Some(d) => d.into_inner(),
         None => classes.first().map(|c| c.name.clone()).unwrap_or_default(),
     };
-    let policy_span = raw.policy.as_ref().map(|p| p.span());
-    let policy = match raw.policy {
-        Some(p) => policy_from_table(p.get_ref()).map_err(|e| {
-            let span = e
-                .key
-                .as_deref()
-                .and_then(|key| value_span(loc.text, &["policy", key]))
-                .or(policy_span.clone());
-            loc.error(span, format!("policy: {}", e.message))
-        })?,
-        None => PolicySpec::with_defaults("round-robin").expect("round-robin exists"),
+    let spans = ClassSpans {
+        classes: class_spans,
+        rules: rule_spans,
+        default: default_span,
     };
-    let tier = match raw.tier {
-        Some(mut tier) => {
-            tier.resolve(loc.base_dir).map_err(|(key, (at, e))| {
-                let span = at
-                    .or_else(|| value_span(loc.text, &["tier", key]))
-                    .or(find_key(loc.text, "tier"));
-                loc.error(span, e)
-            })?;
-            Some(tier)
-        }
-        None => None,
-    };
-    let config = Config {
-        source: None,
-        listen,
-        listeners,
-        http2: raw.http2,
-        admin,
-        admin_token,
-        debug_headers: raw.debug_headers,
-        policy,
-        nodes,
-        classes,
-        rules,
-        default_class,
-        timeouts: raw.timeouts,
-        limits: raw.limits,
-        health: raw.health,
-        upstream: raw.upstream,
-        admission: raw.admission,
-        outlier: raw.outlier,
-        load: raw.load,
-        cache: raw.cache,
-        redirect: raw.redirect,
-        access_log: raw.access_log,
-        proxy_protocol: raw.proxy_protocol,
-        upgrade: raw.upgrade,
-        discovery,
-        tier,
-    };
+    (classes, rules, default_class, spans)
+}
 
-    let classifier = config.classifier().map_err(|e| {
-        let span = match &e {
-            ClassifierError::UnknownClass { rule, .. }
-            | ClassifierError::NoCondition { rule }
-            | ClassifierError::BadGlob { rule, .. }
-            | ClassifierError::BadRegex { rule, .. }
-            | ClassifierError::ValueWithoutHeader { rule } => rule_spans.get(rule - 1).cloned(),
-            ClassifierError::DuplicateClass(name)
-            | ClassifierError::BadProfile { class: name, .. } => {
-                let last = config.classes.iter().rposition(|c| &c.name == name);
-                last.and_then(|i| class_spans.get(i).cloned())
-            }
-            ClassifierError::EmptyClassName => {
-                let i = config.classes.iter().position(|c| c.name.is_empty());
-                i.and_then(|i| class_spans.get(i).cloned())
-            }
-            ClassifierError::UnknownDefault { .. } => default_span.clone(),
-        };
-        loc.error(span, e.to_string())
-    })?;
+/// Where the classifier's error `e` was written: the rule, the class or the default class.
+fn classifier_error_span(
+    e: &ClassifierError,
+    classes: &[ClassSpec],
+    spans: &ClassSpans,
+) -> Option<Range<usize>> {
+    match e {
+        ClassifierError::UnknownClass { rule, .. }
+        | ClassifierError::NoCondition { rule }
+        | ClassifierError::BadGlob { rule, .. }
+        | ClassifierError::BadRegex { rule, .. }
+        | ClassifierError::ValueWithoutHeader { rule } => spans.rules.get(rule - 1).cloned(),
+        ClassifierError::DuplicateClass(name) | ClassifierError::BadProfile { class: name, .. } => {
+            let last = classes.iter().rposition(|c| &c.name == name);
+            last.and_then(|i| spans.classes.get(i).cloned())
+        }
+        ClassifierError::EmptyClassName => {
+            let i = classes.iter().position(|c| c.name.is_empty());
+            i.and_then(|i| spans.classes.get(i).cloned())
+        }
+        ClassifierError::UnknownDefault { .. } => spans.default.clone(),
+    }
+}
+
+/// Checks what the parser cannot: the policy against the classes, then each section (and the
+/// redirect, the timeouts and the cache against the classes); the error is located at the key
+/// at fault, else at its section.
+fn check_sections(
+    config: &Config,
+    classifier: &Classifier,
+    policy_span: Option<Range<usize>>,
+    loc: &Locator<'_>,
+) -> Result<(), ConfigError> {
     config
-        .build_policy_for(&classifier)
+        .build_policy_for(classifier)
         .map_err(|e| loc.error(policy_span, format!("policy {}: {e}", config.policy.name())))?;
     check_limits(&config.limits).map_err(|e| loc.error(find_key(loc.text, "limits"), e))?;
     config.http2.check().map_err(|(key, e)| {
@@ -1720,12 +1075,12 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         loc.error(span, e)
     })?;
     if let Some(redirect) = &config.redirect {
-        check_redirect(redirect, &config.nodes, &class_names(&classifier)).map_err(|e| {
+        check_redirect(redirect, &config.nodes, &class_names(classifier)).map_err(|e| {
             let span = find_key(loc.text, "redirect");
             loc.error(span, e)
         })?;
     }
-    check_timeouts(&config.timeouts, &class_names(&classifier)).map_err(|(path, e)| {
+    check_timeouts(&config.timeouts, &class_names(classifier)).map_err(|(path, e)| {
         let keys: Vec<&str> = std::iter::once("timeouts")
             .chain(path.iter().map(String::as_str))
             .collect();
@@ -1745,16 +1100,16 @@ fn resolve(raw: RawConfig, loc: &Locator<'_>) -> Result<Config, ConfigError> {
         loc.error(span, e)
     })?;
     if let Some(cache) = &config.cache {
-        cache.check(&class_names(&classifier)).map_err(|(key, e)| {
+        cache.check(&class_names(classifier)).map_err(|(key, e)| {
             let span = value_span(loc.text, &["cache", key]).or(find_key(loc.text, "cache"));
             loc.error(span, e)
         })?;
     }
-    check_operation(&config).map_err(|(section, key, e)| {
+    check_operation(config).map_err(|(section, key, e)| {
         let span = value_span(loc.text, &[section, key]).or(find_key(loc.text, section));
         loc.error(span, e)
     })?;
-    Ok(config)
+    Ok(())
 }
 
 /// A node's public URL: `http://host[:port]` with no path, query or trailing slash.
@@ -1898,6 +1253,8 @@ fn find_key(text: &str, table: &str) -> Option<Range<usize>> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const MINIMAL: &str = r#"

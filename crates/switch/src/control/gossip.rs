@@ -1,8 +1,8 @@
 //! The tier's gossip: every `tier.gossip_period` this switch sends its own counts of every node
 //! to every other peer (UDP, from and to the peers' listener addresses), takes theirs, and sums
 //! them into each node's tier-wide state, which picks then read without a lock
-//! (`crate::state::cluster::NodeRuntime::publish_tier`). The encoding and the sums are
-//! `crate::state::gossip`'s.
+//! (`crate::state::cluster::NodeRuntime::publish_tier`). The encoding is `crate::net::gossip`'s,
+//! the sums `crate::state::gossip`'s.
 //!
 //! The sums are made once per period, not per request: a request only reads them; the table
 //! of this switch's nodes the reports are numbered by is made again only when the cluster
@@ -21,10 +21,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use capstan_core::TierState;
 
 use crate::config::sections::tier::TierEjection;
+use crate::net::gossip::{self, NodeReport, Table, MAX_DATAGRAM};
 use crate::state::cluster::{Cluster, NodeRuntime, OutReason};
-use crate::state::gossip::{
-    self, NodeReport, SharedView, Table, Taken, AGE_OUT_PERIODS, MAX_DATAGRAM,
-};
+use crate::state::gossip::{SharedView, Taken, AGE_OUT_PERIODS};
 use crate::state::outlier::max_ejected;
 use crate::state::switch::Switch;
 use crate::state::tier::Tier;

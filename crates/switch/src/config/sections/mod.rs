@@ -6,10 +6,18 @@
 
 pub(crate) mod access_log;
 pub(crate) mod admin_token;
+pub(crate) mod admission;
 pub(crate) mod discovery;
+pub(crate) mod health;
 pub(crate) mod http2;
+pub(crate) mod limits;
 pub(crate) mod listener;
+pub(crate) mod load;
 pub(crate) mod node_tls;
+pub(crate) mod outlier;
 pub(crate) mod proxy_protocol;
+pub(crate) mod redirect;
 pub(crate) mod tier;
+pub(crate) mod timeouts;
 pub(crate) mod upgrade;
+pub(crate) mod upstream;

@@ -27,7 +27,7 @@ use capstan_discovery::dns::{Answer, DnsError, DnsName, Options, Resolver};
 use tokio::sync::mpsc;
 
 use super::entries;
-use super::{Listing, Look};
+use super::look::{Dropped, Listing, Look};
 use crate::config::{DiscoverySource, DnsSource};
 
 /// The longest pause between lookups while they fail.
@@ -99,7 +99,7 @@ fn retry_after(dns: &DnsSource, failures: u32) -> Duration {
 /// Looks the name up now and again at each answer's TTL, sending each look; the records it
 /// dropped go to `/status` (logged when they change). Ends when the receiver is gone.
 pub(super) async fn feed(
-    on_dropped: super::Dropped,
+    on_dropped: Dropped,
     source: DiscoverySource,
     dns: DnsSource,
     looks: mpsc::Sender<Look>,

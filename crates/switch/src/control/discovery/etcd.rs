@@ -15,7 +15,7 @@ use capstan_discovery::etcd::{self, Settings, Snapshot};
 use tokio::sync::mpsc;
 
 use super::entries;
-use super::{Listing, Look};
+use super::look::{Dropped, Listing, Look};
 use crate::config::{resolve_address, DiscoverySource, EtcdSource, NodeConfig};
 
 fn settings(etcd: &EtcdSource) -> Settings {
@@ -79,7 +79,7 @@ pub(super) fn look_once(source: &DiscoverySource, etcd: &EtcdSource) -> Result<L
 /// Watches the prefix and sends a look on every change, and every error. Ends when the
 /// receiver is gone, or the watch stops (settings it cannot use).
 pub(super) async fn feed(
-    on_dropped: super::Dropped,
+    on_dropped: Dropped,
     source: DiscoverySource,
     etcd: EtcdSource,
     looks: mpsc::Sender<Look>,
@@ -110,7 +110,7 @@ pub(super) async fn feed(
 
 /// Logs the keys newly dropped (once each), and records the current ones for `/status`.
 fn report_dropped(
-    on_dropped: &super::Dropped,
+    on_dropped: &Dropped,
     source: &DiscoverySource,
     now: &[String],
     before: &[String],

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::entries;
-use super::Look;
+use super::look::Look;
 use crate::config::{resolve_address, DiscoverySource, NodeConfig};
 
 /// One entry of a node file.

@@ -26,12 +26,14 @@
 //! A new kind adds: its variant of `SourceKind` (config), a module here with a feed, and an
 //! arm in [`spawn_feed`] and [`resolve_once`].
 //!
-//! Layers: `entries` (one entry made a node) ← `file`, `dns`, `etcd` (the kinds) ← this module.
+//! Layers: `entries` (one entry made a node) and `look` (what a kind's feed reports) ← `file`,
+//! `dns`, `etcd` (the kinds) ← this module.
 
 mod dns;
 mod entries;
 mod etcd;
 mod file;
+mod look;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,14 +46,8 @@ use crate::state::cluster::Cluster;
 use crate::state::switch::Switch;
 
 pub(crate) use file::parse_nodes as parse_file;
-
-/// What a source lists now, or why it could not be had.
-pub(crate) type Look = Result<Vec<NodeConfig>, String>;
-
-/// What a feed does with the entries its kind dropped from the last list (a DNS record with
-/// port 0, an etcd value that is not an address), called when they change: the node
-/// followers put them in the source's `/status`, the tier's follower in its own.
-pub(crate) type Dropped = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+pub use look::Listing;
+pub(crate) use look::{Dropped, Look};
 
 /// Starts the feed of a source's kind, sending its looks to `looks`. Used for the
 /// `[[discovery]]` sources of nodes and for the tier's source of peers
@@ -68,17 +64,6 @@ pub(crate) fn spawn_feed(
         }
         SourceKind::Etcd(e) => tokio::spawn(etcd::feed(dropped, source.clone(), e.clone(), looks)),
     }
-}
-
-/// What one look at a source found, in full (for `capstan check --resolve`).
-#[derive(Debug, Default)]
-pub struct Listing {
-    /// The nodes it gives.
-    pub nodes: Vec<NodeConfig>,
-    /// Entries dropped one by one, and why (the rest apply).
-    pub dropped: Vec<String>,
-    /// Entries not used now but ready to be (DNS SRV records of a higher priority value).
-    pub standby: Vec<String>,
 }
 
 /// One look at a source, blocking, in full: what `capstan check --resolve` prints. A DNS

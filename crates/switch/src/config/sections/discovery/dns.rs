@@ -8,7 +8,7 @@ use capstan_discovery::dns::DnsName;
 use serde::{Serialize, Serializer};
 use toml::Spanned;
 
-use super::{duration, Located, RawDiscovery};
+use super::entry::{duration, Located, RawDiscovery};
 
 /// A `dns` source, resolved.
 #[derive(Clone, Debug, PartialEq, Serialize)]

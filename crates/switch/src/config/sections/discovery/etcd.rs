@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use toml::Spanned;
 
-use super::Located;
+use super::entry::Located;
 
 /// An etcd source: where etcd is and which keys are nodes.
 #[derive(Clone, Debug, PartialEq, Serialize)]

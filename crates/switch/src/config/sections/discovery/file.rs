@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::Located;
+use super::entry::Located;
 
 /// The file to watch: a `.json` or `.toml` path, relative ones taken from the config's folder.
 pub(super) fn resolve(file: &Spanned<String>, base_dir: Option<&Path>) -> Result<PathBuf, Located> {

@@ -4,51 +4,27 @@
 //! The keys every source has (`name`, `weight`, `hold`, `interval`) are resolved here; each
 //! kind's own keys in its module (`file`, `dns`, `etcd`).
 //!
-//! Layers: `file`, `dns` and `etcd` are below this module and use nothing of it but the
-//! [`Located`] error type, the raw entry and the duration parser (`etcd`: only `Located`).
+//! Layers: `file`, `dns` and `etcd` are below this module; they share with it only `entry`
+//! (the [`Located`] error type, the raw entry and the duration parser; `etcd` and `file`: only
+//! `Located`), a leaf below them all.
 
 mod dns;
+mod entry;
 mod etcd;
 mod file;
 
 pub use dns::DnsSource;
+pub(crate) use entry::{Located, RawDiscovery};
 pub use etcd::EtcdSource;
 
-use capstan_discovery::dns::DnsName;
-
-use std::ops::Range;
 use std::path::{Path, PathBuf};
-
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use capstan_discovery::dns::DnsName;
+use serde::Serialize;
 use toml::Spanned;
 
-/// One `[[discovery]]` entry (or `tier.discovery`), as written.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawDiscovery {
-    file: Option<Spanned<String>>,
-    dns: Option<Spanned<String>>,
-    etcd: Option<Spanned<Vec<Spanned<String>>>>,
-    prefix: Option<Spanned<String>>,
-    resolvers: Option<Spanned<Vec<String>>>,
-    min_ttl: Option<Spanned<String>>,
-    max_ttl: Option<Spanned<String>>,
-    timeout: Option<Spanned<String>>,
-    attempts: Option<Spanned<u32>>,
-    name: Option<Spanned<String>>,
-    weight: Option<Spanned<u32>>,
-    hold: Option<Spanned<String>>,
-    interval: Option<Spanned<String>>,
-}
-
-impl RawDiscovery {
-    /// Whether the entry names itself (`name`).
-    pub(crate) fn is_named(&self) -> bool {
-        self.name.is_some()
-    }
-}
+use entry::duration;
 
 /// What a source is: where its nodes come from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -129,9 +105,6 @@ impl DiscoverySource {
         )
     }
 }
-
-/// A configuration error and the span of the key at fault.
-pub(crate) type Located = (Option<Range<usize>>, String);
 
 /// Resolves every entry; an error comes with the span of the key at fault.
 pub(crate) fn resolve(
@@ -228,22 +201,6 @@ pub(crate) fn resolve(
         });
     }
     Ok(sources)
-}
-
-fn duration(
-    value: &Option<Spanned<String>>,
-    key: &str,
-    default: Duration,
-) -> Result<Duration, Located> {
-    match value {
-        Some(v) => humantime::parse_duration(v.get_ref()).map_err(|e| {
-            (
-                Some(v.span()),
-                format!("discovery: {key} `{}`: {e}", v.get_ref()),
-            )
-        }),
-        None => Ok(default),
-    }
 }
 
 /// The prefix ends up in node names: `/nodes/NAME` and the `X-Capstan-Node` header.

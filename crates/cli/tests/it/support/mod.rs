@@ -18,7 +18,7 @@ pub fn run(args: &[&str]) -> Output {
     capstan().args(args).output().expect("capstan runs")
 }
 
-/// How many `capstan lab` runs of this test binary may go at once (`CAPSTAN_TEST_LABS`, 3
+/// How many `capstan lab` runs of this test binary may go at once (`CAPSTAN_TEST_LABS`, 4
 /// by default). The tests run on many threads because most of them wait on sockets and
 /// timers; a lab run is different: it drives a cluster for tens of seconds, and eight at once
 /// on two cores would measure the machine instead of the lab.
@@ -27,7 +27,7 @@ fn lab_limit() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
-        .unwrap_or(3)
+        .unwrap_or(4)
 }
 
 /// A place among the lab runs that may go at once, held until dropped; `None` for anything

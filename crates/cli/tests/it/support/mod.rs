@@ -67,9 +67,26 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A free loopback port, never the same one twice in this process.
+/// A free loopback port from the kernel (port 0), never the same one twice in this process.
+///
+/// Not from `capstan_lab::testing::free_loopback_port`: the `capstan lab` processes these tests
+/// start pick their own nodes' and switches' ports from that range (20000–31999), each process
+/// on its own, so a port this process had just probed free could be taken by a lab run's node
+/// before the test's own process bound it, and the test would then talk to the lab's node. The
+/// kernel hands out ports from its ephemeral range (32768 and up), which the lab never uses.
 pub fn free_addr() -> SocketAddr {
-    capstan_lab::testing::free_loopback_port().expect("a free loopback port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..1000 {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free loopback port");
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return addr;
+        }
+    }
+    panic!("the kernel gave only ports this process has already used");
 }
 
 /// A port free on every one of `hosts` (addresses of 127.0.0.0/8) now, never the same one twice

@@ -265,6 +265,23 @@ pub struct Load {
     /// Open loop: on/off bursts (`peak` × the rate for `fraction` of each `period_s`); SWEB's
     /// clients launched each second's requests at once.
     pub burst: Option<capstan_workload::Burst>,
+    /// The paper's claims measured in interleaved rounds, each with a 95 % interval.
+    pub headline: Option<Headline>,
+}
+
+/// `[load.headline]`: the paper's claims (`[[paper.claim]]`) measured in interleaved rounds, so
+/// that each claim's ratio comes with a 95 % interval. At each claim's level, round r runs every
+/// contender of the claims there once, one window each, back to back, on clusters started once
+/// for all rounds (the order rotates by one each round); the other runs of the experiment skip
+/// those (policy, level) pairs. The interval is Student t over the rounds' log ratios
+/// (`capstan_report::PairedRatio`): see docs/lab.md, "How sure is a claim".
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Headline {
+    /// Rounds at every claim level (at least 2: one round has no interval).
+    pub rounds: usize,
+    /// The window of each run of a round (default: `load.duration`).
+    pub duration: Option<String>,
 }
 
 /// What `--quick` changes.
@@ -280,6 +297,10 @@ pub struct Quick {
     /// The period of `load.burst` in the short form (its levels are too short for the full
     /// run's period to show a burst in each).
     pub burst_period_s: Option<f64>,
+    /// `load.headline.rounds` in the short form.
+    pub headline_rounds: Option<usize>,
+    /// `load.headline.duration` in the short form.
+    pub headline_duration: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -728,11 +749,40 @@ impl Experiment {
                 }
             }
         }
-        Ok(())
+        self.check_headline()
     }
 }
 
 impl Experiment {
+    /// `[load.headline]` and its `--quick` settings: at least two rounds (one has no interval),
+    /// positive windows, and claims to measure.
+    fn check_headline(&self) -> Result<(), String> {
+        let quick = (&self.quick.headline_rounds, &self.quick.headline_duration);
+        let Some(h) = &self.load.headline else {
+            if quick.0.is_some() || quick.1.is_some() {
+                return Err("quick.headline_rounds and quick.headline_duration need [load.headline]".into());
+            }
+            return Ok(());
+        };
+        if h.rounds < 2 || self.quick.headline_rounds.is_some_and(|r| r < 2) {
+            return Err("load.headline.rounds and quick.headline_rounds must be at least 2 (one round has no interval)".into());
+        }
+        for (what, d) in [
+            ("load.headline.duration", &h.duration),
+            ("quick.headline_duration", &self.quick.headline_duration),
+        ] {
+            if let Some(d) = d {
+                if parse_duration(what, d).map_err(|e| e.to_string())?.is_zero() {
+                    return Err(format!("{what} must be positive"));
+                }
+            }
+        }
+        if self.paper.as_ref().is_none_or(|p| p.claims.is_empty()) {
+            return Err("[load.headline] measures the [[paper.claim]]s; this experiment has none".into());
+        }
+        Ok(())
+    }
+
     /// A variant's cores, switch threads and lone node are within reach of this experiment.
     fn check_variant_machine(&self, v: &Variant) -> Result<(), String> {
         let name = &v.name;

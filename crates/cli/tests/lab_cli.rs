@@ -190,7 +190,11 @@ fn check_claims(r: &Value, html: &str) {
         .iter()
         .map(|l| l["level"].as_f64().unwrap())
         .collect();
-    assert_eq!(levels, [10.0, 20.0], "the claims' levels (24 → 20 in --quick)");
+    assert_eq!(
+        levels,
+        [10.0, 20.0],
+        "the claims' levels (24 → 20 in --quick)"
+    );
     let claims = r["paper"]["claims"].as_array().unwrap();
     assert_eq!(claims.len(), 3);
     for c in claims {
@@ -226,7 +230,11 @@ fn check_claims(r: &Value, html: &str) {
             let level = p["level"].as_f64().unwrap();
             let n = p["runs"].as_u64().unwrap() as usize;
             let in_rounds = (level == 10.0 || label != "round-robin") && levels.contains(&level);
-            assert_eq!(headline_rounds(r, label, level).is_some(), in_rounds, "{label}");
+            assert_eq!(
+                headline_rounds(r, label, level).is_some(),
+                in_rounds,
+                "{label}"
+            );
             if in_rounds {
                 assert_eq!(n, rounds, "{}", s["label"]);
                 assert!(p["throughput_ci95"].as_f64().unwrap() >= 0.0);
@@ -250,7 +258,10 @@ fn check_claims(r: &Value, html: &str) {
         .filter(|f| f.starts_with("Paper: CAP"))
         .collect();
     assert_eq!(findings.len(), 3, "{findings:?}");
-    assert!(findings.iter().all(|f| f.contains("95 % interval")), "{findings:?}");
+    assert!(
+        findings.iter().all(|f| f.contains("95 % interval")),
+        "{findings:?}"
+    );
     assert!(html.contains("95 % interval") && html.contains("interleaved rounds"));
 }
 

@@ -109,7 +109,10 @@ mod tests {
         assert_eq!(r.pairs, 3);
         assert!((r.ratio - 1.19722).abs() < 1e-4, "{r:?}");
         let (lo, hi) = r.interval.unwrap();
-        assert!((lo - 0.97281).abs() < 1e-4 && (hi - 1.47339).abs() < 1e-4, "{r:?}");
+        assert!(
+            (lo - 0.97281).abs() < 1e-4 && (hi - 1.47339).abs() < 1e-4,
+            "{r:?}"
+        );
         // A common factor in a round (the machine twice as slow for both) changes nothing.
         let slowed = [(55.0, 50.0), (240.0, 200.0), (390.0, 300.0)];
         let s = PairedRatio::of(&slowed).unwrap();

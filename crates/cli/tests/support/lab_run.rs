@@ -66,7 +66,11 @@ pub fn check_consistent(r: &Value, engine_closed: bool) {
             .map(|&l| headline_rounds(r, label, l).unwrap_or(reps))
             .sum();
         assert_eq!(runs.len(), windows, "{label}");
-        assert_eq!(s["points"].as_array().unwrap().len(), levels.len(), "{label}");
+        assert_eq!(
+            s["points"].as_array().unwrap().len(),
+            levels.len(),
+            "{label}"
+        );
         for run in runs {
             let level = run["level"].as_f64().unwrap();
             let tp = run["throughput_rps"].as_f64().unwrap();

@@ -760,7 +760,9 @@ impl Experiment {
         let quick = (&self.quick.headline_rounds, &self.quick.headline_duration);
         let Some(h) = &self.load.headline else {
             if quick.0.is_some() || quick.1.is_some() {
-                return Err("quick.headline_rounds and quick.headline_duration need [load.headline]".into());
+                return Err(
+                    "quick.headline_rounds and quick.headline_duration need [load.headline]".into(),
+                );
             }
             return Ok(());
         };
@@ -772,13 +774,18 @@ impl Experiment {
             ("quick.headline_duration", &self.quick.headline_duration),
         ] {
             if let Some(d) = d {
-                if parse_duration(what, d).map_err(|e| e.to_string())?.is_zero() {
+                if parse_duration(what, d)
+                    .map_err(|e| e.to_string())?
+                    .is_zero()
+                {
                     return Err(format!("{what} must be positive"));
                 }
             }
         }
         if self.paper.as_ref().is_none_or(|p| p.claims.is_empty()) {
-            return Err("[load.headline] measures the [[paper.claim]]s; this experiment has none".into());
+            return Err(
+                "[load.headline] measures the [[paper.claim]]s; this experiment has none".into(),
+            );
         }
         Ok(())
     }

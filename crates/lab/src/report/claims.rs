@@ -302,7 +302,9 @@ mod tests {
         assert_eq!(v(27.3, -3.0, 15.0), Verdict::Lower);
         assert_eq!(v(5.1, -4.0, -0.1), Verdict::Disagrees);
         assert_eq!(v(-8.0, 0.5, 3.0), Verdict::Disagrees);
-        assert_eq!(v(-8.0, -20.0, -9.0), Verdict::Higher);
+        // Higher and lower are of the signed value: a stronger negative effect is lower.
+        assert_eq!(v(-8.0, -20.0, -9.0), Verdict::Lower);
+        assert_eq!(v(-8.0, -7.0, -1.0), Verdict::Higher);
         // The paper saw no difference: agrees when ours may be none either.
         assert_eq!(v(0.0, -2.0, 3.0), Verdict::Agrees);
         assert_eq!(v(0.0, 1.0, 3.0), Verdict::Higher);
@@ -408,7 +410,11 @@ mod tests {
             sweb_capacity: None,
         };
         let f = findings(&pc, "clients");
-        assert!(f[0].contains("+19.7 % (95 % interval -2.7 … +47.3 %, 3 interleaved rounds) — agrees"), "{}", f[0]);
+        assert!(
+            f[0].contains("+19.7 % (95 % interval -2.7 … +47.3 %, 3 interleaved rounds) — agrees"),
+            "{}",
+            f[0]
+        );
         assert!(f[1].contains("no interval: not judged"), "{}", f[1]);
         assert!(!any_differs(&pc));
     }

@@ -1202,39 +1202,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
             None => r.levels[r.levels.len() / 2],
         }
     };
-    let _ = write!(
-        h,
-        "<p><b>Rebuilds:</b> {}. {}</p>",
-        escape(&r.figure),
-        escape(&r.about)
-    );
-    let _ = write!(
-        h,
-        "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
-         <b>Run:</b> {} engine, {} s per level, {} repetition(s){}, seed {}{}, wall time {:.0} s{}</p>",
-        escape(&r.command),
-        escape(&r.versions.capstan),
-        escape(&r.versions.build),
-        escape(&r.versions.rustc),
-        escape(&r.versions.os),
-        r.versions.cpus,
-        escape(&r.engine),
-        r.duration_s,
-        r.repetitions,
-        r.headline
-            .as_ref()
-            .map(|h| format!(
-                "; the claims in {} interleaved rounds of {} s",
-                h.rounds, h.duration_s
-            ))
-            .unwrap_or_default(),
-        r.seed,
-        if r.quick { ", --quick" } else { "" },
-        r.wall_s,
-        r.capacity_rps
-            .map(|c| format!(", measured capacity {c:.0} conn/s"))
-            .unwrap_or_default()
-    );
+    html_head(&mut h, r);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
         let _ = write!(h, "<li>{}</li>", escape(f));
@@ -1285,6 +1253,69 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         escape(&r.x_label)
     );
     h.push_str(&cdf_svg(r, key)?);
+    html_classes(&mut h, r, key);
+    h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
+    h.push_str(&util_svg(r)?);
+    if let Some(svg) = util_timeline_svg(r, key)? {
+        let _ = write!(
+            h,
+            "<h3>Over time at {} {} (first repetition)</h3>",
+            fmt_level(key),
+            escape(&r.x_label)
+        );
+        h.push_str(&svg);
+    }
+    crate::report::figures::html(&mut h, r)?;
+    if let Some(p) = &r.paper {
+        html_paper(&mut h, r, p);
+    }
+    h.push_str(&crate::report::sclient::html(r));
+    h.push_str(&crate::run::secure::html(r));
+    html_runs(&mut h, r);
+    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
+    page.push(&h);
+    Ok(page.finish())
+}
+
+/// What the experiment rebuilds, the command, the versions and how the run went.
+fn html_head(h: &mut String, r: &LabResults) {
+    let _ = write!(
+        h,
+        "<p><b>Rebuilds:</b> {}. {}</p>",
+        escape(&r.figure),
+        escape(&r.about)
+    );
+    let _ = write!(
+        h,
+        "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
+         <b>Run:</b> {} engine, {} s per level, {} repetition(s){}, seed {}{}, wall time {:.0} s{}</p>",
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
+        r.versions.cpus,
+        escape(&r.engine),
+        r.duration_s,
+        r.repetitions,
+        r.headline
+            .as_ref()
+            .map(|h| format!(
+                "; the claims in {} interleaved rounds of {} s",
+                h.rounds, h.duration_s
+            ))
+            .unwrap_or_default(),
+        r.seed,
+        if r.quick { ", --quick" } else { "" },
+        r.wall_s,
+        r.capacity_rps
+            .map(|c| format!(", measured capacity {c:.0} conn/s"))
+            .unwrap_or_default()
+    );
+}
+
+/// Per-class latency at the key level (first repetition).
+fn html_classes(h: &mut String, r: &LabResults, key: f64) {
     // Per-class latency at the key level.
     let classes: std::collections::BTreeSet<&String> = r
         .series
@@ -1322,55 +1353,49 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         }
         h.push_str("</table>");
     }
-    h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
-    h.push_str(&util_svg(r)?);
-    if let Some(svg) = util_timeline_svg(r, key)? {
+}
+
+/// The paper's numbers next to ours: its claims with our intervals, its curves' points, its
+/// reported measures and the differences of set-up.
+fn html_paper(h: &mut String, r: &LabResults, p: &PaperCompare) {
+    let _ = write!(
+        h,
+        "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
+        escape(&p.source)
+    );
+    crate::report::claims::html(h, p, &r.x_label);
+    if !p.rows.is_empty() {
         let _ = write!(
             h,
-            "<h3>Over time at {} {} (first repetition)</h3>",
-            fmt_level(key),
-            escape(&r.x_label)
+            "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
+            escape(if p.x.is_empty() { &r.x_label } else { &p.x })
         );
-        h.push_str(&svg);
-    }
-    crate::report::figures::html(&mut h, r)?;
-    if let Some(p) = &r.paper {
-        let _ = write!(
-            h,
-            "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
-            escape(&p.source)
-        );
-        crate::report::claims::html(&mut h, p, &r.x_label);
-        if !p.rows.is_empty() {
-            let _ = write!(
+        for row in &p.rows {
+            let _ =
+                write!(
                 h,
-                "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
-                escape(if p.x.is_empty() { &r.x_label } else { &p.x })
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                escape(&row.series),
+                fmt_level(row.level),
+                row.paper,
+                row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
+                row.ours.map(|o| format!("{:.2}", o / row.paper)).unwrap_or_default()
             );
-            for row in &p.rows {
-                let _ = write!(
-                    h,
-                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
-                    escape(&row.series),
-                    fmt_level(row.level),
-                    row.paper,
-                    row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
-                    row.ours.map(|o| format!("{:.2}", o / row.paper)).unwrap_or_default()
-                );
-            }
-            h.push_str("</table>");
         }
-        html_measures(&mut h, p, &r.x_label);
-        if !p.notes.is_empty() {
-            h.push_str("<p><b>Differences of set-up:</b></p><ul>");
-            for n in &p.notes {
-                let _ = write!(h, "<li>{}</li>", escape(n));
-            }
-            h.push_str("</ul>");
-        }
+        h.push_str("</table>");
     }
-    h.push_str(&crate::report::sclient::html(r));
-    h.push_str(&crate::run::secure::html(r));
+    html_measures(h, p, &r.x_label);
+    if !p.notes.is_empty() {
+        h.push_str("<p><b>Differences of set-up:</b></p><ul>");
+        for n in &p.notes {
+            let _ = write!(h, "<li>{}</li>", escape(n));
+        }
+        h.push_str("</ul>");
+    }
+}
+
+/// Every window: its figures, the CPU used and where the switch placed the requests.
+fn html_runs(h: &mut String, r: &LabResults) {
     h.push_str(
         "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\
@@ -1413,7 +1438,4 @@ fn html(r: &LabResults) -> Result<String, LabError> {
          CPU time of the process over the window (from /proc), in % of one core. Raw data: results.json.</small></p>\
 ",
     );
-    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
-    page.push(&h);
-    Ok(page.finish())
 }

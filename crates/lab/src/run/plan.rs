@@ -244,68 +244,7 @@ impl Plan {
             None => duration,
         };
         let warmup = pick(&exp.load.warmup, &exp.quick.warmup, "warmup")?;
-        let base_count = o.nodes.unwrap_or(exp.nodes.count);
-        let specs = |count: usize, speeds: &[f64], cores: u32| -> Vec<NodeSpec> {
-            (0..count)
-                .map(|i| NodeSpec {
-                    name: format!("node{}", i + 1),
-                    speed: speeds[i % speeds.len()],
-                    cores,
-                    partition: exp.nodes.partition.then(|| format!("{i}/{count}")),
-                })
-                .collect()
-        };
-        let mut variants: Vec<Option<&crate::model::experiment::Variant>> =
-            exp.variants.iter().map(Some).collect();
-        if o.quick {
-            if let Some(names) = &exp.quick.variants {
-                variants.retain(|v| v.is_some_and(|v| names.contains(&v.name)));
-            }
-        }
-        if variants.is_empty() {
-            variants.push(None);
-        }
-        let mut series = Vec::new();
-        for v in &variants {
-            for row in &rows {
-                let p = &row.label;
-                let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
-                let speeds = v
-                    .and_then(|v| v.speeds.clone())
-                    .unwrap_or_else(|| exp.nodes.speeds.clone());
-                let label = match v {
-                    Some(v) => format!("{p} · {}", v.name),
-                    None => p.clone(),
-                };
-                let cores = v.and_then(|v| v.cores).unwrap_or(exp.nodes.cores);
-                let nodes = match v.and_then(|v| v.alone) {
-                    // Node K of the cluster by itself: its own name and speed, partition off.
-                    Some(k) => vec![NodeSpec {
-                        name: format!("node{k}"),
-                        speed: exp.nodes.speeds[(k - 1) % exp.nodes.speeds.len()],
-                        cores,
-                        partition: None,
-                    }],
-                    None => specs(count, &speeds, cores),
-                };
-                series.push(SeriesPlan {
-                    label,
-                    policy: p.clone(),
-                    row: row.clone(),
-                    variant: v.map(|v| v.name.clone()),
-                    nodes,
-                    switch_threads: v
-                        .and_then(|v| v.switch_threads)
-                        .unwrap_or(exp.switch.threads),
-                    tree: v
-                        .and_then(|v| v.tree.clone())
-                        .unwrap_or_else(|| exp.nodes.tree.clone()),
-                    dynamic: v
-                        .and_then(|v| v.dynamic.clone())
-                        .unwrap_or_else(|| exp.workload.dynamic.clone()),
-                });
-            }
-        }
+        let series = series_plans(exp, o, &rows);
         let mut shaped = exp.clone();
         if let (true, Some(period), Some(burst)) = (
             o.quick,
@@ -398,6 +337,74 @@ impl Plan {
     }
 }
 
+/// The series of an experiment: every policy row in every variant (the variants `--quick`
+/// keeps), each with its nodes, tree, dynamic requests and switch threads.
+fn series_plans(exp: &Experiment, o: &Options, rows: &[PolicyRow]) -> Vec<SeriesPlan> {
+    let base_count = o.nodes.unwrap_or(exp.nodes.count);
+    let specs = |count: usize, speeds: &[f64], cores: u32| -> Vec<NodeSpec> {
+        (0..count)
+            .map(|i| NodeSpec {
+                name: format!("node{}", i + 1),
+                speed: speeds[i % speeds.len()],
+                cores,
+                partition: exp.nodes.partition.then(|| format!("{i}/{count}")),
+            })
+            .collect()
+    };
+    let mut variants: Vec<Option<&crate::model::experiment::Variant>> =
+        exp.variants.iter().map(Some).collect();
+    if o.quick {
+        if let Some(names) = &exp.quick.variants {
+            variants.retain(|v| v.is_some_and(|v| names.contains(&v.name)));
+        }
+    }
+    if variants.is_empty() {
+        variants.push(None);
+    }
+    let mut series = Vec::new();
+    for v in &variants {
+        for row in rows {
+            let p = &row.label;
+            let count = v.and_then(|v| v.nodes).unwrap_or(base_count);
+            let speeds = v
+                .and_then(|v| v.speeds.clone())
+                .unwrap_or_else(|| exp.nodes.speeds.clone());
+            let label = match v {
+                Some(v) => format!("{p} · {}", v.name),
+                None => p.clone(),
+            };
+            let cores = v.and_then(|v| v.cores).unwrap_or(exp.nodes.cores);
+            let nodes = match v.and_then(|v| v.alone) {
+                // Node K of the cluster by itself: its own name and speed, partition off.
+                Some(k) => vec![NodeSpec {
+                    name: format!("node{k}"),
+                    speed: exp.nodes.speeds[(k - 1) % exp.nodes.speeds.len()],
+                    cores,
+                    partition: None,
+                }],
+                None => specs(count, &speeds, cores),
+            };
+            series.push(SeriesPlan {
+                label,
+                policy: p.clone(),
+                row: row.clone(),
+                variant: v.map(|v| v.name.clone()),
+                nodes,
+                switch_threads: v
+                    .and_then(|v| v.switch_threads)
+                    .unwrap_or(exp.switch.threads),
+                tree: v
+                    .and_then(|v| v.tree.clone())
+                    .unwrap_or_else(|| exp.nodes.tree.clone()),
+                dynamic: v
+                    .and_then(|v| v.dynamic.clone())
+                    .unwrap_or_else(|| exp.workload.dynamic.clone()),
+            });
+        }
+    }
+    series
+}
+
 /// The seed of repetition `rep`'s windows (and of round `rep`'s): its request stream, and the
 /// switch policy's own stream when the policy draws random numbers. The simulator's replay of
 /// a level (`--engine both`) takes the same.
@@ -476,11 +483,18 @@ mod tests {
         let h = plan.headline.clone().unwrap();
         let label = |i: usize| plan.series[i].label.as_str();
         let at = |k: usize| -> Vec<&str> { h.levels[k].1.iter().map(|&i| label(i)).collect() };
-        assert_eq!((h.levels[0].0, at(0)), (10.0, vec!["cap", "random", "round-robin"]));
+        assert_eq!(
+            (h.levels[0].0, at(0)),
+            (10.0, vec!["cap", "random", "round-robin"])
+        );
         assert_eq!((h.levels[1].0, at(1)), (24.0, vec!["cap", "random"]));
         assert_eq!(h.members().len(), 3);
         let cap = plan.series.iter().position(|s| s.policy == "cap").unwrap();
-        let rr = plan.series.iter().position(|s| s.policy == "round-robin").unwrap();
+        let rr = plan
+            .series
+            .iter()
+            .position(|s| s.policy == "round-robin")
+            .unwrap();
         assert_eq!(plan.curve_levels(cap), [2.0, 4.0, 8.0, 16.0]);
         assert_eq!(plan.curve_levels(rr), [2.0, 4.0, 8.0, 16.0, 24.0]);
         let others = plan.series.len() - 3;
@@ -494,7 +508,10 @@ mod tests {
         let quick = Plan::new(&exp, &opts(true, None)).unwrap();
         let qh = quick.headline.unwrap();
         assert_eq!(Some(qh.rounds), exp.quick.headline_rounds);
-        assert_eq!(qh.levels.iter().map(|l| l.0).collect::<Vec<_>>(), [10.0, 20.0]);
+        assert_eq!(
+            qh.levels.iter().map(|l| l.0).collect::<Vec<_>>(),
+            [10.0, 20.0]
+        );
         // A policy left out leaves its claims out; none left, no rounds.
         let two = Plan::new(&exp, &opts(false, Some("cap,round-robin"))).unwrap();
         let th = two.headline.unwrap();
@@ -515,10 +532,12 @@ mod tests {
         let one = text.replacen("rounds = ", "rounds = 1 #", 1);
         let e = Experiment::parse(&one, "x.toml").unwrap_err().to_string();
         assert!(e.contains("at least 2"), "{e}");
-        let start = text.find("[[paper.claim]]").unwrap();
-        let end = text.find("# Fig. 6").unwrap();
+        let start = text.find("\n[[paper.claim]]").unwrap();
+        let end = text.find("\n# Fig. 6").unwrap();
         let no_claims = format!("{}{}", &text[..start], &text[end..]);
-        let e = Experiment::parse(&no_claims, "x.toml").unwrap_err().to_string();
+        let e = Experiment::parse(&no_claims, "x.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[[paper.claim]]"), "{e}");
     }
 }

@@ -62,7 +62,10 @@ async fn start_clusters(
     let mut clusters = Vec::new();
     for i in h.members() {
         let s = &plan.series[i];
-        let dir = ctx.o.work_dir.join(format!("headline-{}", file_name(&s.label)));
+        let dir = ctx
+            .o
+            .work_dir
+            .join(format!("headline-{}", file_name(&s.label)));
         let c = start_cluster(plan, s, ctx.o, &dir, seed).await?;
         ctx.probe_path(s, &c).await?;
         let first = h

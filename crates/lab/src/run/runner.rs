@@ -86,11 +86,7 @@ async fn calibrate(ctx: &Ctx<'_>) -> Result<f64, LabError> {
 
 /// Series `i` at its levels outside the headline's rounds: per repetition a fresh cluster, a
 /// warm-up, one window per level.
-async fn curve(
-    ctx: &mut Ctx<'_>,
-    i: usize,
-    s: &SeriesPlan,
-) -> Result<Vec<RunRecord>, LabError> {
+async fn curve(ctx: &mut Ctx<'_>, i: usize, s: &SeriesPlan) -> Result<Vec<RunRecord>, LabError> {
     let plan = ctx.plan;
     let levels = plan.curve_levels(i);
     let mut runs = Vec::new();
@@ -197,9 +193,9 @@ fn run_warnings(series: &[SeriesResult], x_label: &str) -> Vec<String> {
         .iter()
         .flat_map(|s| {
             s.runs.iter().flat_map(move |r| {
-                r.warnings.iter().map(move |w| {
-                    format!("{} at {} {x_label}: {w}", s.label, fmt_level(r.level))
-                })
+                r.warnings
+                    .iter()
+                    .map(move |w| format!("{} at {} {x_label}: {w}", s.label, fmt_level(r.level)))
             })
         })
         .collect()

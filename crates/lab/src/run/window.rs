@@ -72,8 +72,7 @@ impl Ctx<'_> {
             return Ok(());
         }
         let value = level_value(self.plan, level, self.capacity);
-        let (cfg, secure) =
-            load_configs(self.plan, s, c, value, self.plan.warmup, seed ^ 0x5eed)?;
+        let (cfg, secure) = load_configs(self.plan, s, c, value, self.plan.warmup, seed ^ 0x5eed)?;
         run_load(cfg, secure.map(|(c, _)| c), None).await?;
         Ok(())
     }
@@ -479,8 +478,7 @@ async fn measure(
     observer: Option<Observer>,
 ) -> Result<RunRecord, LabError> {
     let exp = &plan.exp;
-    let (level, rep) = (w.level, w.rep);
-    let value = level_value(plan, level, capacity);
+    let value = level_value(plan, w.level, capacity);
     let (cfg, secure_cfg) = load_configs(plan, s, c, value, w.duration, w.seed)?;
     let secure_level = secure_cfg.as_ref().map(|(_, l)| *l);
     let before = snapshot(c).await?;
@@ -496,18 +494,7 @@ async fn measure(
         sample_period(exp),
         samples.clone(),
     ));
-    let progress: Option<capstan_bench::ProgressFn> = observer.map(|f| {
-        let cb: capstan_bench::ProgressFn = Arc::new(move |p: &capstan_bench::Progress| {
-            f(Event::Live {
-                completed: p.completed,
-                rps: p.rps,
-                elapsed_s: p.elapsed_s,
-                duration_s: p.duration_s,
-            })
-        });
-        cb
-    });
-    let result = run_load(cfg, secure_cfg.map(|(c, _)| c), progress).await;
+    let result = run_load(cfg, secure_cfg.map(|(c, _)| c), progress_fn(observer)).await;
     sampler.abort();
     let timeline = samples.lock().map(|v| v.clone()).unwrap_or_default();
     let (r, secure_run) = result?;
@@ -529,6 +516,60 @@ async fn measure(
         generator_thread_max_pct: r.generator.cpu_percent_max,
         nodes_pct: pct(before.nodes_cpu, after.nodes_cpu),
     };
+    let nodes = node_records(c, &before, &after);
+    let util_min = nodes.iter().map(|n| n.util).fold(f64::INFINITY, f64::min);
+    let util_max = nodes.iter().map(|n| n.util).fold(0.0, f64::max);
+    Ok(RunRecord {
+        level: w.level,
+        repetition: w.rep,
+        round: None,
+        offered_rps: match exp.load.engine {
+            EngineKind::Closed => 0.0,
+            // D/T, which the whole number of sockets D makes differ a little from the level.
+            EngineKind::Sclient => round(r.offered_rps, 2),
+            _ => round(value, 2),
+        },
+        duration_s: r.duration_s,
+        completed: r.completed,
+        throughput_rps: r.completed_rps,
+        errors: r.errors_total,
+        errors_by_kind: r.errors.clone(),
+        status: r.status.clone(),
+        dropped: r.dropped,
+        connect_attempts: r.connect_attempts,
+        connect_timeouts: r.connect_timeouts,
+        unfinished: r.unfinished,
+        latency_ms: r.latency_ms.corrected.clone(),
+        per_class: per_class(&r),
+        cdf: cdf(&r),
+        nodes,
+        util_min: if util_min.is_finite() { util_min } else { 0.0 },
+        util_max,
+        timeline,
+        warnings: window_warnings(exp, &r, &cpu),
+        cpu,
+        secure,
+    })
+}
+
+/// The observer's live progress during a window.
+fn progress_fn(observer: Option<Observer>) -> Option<capstan_bench::ProgressFn> {
+    observer.map(|f| {
+        let cb: capstan_bench::ProgressFn = Arc::new(move |p: &capstan_bench::Progress| {
+            f(Event::Live {
+                completed: p.completed,
+                rps: p.rps,
+                elapsed_s: p.elapsed_s,
+                duration_s: p.duration_s,
+            })
+        });
+        cb
+    })
+}
+
+/// Each node over the window: what it served and was busy (its own load report), and what the
+/// switch placed on it and gathered from it (the switch's `/status`).
+fn node_records(c: &Cluster, before: &Snapshot, after: &Snapshot) -> Vec<NodeRecord> {
     let mut nodes = Vec::new();
     for (i, (spec, _, _)) in c.nodes.iter().enumerate() {
         let (a, b) = (&before.loads[i].since_start, &after.loads[i].since_start);
@@ -573,8 +614,12 @@ async fn measure(
             util: cu.max(du).max(nu),
         });
     }
-    let util_min = nodes.iter().map(|n| n.util).fold(f64::INFINITY, f64::min);
-    let util_max = nodes.iter().map(|n| n.util).fold(0.0, f64::max);
+    nodes
+}
+
+/// What may make a window measure the lab rather than the cluster: the switch or the load
+/// generator near a core, the generator's own warnings, open-loop load not delivered.
+fn window_warnings(exp: &Experiment, r: &capstan_bench::RunResult, cpu: &CpuRecord) -> Vec<String> {
     let mut warnings = Vec::new();
     if cpu.switch_pct > 80.0 {
         warnings.push(format!(
@@ -604,7 +649,12 @@ async fn measure(
             r.offered, r.started, r.dropped
         ));
     }
-    let cdf = match capstan_bench::result::decode_hist(&r.histograms.corrected) {
+    warnings
+}
+
+/// The response-time distribution of a window: (ms, fraction) at every percent and at 99.9 %.
+fn cdf(r: &capstan_bench::RunResult) -> Vec<[f64; 2]> {
+    match capstan_bench::result::decode_hist(&r.histograms.corrected) {
         Ok(h) if !h.is_empty() => {
             let mut v: Vec<[f64; 2]> = (0..=100)
                 .map(|i| {
@@ -617,38 +667,7 @@ async fn measure(
             v
         }
         _ => Vec::new(),
-    };
-    Ok(RunRecord {
-        level,
-        repetition: rep,
-        round: None,
-        offered_rps: match exp.load.engine {
-            EngineKind::Closed => 0.0,
-            // D/T, which the whole number of sockets D makes differ a little from the level.
-            EngineKind::Sclient => round(r.offered_rps, 2),
-            _ => round(value, 2),
-        },
-        duration_s: r.duration_s,
-        completed: r.completed,
-        throughput_rps: r.completed_rps,
-        errors: r.errors_total,
-        errors_by_kind: r.errors.clone(),
-        status: r.status.clone(),
-        dropped: r.dropped,
-        connect_attempts: r.connect_attempts,
-        connect_timeouts: r.connect_timeouts,
-        unfinished: r.unfinished,
-        latency_ms: r.latency_ms.corrected.clone(),
-        per_class: per_class(&r),
-        cdf,
-        nodes,
-        util_min: if util_min.is_finite() { util_min } else { 0.0 },
-        util_max,
-        timeline,
-        cpu,
-        warnings,
-        secure,
-    })
+    }
 }
 
 /// Latency per request class, and for session workloads per page too (a page is its HTML
@@ -705,7 +724,11 @@ mod tests {
             let a = seeded(p, 1).unwrap_or_else(|| panic!("{p}"));
             assert!(a >= 0);
             assert_eq!(seeded(p, 1), Some(a), "{p}: the same seed, the same stream");
-            assert_ne!(seeded(p, 1 + 7919), Some(a), "{p}: another repetition, another stream");
+            assert_ne!(
+                seeded(p, 1 + 7919),
+                Some(a),
+                "{p}: another repetition, another stream"
+            );
         }
         assert_eq!(seeded("random:seed=42", 1), Some(42));
         assert_eq!(seeded("cap", 1), None);

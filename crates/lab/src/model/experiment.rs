@@ -675,6 +675,16 @@ impl Experiment {
         if !(self.load.think_ms >= 0.0 && self.load.think_ms.is_finite()) {
             return Err("load.think_ms must be ≥ 0".into());
         }
+        self.check_workload()?;
+        self.check_variants()?;
+        self.check_headline()
+    }
+}
+
+impl Experiment {
+    /// The workload against the load engine: sessions with sessions, a URL for `url`, the
+    /// secure class's share and engines.
+    fn check_workload(&self) -> Result<(), String> {
         match (self.workload.kind, self.load.engine) {
             (WorkloadKind::Sessions, EngineKind::Sessions) => {}
             (WorkloadKind::Sessions, _) | (_, EngineKind::Sessions) => {
@@ -713,6 +723,12 @@ impl Experiment {
                 return Err("workload.secure works with load.engine = \"closed\", \"open\" or \"sessions\", without relative_to_capacity".into());
             }
         }
+        Ok(())
+    }
+
+    /// Every workload entry's path, and the variants: names unique, speeds, node counts,
+    /// trees, machine shape, and the variants `--quick` names.
+    fn check_variants(&self) -> Result<(), String> {
         for e in self.workload.dynamic.iter().chain(
             self.variants
                 .iter()
@@ -749,11 +765,9 @@ impl Experiment {
                 }
             }
         }
-        self.check_headline()
+        Ok(())
     }
-}
 
-impl Experiment {
     /// `[load.headline]` and its `--quick` settings: at least two rounds (one has no interval),
     /// positive windows, and claims to measure.
     fn check_headline(&self) -> Result<(), String> {

@@ -1184,24 +1184,28 @@ fn worlds_svg(r: &LabResults, sim: &SimWorld) -> Result<String, LabError> {
     chart.svg().map_err(LabError::Report)
 }
 
+/// The level the report's per-level views use: the findings' rule (the claims' level, else 10
+/// clients, else the middle level) from the results alone.
+fn report_key_level(r: &LabResults) -> f64 {
+    // Same rule as the findings, without the experiment file at hand: 10 clients, else middle.
+    let w = r
+        .paper
+        .as_ref()
+        .and_then(|p| p.claims.iter().find_map(|c| c.ours_level))
+        .or_else(|| (r.x_label == "clients").then_some(10.0));
+    match w {
+        Some(w) => *r
+            .levels
+            .iter()
+            .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
+            .unwrap_or(&w),
+        None => r.levels[r.levels.len() / 2],
+    }
+}
+
 fn html(r: &LabResults) -> Result<String, LabError> {
     let mut h = String::new();
-    let key = {
-        // Same rule as the findings, without the experiment file at hand: 10 clients, else middle.
-        let w = r
-            .paper
-            .as_ref()
-            .and_then(|p| p.claims.iter().find_map(|c| c.ours_level))
-            .or_else(|| (r.x_label == "clients").then_some(10.0));
-        match w {
-            Some(w) => *r
-                .levels
-                .iter()
-                .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
-                .unwrap_or(&w),
-            None => r.levels[r.levels.len() / 2],
-        }
-    };
+    let key = report_key_level(r);
     html_head(&mut h, r);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {

@@ -68,7 +68,8 @@ async fn calibrate(ctx: &Ctx<'_>) -> Result<f64, LabError> {
         EngineKind::Closed,
         exp.load.calibrate_clients as f64,
         plan.duration,
-        0,
+        // Its own request stream, from the run's seed as every other.
+        plan.seed ^ 0xca1_1b4a7e,
     )?;
     let r = capstan_bench::run(cfg, None)
         .await

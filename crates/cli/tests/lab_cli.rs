@@ -250,18 +250,27 @@ fn check_claims(r: &Value, html: &str) {
             }
         }
     }
+    // Each claim's finding gives the interval and says the verdict in words.
     let findings: Vec<&str> = r["findings"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|f| f.as_str())
-        .filter(|f| f.starts_with("Paper: CAP"))
         .collect();
-    assert_eq!(findings.len(), 3, "{findings:?}");
-    assert!(
-        findings.iter().all(|f| f.contains("95 % interval")),
-        "{findings:?}"
-    );
+    for c in claims {
+        let start = format!("Paper: {}", c["text"].as_str().unwrap());
+        let f = findings
+            .iter()
+            .find(|f| f.starts_with(&start))
+            .unwrap_or_else(|| panic!("no finding for {start}: {findings:?}"));
+        let words = match c["verdict"].as_str().unwrap() {
+            "agrees" => "— agrees",
+            "lower" => "— lower than the paper",
+            "higher" => "— higher than the paper",
+            _ => "— disagrees",
+        };
+        assert!(f.contains("95 % interval") && f.contains(words), "{f}");
+    }
     assert!(html.contains("95 % interval") && html.contains("interleaved rounds"));
 }
 

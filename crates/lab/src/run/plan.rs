@@ -253,15 +253,23 @@ impl Plan {
         ) {
             burst.period_s = period;
         }
-        let headline = exp.load.headline.as_ref().and_then(|h| {
-            let rounds = exp
-                .quick
-                .headline_rounds
-                .filter(|_| o.quick)
-                .unwrap_or(h.rounds);
-            let claims = exp.paper.as_ref().map_or(&[][..], |p| &p.claims[..]);
-            HeadlinePlan::new(claims, &series, &levels, rounds, headline_duration)
-        });
+        // Beside the simulator (`--engine both`) every level runs as one pass on one cluster,
+        // which the simulator replays window by window: no rounds there.
+        let live_only = o.worlds == Worlds::Live;
+        let headline = exp
+            .load
+            .headline
+            .as_ref()
+            .filter(|_| live_only)
+            .and_then(|h| {
+                let rounds = exp
+                    .quick
+                    .headline_rounds
+                    .filter(|_| o.quick)
+                    .unwrap_or(h.rounds);
+                let claims = exp.paper.as_ref().map_or(&[][..], |p| &p.claims[..]);
+                HeadlinePlan::new(claims, &series, &levels, rounds, headline_duration)
+            });
         Ok(Plan {
             exp: shaped,
             quick: o.quick,
@@ -517,6 +525,11 @@ mod tests {
         let th = two.headline.unwrap();
         assert_eq!(th.levels.len(), 1);
         assert_eq!(th.levels[0].1.len(), 2);
+        let both = Options {
+            worlds: Worlds::Both,
+            ..opts(true, None)
+        };
+        assert!(Plan::new(&exp, &both).unwrap().headline.is_none());
         let alone = Plan::new(&exp, &opts(false, Some("cap"))).unwrap();
         assert!(alone.headline.is_none());
         assert_eq!(alone.curve_levels(0).len(), alone.levels.len());

@@ -1401,7 +1401,7 @@ fn html_paper(h: &mut String, r: &LabResults, p: &PaperCompare) {
 /// Every window: its figures, the CPU used and where the switch placed the requests.
 fn html_runs(h: &mut String, r: &LabResults) {
     h.push_str(
-        "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
+        "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep / round</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\
          <th>switch CPU %</th><th>generator CPU %</th><th>nodes CPU %</th><th class=\"l\">placed per node</th></tr>",
     );
@@ -1418,7 +1418,10 @@ fn html_runs(h: &mut String, r: &LabResults) {
                  <td>{:.0}–{:.0}</td><td{}>{:.0}</td><td{}>{:.0}</td><td>{:.0}</td><td class=\"l\"><small>{}</small></td></tr>",
                 escape(&s.label),
                 fmt_level(q.level),
-                q.repetition + 1,
+                match q.round {
+                    Some(n) => format!("round {}", n + 1),
+                    None => (q.repetition + 1).to_string(),
+                },
                 q.throughput_rps,
                 q.completed,
                 q.errors,

@@ -623,15 +623,7 @@ impl Experiment {
         if let Some(l) = &self.quick.levels {
             check_levels(l)?;
         }
-        if parse_duration("load.duration", &self.load.duration)
-            .map_err(|e| e.to_string())?
-            .is_zero()
-        {
-            return Err("load.duration must be positive".into());
-        }
-        parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
-        parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
-        parse_duration("load.drain", &self.load.drain).map_err(|e| e.to_string())?;
+        self.check_durations()?;
         if let Some(b) = &self.load.burst {
             if self.load.engine != EngineKind::Open {
                 return Err("load.burst needs load.engine = \"open\"".into());
@@ -655,14 +647,6 @@ impl Experiment {
                 c.validate()?;
             }
         }
-        for (what, d) in [
-            ("quick.duration", &self.quick.duration),
-            ("quick.warmup", &self.quick.warmup),
-        ] {
-            if let Some(d) = d {
-                parse_duration(what, d).map_err(|e| e.to_string())?;
-            }
-        }
         if self.load.repetitions == 0
             || self.load.generator_threads == 0
             || self.quick.repetitions == Some(0)
@@ -682,6 +666,28 @@ impl Experiment {
 }
 
 impl Experiment {
+    /// Every duration parses; the window is positive.
+    fn check_durations(&self) -> Result<(), String> {
+        if parse_duration("load.duration", &self.load.duration)
+            .map_err(|e| e.to_string())?
+            .is_zero()
+        {
+            return Err("load.duration must be positive".into());
+        }
+        parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
+        parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
+        parse_duration("load.drain", &self.load.drain).map_err(|e| e.to_string())?;
+        for (what, d) in [
+            ("quick.duration", &self.quick.duration),
+            ("quick.warmup", &self.quick.warmup),
+        ] {
+            if let Some(d) = d {
+                parse_duration(what, d).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
     /// The workload against the load engine: sessions with sessions, a URL for `url`, the
     /// secure class's share and engines.
     fn check_workload(&self) -> Result<(), String> {

@@ -120,6 +120,37 @@ pub struct HeadlinePlan {
 }
 
 impl HeadlinePlan {
+    /// The experiment's `[load.headline]` for this run: `--quick`'s rounds and window, and the
+    /// claims' contenders among `series`. None beside the simulator: `--engine both` runs every
+    /// level as one pass on one cluster, which the simulator replays window by window.
+    fn of(
+        exp: &Experiment,
+        o: &Options,
+        series: &[SeriesPlan],
+        levels: &[f64],
+    ) -> Result<Option<HeadlinePlan>, LabError> {
+        let Some(h) = exp
+            .load
+            .headline
+            .as_ref()
+            .filter(|_| o.worlds == Worlds::Live)
+        else {
+            return Ok(None);
+        };
+        let full = h.duration.as_deref().unwrap_or(&exp.load.duration);
+        let window = match (o.quick, &exp.quick.headline_duration) {
+            (true, Some(q)) => q.as_str(),
+            _ => full,
+        };
+        let duration = parse_duration("headline duration", window)?;
+        let rounds = match (o.quick, exp.quick.headline_rounds) {
+            (true, Some(r)) => r,
+            _ => h.rounds,
+        };
+        let claims = exp.paper.as_ref().map_or(&[][..], |p| &p.claims[..]);
+        Ok(Self::new(claims, series, levels, rounds, duration))
+    }
+
     /// The claims' contenders at their levels. A claim whose policy or rival is not among the
     /// series (left out with `--policies`) is left out; `None` when no claim is left, or when
     /// `rounds` is below 2.
@@ -235,14 +266,6 @@ impl Plan {
             parse_duration(what, s)
         };
         let duration = pick(&exp.load.duration, &exp.quick.duration, "duration")?;
-        let headline_duration = match &exp.load.headline {
-            Some(h) => pick(
-                h.duration.as_deref().unwrap_or(&exp.load.duration),
-                &exp.quick.headline_duration,
-                "headline duration",
-            )?,
-            None => duration,
-        };
         let warmup = pick(&exp.load.warmup, &exp.quick.warmup, "warmup")?;
         let series = series_plans(exp, o, &rows);
         let mut shaped = exp.clone();
@@ -253,23 +276,7 @@ impl Plan {
         ) {
             burst.period_s = period;
         }
-        // Beside the simulator (`--engine both`) every level runs as one pass on one cluster,
-        // which the simulator replays window by window: no rounds there.
-        let live_only = o.worlds == Worlds::Live;
-        let headline = exp
-            .load
-            .headline
-            .as_ref()
-            .filter(|_| live_only)
-            .and_then(|h| {
-                let rounds = exp
-                    .quick
-                    .headline_rounds
-                    .filter(|_| o.quick)
-                    .unwrap_or(h.rounds);
-                let claims = exp.paper.as_ref().map_or(&[][..], |p| &p.claims[..]);
-                HeadlinePlan::new(claims, &series, &levels, rounds, headline_duration)
-            });
+        let headline = HeadlinePlan::of(exp, o, &series, &levels)?;
         Ok(Plan {
             exp: shaped,
             quick: o.quick,

@@ -9,7 +9,7 @@ use capstan_lab::{Event, Experiment, Options, Plan};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 const LAB_EXAMPLES: &str = "Examples:
-  capstan lab                                  # the default experiment (mix-6040), < 3 minutes
+  capstan lab                                  # the default experiment (mix-6040), < 6 minutes
   capstan lab --list                           # the built-in experiments and the figures they rebuild
   capstan lab switch-capacity --quick          # any built-in, short form (< 2 minutes)
   capstan lab mix-8020 --policies cap,random,lard --repetitions 3 --out report-8020
@@ -136,7 +136,8 @@ pub struct LabArgs {
     #[arg(long, value_name = "N")]
     nodes: Option<usize>,
 
-    /// Repetitions of every run, for error bars.
+    /// Repetitions of every run, for error bars (an experiment's [load.headline] measures its
+    /// paper claims in interleaved rounds of its own instead).
     #[arg(long, value_name = "N")]
     repetitions: Option<usize>,
 

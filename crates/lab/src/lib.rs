@@ -1,6 +1,8 @@
 //! `capstan lab`: one command starts emulated back-end nodes and the web switch as child
 //! processes, drives them with the load generator (in-process) once per dispatching policy and
-//! load level, and writes a report (`index.html` with inline SVG plots, `results.json`).
+//! load level — and the paper's claims (`[load.headline]`) in interleaved rounds, so that each
+//! comes with a 95 % interval — and writes a report (`index.html` with inline SVG plots,
+//! `results.json`).
 //!
 //! Cache experiments (`cache-mixed-inc`, `cache-best-effort`) run Web Polygraph workloads
 //! against Capstan's cache, Varnish and Traffic Server instead ([`run_cache`]); WAN experiments

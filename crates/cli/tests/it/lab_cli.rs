@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::support::lab_run;
-use lab_run::{capstan, check_consistent, run_lab, temp_dir};
+use lab_run::{capstan, check_consistent, headline_rounds, run_lab, temp_dir};
 
 const BUILTINS: [&str; 17] = [
     "switch-capacity",
@@ -149,9 +149,7 @@ fn mix_6040_quick() {
         "{placed}"
     );
     assert!(run["util_max"].as_f64().unwrap() > 0.05);
-    let claims = r["paper"]["claims"].as_array().unwrap();
-    assert_eq!(claims.len(), 3);
-    assert!(claims[0]["ours_percent"].is_number());
+    check_claims(&r, &html);
     assert!(html.contains("Response time at 10 clients"));
     // The nodes' utilisation over time, from the timeline each run recorded.
     assert!(!run["timeline"].as_array().unwrap().is_empty());
@@ -177,6 +175,102 @@ fn mix_6040_quick() {
     assert!((vs[0]["paper_cpu"]["mean"].as_f64().unwrap() - 0.6581).abs() < 1e-3);
     assert!(vs[0]["ours_disk_nodes"]["mean"].as_f64().unwrap() <= 1.0);
     assert!(html.contains("CPU and disk per node (Jones thesis Fig. 6)"));
+}
+
+/// The headline of mix-6040 (its `[load.headline]`): the three claims measured in interleaved
+/// rounds, each with a 95 % interval around ours in results.json, and a verdict that follows
+/// from the interval alone: "agrees" exactly when the paper's value is inside it.
+fn check_claims(r: &Value, html: &str) {
+    let rounds = r["headline"]["rounds"].as_u64().unwrap() as usize;
+    assert!(rounds >= 2, "{}", r["headline"]);
+    let levels: Vec<f64> = r["headline"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["level"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        levels,
+        [10.0, 20.0],
+        "the claims' levels (24 → 20 in --quick)"
+    );
+    let claims = r["paper"]["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 3);
+    for c in claims {
+        let f = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("{k}: {c}"));
+        let (paper, ours, lo, hi) = (
+            f("paper_percent"),
+            f("ours_percent"),
+            f("ours_ci95_low_percent"),
+            f("ours_ci95_high_percent"),
+        );
+        assert!(lo <= ours && ours <= hi, "{c}");
+        assert_eq!(c["pairing"], "rounds", "{c}");
+        let pairs = c["ours_pair_percents"].as_array().unwrap();
+        assert_eq!(pairs.len(), rounds, "{c}");
+        let expected = if lo <= paper && paper <= hi {
+            "agrees"
+        } else if (paper > 0.0 && hi < 0.0) || (paper < 0.0 && lo > 0.0) {
+            "disagrees"
+        } else if paper > hi {
+            "lower"
+        } else {
+            "higher"
+        };
+        assert_eq!(c["verdict"], expected, "{c}");
+        // The round's windows of both policies are in the series, marked with their round.
+        let level = f("ours_level");
+        assert!(levels.contains(&level), "{c}");
+    }
+    // CAP, RR and RAND in every round at 10 clients; CAP and RAND at 20; the rest once.
+    for s in r["series"].as_array().unwrap() {
+        let label = s["label"].as_str().unwrap();
+        for p in s["points"].as_array().unwrap() {
+            let level = p["level"].as_f64().unwrap();
+            let n = p["runs"].as_u64().unwrap() as usize;
+            let in_rounds = (level == 10.0 || label != "round-robin") && levels.contains(&level);
+            assert_eq!(
+                headline_rounds(r, label, level).is_some(),
+                in_rounds,
+                "{label}"
+            );
+            if in_rounds {
+                assert_eq!(n, rounds, "{}", s["label"]);
+                assert!(p["throughput_ci95"].as_f64().unwrap() >= 0.0);
+                let marked = s["runs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|q| q["level"].as_f64() == Some(level))
+                    .all(|q| q["round"].is_u64());
+                assert!(marked, "{}", s["label"]);
+            } else {
+                assert_eq!(n, 1, "{}", s["label"]);
+            }
+        }
+    }
+    // Each claim's finding gives the interval and says the verdict in words.
+    let findings: Vec<&str> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    for c in claims {
+        let start = format!("Paper: {}", c["text"].as_str().unwrap());
+        let f = findings
+            .iter()
+            .find(|f| f.starts_with(&start))
+            .unwrap_or_else(|| panic!("no finding for {start}: {findings:?}"));
+        let words = match c["verdict"].as_str().unwrap() {
+            "agrees" => "— agrees",
+            "lower" => "— lower than the paper",
+            "higher" => "— higher than the paper",
+            _ => "— disagrees",
+        };
+        assert!(f.contains("95 % interval") && f.contains(words), "{f}");
+    }
+    assert!(html.contains("95 % interval") && html.contains("interleaved rounds"));
 }
 
 /// A custom experiment file with every override flag.

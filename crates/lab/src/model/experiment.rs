@@ -265,6 +265,23 @@ pub struct Load {
     /// Open loop: on/off bursts (`peak` × the rate for `fraction` of each `period_s`); SWEB's
     /// clients launched each second's requests at once.
     pub burst: Option<capstan_workload::Burst>,
+    /// The paper's claims measured in interleaved rounds, each with a 95 % interval.
+    pub headline: Option<Headline>,
+}
+
+/// `[load.headline]`: the paper's claims (`[[paper.claim]]`) measured in interleaved rounds, so
+/// that each claim's ratio comes with a 95 % interval. At each claim's level, round r runs every
+/// contender of the claims there once, one window each, back to back, on clusters started once
+/// for all rounds (the order rotates by one each round); the other runs of the experiment skip
+/// those (policy, level) pairs. The interval is Student t over the rounds' log ratios
+/// (`capstan_report::PairedRatio`): see docs/lab.md, "How sure is a claim".
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Headline {
+    /// Rounds at every claim level (at least 2: one round has no interval).
+    pub rounds: usize,
+    /// The window of each run of a round (default: `load.duration`).
+    pub duration: Option<String>,
 }
 
 /// What `--quick` changes.
@@ -280,6 +297,10 @@ pub struct Quick {
     /// The period of `load.burst` in the short form (its levels are too short for the full
     /// run's period to show a burst in each).
     pub burst_period_s: Option<f64>,
+    /// `load.headline.rounds` in the short form.
+    pub headline_rounds: Option<usize>,
+    /// `load.headline.duration` in the short form.
+    pub headline_duration: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -602,15 +623,7 @@ impl Experiment {
         if let Some(l) = &self.quick.levels {
             check_levels(l)?;
         }
-        if parse_duration("load.duration", &self.load.duration)
-            .map_err(|e| e.to_string())?
-            .is_zero()
-        {
-            return Err("load.duration must be positive".into());
-        }
-        parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
-        parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
-        parse_duration("load.drain", &self.load.drain).map_err(|e| e.to_string())?;
+        self.check_durations()?;
         if let Some(b) = &self.load.burst {
             if self.load.engine != EngineKind::Open {
                 return Err("load.burst needs load.engine = \"open\"".into());
@@ -634,14 +647,6 @@ impl Experiment {
                 c.validate()?;
             }
         }
-        for (what, d) in [
-            ("quick.duration", &self.quick.duration),
-            ("quick.warmup", &self.quick.warmup),
-        ] {
-            if let Some(d) = d {
-                parse_duration(what, d).map_err(|e| e.to_string())?;
-            }
-        }
         if self.load.repetitions == 0
             || self.load.generator_threads == 0
             || self.quick.repetitions == Some(0)
@@ -654,6 +659,38 @@ impl Experiment {
         if !(self.load.think_ms >= 0.0 && self.load.think_ms.is_finite()) {
             return Err("load.think_ms must be ≥ 0".into());
         }
+        self.check_workload()?;
+        self.check_variants()?;
+        self.check_headline()
+    }
+}
+
+impl Experiment {
+    /// Every duration parses; the window is positive.
+    fn check_durations(&self) -> Result<(), String> {
+        if parse_duration("load.duration", &self.load.duration)
+            .map_err(|e| e.to_string())?
+            .is_zero()
+        {
+            return Err("load.duration must be positive".into());
+        }
+        parse_duration("load.warmup", &self.load.warmup).map_err(|e| e.to_string())?;
+        parse_duration("load.timeout", &self.load.timeout).map_err(|e| e.to_string())?;
+        parse_duration("load.drain", &self.load.drain).map_err(|e| e.to_string())?;
+        for (what, d) in [
+            ("quick.duration", &self.quick.duration),
+            ("quick.warmup", &self.quick.warmup),
+        ] {
+            if let Some(d) = d {
+                parse_duration(what, d).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The workload against the load engine: sessions with sessions, a URL for `url`, the
+    /// secure class's share and engines.
+    fn check_workload(&self) -> Result<(), String> {
         match (self.workload.kind, self.load.engine) {
             (WorkloadKind::Sessions, EngineKind::Sessions) => {}
             (WorkloadKind::Sessions, _) | (_, EngineKind::Sessions) => {
@@ -692,6 +729,12 @@ impl Experiment {
                 return Err("workload.secure works with load.engine = \"closed\", \"open\" or \"sessions\", without relative_to_capacity".into());
             }
         }
+        Ok(())
+    }
+
+    /// Every workload entry's path, and the variants: names unique, speeds, node counts,
+    /// trees, machine shape, and the variants `--quick` names.
+    fn check_variants(&self) -> Result<(), String> {
         for e in self.workload.dynamic.iter().chain(
             self.variants
                 .iter()
@@ -730,9 +773,43 @@ impl Experiment {
         }
         Ok(())
     }
-}
 
-impl Experiment {
+    /// `[load.headline]` and its `--quick` settings: at least two rounds (one has no interval),
+    /// positive windows, and claims to measure.
+    fn check_headline(&self) -> Result<(), String> {
+        let quick = (&self.quick.headline_rounds, &self.quick.headline_duration);
+        let Some(h) = &self.load.headline else {
+            if quick.0.is_some() || quick.1.is_some() {
+                return Err(
+                    "quick.headline_rounds and quick.headline_duration need [load.headline]".into(),
+                );
+            }
+            return Ok(());
+        };
+        if h.rounds < 2 || self.quick.headline_rounds.is_some_and(|r| r < 2) {
+            return Err("load.headline.rounds and quick.headline_rounds must be at least 2 (one round has no interval)".into());
+        }
+        for (what, d) in [
+            ("load.headline.duration", &h.duration),
+            ("quick.headline_duration", &self.quick.headline_duration),
+        ] {
+            if let Some(d) = d {
+                if parse_duration(what, d)
+                    .map_err(|e| e.to_string())?
+                    .is_zero()
+                {
+                    return Err(format!("{what} must be positive"));
+                }
+            }
+        }
+        if self.paper.as_ref().is_none_or(|p| p.claims.is_empty()) {
+            return Err(
+                "[load.headline] measures the [[paper.claim]]s; this experiment has none".into(),
+            );
+        }
+        Ok(())
+    }
+
     /// A variant's cores, switch threads and lone node are within reach of this experiment.
     fn check_variant_machine(&self, v: &Variant) -> Result<(), String> {
         let name = &v.name;

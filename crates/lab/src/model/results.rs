@@ -29,6 +29,10 @@ pub struct LabResults {
     /// Measured window of each run, in seconds.
     pub duration_s: f64,
     pub repetitions: usize,
+    /// `[load.headline]`: the paper's claims measured in interleaved rounds (absent when the
+    /// experiment has none; then every run is one of `repetitions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headline: Option<HeadlineRecord>,
     /// Open loop relative to capacity: the capacity measured first (conn/s).
     pub capacity_rps: Option<f64>,
     pub series: Vec<SeriesResult>,
@@ -62,6 +66,24 @@ fn one_u32() -> u32 {
 }
 fn one_usize() -> usize {
     1
+}
+
+/// How the headline's rounds ran: at each claim level, round r ran each of the level's series
+/// once (one window each, back to back; the order rotates by one each round), on clusters that
+/// stayed up for all rounds. Their windows are in the series' `runs` with `round` set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeadlineRecord {
+    pub rounds: usize,
+    /// The window of each run of a round, seconds.
+    pub duration_s: f64,
+    pub levels: Vec<HeadlineLevel>,
+}
+
+/// One claim level of the headline and the series (labels, round 0's order) run there.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeadlineLevel {
+    pub level: f64,
+    pub series: Vec<String>,
 }
 
 /// The experiment as the simulator ran it (`capstan_sim::closed`), shaped as the lab's series.
@@ -137,9 +159,14 @@ pub struct SeriesResult {
 pub struct Point {
     pub level: f64,
     pub runs: usize,
-    /// Completed responses per second of the measured window (conn/s).
+    /// Completed responses per second of the measured window (conn/s), mean over the runs.
     pub throughput_mean: f64,
     pub throughput_stdev: f64,
+    /// Half-width of the 95 % confidence interval of `throughput_mean` (Student t over the
+    /// runs; 0 with one run). It includes whatever moved the whole machine between runs, which
+    /// a claim's paired interval cancels (`paper.claims`).
+    #[serde(default)]
+    pub throughput_ci95: f64,
     /// Mean response time, ms (from each request's intended start, as the percentiles).
     #[serde(default)]
     pub mean_ms: f64,
@@ -154,7 +181,11 @@ pub struct Point {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunRecord {
     pub level: f64,
+    /// The repetition, or for a headline window its round (the same number as `round`).
     pub repetition: usize,
+    /// A headline window (`[load.headline]`): the interleaved round it ran in, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<usize>,
     /// Open loop and sessions: the rate offered (requests or sessions per second).
     pub offered_rps: f64,
     pub duration_s: f64,
@@ -329,13 +360,38 @@ pub struct PaperRow {
     pub ours: Option<f64>,
 }
 
+/// A claim of the paper (`policy` x % more than `versus` at a level) beside ours, with ours'
+/// 95 % interval and the verdict the interval gives.
+///
+/// Ours is estimated from pairs of windows at the measured level closest to the paper's: the
+/// headline's rounds (`pairing` = `rounds`: both ran in the same round, seconds apart), else
+/// repetitions of the same index (`repetitions`: each policy's ran one after the other), else
+/// one window each (`single`: no interval). Per pair p = policy's conn/s / versus's; ours is
+/// the geometric mean of the p, the interval exp(mean ± t · sd / √n) of their logs (Student t
+/// over the pairs), both as percent more: 100 · (x − 1).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClaimRow {
     pub text: String,
     pub paper_percent: f64,
-    /// Ours at the measured level closest to the paper's.
+    /// Ours at the measured level closest to the paper's (the centre of the interval).
     pub ours_percent: Option<f64>,
     pub ours_level: Option<f64>,
+    /// The 95 % interval of `ours_percent` (absent with fewer than two pairs).
+    #[serde(default)]
+    pub ours_ci95_low_percent: Option<f64>,
+    #[serde(default)]
+    pub ours_ci95_high_percent: Option<f64>,
+    /// Each pair's percent more, in round (repetition) order.
+    #[serde(default)]
+    pub ours_pair_percents: Vec<f64>,
+    /// `rounds`, `repetitions`, `single` (see above), or empty when not measured.
+    #[serde(default)]
+    pub pairing: String,
+    /// `agrees` (the paper's value is inside our interval), `higher` (our whole interval is
+    /// above it), `lower` (below it), `disagrees` (our whole interval has the opposite sign of
+    /// the paper's effect), `no-interval` (one pair: not judged) or `not-measured`.
+    #[serde(default)]
+    pub verdict: String,
 }
 
 impl LabResults {
@@ -379,7 +435,7 @@ pub fn round(x: f64, digits: i32) -> f64 {
     (x * f).round() / f
 }
 
-/// Each level's runs averaged over repetitions.
+/// Each level's runs (its repetitions, or the headline's rounds) averaged.
 pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
     levels
         .iter()
@@ -387,6 +443,7 @@ pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
             let rs: Vec<&RunRecord> = runs.iter().filter(|r| r.level == level).collect();
             let tp: Vec<f64> = rs.iter().map(|r| r.throughput_rps).collect();
             let (m, sd) = mean_stdev(&tp);
+            let ci = capstan_report::stats::ci95_half_width(&tp);
             let avg = |f: &dyn Fn(&RunRecord) -> f64| {
                 mean_stdev(&rs.iter().map(|r| f(r)).collect::<Vec<_>>()).0
             };
@@ -395,6 +452,7 @@ pub fn points(levels: &[f64], runs: &[RunRecord]) -> Vec<Point> {
                 runs: rs.len(),
                 throughput_mean: round(m, 2),
                 throughput_stdev: round(sd, 2),
+                throughput_ci95: round(ci, 2),
                 mean_ms: round(avg(&|r| r.latency_ms.mean), 3),
                 p50_ms: round(avg(&|r| r.latency_ms.p50), 3),
                 p90_ms: round(avg(&|r| r.latency_ms.p90), 3),

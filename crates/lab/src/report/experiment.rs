@@ -62,26 +62,7 @@ fn compare(r: &LabResults, p: &Paper) -> PaperCompare {
     let claims = p
         .claims
         .iter()
-        .map(|c| {
-            let a = r.series_named(&c.policy, c.variant.as_deref());
-            let b = r.series_named(&c.versus, c.variant.as_deref());
-            let (ours, level) = match (a, b) {
-                (Some(a), Some(b)) => match (a.nearest(c.at), b.nearest(c.at)) {
-                    (Some(x), Some(y)) => (
-                        pct_more(x.throughput_mean, y.throughput_mean),
-                        Some(x.level),
-                    ),
-                    _ => (None, None),
-                },
-                _ => (None, None),
-            };
-            ClaimRow {
-                text: c.text.clone(),
-                paper_percent: c.percent,
-                ours_percent: ours,
-                ours_level: level,
-            }
-        })
+        .map(|c| crate::report::claims::claim_row(r, c))
         .collect();
     PaperCompare {
         source: p.source.clone(),
@@ -276,159 +257,207 @@ pub fn key_level(r: &LabResults, exp: &Experiment) -> f64 {
 fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
     let mut f = Vec::new();
     let key = key_level(r, exp);
-    let x = &r.x_label;
-    let top = r.levels.iter().copied().fold(0.0, f64::max);
     for (variant, g) in groups(r) {
         let tag = variant
             .as_ref()
             .map(|v| format!("[{v}] "))
             .unwrap_or_default();
-        // Ranking at the key level.
-        let mut at: Vec<(&SeriesResult, &Point)> = g
-            .iter()
-            .filter_map(|s| s.nearest(key).map(|p| (*s, p)))
-            .collect();
-        at.sort_by(|a, b| b.1.throughput_mean.total_cmp(&a.1.throughput_mean));
-        if at.len() >= 2 {
-            let (best, bp) = at[0];
-            let others: Vec<String> = at[1..]
-                .iter()
-                .filter_map(|(s, p)| {
-                    pct_more(bp.throughput_mean, p.throughput_mean)
-                        .map(|d| format!("{d:+.0} % vs {} ({:.0})", s.policy, p.throughput_mean))
-                })
-                .collect();
+        f.extend(group_findings(r, exp, &g, key, &tag));
+    }
+    f.extend(gathering_findings(r, key));
+    f.extend(scalability_findings(r));
+    if let Some(pc) = &r.paper {
+        f.extend(crate::report::claims::findings(pc, &r.x_label));
+        f.extend(measure_findings(pc, &r.x_label));
+        f.extend(scale_findings(pc));
+    }
+    f.push(headroom_finding(r));
+    f
+}
+
+/// The findings of one group of series (one variant): the ranking at the key level, CAP's
+/// place, whether the gap closes under heavy load, latency, balance, and overload.
+fn group_findings(
+    r: &LabResults,
+    exp: &Experiment,
+    g: &[&SeriesResult],
+    key: f64,
+    tag: &str,
+) -> Vec<String> {
+    let mut f = Vec::new();
+    let x = &r.x_label;
+    let top = r.levels.iter().copied().fold(0.0, f64::max);
+    let mut at: Vec<(&SeriesResult, &Point)> = g
+        .iter()
+        .filter_map(|s| s.nearest(key).map(|p| (*s, p)))
+        .collect();
+    at.sort_by(|a, b| b.1.throughput_mean.total_cmp(&a.1.throughput_mean));
+    if at.len() >= 2 {
+        f.extend(ranking_findings(&at, x, tag));
+        if top > key {
+            f.extend(gap_finding(exp, g, key, top, x, tag));
+        }
+        let mut lat = at.clone();
+        lat.sort_by(|a, b| a.1.p90_ms.total_cmp(&b.1.p90_ms));
+        if let (Some(a), Some(b)) = (lat.first(), lat.last()) {
             f.push(format!(
-                "{tag}At {} {x}, {} delivered the most: {:.0} conn/s ({}).",
-                fmt_level(bp.level),
-                best.policy,
-                bp.throughput_mean,
-                others.join(", ")
+                "{tag}90th-percentile response time at {} {x}: {} {:.0} ms (lowest) … {} {:.0} ms (highest).",
+                fmt_level(key),
+                a.0.policy,
+                a.1.p90_ms,
+                b.0.policy,
+                b.1.p90_ms
             ));
-            // CAP's position, which is what the papers are about.
-            if best.policy != "cap" {
-                if let Some((_, cp)) = at.iter().find(|(s, _)| s.policy == "cap") {
-                    if let Some(d) = pct_more(cp.throughput_mean, bp.throughput_mean) {
-                        f.push(format!(
-                            "{tag}CAP was {:.0} % {} {} at {} {x}.",
-                            d.abs(),
-                            if d < 0.0 { "below" } else { "level with" },
-                            best.policy,
-                            fmt_level(bp.level)
-                        ));
-                    }
-                }
-            }
-            // Does the gap close under heavy load (the thesis's observation)? Compared among
-            // the policies the paper plotted, when it did, so one outlier (LARD on dynamic
-            // content) does not decide the verdict.
-            if top > key {
-                let paper_policies: Vec<&str> = exp
-                    .paper
-                    .iter()
-                    .flat_map(|p| p.series.iter().map(|s| s.policy.as_str()))
-                    .collect();
-                let chosen: Vec<&&SeriesResult> = g
-                    .iter()
-                    .filter(|s| {
-                        paper_policies.is_empty() || paper_policies.contains(&s.policy.as_str())
-                    })
-                    .collect();
-                let spread = |level: f64| {
-                    let v: Vec<f64> = chosen
-                        .iter()
-                        .filter_map(|s| s.nearest(level).map(|p| p.throughput_mean))
-                        .collect();
-                    let hi = v.iter().copied().fold(f64::MIN, f64::max);
-                    let lo = v.iter().copied().fold(f64::MAX, f64::min);
-                    if v.len() >= 2 {
-                        pct_more(hi, lo)
-                    } else {
-                        None
-                    }
-                };
-                if let (Some(l), Some(h)) = (spread(key), spread(top)) {
-                    let verdict = if h < l * 0.7 {
-                        "the gap closes under heavy load"
-                    } else if h > l * 1.3 {
-                        "the gap widens under heavy load"
-                    } else {
-                        "the gap stays about the same"
-                    };
-                    let names: Vec<&str> = chosen.iter().map(|s| s.policy.as_str()).collect();
-                    f.push(format!(
-                        "{tag}Best-to-worst spread among {}: {l:.0} % at {} {x}, {h:.0} % at {} {x}: {verdict}.",
-                        names.join(", "),
-                        fmt_level(key),
-                        fmt_level(top)
-                    ));
-                }
-            }
-            // Latency at the key level.
-            let mut lat: Vec<(&SeriesResult, &Point)> = at.clone();
-            lat.sort_by(|a, b| a.1.p90_ms.total_cmp(&b.1.p90_ms));
-            if let (Some(a), Some(b)) = (lat.first(), lat.last()) {
+        }
+    }
+    f.extend(balance_finding(g, top, x, tag));
+    if r.engine == "open" {
+        f.extend(overload_findings(g, x, tag));
+    }
+    f
+}
+
+/// Who delivered the most at the key level, by how much, and CAP's place when it was not first
+/// (CAP is what the papers are about). `at` is sorted best first.
+fn ranking_findings(at: &[(&SeriesResult, &Point)], x: &str, tag: &str) -> Vec<String> {
+    let mut f = Vec::new();
+    let (best, bp) = at[0];
+    let others: Vec<String> = at[1..]
+        .iter()
+        .filter_map(|(s, p)| {
+            pct_more(bp.throughput_mean, p.throughput_mean)
+                .map(|d| format!("{d:+.0} % vs {} ({:.0})", s.policy, p.throughput_mean))
+        })
+        .collect();
+    f.push(format!(
+        "{tag}At {} {x}, {} delivered the most: {:.0} conn/s ({}).",
+        fmt_level(bp.level),
+        best.policy,
+        bp.throughput_mean,
+        others.join(", ")
+    ));
+    if best.policy != "cap" {
+        if let Some((_, cp)) = at.iter().find(|(s, _)| s.policy == "cap") {
+            if let Some(d) = pct_more(cp.throughput_mean, bp.throughput_mean) {
                 f.push(format!(
-                    "{tag}90th-percentile response time at {} {x}: {} {:.0} ms (lowest) … {} {:.0} ms (highest).",
-                    fmt_level(key),
-                    a.0.policy,
-                    a.1.p90_ms,
-                    b.0.policy,
-                    b.1.p90_ms
+                    "{tag}CAP was {:.0} % {} {} at {} {x}.",
+                    d.abs(),
+                    if d < 0.0 { "below" } else { "level with" },
+                    best.policy,
+                    fmt_level(bp.level)
                 ));
             }
         }
-        // Balance at the heaviest load (CAP Fig. 10).
-        let bal: Vec<String> = g
-            .iter()
-            .filter_map(|s| s.nearest(top))
-            .zip(g.iter())
-            .map(|(p, s)| {
-                format!(
-                    "{} {:.0}–{:.0} %",
-                    s.policy,
-                    100.0 * p.util_min,
-                    100.0 * p.util_max
-                )
-            })
-            .collect();
-        if !bal.is_empty() {
-            f.push(format!(
-                "{tag}Node utilisation (busiest resource, least–most loaded node) at {} {x}: {}.",
-                fmt_level(top),
-                bal.join("; ")
-            ));
-        }
-        // Overload: does throughput hold past capacity?
-        if r.engine == "open" {
-            for s in &g {
-                if let (Some(peak), Some(last)) = (s.peak(), s.points.last()) {
-                    if last.level > peak.level {
-                        let (errs, done, stuck) = s
-                            .runs
-                            .iter()
-                            .filter(|q| q.level == last.level)
-                            .fold((0u64, 0u64, 0u64), |(e, d, u), q| {
-                                (e + q.errors, d + q.completed, u + q.unfinished)
-                            });
-                        f.push(format!(
-                            "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %): {} errors and {stuck} requests still unanswered at the end, for {} responses.",
-                            s.policy,
-                            peak.throughput_mean,
-                            fmt_level(peak.level),
-                            fmt_level(last.level),
-                            last.throughput_mean,
-                            pct_more(last.throughput_mean, peak.throughput_mean).unwrap_or(0.0),
-                            errs,
-                            done
-                        ));
-                    }
-                }
-            }
-        }
     }
-    f.extend(gathering_findings(r, key));
-    // Scalability: the same policy over node counts.
+    f
+}
+
+/// Does the gap close under heavy load (the thesis's observation)? Compared among the policies
+/// the paper plotted, when it did, so one outlier (LARD on dynamic content) does not decide.
+fn gap_finding(
+    exp: &Experiment,
+    g: &[&SeriesResult],
+    key: f64,
+    top: f64,
+    x: &str,
+    tag: &str,
+) -> Option<String> {
+    let paper_policies: Vec<&str> = exp
+        .paper
+        .iter()
+        .flat_map(|p| p.series.iter().map(|s| s.policy.as_str()))
+        .collect();
+    let chosen: Vec<&&SeriesResult> = g
+        .iter()
+        .filter(|s| paper_policies.is_empty() || paper_policies.contains(&s.policy.as_str()))
+        .collect();
+    let spread = |level: f64| {
+        let v: Vec<f64> = chosen
+            .iter()
+            .filter_map(|s| s.nearest(level).map(|p| p.throughput_mean))
+            .collect();
+        let hi = v.iter().copied().fold(f64::MIN, f64::max);
+        let lo = v.iter().copied().fold(f64::MAX, f64::min);
+        if v.len() >= 2 {
+            pct_more(hi, lo)
+        } else {
+            None
+        }
+    };
+    let (l, h) = (spread(key)?, spread(top)?);
+    let verdict = if h < l * 0.7 {
+        "the gap closes under heavy load"
+    } else if h > l * 1.3 {
+        "the gap widens under heavy load"
+    } else {
+        "the gap stays about the same"
+    };
+    let names: Vec<&str> = chosen.iter().map(|s| s.policy.as_str()).collect();
+    Some(format!(
+        "{tag}Best-to-worst spread among {}: {l:.0} % at {} {x}, {h:.0} % at {} {x}: {verdict}.",
+        names.join(", "),
+        fmt_level(key),
+        fmt_level(top)
+    ))
+}
+
+/// Balance at the heaviest load (CAP Fig. 10): each policy's least and most loaded node.
+fn balance_finding(g: &[&SeriesResult], top: f64, x: &str, tag: &str) -> Option<String> {
+    let bal: Vec<String> = g
+        .iter()
+        .filter_map(|s| s.nearest(top).map(|p| (s, p)))
+        .map(|(s, p)| {
+            format!(
+                "{} {:.0}–{:.0} %",
+                s.policy,
+                100.0 * p.util_min,
+                100.0 * p.util_max
+            )
+        })
+        .collect();
+    (!bal.is_empty()).then(|| {
+        format!(
+            "{tag}Node utilisation (busiest resource, least–most loaded node) at {} {x}: {}.",
+            fmt_level(top),
+            bal.join("; ")
+        )
+    })
+}
+
+/// Open loop past capacity: does throughput hold after the peak?
+fn overload_findings(g: &[&SeriesResult], x: &str, tag: &str) -> Vec<String> {
+    let mut f = Vec::new();
+    for s in g {
+        let (Some(peak), Some(last)) = (s.peak(), s.points.last()) else {
+            continue;
+        };
+        if last.level <= peak.level {
+            continue;
+        }
+        let (errs, done, stuck) = s
+            .runs
+            .iter()
+            .filter(|q| q.level == last.level)
+            .fold((0u64, 0u64, 0u64), |(e, d, u), q| {
+                (e + q.errors, d + q.completed, u + q.unfinished)
+            });
+        f.push(format!(
+            "{tag}{}: peak {:.0} conn/s at {} {x}; at {} {x} it delivered {:.0} conn/s ({:+.0} %): {} errors and {stuck} requests still unanswered at the end, for {} responses.",
+            s.policy,
+            peak.throughput_mean,
+            fmt_level(peak.level),
+            fmt_level(last.level),
+            last.throughput_mean,
+            pct_more(last.throughput_mean, peak.throughput_mean).unwrap_or(0.0),
+            errs,
+            done
+        ));
+    }
+    f
+}
+
+/// The same policy over cluster sizes: peak throughput per node count.
+fn scalability_findings(r: &LabResults) -> Vec<String> {
     let mut by_policy: Vec<(&str, Vec<&SeriesResult>)> = Vec::new();
     for s in &r.series {
         match by_policy.iter_mut().find(|(p, _)| *p == s.policy) {
@@ -436,95 +465,68 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
             None => by_policy.push((&s.policy, vec![s])),
         }
     }
-    for (p, v) in by_policy {
+    let mut f = Vec::new();
+    for (p, mut v) in by_policy {
         let counts: std::collections::BTreeSet<usize> = v.iter().map(|s| s.nodes).collect();
-        if counts.len() > 1 {
-            let mut v = v.clone();
-            v.sort_by_key(|s| s.nodes);
-            let base = v[0].peak().map(|q| q.throughput_mean).unwrap_or(0.0);
-            let parts: Vec<String> = v
-                .iter()
-                .map(|s| {
-                    let pk = s.peak().map(|q| q.throughput_mean).unwrap_or(0.0);
-                    format!(
-                        "{} node{} {:.0} conn/s (×{:.2})",
-                        s.nodes,
-                        if s.nodes == 1 { "" } else { "s" },
-                        pk,
-                        if base > 0.0 { pk / base } else { 0.0 }
-                    )
-                })
-                .collect();
-            f.push(format!(
-                "{p}: peak throughput by cluster size: {}.",
-                parts.join(", ")
-            ));
+        if counts.len() < 2 {
+            continue;
         }
-    }
-    // The paper's claims, recomputed.
-    if let Some(pc) = &r.paper {
-        for c in &pc.claims {
-            match (c.ours_percent, c.ours_level) {
-                (Some(o), Some(l)) => {
-                    // Within 5 points (or half the paper's effect, when larger) counts as
-                    // agreement: run-to-run noise on a shared machine is a few percent.
-                    let tolerance = (0.5 * c.paper_percent.abs()).max(5.0);
-                    let agree = if (o - c.paper_percent).abs() <= tolerance {
-                        "agrees"
-                    } else if c.paper_percent.abs() >= 5.0 && (o >= 0.0) == (c.paper_percent >= 0.0)
-                    {
-                        "same direction, different size"
-                    } else {
-                        "disagrees"
-                    };
-                    f.push(format!(
-                        "Paper: {} ({:+.0} %). Ours at {} {x}: {o:+.1} % — {agree}.",
-                        c.text,
-                        c.paper_percent,
-                        fmt_level(l)
-                    ));
-                }
-                _ => f.push(format!(
-                    "Paper: {} — not measured in this run (policy left out).",
-                    c.text
-                )),
-            }
-        }
-    }
-    if let Some(pc) = &r.paper {
-        f.extend(measure_findings(pc, x));
-    }
-    // Absolute scale against the paper, and where to look when the two differ.
-    if let Some(pc) = &r.paper {
-        let mut ratios: Vec<f64> = pc
-            .rows
+        v.sort_by_key(|s| s.nodes);
+        let base = v[0].peak().map(|q| q.throughput_mean).unwrap_or(0.0);
+        let parts: Vec<String> = v
             .iter()
-            .filter_map(|row| row.ours.map(|o| o / row.paper))
-            .filter(|x| x.is_finite())
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        if !ratios.is_empty() {
-            f.push(format!(
-                "Scale: at the levels both measured, our conn/s are {:.2}× the paper's (median of {} points; range {:.2}–{:.2}×).",
-                ratios[ratios.len() / 2],
-                ratios.len(),
-                ratios[0],
-                ratios[ratios.len() - 1]
-            ));
-        }
-        let differs = pc.claims.iter().any(|c| {
-            c.ours_percent.is_some_and(|o| {
-                (o - c.paper_percent).abs() > (0.5 * c.paper_percent.abs()).max(5.0)
+            .map(|s| {
+                let pk = s.peak().map(|q| q.throughput_mean).unwrap_or(0.0);
+                format!(
+                    "{} node{} {:.0} conn/s (×{:.2})",
+                    s.nodes,
+                    if s.nodes == 1 { "" } else { "s" },
+                    pk,
+                    if base > 0.0 { pk / base } else { 0.0 }
+                )
             })
-        });
-        if differs && !pc.notes.is_empty() {
-            f.push(
-                "Where ours and the paper's differ, the set-ups differ too: see \"Differences of set-up\" under the paper's numbers."
-                    .into(),
-            );
-        }
+            .collect();
+        f.push(format!(
+            "{p}: peak throughput by cluster size: {}.",
+            parts.join(", ")
+        ));
     }
-    // Headroom of the measuring instruments.
+    f
+}
+
+/// Absolute scale against the paper, and where to look when the two differ.
+fn scale_findings(pc: &PaperCompare) -> Vec<String> {
+    let mut f = Vec::new();
+    let mut ratios: Vec<f64> = pc
+        .rows
+        .iter()
+        .filter_map(|row| row.ours.map(|o| o / row.paper))
+        .filter(|x| x.is_finite())
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    if !ratios.is_empty() {
+        f.push(format!(
+            "Scale: at the levels both measured, our conn/s are {:.2}× the paper's (median of {} points; range {:.2}–{:.2}×).",
+            ratios[ratios.len() / 2],
+            ratios.len(),
+            ratios[0],
+            ratios[ratios.len() - 1]
+        ));
+    }
+    if crate::report::claims::any_differs(pc) && !pc.notes.is_empty() {
+        f.push(
+            "Where ours and the paper's differ, the set-ups differ too: see \"Differences of set-up\" under the paper's numbers."
+                .into(),
+        );
+    }
+    f
+}
+
+/// Headroom of the measuring instruments: the switch's and the load generator's CPU.
+fn headroom_finding(r: &LabResults) -> String {
+    if r.worlds == "sim" {
+        return "Simulated: no switch or load generator ran; the numbers are virtual time.".into();
+    }
     let runs = r.series.iter().flat_map(|s| s.runs.iter());
     let (sw, gen) = runs.fold((0.0f64, 0.0f64), |(a, b), q| {
         (a.max(q.cpu.switch_pct), b.max(q.cpu.generator_pct))
@@ -534,14 +536,9 @@ fn findings(r: &LabResults, exp: &Experiment) -> Vec<String> {
     } else {
         "both had headroom"
     };
-    if r.worlds == "sim" {
-        f.push("Simulated: no switch or load generator ran; the numbers are virtual time.".into());
-    } else {
-        f.push(format!(
-            "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
-        ));
-    }
-    f
+    format!(
+        "Headroom: the switch used at most {sw:.0} % of a core, the load generator at most {gen:.0} %: {verdict}."
+    )
 }
 
 /// What the switch did with gathered load at the key level: the range of the weights WRR
@@ -723,6 +720,32 @@ fn throughput_svg(r: &LabResults) -> Result<String, LabError> {
         );
     }
     chart.svg().map_err(LabError::Report)
+}
+
+/// What the throughput plot's error bars are, and where the claims' intervals are.
+fn throughput_note(r: &LabResults) -> String {
+    let rounds = match &r.headline {
+        Some(h) => format!(
+            " At {} {} the paper's claims were measured in {} interleaved rounds of {} s \
+             windows (each round runs every contender once); the claims' own intervals, from the \
+             ratio within each round, are in the table under the paper's numbers and are \
+             narrower than two bars side by side suggest, because a round's drift hits both \
+             policies of a ratio alike.",
+            h.levels
+                .iter()
+                .map(|l| fmt_level(l.level))
+                .collect::<Vec<_>>()
+                .join(" and "),
+            escape(&r.x_label),
+            h.rounds,
+            h.duration_s
+        ),
+        None => String::new(),
+    };
+    format!(
+        "<p><small>Error bars: the 95 % confidence interval of each point's mean over its \
+         windows (Student t; none where a point has one window).{rounds}</small></p>"
+    )
 }
 
 /// The 95 % CI half-width of a series' throughput at one level, over its repetitions (0 with
@@ -1161,50 +1184,29 @@ fn worlds_svg(r: &LabResults, sim: &SimWorld) -> Result<String, LabError> {
     chart.svg().map_err(LabError::Report)
 }
 
+/// The level the report's per-level views use: the findings' rule (the claims' level, else 10
+/// clients, else the middle level) from the results alone.
+fn report_key_level(r: &LabResults) -> f64 {
+    // Same rule as the findings, without the experiment file at hand: 10 clients, else middle.
+    let w = r
+        .paper
+        .as_ref()
+        .and_then(|p| p.claims.iter().find_map(|c| c.ours_level))
+        .or_else(|| (r.x_label == "clients").then_some(10.0));
+    match w {
+        Some(w) => *r
+            .levels
+            .iter()
+            .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
+            .unwrap_or(&w),
+        None => r.levels[r.levels.len() / 2],
+    }
+}
+
 fn html(r: &LabResults) -> Result<String, LabError> {
     let mut h = String::new();
-    let key = {
-        // Same rule as the findings, without the experiment file at hand: 10 clients, else middle.
-        let w = r
-            .paper
-            .as_ref()
-            .and_then(|p| p.claims.iter().find_map(|c| c.ours_level))
-            .or_else(|| (r.x_label == "clients").then_some(10.0));
-        match w {
-            Some(w) => *r
-                .levels
-                .iter()
-                .min_by(|a, b| (*a - w).abs().total_cmp(&(*b - w).abs()))
-                .unwrap_or(&w),
-            None => r.levels[r.levels.len() / 2],
-        }
-    };
-    let _ = write!(
-        h,
-        "<p><b>Rebuilds:</b> {}. {}</p>",
-        escape(&r.figure),
-        escape(&r.about)
-    );
-    let _ = write!(
-        h,
-        "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
-         <b>Run:</b> {} engine, {} s per level, {} repetition(s), seed {}{}, wall time {:.0} s{}</p>",
-        escape(&r.command),
-        escape(&r.versions.capstan),
-        escape(&r.versions.build),
-        escape(&r.versions.rustc),
-        escape(&r.versions.os),
-        r.versions.cpus,
-        escape(&r.engine),
-        r.duration_s,
-        r.repetitions,
-        r.seed,
-        if r.quick { ", --quick" } else { "" },
-        r.wall_s,
-        r.capacity_rps
-            .map(|c| format!(", measured capacity {c:.0} conn/s"))
-            .unwrap_or_default()
-    );
+    let key = report_key_level(r);
+    html_head(&mut h, r);
     h.push_str("<h2>Findings</h2><ul>");
     for f in &r.findings {
         let _ = write!(h, "<li>{}</li>", escape(f));
@@ -1236,6 +1238,7 @@ fn html(r: &LabResults) -> Result<String, LabError> {
     }
     h.push_str("<h2>Throughput vs load</h2>");
     h.push_str(&throughput_svg(r)?);
+    h.push_str(&throughput_note(r));
     h.push_str(
         "<h2>Response time vs load</h2><p>Mean over the repetitions of each run's mean and \
          90th-percentile response time, with the 95 % confidence interval over the repetitions as \
@@ -1254,6 +1257,69 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         escape(&r.x_label)
     );
     h.push_str(&cdf_svg(r, key)?);
+    html_classes(&mut h, r, key);
+    h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
+    h.push_str(&util_svg(r)?);
+    if let Some(svg) = util_timeline_svg(r, key)? {
+        let _ = write!(
+            h,
+            "<h3>Over time at {} {} (first repetition)</h3>",
+            fmt_level(key),
+            escape(&r.x_label)
+        );
+        h.push_str(&svg);
+    }
+    crate::report::figures::html(&mut h, r)?;
+    if let Some(p) = &r.paper {
+        html_paper(&mut h, r, p);
+    }
+    h.push_str(&crate::report::sclient::html(r));
+    h.push_str(&crate::run::secure::html(r));
+    html_runs(&mut h, r);
+    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
+    page.push(&h);
+    Ok(page.finish())
+}
+
+/// What the experiment rebuilds, the command, the versions and how the run went.
+fn html_head(h: &mut String, r: &LabResults) {
+    let _ = write!(
+        h,
+        "<p><b>Rebuilds:</b> {}. {}</p>",
+        escape(&r.figure),
+        escape(&r.about)
+    );
+    let _ = write!(
+        h,
+        "<p><b>Command:</b> <code>{}</code><br><b>Versions:</b> capstan {} ({} build), {}, {}, {} CPUs<br>\
+         <b>Run:</b> {} engine, {} s per level, {} repetition(s){}, seed {}{}, wall time {:.0} s{}</p>",
+        escape(&r.command),
+        escape(&r.versions.capstan),
+        escape(&r.versions.build),
+        escape(&r.versions.rustc),
+        escape(&r.versions.os),
+        r.versions.cpus,
+        escape(&r.engine),
+        r.duration_s,
+        r.repetitions,
+        r.headline
+            .as_ref()
+            .map(|h| format!(
+                "; the claims in {} interleaved rounds of {} s",
+                h.rounds, h.duration_s
+            ))
+            .unwrap_or_default(),
+        r.seed,
+        if r.quick { ", --quick" } else { "" },
+        r.wall_s,
+        r.capacity_rps
+            .map(|c| format!(", measured capacity {c:.0} conn/s"))
+            .unwrap_or_default()
+    );
+}
+
+/// Per-class latency at the key level (first repetition).
+fn html_classes(h: &mut String, r: &LabResults, key: f64) {
     // Per-class latency at the key level.
     let classes: std::collections::BTreeSet<&String> = r
         .series
@@ -1291,76 +1357,51 @@ fn html(r: &LabResults) -> Result<String, LabError> {
         }
         h.push_str("</table>");
     }
-    h.push_str("<h2>Node utilisation (CAP paper Fig. 10)</h2>");
-    h.push_str(&util_svg(r)?);
-    if let Some(svg) = util_timeline_svg(r, key)? {
+}
+
+/// The paper's numbers next to ours: its claims with our intervals, its curves' points, its
+/// reported measures and the differences of set-up.
+fn html_paper(h: &mut String, r: &LabResults, p: &PaperCompare) {
+    let _ = write!(
+        h,
+        "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
+        escape(&p.source)
+    );
+    crate::report::claims::html(h, p, &r.x_label);
+    if !p.rows.is_empty() {
         let _ = write!(
             h,
-            "<h3>Over time at {} {} (first repetition)</h3>",
-            fmt_level(key),
-            escape(&r.x_label)
+            "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
+            escape(if p.x.is_empty() { &r.x_label } else { &p.x })
         );
-        h.push_str(&svg);
-    }
-    crate::report::figures::html(&mut h, r)?;
-    if let Some(p) = &r.paper {
-        let _ = write!(
-            h,
-            "<h2>The paper's numbers next to ours</h2><p>Source: {}</p>",
-            escape(&p.source)
-        );
-        if !p.claims.is_empty() {
-            h.push_str(
-                "<table><tr><th class=\"l\">claim</th><th>paper</th><th>ours</th><th>at</th></tr>",
-            );
-            for c in &p.claims {
-                let _ = write!(
-                    h,
-                    "<tr><td class=\"l\">{}</td><td>{:+.0} %</td><td>{}</td><td>{}</td></tr>",
-                    escape(&c.text),
-                    c.paper_percent,
-                    c.ours_percent
-                        .map(|o| format!("{o:+.1} %"))
-                        .unwrap_or_else(|| "-".into()),
-                    c.ours_level
-                        .map(|l| format!("{} {}", fmt_level(l), escape(&r.x_label)))
-                        .unwrap_or_default()
-                );
-            }
-            h.push_str("</table>");
-        }
-        if !p.rows.is_empty() {
-            let _ = write!(
+        for row in &p.rows {
+            let _ =
+                write!(
                 h,
-                "<table><tr><th class=\"l\">series</th><th>{}</th><th>paper conn/s</th><th>ours conn/s</th><th>ours / paper</th></tr>",
-                escape(if p.x.is_empty() { &r.x_label } else { &p.x })
+                "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                escape(&row.series),
+                fmt_level(row.level),
+                row.paper,
+                row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
+                row.ours.map(|o| format!("{:.2}", o / row.paper)).unwrap_or_default()
             );
-            for row in &p.rows {
-                let _ = write!(
-                    h,
-                    "<tr><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
-                    escape(&row.series),
-                    fmt_level(row.level),
-                    row.paper,
-                    row.ours.map(|o| format!("{o:.1}")).unwrap_or_else(|| "-".into()),
-                    row.ours.map(|o| format!("{:.2}", o / row.paper)).unwrap_or_default()
-                );
-            }
-            h.push_str("</table>");
         }
-        html_measures(&mut h, p, &r.x_label);
-        if !p.notes.is_empty() {
-            h.push_str("<p><b>Differences of set-up:</b></p><ul>");
-            for n in &p.notes {
-                let _ = write!(h, "<li>{}</li>", escape(n));
-            }
-            h.push_str("</ul>");
-        }
+        h.push_str("</table>");
     }
-    h.push_str(&crate::report::sclient::html(r));
-    h.push_str(&crate::run::secure::html(r));
+    html_measures(h, p, &r.x_label);
+    if !p.notes.is_empty() {
+        h.push_str("<p><b>Differences of set-up:</b></p><ul>");
+        for n in &p.notes {
+            let _ = write!(h, "<li>{}</li>", escape(n));
+        }
+        h.push_str("</ul>");
+    }
+}
+
+/// Every window: its figures, the CPU used and where the switch placed the requests.
+fn html_runs(h: &mut String, r: &LabResults) {
     h.push_str(
-        "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep</th><th>conn/s</th>\
+        "<h2>Every run</h2><table><tr><th class=\"l\">series</th><th>level</th><th>rep / round</th><th>conn/s</th>\
          <th>completed</th><th>errors</th><th>p50</th><th>p90</th><th>p99 ms</th><th>util min–max %</th>\
          <th>switch CPU %</th><th>generator CPU %</th><th>nodes CPU %</th><th class=\"l\">placed per node</th></tr>",
     );
@@ -1377,7 +1418,10 @@ fn html(r: &LabResults) -> Result<String, LabError> {
                  <td>{:.0}–{:.0}</td><td{}>{:.0}</td><td{}>{:.0}</td><td>{:.0}</td><td class=\"l\"><small>{}</small></td></tr>",
                 escape(&s.label),
                 fmt_level(q.level),
-                q.repetition + 1,
+                match q.round {
+                    Some(n) => format!("round {}", n + 1),
+                    None => (q.repetition + 1).to_string(),
+                },
                 q.throughput_rps,
                 q.completed,
                 q.errors,
@@ -1401,7 +1445,4 @@ fn html(r: &LabResults) -> Result<String, LabError> {
          CPU time of the process over the window (from /proc), in % of one core. Raw data: results.json.</small></p>\
 ",
     );
-    let mut page = Page::new(&format!("capstan lab: {}", r.experiment), &r.title);
-    page.push(&h);
-    Ok(page.finish())
 }

@@ -1,19 +1,15 @@
 //! Runs an experiment: for every series (policy × variant) and repetition a fresh cluster, a
-//! warm-up, then one measured window per load level.
+//! warm-up, then one measured window per load level; then the headline's interleaved rounds at
+//! the claims' levels ([`crate::run::rounds`]), which those series skip in the first part; and
+//! gathers every window into the results.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use capstan_bench::{BenchConfig, Engine, Source, Target};
-use capstan_workload::{Dist, DocTree, Popularity, SessionModel, TreeKind};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::model::error::LabError;
-use crate::model::experiment::{parse_duration, EngineKind, Experiment, PolicyRow, WorkloadKind};
+use crate::model::experiment::EngineKind;
 use crate::model::results::*;
-use crate::procs::cluster::{self, Cluster, NodeArgs};
-use crate::run::plan::{filelist, versions, Event, Observer, Options, Plan, SeriesPlan};
+use crate::run::plan::{versions, window_seed, Event, Observer, Options, Plan, SeriesPlan};
+use crate::run::window::{bench_config, start_cluster, Ctx, Window};
 
 /// Runs the plan and returns the results (findings are added by [`crate::conclude`]).
 pub async fn run(
@@ -21,127 +17,147 @@ pub async fn run(
     o: &Options,
     observer: Option<Observer>,
 ) -> Result<LabResults, LabError> {
-    let emit = |e: Event| {
-        if let Some(f) = &observer {
-            f(e)
-        }
-    };
     let t0 = Instant::now();
     let started_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    emit(Event::Planned {
+    let mut ctx = Ctx {
+        plan,
+        o,
+        observer,
+        capacity: None,
+        index: 0,
+        http_path: None,
+    };
+    ctx.emit(Event::Planned {
         runs: plan.runs(),
         seconds: plan.estimate_s(),
     });
+    if plan.exp.load.relative_to_capacity {
+        ctx.capacity = Some(calibrate(&ctx).await?);
+    }
+    let mut runs: Vec<Vec<RunRecord>> = Vec::new();
+    for (i, s) in plan.series.iter().enumerate() {
+        runs.push(curve(&mut ctx, i, s).await?);
+    }
+    if let Some(h) = &plan.headline {
+        crate::run::rounds::run(&mut ctx, h, &mut runs).await?;
+    }
+    let mut results = assemble(plan, o, runs, started_unix_ms);
+    results.capacity_rps = ctx.capacity;
+    results.http_path = ctx.http_path;
+    results.wall_s = round(t0.elapsed().as_secs_f64(), 1);
+    Ok(results)
+}
+
+/// Open loop relative to capacity: the capacity of the first series' cluster under the
+/// experiment's closed-loop calibration clients.
+async fn calibrate(ctx: &Ctx<'_>) -> Result<f64, LabError> {
+    let (plan, exp) = (ctx.plan, &ctx.plan.exp);
+    let s = &plan.series[0];
+    ctx.emit(Event::Message(format!(
+        "measuring capacity: {} closed-loop clients, {}",
+        exp.load.calibrate_clients, s.policy
+    )));
+    let mut c = start_cluster(plan, s, ctx.o, &ctx.o.work_dir, plan.seed).await?;
+    let cfg = bench_config(
+        plan,
+        s,
+        &c,
+        EngineKind::Closed,
+        exp.load.calibrate_clients as f64,
+        plan.duration,
+        // Its own request stream, from the run's seed as every other.
+        plan.seed ^ 0xca1_1b4a7e,
+    )?;
+    let r = capstan_bench::run(cfg, None)
+        .await
+        .map_err(|e| LabError::Run(e.to_string()))?;
+    c.check_alive()?;
+    if r.completed_rps <= 0.0 {
+        return Err(LabError::Run("capacity run completed no requests".into()));
+    }
+    ctx.emit(Event::Message(format!(
+        "capacity ≈ {:.0} conn/s",
+        r.completed_rps
+    )));
+    Ok(round(r.completed_rps, 1))
+}
+
+/// Series `i` at its levels outside the headline's rounds: per repetition a fresh cluster, a
+/// warm-up, one window per level.
+async fn curve(ctx: &mut Ctx<'_>, i: usize, s: &SeriesPlan) -> Result<Vec<RunRecord>, LabError> {
+    let plan = ctx.plan;
+    let levels = plan.curve_levels(i);
+    let mut runs = Vec::new();
+    let Some(&first) = levels.first() else {
+        return Ok(runs);
+    };
+    for rep in 0..plan.repetitions {
+        let seed = window_seed(plan.seed, rep);
+        let mut c = start_cluster(plan, s, ctx.o, &ctx.o.work_dir, seed).await?;
+        ctx.probe_path(s, &c).await?;
+        ctx.warm_up(s, &c, first, seed).await?;
+        for &level in &levels {
+            let w = Window {
+                level,
+                rep,
+                seed,
+                duration: plan.duration,
+            };
+            runs.push(ctx.window(s, &mut c, w).await?);
+        }
+    }
+    Ok(runs)
+}
+
+/// The results of every window: per series its runs in level order (then repetition or round)
+/// and their points, the warnings of every run, and how the headline ran.
+fn assemble(
+    plan: &Plan,
+    o: &Options,
+    runs: Vec<Vec<RunRecord>>,
+    started_unix_ms: u64,
+) -> LabResults {
     let exp = &plan.exp;
-    let mut capacity = None;
-    if exp.load.relative_to_capacity {
-        let s = &plan.series[0];
-        emit(Event::Message(format!(
-            "measuring capacity: {} closed-loop clients, {}",
-            exp.load.calibrate_clients, s.policy
-        )));
-        let mut c = start_cluster(plan, s, o).await?;
-        let cfg = bench_config(
-            plan,
-            s,
-            &c,
-            EngineKind::Closed,
-            exp.load.calibrate_clients as f64,
-            plan.duration,
-            0,
-        )?;
-        let r = capstan_bench::run(cfg, None)
-            .await
-            .map_err(|e| LabError::Run(e.to_string()))?;
-        c.check_alive()?;
-        if r.completed_rps <= 0.0 {
-            return Err(LabError::Run("capacity run completed no requests".into()));
-        }
-        capacity = Some(round(r.completed_rps, 1));
-        emit(Event::Message(format!(
-            "capacity ≈ {:.0} conn/s",
-            r.completed_rps
-        )));
-    }
-    let mut series_out = Vec::new();
-    let mut index = 0;
-    let mut http_path = None;
-    for s in &plan.series {
-        let mut runs = Vec::new();
-        for rep in 0..plan.repetitions {
-            let mut c = start_cluster(plan, s, o).await?;
-            if o.worlds == crate::run::plan::Worlds::Both && http_path.is_none() {
-                emit(Event::Message(
-                    "measuring the HTTP path (one client, a small and a large file)".into(),
-                ));
-                let probe = crate::run::http_path::measure(plan, s, &c).await?;
-                emit(Event::Message(probe.summary()));
-                http_path = Some(probe);
-            }
-            let seed = plan.seed.wrapping_add(rep as u64 * 7919);
-            if !plan.warmup.is_zero() {
-                let level = level_value(plan, plan.levels[0], capacity);
-                let (cfg, secure) = load_configs(plan, s, &c, level, plan.warmup, seed ^ 0x5eed)?;
-                run_load(cfg, secure.map(|(c, _)| c), None).await?;
-            }
-            for &level in &plan.levels {
-                emit(Event::Run {
-                    index,
-                    label: s.label.clone(),
-                    level,
-                    repetition: rep,
-                });
-                let rec = measure(
-                    plan,
-                    s,
-                    &mut c,
-                    level,
-                    rep,
-                    capacity,
-                    seed,
-                    observer.clone(),
-                )
-                .await?;
-                emit(Event::Done {
-                    index,
-                    throughput: rec.throughput_rps,
-                });
-                index += 1;
-                runs.push(rec);
-            }
-        }
-        let points = points(&plan.levels, &runs);
-        series_out.push(SeriesResult {
-            label: s.label.clone(),
-            policy: s.policy.clone(),
-            variant: s.variant.clone(),
-            nodes: s.nodes.len(),
-            speeds: s.nodes.iter().map(|n| n.speed).collect(),
-            cores: s.nodes.first().map_or(1, |n| n.cores),
-            switch_threads: s.switch_threads,
-            points,
-            runs,
-        });
-    }
-    let warnings: Vec<String> = series_out
+    let level_index = |l: f64| plan.levels.iter().position(|&x| x == l).unwrap_or(0);
+    let series_out: Vec<SeriesResult> = plan
+        .series
         .iter()
-        .flat_map(|s| {
-            s.runs.iter().flat_map(move |r| {
-                r.warnings.iter().map(move |w| {
-                    format!(
-                        "{} at {} {}: {w}",
-                        s.label,
-                        fmt_level(r.level),
-                        plan.x_label()
-                    )
-                })
-            })
+        .zip(runs)
+        .map(|(s, mut runs)| {
+            runs.sort_by_key(|q| (level_index(q.level), q.repetition));
+            SeriesResult {
+                label: s.label.clone(),
+                policy: s.policy.clone(),
+                variant: s.variant.clone(),
+                nodes: s.nodes.len(),
+                speeds: s.nodes.iter().map(|n| n.speed).collect(),
+                cores: s.nodes.first().map_or(1, |n| n.cores),
+                switch_threads: s.switch_threads,
+                points: points(&plan.levels, &runs),
+                runs,
+            }
         })
         .collect();
-    Ok(LabResults {
+    let warnings = run_warnings(&series_out, plan.x_label());
+    let headline = plan.headline.as_ref().map(|h| HeadlineRecord {
+        rounds: h.rounds,
+        duration_s: h.duration.as_secs_f64(),
+        levels: h
+            .levels
+            .iter()
+            .map(|(level, members)| HeadlineLevel {
+                level: *level,
+                series: members
+                    .iter()
+                    .map(|&i| plan.series[i].label.clone())
+                    .collect(),
+            })
+            .collect(),
+    });
+    LabResults {
         schema: SCHEMA.into(),
         experiment: exp.name.clone(),
         title: exp.title.clone(),
@@ -152,13 +168,14 @@ pub async fn run(
         quick: plan.quick,
         seed: plan.seed,
         started_unix_ms,
-        wall_s: round(t0.elapsed().as_secs_f64(), 1),
+        wall_s: 0.0,
         engine: format!("{:?}", exp.load.engine).to_lowercase(),
         x_label: plan.x_label().into(),
         levels: plan.levels.clone(),
         duration_s: plan.duration.as_secs_f64(),
         repetitions: plan.repetitions,
-        capacity_rps: capacity,
+        headline,
+        capacity_rps: None,
         series: series_out,
         paper: None,
         findings: Vec::new(),
@@ -166,604 +183,21 @@ pub async fn run(
         worlds: "live".into(),
         sim: None,
         agreement: Vec::new(),
-        http_path,
+        http_path: None,
         figures: Default::default(),
-    })
-}
-
-fn level_value(plan: &Plan, level: f64, capacity: Option<f64>) -> f64 {
-    match (plan.exp.load.relative_to_capacity, capacity) {
-        (true, Some(c)) => level * c,
-        _ => level,
     }
 }
 
-async fn start_cluster(plan: &Plan, s: &SeriesPlan, o: &Options) -> Result<Cluster, LabError> {
-    let exp = &plan.exp;
-    let args = NodeArgs {
-        tree: s.tree.clone(),
-        files: exp.nodes.files,
-        seed: plan.seed,
-        cpu_light_ms: exp.nodes.cpu_light_ms,
-        cpu_med_ms: exp.nodes.cpu_med_ms,
-        disk_load_ms: exp.nodes.disk_load_ms,
-        cache_fraction: exp.nodes.cache_fraction,
-        threads: exp.nodes.threads,
-        load_interval_ms: gather_interval(exp)?.as_millis().max(1) as u64,
-        remote_penalty: exp.nodes.remote_penalty,
-        config: origin_config(exp, &o.work_dir)?,
-        register: None,
-    };
-    let mut row = s.row.clone();
-    if let Some(param) = exp.switch.tree_sizes.get(row.name()) {
-        row.table.insert(
-            param.clone(),
-            tree_sizes(&s.tree, plan.seed, exp.nodes.files)?.into(),
-        );
-    }
-    cluster::start(
-        &o.exe,
-        &s.nodes,
-        &args,
-        switch_config(exp, &row),
-        s.switch_threads,
-        crate::run::secure::cluster_tls(exp, &o.work_dir)?.as_ref(),
-        &o.work_dir,
-    )
-    .await
-}
-
-/// Every object of the tree the nodes serve and its size, as a policy parameter.
-fn tree_sizes(tree: &str, seed: u64, files: Option<usize>) -> Result<toml::Table, LabError> {
-    let kind: TreeKind = tree
-        .parse()
-        .map_err(|e| LabError::Experiment(format!("{e}")))?;
-    let t =
-        DocTree::generate(kind, seed, files).map_err(|e| LabError::Experiment(e.to_string()))?;
-    Ok(t.files
+/// Every run's warnings, each prefixed with its series and level.
+fn run_warnings(series: &[SeriesResult], x_label: &str) -> Vec<String> {
+    series
         .iter()
-        .map(|f| (f.path.clone(), toml::Value::Integer(f.size as i64)))
-        .collect())
-}
-
-/// Writes `[nodes.origin]` as the nodes' configuration file, if the experiment has one.
-fn origin_config(exp: &Experiment, dir: &std::path::Path) -> Result<Option<PathBuf>, LabError> {
-    let Some(table) = &exp.nodes.origin else {
-        return Ok(None);
-    };
-    let path = dir.join("origin.toml");
-    std::fs::create_dir_all(dir)
-        .and_then(|_| {
-            std::fs::write(
-                &path,
-                toml::to_string(table).map_err(std::io::Error::other)?,
-            )
+        .flat_map(|s| {
+            s.runs.iter().flat_map(move |r| {
+                r.warnings
+                    .iter()
+                    .map(move |w| format!("{} at {} {x_label}: {w}", s.label, fmt_level(r.level)))
+            })
         })
-        .map_err(|e| LabError::Run(format!("cannot write {}: {e}", path.display())))?;
-    Ok(Some(path))
-}
-
-/// T_gat: how often the switch gathers load reports (`switch.load_interval`).
-fn gather_interval(exp: &Experiment) -> Result<Duration, LabError> {
-    parse_duration("switch.load_interval", &exp.switch.load_interval)
-}
-
-/// How often a run's timeline looks at the nodes and the switch: every T_gat, but between a
-/// quarter of a second and a second.
-fn sample_period(exp: &Experiment) -> Duration {
-    gather_interval(exp)
-        .unwrap_or(Duration::from_secs(1))
-        .clamp(Duration::from_millis(250), Duration::from_secs(1))
-}
-
-/// The switch's configuration for one policy (listen, admin and nodes are added at start).
-fn switch_config(exp: &Experiment, row: &PolicyRow) -> toml::Table {
-    let mut t = toml::Table::new();
-    t.insert("policy".into(), toml::Value::Table(row.table.clone()));
-    let mut load = toml::Table::new();
-    load.insert("path".into(), "/_capstan/load".into());
-    load.insert("interval".into(), exp.switch.load_interval.clone().into());
-    t.insert("load".into(), toml::Value::Table(load));
-    // Over-capacity runs must see the cluster's answer, not the switch's connection limits: a
-    // client waiting on a long queue moves no bytes, so its idle limit (60 s by default) must
-    // not end the wait either.
-    let mut timeouts = toml::Table::new();
-    timeouts.insert("upstream".into(), exp.load.timeout.clone().into());
-    timeouts.insert("first_byte".into(), exp.load.timeout.clone().into());
-    // The papers' switches forwarded everything: no admission limit, no shedding, no ejection
-    // of a slow node, so the lab's rows measure the policies as the papers did.
-    let mut admission = toml::Table::new();
-    admission.insert("limit".into(), "off".into());
-    t.insert("admission".into(), toml::Value::Table(admission));
-    let mut outlier = toml::Table::new();
-    outlier.insert("consecutive_failures".into(), 0.into());
-    t.insert("outlier".into(), toml::Value::Table(outlier));
-    let load_timeout = parse_duration("load.timeout", &exp.load.timeout).unwrap_or_default();
-    if load_timeout > Duration::from_secs(60) {
-        timeouts.insert("client_idle".into(), exp.load.timeout.clone().into());
-    }
-    t.insert("timeouts".into(), toml::Value::Table(timeouts));
-    if !exp.switch.classes.is_empty() {
-        t.insert(
-            "class".into(),
-            toml::Value::Array(
-                exp.switch
-                    .classes
-                    .iter()
-                    .cloned()
-                    .map(toml::Value::Table)
-                    .collect(),
-            ),
-        );
-    }
-    if !exp.switch.rules.is_empty() {
-        t.insert(
-            "rule".into(),
-            toml::Value::Array(
-                exp.switch
-                    .rules
-                    .iter()
-                    .cloned()
-                    .map(toml::Value::Table)
-                    .collect(),
-            ),
-        );
-    }
-    if let Some(d) = &exp.switch.default_class {
-        t.insert("default_class".into(), d.clone().into());
-    }
-    t
-}
-
-/// The load of one window: the plain clients' run and, with `[workload.secure]`, the secure
-/// clients' run beside it and their level.
-fn load_configs(
-    plan: &Plan,
-    s: &SeriesPlan,
-    c: &Cluster,
-    level: f64,
-    duration: Duration,
-    seed: u64,
-) -> Result<(BenchConfig, Option<(BenchConfig, f64)>), LabError> {
-    let engine = plan.exp.load.engine;
-    let Some(sc) = &plan.exp.workload.secure else {
-        return Ok((
-            bench_config(plan, s, c, engine, level, duration, seed)?,
-            None,
-        ));
-    };
-    let (plain_level, secure_level) = crate::run::secure::split_level(engine, level, sc.share);
-    let plain = bench_config(plan, s, c, engine, plain_level, duration, seed)?;
-    let secure = crate::run::secure::secure_config(plan, s, c, &plain, secure_level)?;
-    Ok((plain, Some((secure, secure_level))))
-}
-
-/// Runs the plain load and, at the same time, the secure one.
-async fn run_load(
-    plain: BenchConfig,
-    secure: Option<BenchConfig>,
-    progress: Option<capstan_bench::ProgressFn>,
-) -> Result<(capstan_bench::RunResult, Option<capstan_bench::RunResult>), LabError> {
-    let err = |e: capstan_bench::BenchError| LabError::Run(e.to_string());
-    match secure {
-        None => Ok((
-            capstan_bench::run(plain, progress).await.map_err(err)?,
-            None,
-        )),
-        Some(sc) => {
-            let (p, s) = tokio::join!(
-                capstan_bench::run(plain, progress),
-                capstan_bench::run(sc, None)
-            );
-            let s = s.map_err(|e| LabError::Run(format!("secure class: {e}")))?;
-            Ok((p.map_err(err)?, Some(s)))
-        }
-    }
-}
-
-fn bench_config(
-    plan: &Plan,
-    s: &SeriesPlan,
-    c: &Cluster,
-    engine: EngineKind,
-    level: f64,
-    duration: Duration,
-    seed: u64,
-) -> Result<BenchConfig, LabError> {
-    let exp = &plan.exp;
-    let path = match exp.workload.kind {
-        WorkloadKind::Url => exp.workload.url.clone().unwrap_or_else(|| "/".into()),
-        _ => "/".into(),
-    };
-    let target = Target::parse(&format!("http://{}{path}", c.listen))
-        .map_err(|e| LabError::Run(e.to_string()))?;
-    let mut cfg = BenchConfig::open(target, 1.0);
-    cfg.engine = match engine {
-        EngineKind::Closed => Engine::Closed {
-            clients: (level.round() as usize).max(1),
-            think: (exp.load.think_ms > 0.0).then_some(Dist::Exp {
-                mean: exp.load.think_ms / 1000.0,
-            }),
-        },
-        EngineKind::Open => Engine::Open { rate: level },
-        // D = R·T: each socket tries once per T while the server is behind.
-        EngineKind::Sclient => Engine::SClient {
-            sockets: (level * cfg.connect_timeout.as_secs_f64()).round().max(1.0) as usize,
-        },
-        EngineKind::Sessions => Engine::Sessions {
-            rate: level,
-            model: SessionModel::default(),
-            parallel: exp.workload.parallel,
-            think_scale: exp.workload.think_scale,
-        },
-    };
-    cfg.source = match exp.workload.kind {
-        WorkloadKind::Url => Source::Url,
-        WorkloadKind::Mix => {
-            Source::FileList(filelist(&s.tree, plan.seed, exp.nodes.files, &s.dynamic)?)
-        }
-        WorkloadKind::Sessions => Source::Mix {
-            tree: s
-                .tree
-                .parse()
-                .map_err(|e| LabError::Experiment(format!("{e}")))?,
-            tree_seed: plan.seed,
-            files: exp.nodes.files,
-            popularity: if exp.workload.zipf > 0.0 {
-                Popularity::Zipf {
-                    alpha: exp.workload.zipf,
-                }
-            } else {
-                Popularity::Uniform
-            },
-            recurrence: None,
-        },
-    };
-    cfg.duration = duration;
-    cfg.keepalive = exp.load.keepalive;
-    cfg.timeout = parse_duration("load.timeout", &exp.load.timeout)?;
-    cfg.threads = exp.load.generator_threads;
-    cfg.seed = seed;
-    cfg.drain = parse_duration("load.drain", &exp.load.drain)?;
-    if engine == EngineKind::Open {
-        cfg.burst = exp.load.burst;
-    }
-    Ok(cfg)
-}
-
-struct Snapshot {
-    at: Instant,
-    switch_cpu: f64,
-    self_cpu: f64,
-    nodes_cpu: f64,
-    loads: Vec<cluster::LoadReport>,
-    status: cluster::SwitchStatus,
-}
-
-async fn snapshot(c: &Cluster) -> Result<Snapshot, LabError> {
-    let mut loads = Vec::new();
-    for ((spec, _, _), addr) in c.nodes.iter().zip(&c.reports) {
-        loads.push(
-            cluster::load_report(*addr)
-                .await
-                .map_err(|e| LabError::Run(format!("{}: {e}", spec.name)))?,
-        );
-    }
-    let status = cluster::switch_status(c.admin)
-        .await
-        .map_err(|e| LabError::Run(format!("switch: {e}")))?;
-    Ok(Snapshot {
-        at: Instant::now(),
-        switch_cpu: cluster::cpu_seconds(Some(c.switch.pid())).unwrap_or(0.0),
-        self_cpu: cluster::cpu_seconds(None).unwrap_or(0.0),
-        nodes_cpu: c
-            .nodes
-            .iter()
-            .map(|(_, _, p)| cluster::cpu_seconds(Some(p.pid())).unwrap_or(0.0))
-            .sum(),
-        loads,
-        status,
-    })
-}
-
-/// Until aborted: every `period`, each node's utilisation over its own last window, and the
-/// weight and load the switch holds for it.
-async fn sample_timeline(
-    nodes: Vec<(String, std::net::SocketAddr)>,
-    admin: std::net::SocketAddr,
-    period: Duration,
-    sink: Arc<std::sync::Mutex<Vec<UtilSample>>>,
-) {
-    let t0 = Instant::now();
-    loop {
-        tokio::time::sleep(period).await;
-        let (mut util, mut cpu, mut disk) = (Vec::new(), Vec::new(), Vec::new());
-        for (_, a) in &nodes {
-            let (c, d, n) = cluster::load_report(*a)
-                .await
-                .map(|r| {
-                    (
-                        r.interval.cpu_util,
-                        r.interval.disk_util,
-                        r.interval.nic_util,
-                    )
-                })
-                .unwrap_or((f64::NAN, f64::NAN, f64::NAN));
-            util.push(round(c.max(d).max(n), 4));
-            cpu.push(round(c, 4));
-            disk.push(round(d, 4));
-        }
-        let status = cluster::switch_status(admin).await.unwrap_or_default();
-        let of = |name: &str| status.nodes.iter().find(|n| n.name == name);
-        let weights = nodes
-            .iter()
-            .map(|(name, _)| of(name).map_or(0, |n| n.effective_weight))
-            .collect();
-        let gathered = nodes
-            .iter()
-            .map(|(name, _)| of(name).map_or(0.0, |n| round(n.load, 4)))
-            .collect();
-        if let Ok(mut v) = sink.lock() {
-            v.push(UtilSample {
-                t_s: round(t0.elapsed().as_secs_f64(), 2),
-                util,
-                cpu,
-                disk,
-                weights,
-                gathered,
-            });
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn measure(
-    plan: &Plan,
-    s: &SeriesPlan,
-    c: &mut Cluster,
-    level: f64,
-    rep: usize,
-    capacity: Option<f64>,
-    seed: u64,
-    observer: Option<Observer>,
-) -> Result<RunRecord, LabError> {
-    let exp = &plan.exp;
-    let value = level_value(plan, level, capacity);
-    let (cfg, secure_cfg) = load_configs(plan, s, c, value, plan.duration, seed)?;
-    let secure_level = secure_cfg.as_ref().map(|(_, l)| *l);
-    let before = snapshot(c).await?;
-    let tls_before = crate::run::secure::handshakes(c, &before.status).await;
-    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sampler = tokio::spawn(sample_timeline(
-        c.nodes
-            .iter()
-            .zip(&c.reports)
-            .map(|((spec, _, _), a)| (spec.name.clone(), *a))
-            .collect(),
-        c.admin,
-        sample_period(exp),
-        samples.clone(),
-    ));
-    let progress: Option<capstan_bench::ProgressFn> = observer.map(|f| {
-        let cb: capstan_bench::ProgressFn = Arc::new(move |p: &capstan_bench::Progress| {
-            f(Event::Live {
-                completed: p.completed,
-                rps: p.rps,
-                elapsed_s: p.elapsed_s,
-                duration_s: p.duration_s,
-            })
-        });
-        cb
-    });
-    let result = run_load(cfg, secure_cfg.map(|(c, _)| c), progress).await;
-    sampler.abort();
-    let timeline = samples.lock().map(|v| v.clone()).unwrap_or_default();
-    let (r, secure_run) = result?;
-    c.check_alive()?;
-    let after = snapshot(c).await?;
-    let tls_after = crate::run::secure::handshakes(c, &after.status).await;
-    let (r, secure) = match (secure_run, secure_level) {
-        (Some(sr), Some(level)) => {
-            let rec = crate::run::secure::record(level, &sr, tls_before, tls_after);
-            (crate::run::secure::combine(r, sr)?, Some(rec))
-        }
-        _ => (r, None),
-    };
-    let wall = after.at.duration_since(before.at).as_secs_f64().max(1e-9);
-    let pct = |a: f64, b: f64| round(100.0 * (b - a) / wall, 1);
-    let cpu = CpuRecord {
-        switch_pct: pct(before.switch_cpu, after.switch_cpu),
-        generator_pct: pct(before.self_cpu, after.self_cpu),
-        generator_thread_max_pct: r.generator.cpu_percent_max,
-        nodes_pct: pct(before.nodes_cpu, after.nodes_cpu),
-    };
-    let mut nodes = Vec::new();
-    for (i, (spec, _, _)) in c.nodes.iter().enumerate() {
-        let (a, b) = (&before.loads[i].since_start, &after.loads[i].since_start);
-        let len = (b.length_s - a.length_s).max(1e-9);
-        let u = |x: f64, y: f64| round(((y - x) / len).clamp(0.0, 1.0), 4);
-        let (cu, du, nu) = (
-            u(a.cpu_busy_s, b.cpu_busy_s),
-            u(a.disk_busy_s, b.disk_busy_s),
-            u(a.nic_busy_s, b.nic_busy_s),
-        );
-        let sw_before = before.status.nodes.iter().find(|n| n.name == spec.name);
-        let sw_after = after.status.nodes.iter().find(|n| n.name == spec.name);
-        let placed: BTreeMap<String, u64> = sw_after
-            .map(|n| {
-                n.classes
-                    .iter()
-                    .map(|(k, v)| {
-                        let old = sw_before
-                            .and_then(|b| b.classes.get(k))
-                            .copied()
-                            .unwrap_or(0);
-                        (k.clone(), v.saturating_sub(old))
-                    })
-                    .filter(|(_, v)| *v > 0)
-                    .collect()
-            })
-            .unwrap_or_default();
-        nodes.push(NodeRecord {
-            name: spec.name.clone(),
-            speed: spec.speed,
-            served: b.served.saturating_sub(a.served),
-            placed,
-            load_reports: sw_after
-                .zip(sw_before)
-                .map_or(0, |(a, b)| a.load_reports.saturating_sub(b.load_reports)),
-            partition: after.loads[i]
-                .partition
-                .map(|p| format!("{}/{}", p.index, p.count)),
-            cpu_util: cu,
-            disk_util: du,
-            nic_util: nu,
-            util: cu.max(du).max(nu),
-        });
-    }
-    let util_min = nodes.iter().map(|n| n.util).fold(f64::INFINITY, f64::min);
-    let util_max = nodes.iter().map(|n| n.util).fold(0.0, f64::max);
-    let mut warnings = Vec::new();
-    if cpu.switch_pct > 80.0 {
-        warnings.push(format!(
-            "the switch used {:.0} % of a core (> 80 %): the result may be the switch's limit, not the cluster's",
-            cpu.switch_pct
-        ));
-    }
-    if cpu.generator_pct > 80.0 * exp.load.generator_threads as f64
-        || cpu.generator_thread_max_pct > 80.0
-    {
-        warnings.push(format!(
-            "the load generator used {:.0} % of a core (busiest thread {:.0} %, > 80 %): the result may be client-limited",
-            cpu.generator_pct, cpu.generator_thread_max_pct
-        ));
-    }
-    for w in &r.generator.warnings {
-        if !w.contains("% of a core") {
-            warnings.push(format!("load generator: {w}"));
-        }
-    }
-    if exp.load.engine == EngineKind::Open
-        && r.offered > 0
-        && (r.started as f64) < 0.97 * r.offered as f64
-    {
-        warnings.push(format!(
-            "offered load not delivered: {} requests were due, {} started ({} dropped)",
-            r.offered, r.started, r.dropped
-        ));
-    }
-    let cdf = match capstan_bench::result::decode_hist(&r.histograms.corrected) {
-        Ok(h) if !h.is_empty() => {
-            let mut v: Vec<[f64; 2]> = (0..=100)
-                .map(|i| {
-                    let q = i as f64 / 100.0;
-                    [h.value_at_quantile(q) as f64 / 1000.0, q]
-                })
-                .collect();
-            v.push([h.value_at_quantile(0.999) as f64 / 1000.0, 0.999]);
-            v.sort_by(|a, b| a[1].total_cmp(&b[1]));
-            v
-        }
-        _ => Vec::new(),
-    };
-    Ok(RunRecord {
-        level,
-        repetition: rep,
-        offered_rps: match exp.load.engine {
-            EngineKind::Closed => 0.0,
-            // D/T, which the whole number of sockets D makes differ a little from the level.
-            EngineKind::Sclient => round(r.offered_rps, 2),
-            _ => round(value, 2),
-        },
-        duration_s: r.duration_s,
-        completed: r.completed,
-        throughput_rps: r.completed_rps,
-        errors: r.errors_total,
-        errors_by_kind: r.errors.clone(),
-        status: r.status.clone(),
-        dropped: r.dropped,
-        connect_attempts: r.connect_attempts,
-        connect_timeouts: r.connect_timeouts,
-        unfinished: r.unfinished,
-        latency_ms: r.latency_ms.corrected.clone(),
-        per_class: per_class(&r),
-        cdf,
-        nodes,
-        util_min: if util_min.is_finite() { util_min } else { 0.0 },
-        util_max,
-        timeline,
-        cpu,
-        warnings,
-        secure,
-    })
-}
-
-/// Latency per request class, and for session workloads per page too (a page is its HTML
-/// object and the embedded objects fetched after it: what a user waits for).
-fn per_class(r: &capstan_bench::RunResult) -> BTreeMap<String, ClassLatency> {
-    let of = |requests: u64, errors: u64, l: &capstan_bench::Percentiles| ClassLatency {
-        requests,
-        errors,
-        mean_ms: l.mean,
-        p50_ms: l.p50,
-        p90_ms: l.p90,
-        p99_ms: l.p99,
-    };
-    let mut classes: BTreeMap<String, ClassLatency> = r
-        .per_class
-        .iter()
-        .map(|(k, v)| (k.clone(), of(v.requests, v.errors, &v.latency_ms)))
-        .collect();
-    if r.sessions > 0 && r.page_ms.count > 0 {
-        classes.insert(
-            "pages (sessions)".into(),
-            of(r.page_ms.count, 0, &r.page_ms),
-        );
-    }
-    classes
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tree_sizes_name_every_file_of_the_tree() {
-        let sizes = tree_sizes("sweb", 1, None).unwrap();
-        assert_eq!(sizes.len(), 61);
-        assert_eq!(sizes["/sweb/skewed.html"].as_integer(), Some(1_500_000));
-        let total: i64 = sizes.values().filter_map(|v| v.as_integer()).sum();
-        // 60 evenly spaced sizes from 100 B to 1.5 MB, and the skewed file.
-        assert_eq!(total, 60 * 750_050 + 1_500_000);
-        assert!(tree_sizes("nope", 1, None).is_err());
-    }
-
-    /// Banga & Druschel's bursts have a 100 s period; the short form's 4 s levels take the
-    /// period `[quick] burst_period_s` gives instead.
-    #[test]
-    fn the_short_form_takes_its_own_burst_period() {
-        let exp = Experiment::load("sclient-bursty").unwrap();
-        let opts = |quick: bool| Options {
-            quick,
-            policies: None,
-            nodes: None,
-            repetitions: None,
-            seed: None,
-            exe: PathBuf::from("capstan"),
-            work_dir: PathBuf::from("."),
-            command: String::new(),
-            worlds: crate::run::plan::Worlds::Live,
-        };
-        let period = |quick| {
-            Plan::new(&exp, &opts(quick))
-                .unwrap()
-                .exp
-                .load
-                .burst
-                .unwrap()
-                .period_s
-        };
-        assert_eq!(period(false), 100.0);
-        assert_eq!(period(true), 10.0);
-    }
+        .collect()
 }

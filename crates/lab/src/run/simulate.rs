@@ -309,7 +309,7 @@ pub fn run(plan: &Plan, shape: Shape) -> Result<SimWorld, LabError> {
         let mut runs = Vec::new();
         for rep in 0..plan.repetitions {
             for (i, &level) in plan.levels.iter().enumerate() {
-                let seed = plan.seed.wrapping_add(rep as u64 * 7919);
+                let seed = crate::run::plan::window_seed(plan.seed, rep);
                 let (warmup_s, draws, http_path) = match shape {
                     Shape::Model => (
                         plan.warmup.as_secs_f64().max(1.0),
@@ -581,6 +581,7 @@ pub fn sim_only_results(plan: &Plan, o: &crate::run::plan::Options, world: SimWo
         levels: plan.levels.clone(),
         duration_s: world.window_s,
         repetitions: plan.repetitions,
+        headline: None,
         capacity_rps: None,
         series: world.series,
         paper: None,

@@ -56,13 +56,28 @@ pub fn check_consistent(r: &Value, engine_closed: bool) {
     assert_eq!(r["schema"], "capstan-lab/1");
     let series = r["series"].as_array().unwrap();
     assert!(!series.is_empty());
-    let levels = r["levels"].as_array().unwrap().len();
+    let levels: Vec<f64> = r["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect();
     let reps = r["repetitions"].as_u64().unwrap() as usize;
     for s in series {
         let label = s["label"].as_str().unwrap();
         let runs = s["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), levels * reps, "{label}");
-        assert_eq!(s["points"].as_array().unwrap().len(), levels, "{label}");
+        // Every level once per repetition, but where the headline's rounds measure the series
+        // (`[load.headline]`): once per round there.
+        let windows: usize = levels
+            .iter()
+            .map(|&l| headline_rounds(r, label, l).unwrap_or(reps))
+            .sum();
+        assert_eq!(runs.len(), windows, "{label}");
+        assert_eq!(
+            s["points"].as_array().unwrap().len(),
+            levels.len(),
+            "{label}"
+        );
         for run in runs {
             let level = run["level"].as_f64().unwrap();
             let tp = run["throughput_rps"].as_f64().unwrap();
@@ -118,4 +133,16 @@ pub fn check_consistent(r: &Value, engine_closed: bool) {
         }
     }
     assert!(!r["findings"].as_array().unwrap().is_empty());
+}
+
+/// The headline's rounds when they measure series `label` at `level`.
+pub fn headline_rounds(r: &Value, label: &str, level: f64) -> Option<usize> {
+    let h = r.get("headline")?;
+    let covered = h["levels"].as_array()?.iter().any(|l| {
+        l["level"].as_f64() == Some(level)
+            && l["series"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| x == label))
+    });
+    covered.then(|| h["rounds"].as_u64().unwrap() as usize)
 }

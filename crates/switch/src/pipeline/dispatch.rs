@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Body;
@@ -36,41 +36,6 @@ use crate::upstream::body::UpstreamBody;
 use crate::upstream::connect::UpstreamError;
 use crate::upstream::pool::NodeBody;
 use crate::upstream::pool::Pooled;
-
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
-fn via_value(version: Version) -> HeaderValue {
-    HeaderValue::from_static(match version {
-        Version::HTTP_10 => "1.0 capstan",
-        Version::HTTP_2 => "2 capstan",
-        Version::HTTP_3 => "3 capstan",
-        _ => "1.1 capstan",
-    })
-}
-
-/// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
-fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
-    match headers.entry(name) {
-        http::header::Entry::Occupied(mut present) if !present.get().is_empty() => {
-            let existing = present.get().as_bytes();
-            let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
-            joined.extend_from_slice(existing);
-            joined.extend_from_slice(b", ");
-            joined.extend_from_slice(value.as_bytes());
-            if let Ok(joined) = HeaderValue::from_bytes(&joined) {
-                present.insert(joined);
-            }
-        }
-        http::header::Entry::Occupied(mut empty) => {
-            empty.insert(value.clone());
-        }
-        // The common case: nothing to join, no allocation.
-        http::header::Entry::Vacant(absent) => {
-            absent.insert(value.clone());
-        }
-    }
-}
 
 /// The client's address as a header value, made once per connection.
 pub(crate) fn peer_header(peer: SocketAddr) -> HeaderValue {
@@ -153,6 +118,8 @@ pub(crate) struct Forward {
     pub method: Method,
     pub pq: PathAndQuery,
     pub client_version: Version,
+    /// What the node is told of the client (see [`crate::pipeline::node_request`]).
+    pub client: crate::pipeline::node_request::Client,
     /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
     /// [`crate::upstream::h2::accept_trailers`]).
     pub te_trailers: bool,
@@ -298,9 +265,6 @@ impl Forward {
     ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
         let (switch, cluster) = (&self.switch, &self.cluster);
         let config = &cluster.config;
-        if self.conn.tls.get().is_some() {
-            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-        }
         let key = crate::state::request::key_of(&self.pq, config.upstream.key);
         let info = crate::state::request::request_info(self.class, key);
         switch.retry_budget.record_request(switch.epoch.now_nanos());
@@ -573,16 +537,22 @@ fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
-pub(crate) fn rewrite_request_headers(
-    headers: &mut HeaderMap,
-    peer: &HeaderValue,
-    version: Version,
-) {
-    crate::pipeline::hop_by_hop::strip(headers);
-    append_list(headers, &X_FORWARDED_FOR, peer);
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    append_list(headers, &header::VIA, &via_value(version));
+impl Forward {
+    /// Turns the client's fields into the node's, for this request's `road`: the one way
+    /// every request to a node or peer is built ([`crate::pipeline::node_request::build`]).
+    pub(crate) fn node_headers(
+        &self,
+        headers: &mut HeaderMap,
+        road: crate::pipeline::node_request::Road<'_>,
+    ) {
+        crate::pipeline::node_request::build(
+            headers,
+            &self.client,
+            self.client_version,
+            road,
+            self.cluster.config.upstream.forwarded,
+        );
+    }
 }
 
 impl Forward {
@@ -706,8 +676,8 @@ fn forward_response(
 ) -> Response<ResponseBody> {
     let (mut parts, body) = resp.into_parts();
     crate::pipeline::hop_by_hop::strip(&mut parts.headers);
-    let via = via_value(parts.version);
-    append_list(&mut parts.headers, &header::VIA, &via);
+    let via = crate::pipeline::node_request::via_value(parts.version);
+    crate::pipeline::node_request::append_list(&mut parts.headers, &header::VIA, &via);
     let node = Some(&placement.node().name_header);
     crate::pipeline::response::debug_headers(&mut parts.headers, cluster, class, node);
     parts.version = client_version;
@@ -718,33 +688,4 @@ fn forward_response(
             on_end: Some(Box::new(SettleOnEnd(Some(placement), pooled))),
         },
     )
-}
-
-#[cfg(test)]
-mod tests {
-    fn headers(fields: &[(&str, &str)]) -> super::HeaderMap {
-        let mut map = super::HeaderMap::new();
-        for (name, value) in fields {
-            map.append(
-                super::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                value.parse().unwrap(),
-            );
-        }
-        map
-    }
-
-    #[test]
-    fn list_fields_are_joined() {
-        let xff = super::HeaderName::from_static("x-forwarded-for");
-        let peer = super::HeaderValue::from_static("10.0.0.9");
-        let mut map = headers(&[("x-forwarded-for", "10.0.0.1")]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.1, 10.0.0.9");
-        let mut map = headers(&[("x-forwarded-for", "")]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.9");
-        let mut map = headers(&[]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.9");
-    }
 }

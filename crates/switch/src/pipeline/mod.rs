@@ -24,6 +24,7 @@ pub(crate) mod checks;
 pub(crate) mod dispatch;
 pub(crate) mod hop_by_hop;
 pub(crate) mod interim;
+pub(crate) mod node_request;
 pub(crate) mod redirect;
 pub(crate) mod response;
 pub(crate) mod tier;
@@ -167,7 +168,15 @@ async fn proxy(
         method: parts.method.clone(),
         pq,
         client_version: parts.version,
-        te_trailers: crate::upstream::h2::wants_trailers(&parts.headers),
+        client: crate::pipeline::node_request::Client::of(
+            conn,
+            peer,
+            parts
+                .extensions
+                .get::<crate::pipeline::tier::Hopped>()
+                .and_then(|hopped| hopped.client.as_ref()),
+        ),
+        te_trailers: crate::pipeline::node_request::accepts_trailers(&parts.headers),
         // An HTTP/3 request carries its way for interim responses; the others find hyper's.
         interim: match parts.version {
             http::Version::HTTP_3 => parts
@@ -177,28 +186,27 @@ async fn proxy(
         },
     };
     if let Some(tunnel) = tunnel {
-        return Err(Box::pin(crate::pipeline::tunnel::pass(&forward, parts, peer, tunnel)).await);
+        return Err(Box::pin(crate::pipeline::tunnel::pass(&forward, parts, tunnel)).await);
     }
     let cache = crate::pipeline::cache::Route::of(switch, cluster, class, &parts);
     if let crate::pipeline::cache::Route::Lookup = cache {
         // A hit never leaves the switch: the forwarding headers are added only on the way to
         // a node (see `pipeline::cache::forwarded_headers`). One in memory is answered
         // without a future of its own.
-        let missed = match crate::pipeline::cache::from_memory(&forward, &parts, peer) {
+        let missed = match crate::pipeline::cache::from_memory(&forward, &parts) {
             Ok(hit) => return Err(hit),
             Err(missed) => missed,
         };
         // Boxed, as the tunnel above: the cache path's future is several KB, and an unboxed
         // one would be in every request's future, cached or not (see `handle`).
-        return Box::pin(crate::pipeline::cache::serve(forward, parts, peer, missed)).await;
+        return Box::pin(crate::pipeline::cache::serve(forward, parts, missed)).await;
     }
     if let crate::pipeline::cache::Route::Purge = cache {
         return Err(Box::pin(crate::pipeline::cache::client_purge(&forward, &parts, peer)).await);
     }
-    crate::pipeline::dispatch::rewrite_request_headers(
+    forward.node_headers(
         &mut parts.headers,
-        peer,
-        forward.client_version,
+        crate::pipeline::node_request::Road::Proxy,
     );
 
     let empty_body = body.is_end_stream()

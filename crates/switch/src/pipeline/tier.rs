@@ -18,6 +18,7 @@ use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Empty;
 
+use crate::pipeline::node_request::{read_mark, Client};
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
 use crate::state::tier::{Members, Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
@@ -27,27 +28,32 @@ const ACK_HEADER: &str = "capstan-tier-ack";
 
 /// Marks a request a peer sent this switch (in the request's extensions): it is served here,
 /// never sent on to another peer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Hopped {
     /// A peer's health check (the hop header says `check`).
     pub check: bool,
+    /// The client the asking peer serves, as its hop mark carries it: the node is told of
+    /// that client, not of the peer (see [`crate::pipeline::node_request`]).
+    pub client: Option<Client>,
 }
 
 /// Takes the hop header off the request; when it came from a peer's address, marks the
-/// request [`Hopped`] and counts it. From anyone else the header is forged and only removed.
+/// request [`Hopped`] (with the client its mark carries) and counts it. From anyone else the
+/// header is forged and only removed, and so is the client it names.
 pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
-    let Some(named) = parts.headers.remove(HOP_HEADER) else {
+    let Some(mark) = parts.headers.remove(HOP_HEADER) else {
         return;
     };
+    let (sender, client) = read_mark(&mark);
     let ip = conn.peer.map(|p| p.client.ip());
     let members = tier.members();
-    match ip.and_then(|ip| members.peer_at(ip, named.to_str().ok())) {
+    match ip.and_then(|ip| members.peer_at(ip, Some(sender))) {
         Some(peer) => {
             members.peers[peer]
                 .hops_served
                 .fetch_add(1, Ordering::Relaxed);
-            let check = named.as_bytes() == CHECK_MARK.as_bytes();
-            parts.extensions.insert(Hopped { check });
+            let check = sender == CHECK_MARK;
+            parts.extensions.insert(Hopped { check, client });
         }
         None => {
             tier.forged_hops.fetch_add(1, Ordering::Relaxed);

@@ -60,7 +60,6 @@ pub(crate) fn requested(parts: &Parts) -> Option<Tunnel> {
 pub(crate) async fn pass(
     forward: &Forward,
     mut parts: Parts,
-    peer: &HeaderValue,
     tunnel: Tunnel,
 ) -> Response<ResponseBody> {
     let config = &forward.cluster.config;
@@ -87,14 +86,10 @@ pub(crate) async fn pass(
             "this connection cannot be upgraded",
         );
     };
-    let protocol = parts.headers.get(header::UPGRADE).cloned();
-    crate::pipeline::dispatch::rewrite_request_headers(&mut parts.headers, peer, parts.version);
-    if let Some(protocol) = protocol {
-        parts.headers.insert(header::UPGRADE, protocol);
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
+    forward.node_headers(
+        &mut parts.headers,
+        crate::pipeline::node_request::Road::Tunnel,
+    );
     let mut resp = match send(forward, parts, tunnel).await {
         Ok(resp) => resp,
         Err(refusal) => return refusal,

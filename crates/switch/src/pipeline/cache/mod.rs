@@ -26,6 +26,7 @@ use hyper::body::Body;
 
 use crate::config::cache::CacheConfig;
 use crate::pipeline::dispatch::Forward;
+use crate::pipeline::node_request::Road;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::Cluster;
@@ -136,7 +137,6 @@ pub(crate) struct Missed {
 pub(crate) fn from_memory(
     forward: &Forward,
     parts: &Parts,
-    peer: &HeaderValue,
 ) -> Result<Response<ResponseBody>, Missed> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     // Borrowed from the cluster: the hit path copies nothing of the configuration.
@@ -159,7 +159,7 @@ pub(crate) fn from_memory(
             });
         }
     }
-    match in_memory(forward, layer, parts, peer, &key, now) {
+    match in_memory(forward, layer, parts, &key, now) {
         Ok(answer) => Ok(answer),
         Err(found) => Err(Missed {
             key,
@@ -175,7 +175,6 @@ fn in_memory(
     forward: &Forward,
     layer: &CacheLayer,
     parts: &Parts,
-    peer: &HeaderValue,
     key: &Key,
     now: SystemTime,
 ) -> Result<Response<ResponseBody>, Lookup> {
@@ -184,7 +183,7 @@ fn in_memory(
         .store
         .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
     {
-        Lookup::Hit(entry) => match answer_stored(forward, parts, peer, key, entry, now) {
+        Lookup::Hit(entry) => match answer_stored(forward, parts, key, entry, now) {
             Ok(answer) => Ok(answer),
             Err(stale) => Err(Lookup::Hit(stale)),
         },
@@ -198,7 +197,6 @@ fn in_memory(
 fn answer_stored(
     forward: &Forward,
     parts: &Parts,
-    peer: &HeaderValue,
     key: &Key,
     entry: Arc<Entry>,
     now: SystemTime,
@@ -237,8 +235,7 @@ fn answer_stored(
         }
         Decision::StaleWhileRevalidate { why } => {
             bump(&layer.counters.stale_hits);
-            let upstream = forwarded_headers(req, peer, forward.client_version);
-            refresh_in_background(forward, upstream, key, &entry, cfg.clone());
+            refresh_in_background(forward, req, key, &entry, cfg.clone());
             Ok(serve_stored(stored, Some(why)))
         }
         Decision::Revalidate => Err(entry),
@@ -251,7 +248,6 @@ fn answer_stored(
 pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
-    peer: &HeaderValue,
     missed: Missed,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
@@ -264,11 +260,11 @@ pub(crate) async fn serve(
     let found = match found {
         Some(found) => found,
         None => {
-            if let Some(answer) = tier::from_owners(&forward, &parts, peer, &key).await {
+            if let Some(answer) = tier::from_owners(&forward, &parts, &key).await {
                 return answer;
             }
             // Every owner asked failed, or this switch owns the key now: served here.
-            match in_memory(&forward, layer, &parts, peer, &key, now) {
+            match in_memory(&forward, layer, &parts, &key, now) {
                 Ok(answer) => return Err(answer),
                 Err(found) => found,
             }
@@ -278,7 +274,7 @@ pub(crate) async fn serve(
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
-            Some(entry) => match answer_stored(&forward, &parts, peer, &key, entry, now) {
+            Some(entry) => match answer_stored(&forward, &parts, &key, entry, now) {
                 Ok(answer) => return Err(answer),
                 Err(stale) => Lookup::Hit(stale),
             },
@@ -305,27 +301,17 @@ pub(crate) async fn serve(
         // A range of an object the cache does not hold goes to the node as asked (partials
         // are never stored); the next full request fills the cache.
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, Fwd::Miss, Some("range")).await;
+        return pass(forward, parts, Fwd::Miss, Some("range")).await;
     }
     if rfc::CacheControl::parse_request(req).no_store {
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, Fwd::Request, Some("no-store")).await;
+        return pass(forward, parts, Fwd::Request, Some("no-store")).await;
     }
     match stale {
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
-    through_fill(
-        forward,
-        parts,
-        peer,
-        key,
-        stale,
-        cfg,
-        rules.clone(),
-        fwd_kind,
-    )
-    .await
+    through_fill(forward, parts, key, stale, cfg, rules.clone(), fwd_kind).await
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
@@ -343,12 +329,12 @@ fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<R
 async fn pass(
     forward: Forward,
     parts: Parts,
-    peer: &HeaderValue,
     fwd: Fwd,
     detail: Option<&'static str>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let status = CacheStatus::forward(fwd, false, false, detail);
-    let headers = forwarded_headers(&parts.headers, peer, forward.client_version);
+    let mut headers = parts.headers;
+    forward.node_headers(&mut headers, Road::Proxy);
     let answer = forward
         .dispatch(headers, UpstreamBody::Empty, true, None)
         .await;
@@ -359,20 +345,11 @@ async fn pass(
     answer.map(mark).map_err(mark)
 }
 
-/// The client's headers as a node should see them (hop-by-hop out; `Via`,
-/// `X-Forwarded-For`, `X-Forwarded-Proto` in).
-fn forwarded_headers(client: &HeaderMap, peer: &HeaderValue, version: http::Version) -> HeaderMap {
-    let mut headers = client.clone();
-    crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
-    headers
-}
-
 /// Joins the fill in flight for the key, or starts one; answers from it.
 #[allow(clippy::too_many_arguments)]
 async fn through_fill(
     forward: Forward,
     parts: Parts,
-    peer: &HeaderValue,
     key: Key,
     stale: Option<Arc<Entry>>,
     cfg: &CacheConfig,
@@ -392,7 +369,7 @@ async fn through_fill(
     });
     if let Some(Some(reader)) = joined {
         bump(&layer.counters.coalesced);
-        return follow(forward, parts, peer, reader, cfg, fwd_kind).await;
+        return follow(forward, parts, reader, cfg, fwd_kind).await;
     }
     let fill = Fill::new();
     let reader = fill
@@ -465,27 +442,26 @@ fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
 async fn follow(
     forward: Forward,
     parts: Parts,
-    peer: &HeaderValue,
     reader: FillReader,
     cfg: &CacheConfig,
     fwd_kind: Fwd,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let Some(head) = reader.fill().head(cfg.coalesce_timeout).await else {
         drop(reader);
-        return pass(forward, parts, peer, fwd_kind, Some("coalesce-timeout")).await;
+        return pass(forward, parts, fwd_kind, Some("coalesce-timeout")).await;
     };
     if !head.outcome.shareable() {
         drop(reader);
         let layer = forward.switch.cache.as_ref().expect("routed to the cache");
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, fwd_kind, Some("uncachable")).await;
+        return pass(forward, parts, fwd_kind, Some("uncachable")).await;
     }
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
         rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
     });
     if varies_otherwise {
         drop(reader);
-        return pass(forward, parts, peer, Fwd::VaryMiss, None).await;
+        return pass(forward, parts, Fwd::VaryMiss, None).await;
     }
     let mut status = leader_status(&head, fwd_kind);
     status.collapsed = true;
@@ -498,7 +474,7 @@ async fn follow(
 /// Serves stale and refreshes once in the background (unless a fill for the key is running).
 fn refresh_in_background(
     forward: &Forward,
-    upstream: HeaderMap,
+    client_headers: &HeaderMap,
     key: &Key,
     entry: &Arc<Entry>,
     cfg: CacheConfig,
@@ -523,7 +499,7 @@ fn refresh_in_background(
     // No client waits for a background refresh: its interim responses go nowhere.
     spawn_fill(
         forward,
-        upstream,
+        client_headers.clone(),
         key,
         Some(Arc::clone(entry)),
         (cfg, rules),
@@ -533,7 +509,8 @@ fn refresh_in_background(
 }
 
 /// Starts the task that fetches the key's response into `fill`; the node's interim responses
-/// go to `interim` (the leader's client).
+/// go to `interim` (the leader's client). The node's request is built here, in the client's
+/// task, for the client of `forward` (see [`crate::pipeline::node_request`]).
 fn spawn_fill(
     forward: &Forward,
     client_headers: HeaderMap,
@@ -543,6 +520,12 @@ fn spawn_fill(
     fill: Arc<Fill>,
     interim: Option<crate::pipeline::interim::Interim>,
 ) {
+    let mut node_headers = client_headers.clone();
+    let stored = stale.as_ref().map(|entry| entry.headers());
+    let road = Road::Fill {
+        stale: stored.as_ref(),
+    };
+    forward.node_headers(&mut node_headers, road);
     let task = Forward {
         switch: Arc::clone(&forward.switch),
         cluster: Arc::clone(&forward.cluster),
@@ -553,6 +536,7 @@ fn spawn_fill(
         method: Method::GET,
         pq: forward.pq.clone(),
         client_version: http::Version::HTTP_11,
+        client: forward.client.clone(),
         // A fill is a GET for the cache: trailers are not stored.
         te_trailers: false,
         interim,
@@ -561,7 +545,8 @@ fn spawn_fill(
     let notes = crate::observe::access_log::current_notes();
     tokio::spawn(async move {
         let fill_key = key.fill_key();
-        let running = run_fill(&task, client_headers, &key, stale, &cfg, &rules, &fill);
+        let headers = (node_headers, client_headers);
+        let running = run_fill(&task, headers, &key, stale, &cfg, &rules, &fill);
         crate::observe::access_log::with_notes(notes, running).await;
         if let Some(layer) = &task.switch.cache {
             layer.forget_fill(&fill_key, &fill);
@@ -569,30 +554,11 @@ fn spawn_fill(
     });
 }
 
-/// The headers of the request a fill sends: the client's, without what would make the node
-/// answer only for this client (conditionals, ranges), plus validators of a stale entry.
-fn fill_request_headers(client: &HeaderMap, stale: Option<&Entry>) -> HeaderMap {
-    let mut headers = client.clone();
-    for name in [
-        header::IF_NONE_MATCH,
-        header::IF_MODIFIED_SINCE,
-        header::IF_MATCH,
-        header::IF_UNMODIFIED_SINCE,
-        header::IF_RANGE,
-        header::RANGE,
-    ] {
-        headers.remove(name);
-    }
-    if let Some(entry) = stale {
-        headers.extend(rfc::revalidation_headers(&entry.headers()));
-    }
-    headers
-}
-
-/// The fill task: asks a node, then publishes its answer to the readers and the store.
+/// The fill task: asks a node with `node_headers` (built by [`spawn_fill`]), then publishes
+/// its answer to the readers and the store, by the rules the client's `client_headers` ask.
 async fn run_fill(
     task: &Forward,
-    client_headers: HeaderMap,
+    (node_headers, client_headers): (HeaderMap, HeaderMap),
     key: &Key,
     stale: Option<Arc<Entry>>,
     cfg: &CacheConfig,
@@ -604,10 +570,9 @@ async fn run_fill(
         .cache
         .as_ref()
         .expect("a fill runs with a cache");
-    let headers = fill_request_headers(&client_headers, stale.as_deref());
     let request_time = SystemTime::now();
     let answer = task
-        .dispatch(headers, UpstreamBody::Empty, true, None)
+        .dispatch(node_headers, UpstreamBody::Empty, true, None)
         .await;
     let response_time = SystemTime::now();
     // A stored entry may answer for a node that failed or answered 5xx (RFC 5861 §4): when

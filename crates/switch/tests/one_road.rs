@@ -761,3 +761,25 @@ async fn a_tier_hop_is_filled_by_the_owner_as_the_asking_switch_would() {
         assert_forwarded(&seen[0], &what, 2, answer.client, proto.https());
     }
 }
+
+/// `upstream.forwarded = true`: the node also gets an RFC 7239 `Forwarded` element for the
+/// client, on the proxied road and a cache fill alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_is_added_when_the_operator_asks() {
+    let node = Node::start().await;
+    let on = "[upstream]\nforwarded = true\n";
+    let proxying = Switch::start(&[node.addr], on).await;
+    let caching = Switch::start(&[node.addr], &format!("{on}[cache]\nmemory = \"16MiB\"\n")).await;
+    for proto in [Proto::H1, Proto::H1Tls, Proto::H3] {
+        for (road, switch) in [("proxied", &proxying), ("fill", &caching)] {
+            let path = format!("/fwd/{road}/{proto:?}");
+            let answer = ask(proto, switch.at, &path).await;
+            assert_eq!(answer.status, StatusCode::OK, "{proto:?} {path}");
+            let seen = node.seen(&path);
+            let scheme = if proto.https() { "https" } else { "http" };
+            let expected = format!("for={};proto={scheme}", answer.client.ip());
+            let forwarded: Vec<_> = seen[0].headers.get_all("forwarded").iter().collect();
+            assert_eq!(forwarded, [expected.as_str()], "{proto:?} {path}");
+        }
+    }
+}

@@ -130,6 +130,37 @@ pub(crate) struct Forward {
 }
 
 impl Forward {
+    /// A client's request on its way to a node, once classified: what the road needs of it,
+    /// owned (the client's way for interim responses comes out of an HTTP/3 request's
+    /// extensions).
+    pub(crate) fn of(
+        (switch, cluster, conn): (&Arc<Switch>, &Arc<Cluster>, &Arc<ConnState>),
+        class: ClassId,
+        pq: PathAndQuery,
+        client: crate::pipeline::node_request::Client,
+        parts: &mut http::request::Parts,
+    ) -> Forward {
+        Forward {
+            switch: Arc::clone(switch),
+            cluster: Arc::clone(cluster),
+            conn: Arc::clone(conn),
+            class,
+            method: parts.method.clone(),
+            pq,
+            client_version: parts.version,
+            client,
+            te_trailers: crate::pipeline::node_request::accepts_trailers(&parts.headers),
+            // An HTTP/3 request carries its way for interim responses; the others find
+            // hyper's.
+            interim: match parts.version {
+                Version::HTTP_3 => parts.extensions.remove::<Interim>(),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl Forward {
     /// The way to the client for the node's interim responses: the one this request carries,
     /// else its client's (only from the request's own task, see [`Interim::of_client`]).
     pub(crate) fn interim(&self) -> Option<Interim> {

@@ -7,6 +7,7 @@
 //! task that streams the node's response to every waiting client as it arrives and stores it
 //! when RFC 9111 allows. Unsafe methods invalidate what they change (RFC 9111 §4.4).
 
+mod fields;
 pub(crate) mod report;
 mod respond;
 mod tier;
@@ -25,6 +26,8 @@ use http_body_util::BodyExt;
 use hyper::body::Body;
 
 use crate::config::cache::CacheConfig;
+pub(crate) use crate::pipeline::cache::fields::request_host;
+use crate::pipeline::cache::fields::{owned_headers, with_debug};
 use crate::pipeline::dispatch::Forward;
 use crate::pipeline::node_request::Road;
 use crate::pipeline::response::error_response;
@@ -80,19 +83,6 @@ fn has_body(headers: &HeaderMap) -> bool {
         || headers
             .get(header::CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() != b"0")
-}
-
-/// The host a request names: the absolute-form authority, else `Host`, lower-cased later.
-pub(crate) fn request_host(parts: &Parts) -> String {
-    if let Some(authority) = parts.uri.authority() {
-        return authority.as_str().to_string();
-    }
-    parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_string()
 }
 
 impl Key {
@@ -316,12 +306,6 @@ pub(crate) async fn serve(
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
     times.ttl(now)
-}
-
-fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
-    let headers = resp.headers_mut();
-    crate::pipeline::response::debug_headers(headers, &forward.cluster, forward.class, None);
-    resp
 }
 
 /// Forwards without the cache (a range miss, a `no-store` request), saying so in
@@ -824,18 +808,6 @@ async fn stream_and_store(
     let stored = storing && store(layer, task, fill, &parts, key, vary, times);
     fill.finish(Ok(()));
     stored
-}
-
-/// A copy of `headers` that owns its bytes. Header values parsed by hyper are slices of the
-/// connection's read buffer; a stored entry must not keep that buffer alive.
-fn owned_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut owned = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        copy.set_sensitive(value.is_sensitive());
-        owned.append(name.clone(), copy);
-    }
-    owned
 }
 
 /// Puts a completely received response into the store.

@@ -147,7 +147,7 @@ fn hop_request(
     if !headers.contains_key(header::HOST) {
         // The owner keys the request by its host as this switch did: an absolute-form target
         // becomes origin-form on the way.
-        let host = super::request_host(parts);
+        let host = crate::pipeline::cache::fields::request_host(parts);
         if let Ok(host) = HeaderValue::from_str(&host) {
             headers.insert(header::HOST, host);
         }
@@ -180,8 +180,15 @@ fn local_copy(
     }
     bump(&layer.counters.hits);
     let status = CacheStatus::hit(entry.times.ttl(now));
-    let resp = super::respond::from_entry(&entry, stored, &parts.method, req, now, &status);
-    Some(super::with_debug(forward, resp))
+    let resp = crate::pipeline::cache::respond::from_entry(
+        &entry,
+        stored,
+        &parts.method,
+        req,
+        now,
+        &status,
+    );
+    Some(crate::pipeline::cache::fields::with_debug(forward, resp))
 }
 
 /// Reads the owner's answer for a hot key and keeps it here for at most `local_copy_ttl` when
@@ -243,7 +250,7 @@ async fn keep_local_copy(
             &key.extra,
             vary,
             head.status,
-            super::owned_headers(&stored_headers),
+            crate::pipeline::cache::fields::owned_headers(&stored_headers),
             body.clone(),
             times,
         );

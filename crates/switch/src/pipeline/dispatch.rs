@@ -21,10 +21,8 @@ use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Body;
 use tokio::time::error::Elapsed;
 
-use crate::config::NodeProtocol;
 use crate::pipeline::interim::Interim;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::{OnEnd, ResponseBody};
@@ -156,6 +154,21 @@ impl Forward {
                 Version::HTTP_3 => parts.extensions.remove::<Interim>(),
                 _ => None,
             },
+        }
+    }
+}
+
+/// A node's interim heads go to the client (see [`crate::pipeline::interim`]).
+impl crate::upstream::InterimHeads for Forward {
+    fn pass(&self, status: StatusCode, headers: HeaderMap) {
+        self.pass_interim(status, headers);
+    }
+
+    fn attach(&self, req: &mut Request<UpstreamBody>) {
+        // hyper's clients read the node in tasks of their own: the way back goes with the
+        // request.
+        if let Some(interim) = self.interim() {
+            interim.attach(req);
         }
     }
 }
@@ -587,32 +600,9 @@ impl Forward {
 }
 
 impl Forward {
-    /// The request as sent to `node`: HTTP/1.1 (HTTP/2 to an h2 node), the client's method,
-    /// target and (rewritten) headers, `TE: trailers` when the client accepts trailers. With
-    /// PROXY protocol to nodes, the node's URI carries the client's addresses
-    /// (see [`crate::upstream::proxy_protocol::authority_for`]).
-    fn upstream_request(
-        &self,
-        node: &NodeRuntime,
-        headers: HeaderMap,
-        body: UpstreamBody,
-    ) -> Request<UpstreamBody> {
-        let mut req = Request::new(body);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.node_uri(node);
-        *req.version_mut() = Version::HTTP_11;
-        *req.headers_mut() = headers;
-        if node.config.protocol == NodeProtocol::H2 {
-            crate::upstream::h2::adapt_request(&mut req, node.config.tls.is_some());
-        }
-        if self.te_trailers {
-            crate::upstream::h2::accept_trailers(&mut req, node.config.protocol);
-        }
-        req
-    }
-
-    /// Sends the request to `node`, waiting at most `wait` for the head of its answer.
-    /// `headers` stay for a retry when `keep_for_retry`.
+    /// Sends the request to `node` (in its protocol: `crate::upstream::send` decides),
+    /// waiting at most `wait` for the head of its answer. `headers` stay for a retry when
+    /// `keep_for_retry`.
     async fn send_attempt(
         &self,
         node: &NodeRuntime,
@@ -621,47 +611,15 @@ impl Forward {
         keep_for_retry: bool,
         wait: std::time::Duration,
     ) -> Result<Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>, Elapsed> {
-        let cluster = &self.cluster;
-        if node.config.protocol == NodeProtocol::Http1 && body.is_end_stream() {
-            // Most requests: the head is encoded from the fields where they are, so a retry
-            // needs no copy of them.
-            let target = self.node_uri(node);
-            let head = crate::upstream::pool::bodiless_head(
-                &self.method,
-                &target,
-                headers,
-                self.te_trailers,
-            );
-            crate::observe::access_log::note_sent();
-            // Read in this task: the way back to the client is asked for only when an
-            // interim head arrives.
-            let interim = |status, headers| self.pass_interim(status, headers);
-            let sending = crate::upstream::pool::send_bodiless(
-                cluster,
-                &target,
-                &head,
-                &self.method,
-                &interim,
-            );
-            let sent = tokio::time::timeout(wait, sending).await;
-            return sent.map(|sent| sent.map(|(resp, pooled)| (resp, Some(pooled))));
-        }
-        let attempt_headers = if keep_for_retry {
-            headers.clone()
-        } else {
-            std::mem::take(headers)
+        let req = crate::upstream::ToNode {
+            method: &self.method,
+            target: self.node_uri(node),
+            headers,
+            keep_headers: keep_for_retry,
+            body,
+            te_trailers: self.te_trailers,
         };
-        let mut up_req = self.upstream_request(node, attempt_headers, body);
-        // hyper's clients read the node in tasks of their own: the way back goes with the
-        // request.
-        if let Some(interim) = self.interim() {
-            interim.attach(&mut up_req);
-        }
-        crate::observe::access_log::note_sent();
-        // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
-        // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
-        // moved into hyper's box per request) for the rarer case.
-        tokio::time::timeout(wait, Box::pin(crate::upstream::send(cluster, node, up_req))).await
+        tokio::time::timeout(wait, crate::upstream::send(&self.cluster, node, req, self)).await
     }
 
     /// The URI the request has at `node`, which says where to connect. With PROXY protocol to

@@ -22,6 +22,7 @@ use crate::pipeline::node_request::{read_mark, Client};
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
 use crate::state::tier::{Members, Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+use crate::upstream::probe::{Failed, Peers};
 
 /// The response header a peer's PURGE or BAN is acknowledged with.
 const ACK_HEADER: &str = "capstan-tier-ack";
@@ -211,7 +212,7 @@ pub(crate) async fn fan_out(switch: &Switch, what: Invalidation) -> Option<FanOu
             Ok(req) => req,
             Err(e) => return Some(refused_by_all(&members, &e)),
         };
-        let (client, timeout) = (tier.client.clone(), tier.config.hop_timeout);
+        let (client, timeout) = (Peers::shared(tier), tier.config.hop_timeout);
         sent.spawn(async move { (id, ask(client, req, timeout).await) });
     }
     let mut answers = FanOut::default();
@@ -271,28 +272,19 @@ fn invalidation_request(
 }
 
 /// One fanned-out request: acknowledged by a `2xx`.
-async fn ask(
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Empty<Bytes>,
-    >,
-    req: Request<Empty<Bytes>>,
-    timeout: Duration,
-) -> Result<(), String> {
-    match tokio::time::timeout(timeout, client.request(req)).await {
-        Err(_) => Err(format!(
+async fn ask(client: Peers, req: Request<Empty<Bytes>>, timeout: Duration) -> Result<(), String> {
+    match client.send(req, timeout).await {
+        Err(Failed::TimedOut) => Err(format!(
             "no answer within {}",
             humantime::format_duration(timeout)
         )),
-        Ok(Err(e)) => Err(innermost(&e)),
-        Ok(Ok(resp)) if resp.status().is_success() && resp.headers().contains_key(ACK_HEADER) => {
-            Ok(())
-        }
-        Ok(Ok(resp)) if resp.status().is_success() => Err(format!(
+        Err(Failed::Error(e)) => Err(e),
+        Ok(resp) if resp.status().is_success() && resp.headers().contains_key(ACK_HEADER) => Ok(()),
+        Ok(resp) if resp.status().is_success() => Err(format!(
             "status {} without acknowledgement (does the peer list this switch in its tier.peers?)",
             resp.status().as_u16()
         )),
-        Ok(Ok(resp)) => Err(format!("status {}", resp.status().as_u16())),
+        Ok(resp) => Err(format!("status {}", resp.status().as_u16())),
     }
 }
 

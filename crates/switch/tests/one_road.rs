@@ -10,6 +10,8 @@
 //! the client's address, `X-Forwarded-Proto` the client's scheme, and the client's end-to-end
 //! field `X-Kept`. A tunnel is HTTP/1.1's (WebSocket over HTTP/2 and HTTP/3 is not served), so
 //! its row has the two HTTP/1.1 clients; it keeps `Connection: upgrade` and `Upgrade`.
+//! Beside the matrix: the scheme a front balancer's PROXY v2 header gives, and RFC 7239
+//! `Forwarded` when `upstream.forwarded` is on.
 
 mod common;
 
@@ -781,5 +783,55 @@ async fn forwarded_is_added_when_the_operator_asks() {
             let forwarded: Vec<_> = seen[0].headers.get_all("forwarded").iter().collect();
             assert_eq!(forwarded, [expected.as_str()], "{proto:?} {path}");
         }
+    }
+}
+
+/// Behind a balancer whose PROXY v2 header says the client came over TLS (`PP2_TYPE_SSL` with
+/// `PP2_CLIENT_SSL`): the node is told the header's client and `https`, proxied or filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_header_that_says_tls_makes_the_scheme_https() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let node = Node::start().await;
+    for (road, cache) in [("proxied", ""), ("fill", "[cache]\nmemory = \"16MiB\"\n")] {
+        let listen = SocketAddr::from(([127, 0, 0, 1], free_port("127.0.0.1")));
+        let toml = format!(
+            "listen = [\"{listen}\"]\n[proxy_protocol]\naccept_on = [\"{listen}\"]\n\
+             trusted = [\"127.0.0.0/8\"]\n{cache}[[node]]\naddress = \"{}\"\n",
+            node.addr
+        );
+        let _switch = start_switch(&toml).await;
+        let mut wire = capstan_switch::testing::encode_v2(
+            "203.0.113.9:40000".parse().unwrap(),
+            "192.0.2.1:443".parse().unwrap(),
+        );
+        // The address block grows by one TLV: PP2_TYPE_SSL, the client flag set, verified.
+        let tlv = [0x20, 0, 5, 0x01, 0, 0, 0, 0];
+        let len = u16::from_be_bytes([wire[14], wire[15]]) + tlv.len() as u16;
+        wire[14..16].copy_from_slice(&len.to_be_bytes());
+        wire.extend_from_slice(&tlv);
+        let path = format!("/tls-behind-balancer/{road}");
+        wire.extend_from_slice(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close, X-Secret\r\n\
+                 X-Secret: 1\r\nKeep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\n\
+                 TE: gzip\r\nX-Kept: yes\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        let mut stream = TcpStream::connect(listen).await.unwrap();
+        stream.write_all(&wire).await.unwrap();
+        let mut answer = Vec::new();
+        let reading = stream.read_to_end(&mut answer);
+        tokio::time::timeout(Duration::from_secs(10), reading)
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{road}: {answer}");
+        let seen = node.seen(&path);
+        assert_eq!(seen.len(), 1, "{road}");
+        let client = SocketAddr::from(([203, 0, 113, 9], 40000));
+        let what = format!("PROXY v2 with TLS, {road}");
+        assert_forwarded(&seen[0], &what, 1, client, true);
     }
 }

@@ -320,33 +320,17 @@ impl Forward {
         // A request that left a node's queue without a slot: that node, and why.
         let mut queued_out: Option<(NodeId, Shed)> = None;
         for attempt in 0..2 {
-            let now = switch.epoch.now_nanos();
-            // One that waited out a queue timeout is not queued a second time (under overload
-            // it would wait twice); one whose node stalled may wait again elsewhere.
-            let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
-            let Some(node_id) = self.pick(&info, exclude, may_wait, now) else {
-                return Err(match queued_out {
-                    Some((id, why)) => self.shed(&cluster.nodes[id], why),
-                    None => self.no_node(last_failure.as_deref()),
-                });
-            };
-            let node = &cluster.nodes[node_id];
-            crate::observe::access_log::note_node(&node.name_header);
-            let permit = match node
-                .admission
-                .admit(self.class, switch.epoch.now_nanos())
-                .await
-            {
-                Ok(permit) => permit,
-                // It never reached the node: another node with room may take it, whatever
-                // its method (HAProxy's `option redispatch`); no retry budget is spent.
-                Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
-                    queued_out = Some((node_id, why));
-                    exclude = Some(node_id);
+            let tried = (exclude, last_failure.as_deref());
+            let (node_id, permit) = match self.admit(&info, attempt, tried, &mut queued_out).await {
+                Ok(Some(admitted)) => admitted,
+                // Out of a node's queue without a slot: another node may take it.
+                Ok(None) => {
+                    exclude = queued_out.map(|(id, _)| id);
                     continue;
                 }
-                Err(shed) => return Err(self.shed(node, shed)),
+                Err(refusal) => return Err(refusal),
             };
+            let node = &cluster.nodes[node_id];
             let now = switch.epoch.now_nanos();
             let mut placement = self.place(node_id, now, permit);
             let keep_for_retry = retryable && attempt == 0;
@@ -361,26 +345,8 @@ impl Forward {
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
             let failure = match sent {
                 Ok(Ok((resp, pooled))) => {
-                    crate::observe::access_log::note_first_byte();
-                    // The node's own latency when the socket timed it: the switch's time
-                    // around it (connecting included) says nothing of the node
-                    // (crate::net::node_clock). Its answer came `ago` before the switch got to it.
-                    let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
-                        Some((latency, ago)) => {
-                            (latency.min(took), after.saturating_sub(ago).max(now))
-                        }
-                        None => (took, after),
-                    };
-                    let status = resp.status();
-                    self.head_arrived(node_id, status, latency, &placement.permit, answered);
-                    return Ok(forward_response(
-                        resp,
-                        placement,
-                        pooled,
-                        cluster,
-                        self.class,
-                        self.client_version,
-                    ));
+                    let timed = (now, after);
+                    return Ok(self.answered(node_id, resp, pooled, placement, timed));
                 }
                 Ok(Err(_))
                     if body_limit_hit
@@ -408,11 +374,7 @@ impl Forward {
                 exclude = Some(node_id);
                 continue;
             }
-            let status = match failure.kind {
-                FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
-                FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
-            };
-            return Err(self.with_class(error_response(status, &described)));
+            return Err(self.with_class(error_response(failure.status(), &described)));
         }
         Err(self.with_class(error_response(
             StatusCode::BAD_GATEWAY,
@@ -420,6 +382,77 @@ impl Forward {
                 .as_deref()
                 .unwrap_or("no node could take the request"),
         )))
+    }
+
+    /// Picks a node (not `exclude`) and waits for its admission: the node and its slot;
+    /// `None` when the request left the node's queue without a slot on a first attempt (noted
+    /// in `queued_out`: another node with room may take it, whatever its method, HAProxy's
+    /// `option redispatch`; no retry budget is spent); `Err` the switch's answer when no node
+    /// is left or the node sheds the request.
+    async fn admit(
+        &self,
+        info: &RequestInfo<'_>,
+        attempt: usize,
+        (exclude, last_failure): (Option<NodeId>, Option<&str>),
+        queued_out: &mut Option<(NodeId, Shed)>,
+    ) -> Result<Option<(NodeId, Permit)>, Response<ResponseBody>> {
+        let switch = &self.switch;
+        let now = switch.epoch.now_nanos();
+        // One that waited out a queue timeout is not queued a second time (under overload it
+        // would wait twice); one whose node stalled may wait again elsewhere.
+        let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
+        let Some(node_id) = self.pick(info, exclude, may_wait, now) else {
+            return Err(match *queued_out {
+                Some((id, why)) => self.shed(&self.cluster.nodes[id], why),
+                None => self.no_node(last_failure),
+            });
+        };
+        let node = &self.cluster.nodes[node_id];
+        crate::observe::access_log::note_node(&node.name_header);
+        match node
+            .admission
+            .admit(self.class, switch.epoch.now_nanos())
+            .await
+        {
+            Ok(permit) => Ok(Some((node_id, permit))),
+            Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
+                *queued_out = Some((node_id, why));
+                Ok(None)
+            }
+            Err(shed) => Err(self.shed(node, shed)),
+        }
+    }
+
+    /// The node's response head arrived (`timed`: sent at, head at): the limiter, passive
+    /// health and the policy learn of it, and the response goes on to the client, settling
+    /// its placement when its body ends.
+    fn answered(
+        &self,
+        node_id: NodeId,
+        resp: Response<NodeBody>,
+        pooled: Option<Pooled>,
+        placement: Placement,
+        (now, after): (u64, u64),
+    ) -> Response<ResponseBody> {
+        crate::observe::access_log::note_first_byte();
+        let took = after.saturating_sub(now);
+        // The node's own latency when the socket timed it: the switch's time around it
+        // (connecting included) says nothing of the node (crate::net::node_clock). Its answer
+        // came `ago` before the switch got to it.
+        let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
+            Some((latency, ago)) => (latency.min(took), after.saturating_sub(ago).max(now)),
+            None => (took, after),
+        };
+        let status = resp.status();
+        self.head_arrived(node_id, status, latency, &placement.permit, answered);
+        forward_response(
+            resp,
+            placement,
+            pooled,
+            &self.cluster,
+            self.class,
+            self.client_version,
+        )
     }
 
     /// A response head from `node_id`: the admission limiter learns its latency, the outlier
@@ -512,6 +545,14 @@ impl Failure {
             empty_reply: false,
             waited,
             retry_time_left: !overall,
+        }
+    }
+
+    /// The status the client gets when this failure ends the request.
+    fn status(&self) -> StatusCode {
+        match self.kind {
+            FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
         }
     }
 

@@ -95,10 +95,10 @@ pub(crate) async fn handle(
     // copies (26 KB).
     let notes = logged.as_ref().and_then(|entry| entry.notes().cloned());
     let resp = match notes {
-        None => Either::Left(proxy(&switch, &cluster, &conn, &peer, req)),
+        None => Either::Left(proxy(&switch, &cluster, &conn, peer, req)),
         Some(notes) => Either::Right(crate::observe::access_log::noting(
             notes,
-            proxy(&switch, &cluster, &conn, &peer, req),
+            proxy(&switch, &cluster, &conn, peer, req),
         )),
     }
     .await;
@@ -126,7 +126,7 @@ async fn proxy(
     switch: &Arc<Switch>,
     cluster: &Arc<Cluster>,
     conn: &Arc<ConnState>,
-    peer: &HeaderValue,
+    peer: HeaderValue,
     mut req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     // 1. checks
@@ -146,7 +146,12 @@ async fn proxy(
         return Err(redirect);
     }
     let way = route(switch, cluster, class, &parts);
-    let hopped = parts.extensions.get::<Hopped>();
+    // The client the node is told of: this connection's (its address moved in, not copied),
+    // or the one a peer's hop mark names.
+    let hopped = switch
+        .tier
+        .as_ref()
+        .and_then(|_| parts.extensions.get::<Hopped>());
     let client = Client::of(conn, peer, hopped.and_then(|h| h.client.as_ref()));
     let forward = Forward::of((switch, cluster, conn), class, pq, client, &mut parts);
     let invalidate = match way {
@@ -155,8 +160,20 @@ async fn proxy(
             let passing = crate::pipeline::tunnel::pass(&forward, parts, tunnel);
             return Err(Box::pin(passing).await);
         }
-        Way::CacheLookup => return cached(forward, parts).await,
+        Way::CacheLookup => {
+            // A hit in memory is answered without a future of its own, and never builds a
+            // node request; the rest (the disk, a fill, a revalidation, a hop to the key's
+            // tier owner) goes on in `serve`, which builds and dispatches its requests itself.
+            let missed = match crate::pipeline::cache::from_memory(&forward, &parts) {
+                Ok(hit) => return Err(hit),
+                Err(missed) => missed,
+            };
+            // Boxed, as the tunnel: the cache path's future is several KB, and an unboxed one
+            // would be in every request's future, cached or not (see `handle`).
+            return Box::pin(crate::pipeline::cache::serve(forward, parts, missed)).await;
+        }
         Way::Purge => {
+            let peer = &forward.client.addr;
             let purging = crate::pipeline::cache::client_purge(&forward, &parts, peer);
             return Err(Box::pin(purging).await);
         }
@@ -243,22 +260,6 @@ fn route(switch: &Switch, cluster: &Cluster, class: ClassId, parts: &Parts) -> W
         Route::Invalidate => Way::Proxy { invalidate: true },
         Route::Pass => Way::Proxy { invalidate: false },
     }
-}
-
-/// The cache's branch: a hit in memory is answered without a future of its own; anything else
-/// (the disk, a fill, a revalidation, a hop to the key's tier owner) goes on in `serve`, which
-/// builds and dispatches its node requests itself. A hit never builds a node request.
-async fn cached(
-    forward: Forward,
-    parts: Parts,
-) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
-    let missed = match crate::pipeline::cache::from_memory(&forward, &parts) {
-        Ok(hit) => return Err(hit),
-        Err(missed) => missed,
-    };
-    // Boxed, as the tunnel: the cache path's future is several KB, and an unboxed one would
-    // be in every request's future, cached or not (see `handle`).
-    Box::pin(crate::pipeline::cache::serve(forward, parts, missed)).await
 }
 
 /// Phase 6, dispatch: the request, its fields built, goes to the node the policy picks (see

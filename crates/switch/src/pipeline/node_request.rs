@@ -50,12 +50,12 @@ pub(crate) struct Client {
 impl Client {
     /// The client of a request on `conn` from `peer` (its address as a header value), or the
     /// one a peer's hop mark names (`hopped`, read from a peer's request only).
-    pub(crate) fn of(conn: &ConnState, peer: &HeaderValue, hopped: Option<&Client>) -> Client {
+    pub(crate) fn of(conn: &ConnState, peer: HeaderValue, hopped: Option<&Client>) -> Client {
         if let Some(client) = hopped {
             return client.clone();
         }
         Client {
-            addr: peer.clone(),
+            addr: peer,
             https: conn.tls.get().is_some() || conn.peer.is_some_and(|p| p.tls),
         }
     }

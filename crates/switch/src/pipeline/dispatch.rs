@@ -21,7 +21,6 @@ use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use tokio::time::error::Elapsed;
 
 use crate::pipeline::interim::Interim;
 use crate::pipeline::response::error_response;
@@ -31,7 +30,6 @@ use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::state::outlier::Verdict;
 use crate::state::switch::{ConnState, Switch};
 use crate::upstream::body::UpstreamBody;
-use crate::upstream::connect::UpstreamError;
 use crate::upstream::pool::NodeBody;
 use crate::upstream::pool::Pooled;
 
@@ -320,17 +318,25 @@ impl Forward {
         // A request that left a node's queue without a slot: that node, and why.
         let mut queued_out: Option<(NodeId, Shed)> = None;
         for attempt in 0..2 {
-            let tried = (exclude, last_failure.as_deref());
-            let (node_id, permit) = match self.admit(&info, attempt, tried, &mut queued_out).await {
-                Ok(Some(admitted)) => admitted,
-                // Out of a node's queue without a slot: another node may take it.
-                Ok(None) => {
-                    exclude = queued_out.map(|(id, _)| id);
-                    continue;
-                }
-                Err(refusal) => return Err(refusal),
+            let Some(node_id) = self.pick_node(&info, exclude, queued_out) else {
+                return Err(self.none_left(queued_out, last_failure.as_deref()));
             };
             let node = &cluster.nodes[node_id];
+            let permit = match node
+                .admission
+                .admit(self.class, switch.epoch.now_nanos())
+                .await
+            {
+                Ok(permit) => permit,
+                // It never reached the node: another node with room may take it, whatever
+                // its method (HAProxy's `option redispatch`); no retry budget is spent.
+                Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
+                    queued_out = Some((node_id, why));
+                    exclude = Some(node_id);
+                    continue;
+                }
+                Err(shed) => return Err(self.shed(node, shed)),
+            };
             let now = switch.epoch.now_nanos();
             let mut placement = self.place(node_id, now, permit);
             let keep_for_retry = retryable && attempt == 0;
@@ -384,42 +390,32 @@ impl Forward {
         )))
     }
 
-    /// Picks a node (not `exclude`) and waits for its admission: the node and its slot;
-    /// `None` when the request left the node's queue without a slot on a first attempt (noted
-    /// in `queued_out`: another node with room may take it, whatever its method, HAProxy's
-    /// `option redispatch`; no retry budget is spent); `Err` the switch's answer when no node
-    /// is left or the node sheds the request.
-    async fn admit(
+    /// The policy's pick for an attempt (not `exclude`), noted in the access log. One that
+    /// waited out a queue timeout (`queued_out`) is not queued a second time (under overload
+    /// it would wait twice); one whose node stalled may wait again elsewhere.
+    fn pick_node(
         &self,
         info: &RequestInfo<'_>,
-        attempt: usize,
-        (exclude, last_failure): (Option<NodeId>, Option<&str>),
-        queued_out: &mut Option<(NodeId, Shed)>,
-    ) -> Result<Option<(NodeId, Permit)>, Response<ResponseBody>> {
-        let switch = &self.switch;
-        let now = switch.epoch.now_nanos();
-        // One that waited out a queue timeout is not queued a second time (under overload it
-        // would wait twice); one whose node stalled may wait again elsewhere.
+        exclude: Option<NodeId>,
+        queued_out: Option<(NodeId, Shed)>,
+    ) -> Option<NodeId> {
         let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
-        let Some(node_id) = self.pick(info, exclude, may_wait, now) else {
-            return Err(match *queued_out {
-                Some((id, why)) => self.shed(&self.cluster.nodes[id], why),
-                None => self.no_node(last_failure),
-            });
-        };
-        let node = &self.cluster.nodes[node_id];
-        crate::observe::access_log::note_node(&node.name_header);
-        match node
-            .admission
-            .admit(self.class, switch.epoch.now_nanos())
-            .await
-        {
-            Ok(permit) => Ok(Some((node_id, permit))),
-            Err(why @ (Shed::QueueTimeout | Shed::Stalled)) if attempt == 0 => {
-                *queued_out = Some((node_id, why));
-                Ok(None)
-            }
-            Err(shed) => Err(self.shed(node, shed)),
+        let now = self.switch.epoch.now_nanos();
+        let node_id = self.pick(info, exclude, may_wait, now)?;
+        crate::observe::access_log::note_node(&self.cluster.nodes[node_id].name_header);
+        Some(node_id)
+    }
+
+    /// No node is left for the request: the shed of the node whose queue it left
+    /// (`queued_out`), else "no node" with the last failure.
+    fn none_left(
+        &self,
+        queued_out: Option<(NodeId, Shed)>,
+        last_failure: Option<&str>,
+    ) -> Response<ResponseBody> {
+        match queued_out {
+            Some((id, why)) => self.shed(&self.cluster.nodes[id], why),
+            None => self.no_node(last_failure),
         }
     }
 
@@ -643,15 +639,16 @@ impl Forward {
 impl Forward {
     /// Sends the request to `node` (in its protocol: `crate::upstream::send` decides),
     /// waiting at most `wait` for the head of its answer. `headers` stay for a retry when
-    /// `keep_for_retry`.
-    async fn send_attempt(
-        &self,
-        node: &NodeRuntime,
-        headers: &mut HeaderMap,
+    /// `keep_for_retry`. Not an `async fn`: a future nested in another is copied into it, and
+    /// this one is awaited straight from `dispatch`.
+    fn send_attempt<'a>(
+        &'a self,
+        node: &'a NodeRuntime,
+        headers: &'a mut HeaderMap,
         body: UpstreamBody,
         keep_for_retry: bool,
         wait: std::time::Duration,
-    ) -> Result<Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>, Elapsed> {
+    ) -> tokio::time::Timeout<impl std::future::Future<Output = crate::upstream::Sent> + 'a> {
         let req = crate::upstream::ToNode {
             method: &self.method,
             target: self.node_uri(node),
@@ -660,7 +657,7 @@ impl Forward {
             body,
             te_trailers: self.te_trailers,
         };
-        tokio::time::timeout(wait, crate::upstream::send(&self.cluster, node, req, self)).await
+        tokio::time::timeout(wait, crate::upstream::send(&self.cluster, node, req, self))
     }
 
     /// The URI the request has at `node`, which says where to connect. With PROXY protocol to

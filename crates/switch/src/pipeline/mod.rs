@@ -181,8 +181,18 @@ async fn proxy(
     };
     // 5. build the node request (a fill, a hop and a tunnel build theirs on their branch)
     forward.node_headers(&mut parts.headers, Road::Proxy);
-    // 6. dispatch: pick, admit, send, retry
-    dispatch(forward, parts, body, invalidate).await
+    // 6. dispatch: pick, admit, send, retry (awaited here: a future nested in another is
+    // copied into it, and this one is KBs)
+    let (up_body, retryable, body_limit_hit) = upstream_body(&forward, &parts, body);
+    // Only an unsafe method through the cache needs the host.
+    let host = invalidate.then(|| crate::pipeline::cache::request_host(&parts));
+    let answer = forward
+        .dispatch(parts.headers, up_body, retryable, body_limit_hit)
+        .await;
+    if let (Some(host), Ok(resp)) = (host, &answer) {
+        crate::pipeline::cache::invalidate(&forward, &host, resp);
+    }
+    answer
 }
 
 /// Phase 1, checks: HTTP/2's rules, strict HTTP/1.1 parsing, limits; the refusal of a request
@@ -262,19 +272,17 @@ fn route(switch: &Switch, cluster: &Cluster, class: ClassId, parts: &Parts) -> W
     }
 }
 
-/// Phase 6, dispatch: the request, its fields built, goes to the node the policy picks (see
-/// [`Forward::dispatch`]); after an unsafe method through the cache, the cache drops what it
-/// changed.
-async fn dispatch(
-    forward: Forward,
-    parts: Parts,
+/// The body that goes up with the request (bounded by `limits.max_body_bytes`, with the flag
+/// that says it went over), and whether the request may be sent again to a second node: only
+/// one without a body, of an idempotent method.
+fn upstream_body(
+    forward: &Forward,
+    parts: &Parts,
     body: ClientBody,
-    invalidate: bool,
-) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
+) -> (UpstreamBody, bool, Option<Arc<AtomicBool>>) {
     let config = &forward.cluster.config;
     let empty_body = body.is_end_stream()
         || crate::pipeline::checks::limits::declared_length(&parts.headers) == Some(0);
-    // Only a request that can be sent again unchanged may go to a second node.
     let retryable = config.upstream.retry && empty_body && is_idempotent(&parts.method);
     let body_limit_hit = (!empty_body).then(|| Arc::new(AtomicBool::new(false)));
     let up_body = match &body_limit_hit {
@@ -288,15 +296,7 @@ async fn dispatch(
             exceeded: Arc::clone(flag),
         },
     };
-    // Only an unsafe method through the cache needs the host.
-    let host = invalidate.then(|| crate::pipeline::cache::request_host(&parts));
-    let answer = forward
-        .dispatch(parts.headers, up_body, retryable, body_limit_hit)
-        .await;
-    if let (Some(host), Ok(resp)) = (host, &answer) {
-        crate::pipeline::cache::invalidate(&forward, &host, resp);
-    }
-    answer
+    (up_body, retryable, body_limit_hit)
 }
 
 #[cfg(test)]

@@ -52,6 +52,10 @@ pub(crate) struct ToNode<'a> {
     pub te_trailers: bool,
 }
 
+/// What sending a request to a node comes to: its response head (and the pooled connection
+/// to give back when the body ends), or why none came.
+pub(crate) type Sent = Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>;
+
 /// Sends a request to `node` in the node's protocol — decided here, and only here: a request
 /// without a body to an HTTP/1.1 node by the switch's own codec, its head encoded from the
 /// fields where they are ([`pool::send_bodiless`]: a retry needs no copy of them); one with a
@@ -63,7 +67,7 @@ pub(crate) async fn send(
     node: &NodeRuntime,
     req: ToNode<'_>,
     interim: &dyn InterimHeads,
-) -> Result<(Response<NodeBody>, Option<Pooled>), UpstreamError> {
+) -> Sent {
     let protocol = node.config.protocol;
     if protocol == NodeProtocol::Http1 && req.body.is_end_stream() {
         let head = pool::bodiless_head(req.method, &req.target, req.headers, req.te_trailers);

@@ -114,8 +114,6 @@ pub(crate) struct Forward {
     pub method: Method,
     pub pq: PathAndQuery,
     pub client_version: Version,
-    /// What the node is told of the client (see [`crate::pipeline::node_request`]).
-    pub client: crate::pipeline::node_request::Client,
     /// The client sent `TE: trailers`, so the switch asks the node for trailers (see
     /// [`crate::upstream::h2::accept_trailers`]).
     pub te_trailers: bool,
@@ -133,7 +131,6 @@ impl Forward {
         (switch, cluster, conn): (&Arc<Switch>, &Arc<Cluster>, &Arc<ConnState>),
         class: ClassId,
         pq: PathAndQuery,
-        client: crate::pipeline::node_request::Client,
         parts: &mut http::request::Parts,
     ) -> Forward {
         Forward {
@@ -144,7 +141,6 @@ impl Forward {
             method: parts.method.clone(),
             pq,
             client_version: parts.version,
-            client,
             te_trailers: crate::pipeline::node_request::accepts_trailers(&parts.headers),
             // An HTTP/3 request carries its way for interim responses; the others find
             // hyper's.
@@ -619,16 +615,18 @@ fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 impl Forward {
-    /// Turns the client's fields into the node's, for this request's `road`: the one way
-    /// every request to a node or peer is built ([`crate::pipeline::node_request::build`]).
+    /// Turns the client's fields into the node's, for `client` and this request's `road`:
+    /// the one way every request to a node or peer is built
+    /// ([`crate::pipeline::node_request::build`]).
     pub(crate) fn node_headers(
         &self,
         headers: &mut HeaderMap,
+        client: crate::pipeline::node_request::Client<'_>,
         road: crate::pipeline::node_request::Road<'_>,
     ) {
         crate::pipeline::node_request::build(
             headers,
-            &self.client,
+            client,
             self.client_version,
             road,
             self.cluster.config.upstream.forwarded,

@@ -95,10 +95,10 @@ pub(crate) async fn handle(
     // copies (26 KB).
     let notes = logged.as_ref().and_then(|entry| entry.notes().cloned());
     let resp = match notes {
-        None => Either::Left(proxy(&switch, &cluster, &conn, peer, req)),
+        None => Either::Left(proxy(&switch, &cluster, &conn, &peer, req)),
         Some(notes) => Either::Right(crate::observe::access_log::noting(
             notes,
-            proxy(&switch, &cluster, &conn, peer, req),
+            proxy(&switch, &cluster, &conn, &peer, req),
         )),
     }
     .await;
@@ -126,7 +126,7 @@ async fn proxy(
     switch: &Arc<Switch>,
     cluster: &Arc<Cluster>,
     conn: &Arc<ConnState>,
-    peer: HeaderValue,
+    peer: &HeaderValue,
     mut req: Request<ClientBody>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     // 1. checks
@@ -146,41 +146,42 @@ async fn proxy(
         return Err(redirect);
     }
     let way = route(switch, cluster, class, &parts);
-    // The client the node is told of: this connection's (its address moved in, not copied),
-    // or the one a peer's hop mark names.
-    let hopped = switch
-        .tier
-        .as_ref()
-        .and_then(|_| parts.extensions.get::<Hopped>());
-    let client = Client::of(conn, peer, hopped.and_then(|h| h.client.as_ref()));
-    let forward = Forward::of((switch, cluster, conn), class, pq, client, &mut parts);
+    // The client the node is told of: this connection's, or the one a peer's hop mark
+    // carried (out of the request, which moves on).
+    let carried = (switch.tier.as_ref())
+        .and_then(|_| parts.extensions.get::<Hopped>())
+        .and_then(|hopped| hopped.client.clone());
+    let client = Client::of(conn, peer, carried.as_ref());
+    let forward = Forward::of((switch, cluster, conn), class, pq, &mut parts);
     let invalidate = match way {
         Way::Tunnel(tunnel) => {
             // Boxed: only a tunnel takes this path (see `handle` on future sizes).
-            let passing = crate::pipeline::tunnel::pass(&forward, parts, tunnel);
+            let passing = crate::pipeline::tunnel::pass(&forward, parts, tunnel, client);
             return Err(Box::pin(passing).await);
         }
         Way::CacheLookup => {
             // A hit in memory is answered without a future of its own, and never builds a
             // node request; the rest (the disk, a fill, a revalidation, a hop to the key's
             // tier owner) goes on in `serve`, which builds and dispatches its requests itself.
-            let missed = match crate::pipeline::cache::from_memory(&forward, &parts) {
+            let missed = match crate::pipeline::cache::from_memory(&forward, &parts, client) {
                 Ok(hit) => return Err(hit),
                 Err(missed) => missed,
             };
             // Boxed, as the tunnel: the cache path's future is several KB, and an unboxed one
             // would be in every request's future, cached or not (see `handle`).
-            return Box::pin(crate::pipeline::cache::serve(forward, parts, missed)).await;
+            let serving = crate::pipeline::cache::serve(forward, parts, missed, client);
+            return Box::pin(serving).await;
         }
         Way::Purge => {
-            let peer = &forward.client.addr;
             let purging = crate::pipeline::cache::client_purge(&forward, &parts, peer);
             return Err(Box::pin(purging).await);
         }
         Way::Proxy { invalidate } => invalidate,
     };
     // 5. build the node request (a fill, a hop and a tunnel build theirs on their branch)
-    forward.node_headers(&mut parts.headers, Road::Proxy);
+    forward.node_headers(&mut parts.headers, client, Road::Proxy);
+    // Not kept across the dispatch's awaits (it would be in the request's future).
+    drop(carried);
     // 6. dispatch: pick, admit, send, retry (awaited here: a future nested in another is
     // copied into it, and this one is KBs)
     let (up_body, retryable, body_limit_hit) = upstream_body(&forward, &parts, body);

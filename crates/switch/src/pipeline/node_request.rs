@@ -38,30 +38,51 @@ pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-for
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 
 /// What a node is told of the client: its address and the scheme it came by. Made once per
-/// request from the client's connection ([`Client::of`]), or from the hop mark of a peer.
-#[derive(Clone, Debug)]
-pub(crate) struct Client {
+/// request from the client's connection ([`Client::of`]), or from the hop mark of a peer
+/// ([`Carried`]); borrowed, so the request path copies nothing for it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Client<'a> {
     /// The client's IP address, as `X-Forwarded-For` gives it.
-    pub addr: HeaderValue,
+    pub addr: &'a HeaderValue,
     /// The client came over TLS (a TLS listener, QUIC, or a balancer's PROXY header said so).
     pub https: bool,
 }
 
-impl Client {
+impl<'a> Client<'a> {
     /// The client of a request on `conn` from `peer` (its address as a header value), or the
-    /// one a peer's hop mark names (`hopped`, read from a peer's request only).
-    pub(crate) fn of(conn: &ConnState, peer: HeaderValue, hopped: Option<&Client>) -> Client {
-        if let Some(client) = hopped {
-            return client.clone();
-        }
-        Client {
-            addr: peer,
-            https: conn.tls.get().is_some() || conn.peer.is_some_and(|p| p.tls),
+    /// one a peer's hop mark carried (read from a peer's request only).
+    pub(crate) fn of(
+        conn: &ConnState,
+        peer: &'a HeaderValue,
+        carried: Option<&'a Carried>,
+    ) -> Client<'a> {
+        match carried {
+            Some(carried) => carried.client(),
+            None => Client {
+                addr: peer,
+                https: conn.tls.get().is_some() || conn.peer.is_some_and(|p| p.tls),
+            },
         }
     }
 
     fn proto(&self) -> HeaderValue {
         HeaderValue::from_static(if self.https { "https" } else { "http" })
+    }
+}
+
+/// The client a peer's hop mark carries (see [`read_mark`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Carried {
+    addr: HeaderValue,
+    https: bool,
+}
+
+impl Carried {
+    pub(crate) fn client(&self) -> Client<'_> {
+        Client {
+            addr: &self.addr,
+            https: self.https,
+        }
     }
 }
 
@@ -98,7 +119,7 @@ const CLIENT_ONLY: [HeaderName; 6] = [
 /// the `upstream.forwarded` switch. In place: the proxied path sends the client's own map.
 pub(crate) fn build(
     headers: &mut HeaderMap,
-    client: &Client,
+    client: Client<'_>,
     version: Version,
     road: Road<'_>,
     forwarded: bool,
@@ -132,10 +153,10 @@ pub(crate) fn build(
             return;
         }
     }
-    append_list(headers, &X_FORWARDED_FOR, &client.addr);
+    append_list(headers, &X_FORWARDED_FOR, client.addr);
     headers.insert(&X_FORWARDED_PROTO, client.proto());
     if forwarded {
-        if let Some(element) = forwarded_element(client) {
+        if let Some(element) = forwarded_element(&client) {
             append_list(headers, &FORWARDED, &element);
         }
     }
@@ -153,7 +174,7 @@ pub(crate) fn accepts_trailers(client: &HeaderMap) -> bool {
 const HOP_MARK: &str = crate::state::tier::HOP_HEADER;
 
 /// The hop mark: the asking switch's address, then the client's address and scheme.
-fn mark(from: SocketAddr, client: &Client) -> HeaderValue {
+fn mark(from: SocketAddr, client: Client<'_>) -> HeaderValue {
     let addr = client.addr.to_str().unwrap_or("");
     let proto = if client.https { "https" } else { "http" };
     HeaderValue::from_str(&format!("{from}; for={addr}; proto={proto}"))
@@ -162,7 +183,7 @@ fn mark(from: SocketAddr, client: &Client) -> HeaderValue {
 
 /// A hop mark read: the sender it names (an address, or `check`), and the client it carries
 /// (`None` from a sender that carries none). Only a request from a peer's address is read.
-pub(crate) fn read_mark(mark: &HeaderValue) -> (&str, Option<Client>) {
+pub(crate) fn read_mark(mark: &HeaderValue) -> (&str, Option<Carried>) {
     let text = mark.to_str().unwrap_or("");
     let mut parts = text.split(';').map(str::trim);
     let sender = parts.next().unwrap_or("");
@@ -178,7 +199,7 @@ pub(crate) fn read_mark(mark: &HeaderValue) -> (&str, Option<Client>) {
     let client = match (addr, https) {
         (Some(ip), Some(https)) => HeaderValue::from_str(&ip.to_string())
             .ok()
-            .map(|addr| Client { addr, https }),
+            .map(|addr| Carried { addr, https }),
         _ => None,
     };
     (sender, client)
@@ -186,7 +207,7 @@ pub(crate) fn read_mark(mark: &HeaderValue) -> (&str, Option<Client>) {
 
 /// The RFC 7239 element for the client: `for=` (an IPv6 address quoted in brackets) and
 /// `proto=`.
-fn forwarded_element(client: &Client) -> Option<HeaderValue> {
+fn forwarded_element(client: &Client<'_>) -> Option<HeaderValue> {
     let addr = client.addr.to_str().ok()?;
     let proto = if client.https { "https" } else { "http" };
     let element = match addr.parse::<IpAddr>() {
@@ -249,8 +270,8 @@ mod tests {
         map
     }
 
-    fn client(addr: &str, https: bool) -> Client {
-        Client {
+    fn client(addr: &str, https: bool) -> Carried {
+        Carried {
             addr: HeaderValue::from_str(addr).unwrap(),
             https,
         }
@@ -283,7 +304,7 @@ mod tests {
         let mut map = hop_by_hop_request();
         build(
             &mut map,
-            &client("10.0.0.9", false),
+            client("10.0.0.9", false).client(),
             Version::HTTP_11,
             Road::Proxy,
             false,
@@ -310,7 +331,7 @@ mod tests {
         };
         build(
             &mut map,
-            &client("10.0.0.9", true),
+            client("10.0.0.9", true).client(),
             Version::HTTP_2,
             road,
             false,
@@ -332,7 +353,13 @@ mod tests {
         let mut map = hop_by_hop_request();
         let from: SocketAddr = "127.0.0.2:8080".parse().unwrap();
         let asked = client("10.0.0.9", true);
-        build(&mut map, &asked, Version::HTTP_3, Road::Hop { from }, true);
+        build(
+            &mut map,
+            asked.client(),
+            Version::HTTP_3,
+            Road::Hop { from },
+            true,
+        );
         let mark = map.get(HOP_MARK).expect("the hop mark").clone();
         assert_eq!(mark, "127.0.0.2:8080; for=10.0.0.9; proto=https");
         assert!(!map.contains_key(&X_FORWARDED_FOR));
@@ -341,11 +368,17 @@ mod tests {
         let (sender, carried) = read_mark(&mark);
         assert_eq!(sender, "127.0.0.2:8080");
         let carried = carried.expect("a client");
-        assert_eq!((carried.addr, carried.https), (asked.addr, true));
+        assert_eq!((carried.addr, carried.https), (asked.addr.clone(), true));
         // The owner's node request: what the asking switch would have sent, plus its Via.
         map.remove(HOP_MARK);
         let carried = read_mark(&mark).1.unwrap();
-        build(&mut map, &carried, Version::HTTP_11, Road::Proxy, false);
+        build(
+            &mut map,
+            carried.client(),
+            Version::HTTP_11,
+            Road::Proxy,
+            false,
+        );
         assert_eq!(map[&X_FORWARDED_FOR], "10.0.0.9");
         assert_eq!(map[&X_FORWARDED_PROTO], "https");
         assert_eq!(map[header::VIA], "3 capstan, 1.1 capstan");
@@ -375,7 +408,7 @@ mod tests {
         ]);
         build(
             &mut map,
-            &client("::1", false),
+            client("::1", false).client(),
             Version::HTTP_11,
             Road::Tunnel,
             false,
@@ -397,7 +430,7 @@ mod tests {
         let mut map = headers(&[("forwarded", "for=192.0.2.1")]);
         build(
             &mut map,
-            &client("2001:db8::1", true),
+            client("2001:db8::1", true).client(),
             Version::HTTP_11,
             Road::Proxy,
             true,
@@ -409,7 +442,7 @@ mod tests {
         let mut map = HeaderMap::new();
         build(
             &mut map,
-            &client("10.0.0.9", false),
+            client("10.0.0.9", false).client(),
             Version::HTTP_11,
             Road::Proxy,
             true,
@@ -418,7 +451,7 @@ mod tests {
         let mut off = HeaderMap::new();
         build(
             &mut off,
-            &client("10.0.0.9", false),
+            client("10.0.0.9", false).client(),
             Version::HTTP_11,
             Road::Proxy,
             false,

@@ -18,7 +18,7 @@ use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Empty;
 
-use crate::pipeline::node_request::{read_mark, Client};
+use crate::pipeline::node_request::{read_mark, Carried};
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
 use crate::state::tier::{Members, Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
@@ -35,7 +35,7 @@ pub(crate) struct Hopped {
     pub check: bool,
     /// The client the asking peer serves, as its hop mark carries it: the node is told of
     /// that client, not of the peer (see [`crate::pipeline::node_request`]).
-    pub client: Option<Client>,
+    pub client: Option<Carried>,
 }
 
 /// Takes the hop header off the request; when it came from a peer's address, marks the

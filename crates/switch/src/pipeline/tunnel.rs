@@ -58,6 +58,7 @@ pub(crate) async fn pass(
     forward: &Forward,
     mut parts: Parts,
     tunnel: Tunnel,
+    client: crate::pipeline::node_request::Client<'_>,
 ) -> Response<ResponseBody> {
     let config = &forward.cluster.config;
     if tunnel == Tunnel::Connect && !config.upgrade.connect {
@@ -83,10 +84,8 @@ pub(crate) async fn pass(
             "this connection cannot be upgraded",
         );
     };
-    forward.node_headers(
-        &mut parts.headers,
-        crate::pipeline::node_request::Road::Tunnel,
-    );
+    let road = crate::pipeline::node_request::Road::Tunnel;
+    forward.node_headers(&mut parts.headers, client, road);
     let mut resp = match send(forward, parts, tunnel).await {
         Ok(resp) => resp,
         Err(refusal) => return refusal,

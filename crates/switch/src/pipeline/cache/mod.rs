@@ -29,7 +29,7 @@ use crate::config::cache::CacheConfig;
 pub(crate) use crate::pipeline::cache::fields::request_host;
 use crate::pipeline::cache::fields::{owned_headers, with_debug};
 use crate::pipeline::dispatch::Forward;
-use crate::pipeline::node_request::Road;
+use crate::pipeline::node_request::{Client, Road};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::Cluster;
@@ -127,6 +127,7 @@ pub(crate) struct Missed {
 pub(crate) fn from_memory(
     forward: &Forward,
     parts: &Parts,
+    client: Client<'_>,
 ) -> Result<Response<ResponseBody>, Missed> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     // Borrowed from the cluster: the hit path copies nothing of the configuration.
@@ -149,7 +150,7 @@ pub(crate) fn from_memory(
             });
         }
     }
-    match in_memory(forward, layer, parts, &key, now) {
+    match in_memory(forward, layer, (parts, client), &key, now) {
         Ok(answer) => Ok(answer),
         Err(found) => Err(Missed {
             key,
@@ -164,7 +165,7 @@ pub(crate) fn from_memory(
 fn in_memory(
     forward: &Forward,
     layer: &CacheLayer,
-    parts: &Parts,
+    (parts, client): (&Parts, Client<'_>),
     key: &Key,
     now: SystemTime,
 ) -> Result<Response<ResponseBody>, Lookup> {
@@ -173,7 +174,7 @@ fn in_memory(
         .store
         .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
     {
-        Lookup::Hit(entry) => match answer_stored(forward, parts, key, entry, now) {
+        Lookup::Hit(entry) => match answer_stored(forward, (parts, client), key, entry, now) {
             Ok(answer) => Ok(answer),
             Err(stale) => Err(Lookup::Hit(stale)),
         },
@@ -186,7 +187,7 @@ fn in_memory(
 /// `Err` gives back an entry that must be revalidated with the node first.
 fn answer_stored(
     forward: &Forward,
-    parts: &Parts,
+    (parts, client): (&Parts, Client<'_>),
     key: &Key,
     entry: Arc<Entry>,
     now: SystemTime,
@@ -225,7 +226,7 @@ fn answer_stored(
         }
         Decision::StaleWhileRevalidate { why } => {
             bump(&layer.counters.stale_hits);
-            refresh_in_background(forward, req, key, &entry, cfg.clone());
+            refresh_in_background(forward, (req, client), key, &entry, cfg.clone());
             Ok(serve_stored(stored, Some(why)))
         }
         Decision::Revalidate => Err(entry),
@@ -239,6 +240,7 @@ pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
     missed: Missed,
+    client: Client<'_>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
@@ -250,11 +252,11 @@ pub(crate) async fn serve(
     let found = match found {
         Some(found) => found,
         None => {
-            if let Some(answer) = tier::from_owners(&forward, &parts, &key).await {
+            if let Some(answer) = tier::from_owners(&forward, &parts, &key, client).await {
                 return answer;
             }
             // Every owner asked failed, or this switch owns the key now: served here.
-            match in_memory(&forward, layer, &parts, &key, now) {
+            match in_memory(&forward, layer, (&parts, client), &key, now) {
                 Ok(answer) => return Err(answer),
                 Err(found) => found,
             }
@@ -264,7 +266,7 @@ pub(crate) async fn serve(
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
-            Some(entry) => match answer_stored(&forward, &parts, &key, entry, now) {
+            Some(entry) => match answer_stored(&forward, (&parts, client), &key, entry, now) {
                 Ok(answer) => return Err(answer),
                 Err(stale) => Lookup::Hit(stale),
             },
@@ -291,17 +293,26 @@ pub(crate) async fn serve(
         // A range of an object the cache does not hold goes to the node as asked (partials
         // are never stored); the next full request fills the cache.
         bump(&layer.counters.passes);
-        return pass(forward, parts, Fwd::Miss, Some("range")).await;
+        return pass((forward, client), parts, Fwd::Miss, Some("range")).await;
     }
     if rfc::CacheControl::parse_request(req).no_store {
         bump(&layer.counters.passes);
-        return pass(forward, parts, Fwd::Request, Some("no-store")).await;
+        return pass((forward, client), parts, Fwd::Request, Some("no-store")).await;
     }
     match stale {
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
-    through_fill(forward, parts, key, stale, cfg, rules.clone(), fwd_kind).await
+    through_fill(
+        (forward, client),
+        parts,
+        key,
+        stale,
+        cfg,
+        rules.clone(),
+        fwd_kind,
+    )
+    .await
 }
 
 fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
@@ -311,14 +322,14 @@ fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
 /// Forwards without the cache (a range miss, a `no-store` request), saying so in
 /// `Cache-Status`.
 async fn pass(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
     fwd: Fwd,
     detail: Option<&'static str>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let status = CacheStatus::forward(fwd, false, false, detail);
     let mut headers = parts.headers;
-    forward.node_headers(&mut headers, Road::Proxy);
+    forward.node_headers(&mut headers, client, Road::Proxy);
     let answer = forward
         .dispatch(headers, UpstreamBody::Empty, true, None)
         .await;
@@ -332,7 +343,7 @@ async fn pass(
 /// Joins the fill in flight for the key, or starts one; answers from it.
 #[allow(clippy::too_many_arguments)]
 async fn through_fill(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
     key: Key,
     stale: Option<Arc<Entry>>,
@@ -353,7 +364,7 @@ async fn through_fill(
     });
     if let Some(Some(reader)) = joined {
         bump(&layer.counters.coalesced);
-        return follow(forward, parts, reader, cfg, fwd_kind).await;
+        return follow((forward, client), parts, reader, cfg, fwd_kind).await;
     }
     let fill = Fill::new();
     let reader = fill
@@ -368,7 +379,7 @@ async fn through_fill(
     // store nor to the requests that join the fill (see `crate::pipeline::interim`).
     let interim = forward.interim();
     spawn_fill(
-        &forward,
+        (&forward, client),
         parts.headers,
         key,
         stale,
@@ -424,7 +435,7 @@ fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
 /// A waiter of someone else's fill: waits for the head (at most `coalesce_timeout`, then goes
 /// to the node itself) and streams the body as it arrives.
 async fn follow(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
     reader: FillReader,
     cfg: &CacheConfig,
@@ -432,20 +443,20 @@ async fn follow(
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let Some(head) = reader.fill().head(cfg.coalesce_timeout).await else {
         drop(reader);
-        return pass(forward, parts, fwd_kind, Some("coalesce-timeout")).await;
+        return pass((forward, client), parts, fwd_kind, Some("coalesce-timeout")).await;
     };
     if !head.outcome.shareable() {
         drop(reader);
         let layer = forward.switch.cache.as_ref().expect("routed to the cache");
         bump(&layer.counters.passes);
-        return pass(forward, parts, fwd_kind, Some("uncachable")).await;
+        return pass((forward, client), parts, fwd_kind, Some("uncachable")).await;
     }
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
         rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
     });
     if varies_otherwise {
         drop(reader);
-        return pass(forward, parts, Fwd::VaryMiss, None).await;
+        return pass((forward, client), parts, Fwd::VaryMiss, None).await;
     }
     let mut status = leader_status(&head, fwd_kind);
     status.collapsed = true;
@@ -458,7 +469,7 @@ async fn follow(
 /// Serves stale and refreshes once in the background (unless a fill for the key is running).
 fn refresh_in_background(
     forward: &Forward,
-    client_headers: &HeaderMap,
+    (client_headers, client): (&HeaderMap, Client<'_>),
     key: &Key,
     entry: &Arc<Entry>,
     cfg: CacheConfig,
@@ -482,7 +493,7 @@ fn refresh_in_background(
     };
     // No client waits for a background refresh: its interim responses go nowhere.
     spawn_fill(
-        forward,
+        (forward, client),
         client_headers.clone(),
         key,
         Some(Arc::clone(entry)),
@@ -496,7 +507,7 @@ fn refresh_in_background(
 /// go to `interim` (the leader's client). The node's request is built here, in the client's
 /// task, for the client of `forward` (see [`crate::pipeline::node_request`]).
 fn spawn_fill(
-    forward: &Forward,
+    (forward, client): (&Forward, Client<'_>),
     client_headers: HeaderMap,
     key: Key,
     stale: Option<Arc<Entry>>,
@@ -509,7 +520,7 @@ fn spawn_fill(
     let road = Road::Fill {
         stale: stored.as_ref(),
     };
-    forward.node_headers(&mut node_headers, road);
+    forward.node_headers(&mut node_headers, client, road);
     let task = Forward {
         switch: Arc::clone(&forward.switch),
         cluster: Arc::clone(&forward.cluster),
@@ -520,7 +531,6 @@ fn spawn_fill(
         method: Method::GET,
         pq: forward.pq.clone(),
         client_version: http::Version::HTTP_11,
-        client: forward.client.clone(),
         // A fill is a GET for the cache: trailers are not stored.
         te_trailers: false,
         interim,

@@ -21,6 +21,7 @@ use http::{Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::pipeline::dispatch::Forward;
+use crate::pipeline::node_request::Client;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cache::{bump, CacheLayer, Key};
 use crate::state::tier::{PeerRuntime, Tier};
@@ -47,6 +48,7 @@ pub(super) async fn from_owners(
     forward: &Forward,
     parts: &Parts,
     key: &Key,
+    client: Client<'_>,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
     for _ in 0..tier.members().peers.len() {
@@ -58,7 +60,7 @@ pub(super) async fn from_owners(
             }
             Arc::clone(&members.peers[owner])
         };
-        if let Some(answer) = through_owner(forward, parts, key, &owner).await {
+        if let Some(answer) = through_owner(forward, parts, key, &owner, client).await {
             return Some(answer);
         }
     }
@@ -72,6 +74,7 @@ async fn through_owner(
     parts: &Parts,
     key: &Key,
     owner: &PeerRuntime,
+    client: Client<'_>,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
     let layer = forward.switch.cache.as_ref()?;
@@ -84,7 +87,7 @@ async fn through_owner(
     peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
     let request_time = SystemTime::now();
     // A target that is no URI (it was one on the way in) is served here.
-    let (target, head) = hop_request(forward, tier, owner.address, parts)?;
+    let (target, head) = hop_request(forward, tier, owner.address, parts, client)?;
     let hop =
         crate::upstream::pool::send_to_peer(&forward.cluster, tier, &target, &head, &parts.method);
     let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
@@ -137,13 +140,12 @@ fn hop_request(
     tier: &Tier,
     owner: std::net::SocketAddr,
     parts: &Parts,
+    client: Client<'_>,
 ) -> Option<(http::Uri, Vec<u8>)> {
     let mut headers = parts.headers.clone();
     let from = tier.own_address;
-    forward.node_headers(
-        &mut headers,
-        crate::pipeline::node_request::Road::Hop { from },
-    );
+    let road = crate::pipeline::node_request::Road::Hop { from };
+    forward.node_headers(&mut headers, client, road);
     if !headers.contains_key(header::HOST) {
         // The owner keys the request by its host as this switch did: an absolute-form target
         // becomes origin-form on the way.

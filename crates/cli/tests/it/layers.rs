@@ -226,11 +226,9 @@ fn graph(src: &Path, scope: &[String], depth: usize) -> Graph {
 }
 
 /// A circle between files that is known and being removed, so the test lets it pass: the crate
-/// and the circle's files. Being removed by the one-road branch (issue 42, items 1–3), which
-/// rewrites `pipeline/cache/mod.rs` and `pipeline/cache/tier.rs`; delete the entry when that
-/// lands (the test fails on an entry whose circle is gone, so it cannot be forgotten).
-const ALLOWED_FILE_CIRCLES: &[(&str, &[&str])] =
-    &[("switch", &["pipeline::cache", "pipeline::cache::tier"])];
+/// and the circle's files (none today). The test fails on an entry whose circle is gone, so an
+/// entry cannot be forgotten.
+const ALLOWED_FILE_CIRCLES: &[(&str, &[&str])] = &[];
 
 /// The code with every re-export (`pub use …;`, `pub(crate) use …;`) removed: a facade over a
 /// child, not a dependency on it.

@@ -10,25 +10,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use capstan_core::{GatherRules, Gatherer, LoadReport, WeightSource};
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::{BodyExt, Limited};
 
 use crate::state::cluster::{Cluster, Feedback, NodeRuntime};
 use crate::state::switch::Switch;
 
-type ReportClient = Client<HttpConnector, Empty<Bytes>>;
+use crate::upstream::probe::{Failed, Reports};
 
 /// A load report is small; anything larger is not one.
 const MAX_REPORT_BYTES: usize = 64 * 1024;
 
 pub(crate) async fn gather_loads(switch: Arc<Switch>) {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(Duration::from_secs(1)));
-    let client: ReportClient = Client::builder(TokioExecutor::new()).build(connector);
+    let client = Reports::new();
     let mut stop = switch.shutdown_signal();
     let mut current: Option<(u64, Gatherer)> = None;
     loop {
@@ -84,7 +78,7 @@ fn nanos(d: Duration) -> u64 {
 async fn gather_round(
     switch: &Switch,
     cluster: &Cluster,
-    client: &ReportClient,
+    client: &Reports,
     gatherer: &mut Gatherer,
 ) {
     let interval = cluster.config.load.interval;
@@ -93,7 +87,9 @@ async fn gather_round(
         for (i, node) in cluster.nodes.iter().enumerate() {
             let (client, node, path) = (client.clone(), Arc::clone(node), path.clone());
             fetches.spawn(async move {
-                let fetched = tokio::time::timeout(interval, fetch_report(&client, &node, &path))
+                // The head and the body within the interval.
+                let fetching = fetch_report(&client, &node, &path, interval);
+                let fetched = tokio::time::timeout(interval, fetching)
                     .await
                     .unwrap_or_else(|_| Err("no report within the gathering interval".into()));
                 (i, node, fetched)
@@ -149,21 +145,23 @@ fn failed(node: &NodeRuntime, why: &str) {
 }
 
 async fn fetch_report(
-    client: &ReportClient,
+    client: &Reports,
     node: &NodeRuntime,
     path: &str,
+    within: Duration,
 ) -> Result<LoadReport, String> {
     let uri = match node.config.report_address {
         Some(addr) => format!("http://{addr}{path}"),
         None => format!("http://{}{path}", node.authority),
     };
-    let resp = client
-        .get(
-            uri.parse()
-                .map_err(|e| format!("bad report URI {uri}: {e}"))?,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let uri = uri
+        .parse()
+        .map_err(|e| format!("bad report URI {uri}: {e}"))?;
+    let resp = match client.get(uri, within).await {
+        Ok(resp) => resp,
+        Err(Failed::TimedOut) => return Err("no report within the gathering interval".into()),
+        Err(Failed::Error(e)) => return Err(e),
+    };
     if !resp.status().is_success() {
         return Err(format!("status {}", resp.status()));
     }

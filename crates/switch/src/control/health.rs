@@ -12,28 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{HeaderValue, USER_AGENT};
-use http::{Request, Uri};
-use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-
-use crate::config::{Health, NodeProtocol, StatusSet};
+use crate::config::{Health, StatusSet};
 use crate::state::cluster::{Cluster, NodeRuntime};
 use crate::state::health::CheckResult;
 use crate::state::switch::Switch;
 
-type CheckClient = Client<crate::upstream::proxy_protocol::NodeConnector, Empty<Bytes>>;
-
-/// A checker's clients: a node is checked in the protocol it is spoken to in, as an
-/// HTTP/2-only node would not answer HTTP/1.1 (see [`crate::upstream::h2`]).
-#[derive(Clone)]
-pub(crate) struct CheckClients {
-    http1: CheckClient,
-    h2: CheckClient,
-}
+use crate::upstream::probe::{Failed, NodeChecks};
 
 /// The checking task: one round per `health.check_interval` while checks are configured.
 pub(crate) async fn check_nodes(switch: Arc<Switch>) {
@@ -41,7 +25,7 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
     // connection, HAProxy's `check-send-proxy`); the setting at start holds until a restart.
     let send = switch.cluster.load().config.proxy_protocol.send;
     // A TLS node is checked over TLS, with the settings of the cluster being checked.
-    let mut client: Option<(u64, CheckClients)> = None;
+    let mut client: Option<(u64, NodeChecks)> = None;
     let mut stop = switch.shutdown_signal();
     loop {
         let started = tokio::time::Instant::now();
@@ -50,7 +34,7 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
         if cluster.config.health.check_path.is_some() {
             let fingerprint = cluster.node_tls.fingerprint;
             if !matches!(&client, Some((f, _)) if *f == fingerprint) {
-                client = Some((fingerprint, check_client(send, &cluster)));
+                client = Some((fingerprint, NodeChecks::new(send, &cluster)));
             }
             let (_, client) = client.as_ref().expect("just filled");
             check_round(&switch, &cluster, client).await;
@@ -62,34 +46,8 @@ pub(crate) async fn check_nodes(switch: Arc<Switch>) {
     }
 }
 
-/// Clients that open a new connection per check (no idle pool: an HTTP/2 connection too
-/// ends with its one stream).
-fn check_client(
-    send: crate::config::sections::proxy_protocol::SendVersion,
-    cluster: &Cluster,
-) -> CheckClients {
-    let mut connector = HttpConnector::new();
-    connector.enforce_http(true);
-    connector.set_nodelay(true);
-    let connector = crate::upstream::proxy_protocol::NodeConnector {
-        inner: connector,
-        send,
-        tls: Arc::clone(&cluster.node_tls),
-    };
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.pool_max_idle_per_host(0);
-    let http1 = builder.build(connector.clone());
-    builder
-        .http2_only(true)
-        .timer(hyper_util::rt::TokioTimer::new());
-    CheckClients {
-        http1,
-        h2: builder.build(connector),
-    }
-}
-
 /// Checks every node at once and records the results.
-async fn check_round(switch: &Switch, cluster: &Cluster, client: &CheckClients) {
+async fn check_round(switch: &Switch, cluster: &Cluster, client: &NodeChecks) {
     let health = &cluster.config.health;
     let Some(path) = &health.check_path else {
         return;
@@ -129,7 +87,7 @@ fn record(node: &NodeRuntime, result: &CheckResult, health: &Health, now_nanos: 
 
 /// One check: `GET path` on a fresh connection, judged by the response head's status.
 pub(crate) async fn check_one(
-    clients: &CheckClients,
+    clients: &NodeChecks,
     node: &NodeRuntime,
     path: &str,
     timeout: Duration,
@@ -140,35 +98,14 @@ pub(crate) async fn check_one(
         status,
         error: Some(error),
     };
-    let uri = match Uri::builder()
-        .scheme("http")
-        .authority(node.authority.clone())
-        .path_and_query(path)
-        .build()
-    {
-        Ok(uri) => uri,
-        Err(e) => return failed(None, format!("bad check URI: {e}")),
-    };
-    let mut req = Request::get(uri)
-        .body(Empty::new())
-        .expect("a GET with a valid URI");
-    req.headers_mut()
-        .insert(USER_AGENT, HeaderValue::from_static("capstan-health-check"));
-    let client = match node.config.protocol {
-        NodeProtocol::Http1 => &clients.http1,
-        NodeProtocol::H2 => {
-            *req.version_mut() = http::Version::HTTP_2;
-            &clients.h2
-        }
-    };
-    match tokio::time::timeout(timeout, client.request(req)).await {
-        Err(_) => failed(
+    match clients.get(node, path, timeout).await {
+        Err(Failed::TimedOut) => failed(
             None,
             format!("no response within {}", humantime::format_duration(timeout)),
         ),
-        Ok(Err(e)) => failed(None, innermost(&e)),
-        Ok(Ok(resp)) => {
-            let status = resp.status().as_u16();
+        Err(Failed::Error(e)) => failed(None, e),
+        Ok(status) => {
+            let status = status.as_u16();
             match expect.contains(status) {
                 true => CheckResult {
                     passed: true,
@@ -179,14 +116,6 @@ pub(crate) async fn check_one(
             }
         }
     }
-}
-
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
 }
 
 #[cfg(test)]

@@ -12,13 +12,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, USER_AGENT};
 use http::Request;
 use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -30,6 +26,7 @@ use crate::config::sections::tier::{TierAdmission, TierEjection};
 use crate::state::health::CheckResult;
 use crate::state::switch::Switch;
 use crate::state::tier::{Tier, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+use crate::upstream::probe::{Failed, Peers};
 use capstan_core::text::escape_html;
 
 /// The checking task: one round per `tier.health_interval` until shutdown.
@@ -37,12 +34,7 @@ pub(crate) async fn check_peers(switch: Arc<Switch>) {
     let Some(tier) = switch.tier.as_ref() else {
         return;
     };
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_local_address(tier.config.source_ip(tier.own_address));
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.pool_max_idle_per_host(0);
-    let client: Client<HttpConnector, Empty<Bytes>> = builder.build(connector);
+    let client = Peers::for_checks(tier);
     let mut stop = switch.shutdown_signal();
     loop {
         let started = tokio::time::Instant::now();
@@ -70,7 +62,7 @@ pub(crate) fn share_admission(switch: &Switch, tier: &Tier) {
 }
 
 /// Checks every other peer at once and records the results.
-async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) {
+async fn check_round(tier: &Tier, client: &Peers) {
     let mut checks = tokio::task::JoinSet::new();
     let members = tier.members();
     for (id, peer) in members.peers.iter().enumerate() {
@@ -89,18 +81,18 @@ async fn check_round(tier: &Tier, client: &Client<HttpConnector, Empty<Bytes>>) 
                 HeaderName::from_static(HOP_HEADER),
                 HeaderValue::from_static(CHECK_MARK),
             );
-            let result = match tokio::time::timeout(timeout, client.request(req)).await {
-                Err(_) => failed(
+            let result = match client.send(req, timeout).await {
+                Err(Failed::TimedOut) => failed(
                     None,
                     format!("no response within {}", humantime::format_duration(timeout)),
                 ),
-                Ok(Err(e)) => failed(None, crate::pipeline::tier::innermost(&e)),
-                Ok(Ok(resp)) if resp.status().as_u16() == 200 => CheckResult {
+                Err(Failed::Error(e)) => failed(None, e),
+                Ok(resp) if resp.status().as_u16() == 200 => CheckResult {
                     passed: true,
                     status: Some(200),
                     error: None,
                 },
-                Ok(Ok(resp)) => failed(
+                Ok(resp) => failed(
                     Some(resp.status().as_u16()),
                     format!(
                         "status {} (does the peer list this switch in its tier.peers?)",

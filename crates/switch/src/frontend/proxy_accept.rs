@@ -27,8 +27,11 @@ const V1_MAX: usize = 107;
 const V2_MAX_BLOCK: usize = 2048;
 
 /// Reads one PROXY header (v1 or v2) from the start of `stream`, exactly: not one byte of
-/// what follows is consumed.
-pub(crate) async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Carried, String> {
+/// what follows is consumed. Beside the addresses: whether a v2 header says the client's own
+/// connection was TLS ([`says_tls`]).
+pub(crate) async fn read_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+) -> Result<(Carried, bool), String> {
     // The shortest header of either version ("PROXY UNKNOWN\r\n") is 15 bytes: reading that
     // much cannot wait for bytes a client would only send after an answer.
     let mut head = [0u8; 15];
@@ -51,7 +54,8 @@ pub(crate) async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<
             .read_exact(&mut block)
             .await
             .map_err(|e| format!("PROXY v2 header cut short: {e}"))?;
-        return parse_v2(head[12], head[13], &block);
+        let carried = parse_v2(head[12], head[13], &block)?;
+        return Ok((carried, says_tls(head[13], &block)));
     }
     if !head.starts_with(b"PROXY ") {
         return Err("the connection does not start with a PROXY header".into());
@@ -68,7 +72,37 @@ pub(crate) async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<
             .map_err(|e| format!("PROXY v1 line cut short: {e}"))?;
         line.push(byte[0]);
     }
-    parse_v1(&line)
+    Ok((parse_v1(&line)?, false))
+}
+
+/// The type of the v2 TLV that describes the client's TLS (`PP2_TYPE_SSL`), and its flag for
+/// a client that connected over TLS (`PP2_CLIENT_SSL`).
+const PP2_TYPE_SSL: u8 = 0x20;
+const PP2_CLIENT_SSL: u8 = 0x01;
+
+/// Whether a v2 header's TLVs (after the addresses of `family`) say the client connected over
+/// TLS: a `PP2_TYPE_SSL` TLV with `PP2_CLIENT_SSL` set. TLVs cut short are not read.
+pub(crate) fn says_tls(family: u8, block: &[u8]) -> bool {
+    let addresses = match family {
+        0x11 | 0x12 => 12,
+        0x21 | 0x22 => 36,
+        0x31 | 0x32 => 216,
+        _ => return false,
+    };
+    let mut tlvs = block.get(addresses..).unwrap_or_default();
+    while let [kind, high, low, rest @ ..] = tlvs {
+        let len = usize::from(u16::from_be_bytes([*high, *low]));
+        let Some(value) = rest.get(..len) else {
+            return false;
+        };
+        if *kind == PP2_TYPE_SSL {
+            return value
+                .first()
+                .is_some_and(|client| client & PP2_CLIENT_SSL != 0);
+        }
+        tlvs = &rest[len..];
+    }
+    false
 }
 
 /// A whole v1 line, CRLF included.
@@ -154,8 +188,9 @@ pub(crate) fn parse_v2(version_command: u8, family: u8, block: &[u8]) -> Result<
     }
 }
 
-/// On a PROXY listener: the client's addresses after the balancer's header, or why the
-/// connection must be closed (already counted).
+/// On a PROXY listener: the client's addresses after the balancer's header, and whether the
+/// header says the client came over TLS; or why the connection must be closed (already
+/// counted).
 pub(crate) async fn accept<S: AsyncRead + Unpin>(
     stream: &mut S,
     peer: SocketAddr,
@@ -163,7 +198,7 @@ pub(crate) async fn accept<S: AsyncRead + Unpin>(
     config: &ProxyProtocolConfig,
     header_read: Duration,
     rejections: &Rejections,
-) -> Result<(SocketAddr, SocketAddr), String> {
+) -> Result<(SocketAddr, SocketAddr, bool), String> {
     if !config.trusts(peer.ip()) {
         rejections.untrusted.fetch_add(1, Ordering::Relaxed);
         return Err(format!(
@@ -172,8 +207,8 @@ pub(crate) async fn accept<S: AsyncRead + Unpin>(
     }
     let read = tokio::time::timeout(header_read, read_header(stream)).await;
     match read {
-        Ok(Ok(Some(carried))) => Ok(carried),
-        Ok(Ok(None)) => Ok((peer, local)),
+        Ok(Ok((Some((client, local)), tls))) => Ok((client, local, tls)),
+        Ok(Ok((None, tls))) => Ok((peer, local, tls)),
         Ok(Err(why)) => {
             rejections.malformed.fetch_add(1, Ordering::Relaxed);
             Err(format!("{peer}: {why}; connection closed"))
@@ -231,14 +266,51 @@ mod tests {
         assert_eq!(wire.len(), 16 + 12);
         wire.extend_from_slice(b"GET / HTTP/1.1\r\n");
         let mut reader = &wire[..];
-        assert_eq!(read_header(&mut reader).await.unwrap(), Some((src, dst)));
+        assert_eq!(
+            read_header(&mut reader).await.unwrap(),
+            (Some((src, dst)), false)
+        );
         assert_eq!(reader, b"GET / HTTP/1.1\r\n");
         let local = encode_v2_local();
-        assert_eq!(read_header(&mut &local[..]).await.unwrap(), None);
+        assert_eq!(read_header(&mut &local[..]).await.unwrap(), (None, false));
         let v6 = encode_v2("[2001:db8::1]:9".parse().unwrap(), dst);
         let mut reader = &v6[..];
-        let (s, d) = read_header(&mut reader).await.unwrap().unwrap();
+        let (s, d) = read_header(&mut reader).await.unwrap().0.unwrap();
         assert_eq!((s.to_string(), d.port()), ("[2001:db8::1]:9".into(), 80));
+    }
+
+    #[tokio::test]
+    async fn a_v2_header_may_say_the_client_came_over_tls() {
+        let (src, dst) = addrs();
+        let plain = encode_v2(src, dst);
+        // The length field grows by the TLVs: an unrelated one (ALPN), then PP2_TYPE_SSL.
+        let with_tlvs = |client: u8| {
+            let mut wire = plain.clone();
+            let tlvs = [
+                &[0x01, 0, 2, b'h', b'2'][..],
+                &[0x20, 0, 5, client, 0, 0, 0, 0],
+            ];
+            let added: usize = tlvs.iter().map(|t| t.len()).sum();
+            let len = u16::from_be_bytes([wire[14], wire[15]]) + added as u16;
+            wire[14..16].copy_from_slice(&len.to_be_bytes());
+            tlvs.iter().for_each(|t| wire.extend_from_slice(t));
+            wire
+        };
+        let tls = with_tlvs(0x01);
+        assert_eq!(
+            read_header(&mut &tls[..]).await.unwrap(),
+            (Some((src, dst)), true)
+        );
+        let not_tls = with_tlvs(0x00);
+        assert_eq!(
+            read_header(&mut &not_tls[..]).await.unwrap(),
+            (Some((src, dst)), false)
+        );
+        assert!(!read_header(&mut &plain[..]).await.unwrap().1);
+        assert!(
+            !says_tls(0x11, &[0; 12 + 3 + 1]),
+            "a TLV cut short says nothing"
+        );
     }
 
     #[tokio::test]

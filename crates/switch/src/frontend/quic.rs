@@ -331,6 +331,7 @@ async fn serve_connection(switch: &Arc<Switch>, endpoint: &Arc<QuicEndpoint>, es
         client: peer,
         local,
         accepted: std::time::Instant::now(),
+        tls: false,
     }));
     let _ = state.tls.set(ClientTls {
         sni: sni.map(|n| n.to_ascii_lowercase().into()),

@@ -304,6 +304,7 @@ async fn client_of(
             client: peer,
             local: listening,
             accepted,
+            tls: false,
         });
     }
     let settings = &config.proxy_protocol;
@@ -318,10 +319,11 @@ async fn client_of(
         rejections,
     );
     match Box::pin(header).await {
-        Ok((client, local)) => Some(crate::net::peer::Peer {
+        Ok((client, local, tls)) => Some(crate::net::peer::Peer {
             client,
             local,
             accepted,
+            tls,
         }),
         Err(why) => {
             tracing::debug!("PROXY protocol listener {listening}: {why}");

@@ -13,4 +13,7 @@ pub(crate) struct Peer {
     pub local: SocketAddr,
     /// When the switch accepted the connection.
     pub accepted: Instant,
+    /// A front balancer's PROXY v2 header said the client's own connection was TLS
+    /// (`PP2_TYPE_SSL` with `PP2_CLIENT_SSL`): the node is told `X-Forwarded-Proto: https`.
+    pub tls: bool,
 }

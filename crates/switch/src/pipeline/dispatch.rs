@@ -18,13 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use capstan_core::{ClassId, NodeId, Outcome, RequestInfo};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Body;
-use tokio::time::error::Elapsed;
 
-use crate::config::NodeProtocol;
 use crate::pipeline::interim::Interim;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::{OnEnd, ResponseBody};
@@ -33,44 +30,8 @@ use crate::state::cluster::{Cluster, FailureKind, Hide, LiveView, NodeRuntime};
 use crate::state::outlier::Verdict;
 use crate::state::switch::{ConnState, Switch};
 use crate::upstream::body::UpstreamBody;
-use crate::upstream::connect::UpstreamError;
 use crate::upstream::pool::NodeBody;
 use crate::upstream::pool::Pooled;
-
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
-fn via_value(version: Version) -> HeaderValue {
-    HeaderValue::from_static(match version {
-        Version::HTTP_10 => "1.0 capstan",
-        Version::HTTP_2 => "2 capstan",
-        Version::HTTP_3 => "3 capstan",
-        _ => "1.1 capstan",
-    })
-}
-
-/// Appends `value` to a comma-separated header, as proxies do with Via and X-Forwarded-For.
-fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: &HeaderValue) {
-    match headers.entry(name) {
-        http::header::Entry::Occupied(mut present) if !present.get().is_empty() => {
-            let existing = present.get().as_bytes();
-            let mut joined = Vec::with_capacity(existing.len() + 2 + value.len());
-            joined.extend_from_slice(existing);
-            joined.extend_from_slice(b", ");
-            joined.extend_from_slice(value.as_bytes());
-            if let Ok(joined) = HeaderValue::from_bytes(&joined) {
-                present.insert(joined);
-            }
-        }
-        http::header::Entry::Occupied(mut empty) => {
-            empty.insert(value.clone());
-        }
-        // The common case: nothing to join, no allocation.
-        http::header::Entry::Vacant(absent) => {
-            absent.insert(value.clone());
-        }
-    }
-}
 
 /// The client's address as a header value, made once per connection.
 pub(crate) fn peer_header(peer: SocketAddr) -> HeaderValue {
@@ -160,6 +121,50 @@ pub(crate) struct Forward {
     /// themselves, as in a cache fill's own task: its leader's. `None` for the client's own
     /// request, whose way is taken when needed ([`Forward::interim`]).
     pub interim: Option<Interim>,
+}
+
+impl Forward {
+    /// A client's request on its way to a node, once classified: what the road needs of it,
+    /// owned (the client's way for interim responses comes out of an HTTP/3 request's
+    /// extensions).
+    pub(crate) fn of(
+        (switch, cluster, conn): (&Arc<Switch>, &Arc<Cluster>, &Arc<ConnState>),
+        class: ClassId,
+        pq: PathAndQuery,
+        parts: &mut http::request::Parts,
+    ) -> Forward {
+        Forward {
+            switch: Arc::clone(switch),
+            cluster: Arc::clone(cluster),
+            conn: Arc::clone(conn),
+            class,
+            method: parts.method.clone(),
+            pq,
+            client_version: parts.version,
+            te_trailers: crate::pipeline::node_request::accepts_trailers(&parts.headers),
+            // An HTTP/3 request carries its way for interim responses; the others find
+            // hyper's.
+            interim: match parts.version {
+                Version::HTTP_3 => parts.extensions.remove::<Interim>(),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A node's interim heads go to the client (see [`crate::pipeline::interim`]).
+impl crate::upstream::InterimHeads for Forward {
+    fn pass(&self, status: StatusCode, headers: HeaderMap) {
+        self.pass_interim(status, headers);
+    }
+
+    fn attach(&self, req: &mut Request<UpstreamBody>) {
+        // hyper's clients read the node in tasks of their own: the way back goes with the
+        // request.
+        if let Some(interim) = self.interim() {
+            interim.attach(req);
+        }
+    }
 }
 
 impl Forward {
@@ -298,9 +303,6 @@ impl Forward {
     ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
         let (switch, cluster) = (&self.switch, &self.cluster);
         let config = &cluster.config;
-        if self.conn.tls.get().is_some() {
-            headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("https"));
-        }
         let key = crate::state::request::key_of(&self.pq, config.upstream.key);
         let info = crate::state::request::request_info(self.class, key);
         switch.retry_budget.record_request(switch.epoch.now_nanos());
@@ -312,18 +314,10 @@ impl Forward {
         // A request that left a node's queue without a slot: that node, and why.
         let mut queued_out: Option<(NodeId, Shed)> = None;
         for attempt in 0..2 {
-            let now = switch.epoch.now_nanos();
-            // One that waited out a queue timeout is not queued a second time (under overload
-            // it would wait twice); one whose node stalled may wait again elsewhere.
-            let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
-            let Some(node_id) = self.pick(&info, exclude, may_wait, now) else {
-                return Err(match queued_out {
-                    Some((id, why)) => self.shed(&cluster.nodes[id], why),
-                    None => self.no_node(last_failure.as_deref()),
-                });
+            let Some(node_id) = self.pick_node(&info, exclude, queued_out) else {
+                return Err(self.none_left(queued_out, last_failure.as_deref()));
             };
             let node = &cluster.nodes[node_id];
-            crate::observe::access_log::note_node(&node.name_header);
             let permit = match node
                 .admission
                 .admit(self.class, switch.epoch.now_nanos())
@@ -353,26 +347,8 @@ impl Forward {
             time_left = time_left.saturating_sub(std::time::Duration::from_nanos(took));
             let failure = match sent {
                 Ok(Ok((resp, pooled))) => {
-                    crate::observe::access_log::note_first_byte();
-                    // The node's own latency when the socket timed it: the switch's time
-                    // around it (connecting included) says nothing of the node
-                    // (crate::net::node_clock). Its answer came `ago` before the switch got to it.
-                    let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
-                        Some((latency, ago)) => {
-                            (latency.min(took), after.saturating_sub(ago).max(now))
-                        }
-                        None => (took, after),
-                    };
-                    let status = resp.status();
-                    self.head_arrived(node_id, status, latency, &placement.permit, answered);
-                    return Ok(forward_response(
-                        resp,
-                        placement,
-                        pooled,
-                        cluster,
-                        self.class,
-                        self.client_version,
-                    ));
+                    let timed = (now, after);
+                    return Ok(self.answered(node_id, resp, pooled, placement, timed));
                 }
                 Ok(Err(_))
                     if body_limit_hit
@@ -400,11 +376,7 @@ impl Forward {
                 exclude = Some(node_id);
                 continue;
             }
-            let status = match failure.kind {
-                FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
-                FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
-            };
-            return Err(self.with_class(error_response(status, &described)));
+            return Err(self.with_class(error_response(failure.status(), &described)));
         }
         Err(self.with_class(error_response(
             StatusCode::BAD_GATEWAY,
@@ -412,6 +384,67 @@ impl Forward {
                 .as_deref()
                 .unwrap_or("no node could take the request"),
         )))
+    }
+
+    /// The policy's pick for an attempt (not `exclude`), noted in the access log. One that
+    /// waited out a queue timeout (`queued_out`) is not queued a second time (under overload
+    /// it would wait twice); one whose node stalled may wait again elsewhere.
+    fn pick_node(
+        &self,
+        info: &RequestInfo<'_>,
+        exclude: Option<NodeId>,
+        queued_out: Option<(NodeId, Shed)>,
+    ) -> Option<NodeId> {
+        let may_wait = !matches!(queued_out, Some((_, Shed::QueueTimeout)));
+        let now = self.switch.epoch.now_nanos();
+        let node_id = self.pick(info, exclude, may_wait, now)?;
+        crate::observe::access_log::note_node(&self.cluster.nodes[node_id].name_header);
+        Some(node_id)
+    }
+
+    /// No node is left for the request: the shed of the node whose queue it left
+    /// (`queued_out`), else "no node" with the last failure.
+    fn none_left(
+        &self,
+        queued_out: Option<(NodeId, Shed)>,
+        last_failure: Option<&str>,
+    ) -> Response<ResponseBody> {
+        match queued_out {
+            Some((id, why)) => self.shed(&self.cluster.nodes[id], why),
+            None => self.no_node(last_failure),
+        }
+    }
+
+    /// The node's response head arrived (`timed`: sent at, head at): the limiter, passive
+    /// health and the policy learn of it, and the response goes on to the client, settling
+    /// its placement when its body ends.
+    fn answered(
+        &self,
+        node_id: NodeId,
+        resp: Response<NodeBody>,
+        pooled: Option<Pooled>,
+        placement: Placement,
+        (now, after): (u64, u64),
+    ) -> Response<ResponseBody> {
+        crate::observe::access_log::note_first_byte();
+        let took = after.saturating_sub(now);
+        // The node's own latency when the socket timed it: the switch's time around it
+        // (connecting included) says nothing of the node (crate::net::node_clock). Its answer
+        // came `ago` before the switch got to it.
+        let (latency, answered) = match pooled.as_ref().and_then(Pooled::node_answer) {
+            Some((latency, ago)) => (latency.min(took), after.saturating_sub(ago).max(now)),
+            None => (took, after),
+        };
+        let status = resp.status();
+        self.head_arrived(node_id, status, latency, &placement.permit, answered);
+        forward_response(
+            resp,
+            placement,
+            pooled,
+            &self.cluster,
+            self.class,
+            self.client_version,
+        )
     }
 
     /// A response head from `node_id`: the admission limiter learns its latency, the outlier
@@ -507,6 +540,14 @@ impl Failure {
         }
     }
 
+    /// The status the client gets when this failure ends the request.
+    fn status(&self) -> StatusCode {
+        match self.kind {
+            FailureKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            FailureKind::Connect | FailureKind::Other => StatusCode::BAD_GATEWAY,
+        }
+    }
+
     /// HAProxy's `retry-on conn-failure empty-response response-timeout`: the node cannot
     /// have answered a request it never answered, and an idempotent one may be sent again.
     fn worth_retrying(&self) -> bool {
@@ -573,94 +614,48 @@ fn is_empty_reply(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Hop-by-hop headers out; the proxy's own Via, X-Forwarded-For and X-Forwarded-Proto in.
-pub(crate) fn rewrite_request_headers(
-    headers: &mut HeaderMap,
-    peer: &HeaderValue,
-    version: Version,
-) {
-    crate::pipeline::hop_by_hop::strip(headers);
-    append_list(headers, &X_FORWARDED_FOR, peer);
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-    append_list(headers, &header::VIA, &via_value(version));
+impl Forward {
+    /// Turns the client's fields into the node's, for `client` and this request's `road`:
+    /// the one way every request to a node or peer is built
+    /// ([`crate::pipeline::node_request::build`]).
+    pub(crate) fn node_headers(
+        &self,
+        headers: &mut HeaderMap,
+        client: crate::pipeline::node_request::Client<'_>,
+        road: crate::pipeline::node_request::Road<'_>,
+    ) {
+        crate::pipeline::node_request::build(
+            headers,
+            client,
+            self.client_version,
+            road,
+            self.cluster.config.upstream.forwarded,
+        );
+    }
 }
 
 impl Forward {
-    /// The request as sent to `node`: HTTP/1.1 (HTTP/2 to an h2 node), the client's method,
-    /// target and (rewritten) headers, `TE: trailers` when the client accepts trailers. With
-    /// PROXY protocol to nodes, the node's URI carries the client's addresses
-    /// (see [`crate::upstream::proxy_protocol::authority_for`]).
-    fn upstream_request(
-        &self,
-        node: &NodeRuntime,
-        headers: HeaderMap,
-        body: UpstreamBody,
-    ) -> Request<UpstreamBody> {
-        let mut req = Request::new(body);
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.node_uri(node);
-        *req.version_mut() = Version::HTTP_11;
-        *req.headers_mut() = headers;
-        if node.config.protocol == NodeProtocol::H2 {
-            crate::upstream::h2::adapt_request(&mut req, node.config.tls.is_some());
-        }
-        if self.te_trailers {
-            crate::upstream::h2::accept_trailers(&mut req, node.config.protocol);
-        }
-        req
-    }
-
-    /// Sends the request to `node`, waiting at most `wait` for the head of its answer.
-    /// `headers` stay for a retry when `keep_for_retry`.
-    async fn send_attempt(
-        &self,
-        node: &NodeRuntime,
-        headers: &mut HeaderMap,
+    /// Sends the request to `node` (in its protocol: `crate::upstream::send` decides),
+    /// waiting at most `wait` for the head of its answer. `headers` stay for a retry when
+    /// `keep_for_retry`. Not an `async fn`: a future nested in another is copied into it, and
+    /// this one is awaited straight from `dispatch`.
+    fn send_attempt<'a>(
+        &'a self,
+        node: &'a NodeRuntime,
+        headers: &'a mut HeaderMap,
         body: UpstreamBody,
         keep_for_retry: bool,
         wait: std::time::Duration,
-    ) -> Result<Result<(Response<NodeBody>, Option<Pooled>), UpstreamError>, Elapsed> {
-        let cluster = &self.cluster;
-        if node.config.protocol == NodeProtocol::Http1 && body.is_end_stream() {
-            // Most requests: the head is encoded from the fields where they are, so a retry
-            // needs no copy of them.
-            let target = self.node_uri(node);
-            let head = crate::upstream::pool::bodiless_head(
-                &self.method,
-                &target,
-                headers,
-                self.te_trailers,
-            );
-            crate::observe::access_log::note_sent();
-            // Read in this task: the way back to the client is asked for only when an
-            // interim head arrives.
-            let interim = |status, headers| self.pass_interim(status, headers);
-            let sending = crate::upstream::pool::send_bodiless(
-                cluster,
-                &target,
-                &head,
-                &self.method,
-                &interim,
-            );
-            let sent = tokio::time::timeout(wait, sending).await;
-            return sent.map(|sent| sent.map(|(resp, pooled)| (resp, Some(pooled))));
-        }
-        let attempt_headers = if keep_for_retry {
-            headers.clone()
-        } else {
-            std::mem::take(headers)
+    ) -> tokio::time::Timeout<impl std::future::Future<Output = crate::upstream::Sent> + 'a> {
+        let req = crate::upstream::ToNode {
+            method: &self.method,
+            target: self.node_uri(node),
+            headers,
+            keep_headers: keep_for_retry,
+            body,
+            te_trailers: self.te_trailers,
         };
-        let mut up_req = self.upstream_request(node, attempt_headers, body);
-        // hyper's clients read the node in tasks of their own: the way back goes with the
-        // request.
-        if let Some(interim) = self.interim() {
-            interim.attach(&mut up_req);
-        }
-        crate::observe::access_log::note_sent();
-        // Boxed: this path (a body, or an HTTP/2 node) needs a future of 2.5 KB where the
-        // bodiless one above needs 0.7 KB, and unboxed it sized every request's future (5.1 KB,
-        // moved into hyper's box per request) for the rarer case.
-        tokio::time::timeout(wait, Box::pin(crate::upstream::send(cluster, node, up_req))).await
+        tokio::time::timeout(wait, crate::upstream::send(&self.cluster, node, req, self))
     }
 
     /// The URI the request has at `node`, which says where to connect. With PROXY protocol to
@@ -706,8 +701,8 @@ fn forward_response(
 ) -> Response<ResponseBody> {
     let (mut parts, body) = resp.into_parts();
     crate::pipeline::hop_by_hop::strip(&mut parts.headers);
-    let via = via_value(parts.version);
-    append_list(&mut parts.headers, &header::VIA, &via);
+    let via = crate::pipeline::node_request::via_value(parts.version);
+    crate::pipeline::node_request::append_list(&mut parts.headers, &header::VIA, &via);
     let node = Some(&placement.node().name_header);
     crate::pipeline::response::debug_headers(&mut parts.headers, cluster, class, node);
     parts.version = client_version;
@@ -718,33 +713,4 @@ fn forward_response(
             on_end: Some(Box::new(SettleOnEnd(Some(placement), pooled))),
         },
     )
-}
-
-#[cfg(test)]
-mod tests {
-    fn headers(fields: &[(&str, &str)]) -> super::HeaderMap {
-        let mut map = super::HeaderMap::new();
-        for (name, value) in fields {
-            map.append(
-                super::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                value.parse().unwrap(),
-            );
-        }
-        map
-    }
-
-    #[test]
-    fn list_fields_are_joined() {
-        let xff = super::HeaderName::from_static("x-forwarded-for");
-        let peer = super::HeaderValue::from_static("10.0.0.9");
-        let mut map = headers(&[("x-forwarded-for", "10.0.0.1")]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.1, 10.0.0.9");
-        let mut map = headers(&[("x-forwarded-for", "")]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.9");
-        let mut map = headers(&[]);
-        super::append_list(&mut map, &xff, &peer);
-        assert_eq!(map[&xff], "10.0.0.9");
-    }
 }

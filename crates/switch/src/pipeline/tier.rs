@@ -18,36 +18,43 @@ use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Empty;
 
+use crate::pipeline::node_request::{read_mark, Carried};
 use crate::pipeline::response::{error_response, ResponseBody};
 use crate::state::switch::{ConnState, Switch};
 use crate::state::tier::{Members, Tier, BAN_HEADER, CHECK_MARK, HEALTH_PATH, HOP_HEADER};
+use crate::upstream::probe::{Failed, Peers};
 
 /// The response header a peer's PURGE or BAN is acknowledged with.
 const ACK_HEADER: &str = "capstan-tier-ack";
 
 /// Marks a request a peer sent this switch (in the request's extensions): it is served here,
 /// never sent on to another peer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Hopped {
     /// A peer's health check (the hop header says `check`).
     pub check: bool,
+    /// The client the asking peer serves, as its hop mark carries it: the node is told of
+    /// that client, not of the peer (see [`crate::pipeline::node_request`]).
+    pub client: Option<Carried>,
 }
 
 /// Takes the hop header off the request; when it came from a peer's address, marks the
-/// request [`Hopped`] and counts it. From anyone else the header is forged and only removed.
+/// request [`Hopped`] (with the client its mark carries) and counts it. From anyone else the
+/// header is forged and only removed, and so is the client it names.
 pub(crate) fn admit(tier: &Tier, conn: &ConnState, parts: &mut Parts) {
-    let Some(named) = parts.headers.remove(HOP_HEADER) else {
+    let Some(mark) = parts.headers.remove(HOP_HEADER) else {
         return;
     };
+    let (sender, client) = read_mark(&mark);
     let ip = conn.peer.map(|p| p.client.ip());
     let members = tier.members();
-    match ip.and_then(|ip| members.peer_at(ip, named.to_str().ok())) {
+    match ip.and_then(|ip| members.peer_at(ip, Some(sender))) {
         Some(peer) => {
             members.peers[peer]
                 .hops_served
                 .fetch_add(1, Ordering::Relaxed);
-            let check = named.as_bytes() == CHECK_MARK.as_bytes();
-            parts.extensions.insert(Hopped { check });
+            let check = sender == CHECK_MARK;
+            parts.extensions.insert(Hopped { check, client });
         }
         None => {
             tier.forged_hops.fetch_add(1, Ordering::Relaxed);
@@ -205,7 +212,7 @@ pub(crate) async fn fan_out(switch: &Switch, what: Invalidation) -> Option<FanOu
             Ok(req) => req,
             Err(e) => return Some(refused_by_all(&members, &e)),
         };
-        let (client, timeout) = (tier.client.clone(), tier.config.hop_timeout);
+        let (client, timeout) = (Peers::shared(tier), tier.config.hop_timeout);
         sent.spawn(async move { (id, ask(client, req, timeout).await) });
     }
     let mut answers = FanOut::default();
@@ -265,28 +272,19 @@ fn invalidation_request(
 }
 
 /// One fanned-out request: acknowledged by a `2xx`.
-async fn ask(
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Empty<Bytes>,
-    >,
-    req: Request<Empty<Bytes>>,
-    timeout: Duration,
-) -> Result<(), String> {
-    match tokio::time::timeout(timeout, client.request(req)).await {
-        Err(_) => Err(format!(
+async fn ask(client: Peers, req: Request<Empty<Bytes>>, timeout: Duration) -> Result<(), String> {
+    match client.send(req, timeout).await {
+        Err(Failed::TimedOut) => Err(format!(
             "no answer within {}",
             humantime::format_duration(timeout)
         )),
-        Ok(Err(e)) => Err(innermost(&e)),
-        Ok(Ok(resp)) if resp.status().is_success() && resp.headers().contains_key(ACK_HEADER) => {
-            Ok(())
-        }
-        Ok(Ok(resp)) if resp.status().is_success() => Err(format!(
+        Err(Failed::Error(e)) => Err(e),
+        Ok(resp) if resp.status().is_success() && resp.headers().contains_key(ACK_HEADER) => Ok(()),
+        Ok(resp) if resp.status().is_success() => Err(format!(
             "status {} without acknowledgement (does the peer list this switch in its tier.peers?)",
             resp.status().as_u16()
         )),
-        Ok(Ok(resp)) => Err(format!("status {}", resp.status().as_u16())),
+        Ok(resp) => Err(format!("status {}", resp.status().as_u16())),
     }
 }
 

@@ -19,13 +19,10 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::config::sections::proxy_protocol::SendVersion;
 use crate::pipeline::dispatch::Forward;
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
-use crate::state::cluster::{FailureKind, NodeRuntime};
 use crate::upstream::body::UpstreamBody;
-use crate::upstream::proxy_protocol::{encode_v1, encode_v2};
 
 /// What kind of tunnel a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +57,8 @@ pub(crate) fn requested(parts: &Parts) -> Option<Tunnel> {
 pub(crate) async fn pass(
     forward: &Forward,
     mut parts: Parts,
-    peer: &HeaderValue,
     tunnel: Tunnel,
+    client: crate::pipeline::node_request::Client<'_>,
 ) -> Response<ResponseBody> {
     let config = &forward.cluster.config;
     if tunnel == Tunnel::Connect && !config.upgrade.connect {
@@ -87,14 +84,8 @@ pub(crate) async fn pass(
             "this connection cannot be upgraded",
         );
     };
-    let protocol = parts.headers.get(header::UPGRADE).cloned();
-    crate::pipeline::dispatch::rewrite_request_headers(&mut parts.headers, peer, parts.version);
-    if let Some(protocol) = protocol {
-        parts.headers.insert(header::UPGRADE, protocol);
-        parts
-            .headers
-            .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
+    let road = crate::pipeline::node_request::Road::Tunnel;
+    forward.node_headers(&mut parts.headers, client, road);
     let mut resp = match send(forward, parts, tunnel).await {
         Ok(resp) => resp,
         Err(refusal) => return refusal,
@@ -157,17 +148,9 @@ async fn send(
     };
     let node = &cluster.nodes[node_id];
     crate::observe::access_log::note_node(&node.name_header);
-    if node.config.protocol == crate::config::NodeProtocol::H2 {
-        // Tunnels are an HTTP/1.1 mechanism here; the node is not at fault, so no failure
-        // is counted against it.
-        return Err(forward.with_class(error_response(
-            StatusCode::BAD_GATEWAY,
-            &format!(
-                "node {} speaks HTTP/2 (protocol = \"h2\"): upgrades and CONNECT need an \
-                 HTTP/1.1 node",
-                node.config.name
-            ),
-        )));
+    if let Some(why) = crate::upstream::tunnel::refused_by(node) {
+        // The node is not at fault: no failure is counted against it.
+        return Err(forward.with_class(error_response(StatusCode::BAD_GATEWAY, &why)));
     }
     let permit = match node
         .admission
@@ -189,7 +172,8 @@ async fn send(
     *req.uri_mut() = target;
     *req.headers_mut() = parts.headers;
     let wait = cluster.first_byte[forward.class];
-    let sent = tokio::time::timeout(wait, open_and_send(forward, node, req)).await;
+    let opening = crate::upstream::tunnel::open(cluster, node, forward.conn.peer, req);
+    let sent = tokio::time::timeout(wait, opening).await;
     let after = switch.epoch.now_nanos();
     let failed = |status: StatusCode, cause: String| {
         let node = &node.config;
@@ -217,58 +201,6 @@ async fn send(
             Err(failed(StatusCode::GATEWAY_TIMEOUT, cause))
         }
     }
-}
-
-/// Connects to `node` (with the PROXY header when configured) and sends `req` on that
-/// connection, which is served with upgrades allowed.
-async fn open_and_send(
-    forward: &Forward,
-    node: &NodeRuntime,
-    req: Request<UpstreamBody>,
-) -> Result<Response<hyper::body::Incoming>, (FailureKind, String)> {
-    let config = &forward.cluster.config;
-    let connect = tokio::net::TcpStream::connect(node.config.address);
-    let mut stream = match tokio::time::timeout(config.timeouts.connect, connect).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => return Err((FailureKind::Connect, format!("could not connect: {e}"))),
-        Err(_) => return Err((FailureKind::Connect, "connect timed out".into())),
-    };
-    let _ = stream.set_nodelay(true);
-    if let Some(peer) = &forward.conn.peer {
-        let header = match config.proxy_protocol.send {
-            SendVersion::Off => None,
-            SendVersion::V1 => Some(encode_v1(peer.client, peer.local)),
-            SendVersion::V2 => Some(encode_v2(peer.client, peer.local)),
-        };
-        if let Some(header) = header {
-            use tokio::io::AsyncWriteExt;
-            if let Err(e) = stream.write_all(&header).await {
-                return Err((FailureKind::Connect, format!("PROXY header not sent: {e}")));
-            }
-        }
-    }
-    let tls = forward.cluster.node_tls.get(node.config.address);
-    let tcp = match crate::net::node_clock::TimedTcp::plain(stream) {
-        Ok(tcp) => tcp,
-        Err(e) => return Err((FailureKind::Connect, e.to_string())),
-    };
-    let stream = match crate::upstream::tls::NodeStream::over(tcp, tls).await {
-        Ok(stream) => stream,
-        Err(e) => return Err((FailureKind::Connect, e.to_string())),
-    };
-    if let Some(notes) = crate::observe::access_log::current_notes() {
-        crate::observe::access_log::note_connected(&notes);
-    }
-    let other = |e: hyper::Error| (FailureKind::Other, e.to_string());
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(other)?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!("tunnel's node connection: {e}");
-        }
-    });
-    sender.send_request(req).await.map_err(other)
 }
 
 /// A tunnel end that bumps a shared counter whenever bytes arrive.

@@ -18,16 +18,11 @@ use std::sync::atomic::AtomicU64;
 #[cfg(test)]
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use capstan_core::policy::ConsistentHash;
 use capstan_core::{ClusterView, NodeId, NodeState, Policy, RequestInfo};
-use http_body_util::Empty;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::config::sections::tier::TierConfig;
 use crate::state::health::{CheckResult, CheckState};
@@ -265,20 +260,6 @@ impl Members {
     }
 }
 
-/// An HTTP/1.1 client to the peers, from this switch's own IP, with keep-alive connections.
-pub(crate) type PeerClient = Client<HttpConnector, Empty<Bytes>>;
-
-fn peer_client(config: &TierConfig, own_address: SocketAddr) -> PeerClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(config.hop_timeout));
-    connector.set_local_address(config.source_ip(own_address));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(connector)
-}
-
 /// Tells one `Tier` from the next (a reload makes a new one), so a thread's pool of hop
 /// connections (`crate::upstream::pool::send_to_peer`) is made again for a new tier's settings.
 static NEXT_TIER_ID: AtomicU64 = AtomicU64::new(0);
@@ -295,9 +276,6 @@ pub(crate) struct Tier {
     members: ArcSwap<Members>,
     /// The discovery source's state and this switch's registration.
     pub source: Mutex<PeerSourceState>,
-    /// Keep-alive connections to the peers, for health checks and fanned-out invalidations
-    /// (hops go by the switch's own HTTP/1.1: `crate::upstream::pool::send_to_peer`).
-    pub client: PeerClient,
     /// Requests whose hop header was removed: not from a peer's address.
     pub forged_hops: AtomicU64,
     /// Hits on local copies of keys another peer owns.
@@ -315,14 +293,12 @@ impl Tier {
             anyhow::anyhow!("tier: no client listener of this switch can be its peer address")
         })?;
         let members = Members::build(own_address, config.static_peers(), None)?;
-        let client = peer_client(config, own_address);
         Ok(Tier {
             id: NEXT_TIER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             config: config.clone(),
             own_address,
             members: ArcSwap::from_pointee(members),
             source: Mutex::new(PeerSourceState::default()),
-            client,
             forged_hops: AtomicU64::new(0),
             local_copy_hits: AtomicU64::new(0),
             local_copies_stored: AtomicU64::new(0),
@@ -579,7 +555,7 @@ mod tests {
         let asks: Vec<bool> = (0..8).map(|_| t.asked("/hot", start)).collect();
         assert_eq!(asks.iter().filter(|&&h| h).count(), 1);
         assert!(asks[7]);
-        let later = start + Duration::from_secs(2);
+        let later = start + std::time::Duration::from_secs(2);
         assert!(!t.asked("/hot", later), "a new window counts again");
     }
 }

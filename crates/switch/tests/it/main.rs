@@ -23,6 +23,7 @@ mod membership;
 mod node_h1;
 mod node_pool;
 mod node_tls;
+mod one_road;
 mod outlier;
 mod overload;
 mod policies;

@@ -33,6 +33,9 @@ pub struct Upstream {
     pub retry_budget_min_per_second: u32,
     /// The locality key of a request.
     pub key: KeyKind,
+    /// Also tell nodes who the client is in an RFC 7239 `Forwarded` field (`for`, `proto`),
+    /// beside `X-Forwarded-For` and `X-Forwarded-Proto`.
+    pub forwarded: bool,
 }
 
 impl Default for Upstream {
@@ -44,6 +47,7 @@ impl Default for Upstream {
             retry_budget_percent: 20,
             retry_budget_min_per_second: 3,
             key: KeyKind::Path,
+            forwarded: false,
         }
     }
 }

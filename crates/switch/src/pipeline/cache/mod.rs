@@ -7,6 +7,7 @@
 //! task that streams the node's response to every waiting client as it arrives and stores it
 //! when RFC 9111 allows. Unsafe methods invalidate what they change (RFC 9111 §4.4).
 
+mod fields;
 pub(crate) mod report;
 mod respond;
 mod tier;
@@ -25,7 +26,10 @@ use http_body_util::BodyExt;
 use hyper::body::Body;
 
 use crate::config::cache::CacheConfig;
+pub(crate) use crate::pipeline::cache::fields::request_host;
+use crate::pipeline::cache::fields::{owned_headers, with_debug};
 use crate::pipeline::dispatch::Forward;
+use crate::pipeline::node_request::{Client, Road};
 use crate::pipeline::response::error_response;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cluster::Cluster;
@@ -81,19 +85,6 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.as_bytes() != b"0")
 }
 
-/// The host a request names: the absolute-form authority, else `Host`, lower-cased later.
-pub(crate) fn request_host(parts: &Parts) -> String {
-    if let Some(authority) = parts.uri.authority() {
-        return authority.as_str().to_string();
-    }
-    parts
-        .headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_string()
-}
-
 impl Key {
     fn of(forward: &Forward, cfg: &CacheConfig, parts: &Parts) -> Key {
         let class_name = &forward.cluster.classifier.classes()[forward.class].name;
@@ -136,7 +127,7 @@ pub(crate) struct Missed {
 pub(crate) fn from_memory(
     forward: &Forward,
     parts: &Parts,
-    peer: &HeaderValue,
+    client: Client<'_>,
 ) -> Result<Response<ResponseBody>, Missed> {
     let layer = forward.switch.cache.as_ref().expect("routed to the cache");
     // Borrowed from the cluster: the hit path copies nothing of the configuration.
@@ -159,7 +150,7 @@ pub(crate) fn from_memory(
             });
         }
     }
-    match in_memory(forward, layer, parts, peer, &key, now) {
+    match in_memory(forward, layer, (parts, client), &key, now) {
         Ok(answer) => Ok(answer),
         Err(found) => Err(Missed {
             key,
@@ -174,8 +165,7 @@ pub(crate) fn from_memory(
 fn in_memory(
     forward: &Forward,
     layer: &CacheLayer,
-    parts: &Parts,
-    peer: &HeaderValue,
+    (parts, client): (&Parts, Client<'_>),
     key: &Key,
     now: SystemTime,
 ) -> Result<Response<ResponseBody>, Lookup> {
@@ -184,7 +174,7 @@ fn in_memory(
         .store
         .lookup(&key.url, &key.extra, |e| e.vary_matches(req))
     {
-        Lookup::Hit(entry) => match answer_stored(forward, parts, peer, key, entry, now) {
+        Lookup::Hit(entry) => match answer_stored(forward, (parts, client), key, entry, now) {
             Ok(answer) => Ok(answer),
             Err(stale) => Err(Lookup::Hit(stale)),
         },
@@ -197,8 +187,7 @@ fn in_memory(
 /// `Err` gives back an entry that must be revalidated with the node first.
 fn answer_stored(
     forward: &Forward,
-    parts: &Parts,
-    peer: &HeaderValue,
+    (parts, client): (&Parts, Client<'_>),
     key: &Key,
     entry: Arc<Entry>,
     now: SystemTime,
@@ -237,8 +226,7 @@ fn answer_stored(
         }
         Decision::StaleWhileRevalidate { why } => {
             bump(&layer.counters.stale_hits);
-            let upstream = forwarded_headers(req, peer, forward.client_version);
-            refresh_in_background(forward, upstream, key, &entry, cfg.clone());
+            refresh_in_background(forward, (req, client), key, &entry, cfg.clone());
             Ok(serve_stored(stored, Some(why)))
         }
         Decision::Revalidate => Err(entry),
@@ -251,8 +239,8 @@ fn answer_stored(
 pub(crate) async fn serve(
     forward: Forward,
     parts: Parts,
-    peer: &HeaderValue,
     missed: Missed,
+    client: Client<'_>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let switch = Arc::clone(&forward.switch);
     let layer = switch.cache.as_ref().expect("routed to the cache");
@@ -264,11 +252,11 @@ pub(crate) async fn serve(
     let found = match found {
         Some(found) => found,
         None => {
-            if let Some(answer) = tier::from_owners(&forward, &parts, peer, &key).await {
+            if let Some(answer) = tier::from_owners(&forward, &parts, &key, client).await {
                 return answer;
             }
             // Every owner asked failed, or this switch owns the key now: served here.
-            match in_memory(&forward, layer, &parts, peer, &key, now) {
+            match in_memory(&forward, layer, (&parts, client), &key, now) {
                 Ok(answer) => return Err(answer),
                 Err(found) => found,
             }
@@ -278,7 +266,7 @@ pub(crate) async fn serve(
     let found = match found {
         Lookup::Hit(entry) => Lookup::Hit(entry),
         miss => match layer.lookup_on_disk(&key, req).await {
-            Some(entry) => match answer_stored(&forward, &parts, peer, &key, entry, now) {
+            Some(entry) => match answer_stored(&forward, (&parts, client), &key, entry, now) {
                 Ok(answer) => return Err(answer),
                 Err(stale) => Lookup::Hit(stale),
             },
@@ -305,20 +293,19 @@ pub(crate) async fn serve(
         // A range of an object the cache does not hold goes to the node as asked (partials
         // are never stored); the next full request fills the cache.
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, Fwd::Miss, Some("range")).await;
+        return pass((forward, client), parts, Fwd::Miss, Some("range")).await;
     }
     if rfc::CacheControl::parse_request(req).no_store {
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, Fwd::Request, Some("no-store")).await;
+        return pass((forward, client), parts, Fwd::Request, Some("no-store")).await;
     }
     match stale {
         Some(_) => bump(&layer.counters.revalidations),
         None => bump(&layer.counters.misses),
     }
     through_fill(
-        forward,
+        (forward, client),
         parts,
-        peer,
         key,
         stale,
         cfg,
@@ -332,23 +319,17 @@ fn ttl_of(times: &StoredTimes, now: SystemTime) -> i64 {
     times.ttl(now)
 }
 
-fn with_debug(forward: &Forward, mut resp: Response<ResponseBody>) -> Response<ResponseBody> {
-    let headers = resp.headers_mut();
-    crate::pipeline::response::debug_headers(headers, &forward.cluster, forward.class, None);
-    resp
-}
-
 /// Forwards without the cache (a range miss, a `no-store` request), saying so in
 /// `Cache-Status`.
 async fn pass(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
-    peer: &HeaderValue,
     fwd: Fwd,
     detail: Option<&'static str>,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let status = CacheStatus::forward(fwd, false, false, detail);
-    let headers = forwarded_headers(&parts.headers, peer, forward.client_version);
+    let mut headers = parts.headers;
+    forward.node_headers(&mut headers, client, Road::Proxy);
     let answer = forward
         .dispatch(headers, UpstreamBody::Empty, true, None)
         .await;
@@ -359,20 +340,11 @@ async fn pass(
     answer.map(mark).map_err(mark)
 }
 
-/// The client's headers as a node should see them (hop-by-hop out; `Via`,
-/// `X-Forwarded-For`, `X-Forwarded-Proto` in).
-fn forwarded_headers(client: &HeaderMap, peer: &HeaderValue, version: http::Version) -> HeaderMap {
-    let mut headers = client.clone();
-    crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
-    headers
-}
-
 /// Joins the fill in flight for the key, or starts one; answers from it.
 #[allow(clippy::too_many_arguments)]
 async fn through_fill(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
-    peer: &HeaderValue,
     key: Key,
     stale: Option<Arc<Entry>>,
     cfg: &CacheConfig,
@@ -392,7 +364,7 @@ async fn through_fill(
     });
     if let Some(Some(reader)) = joined {
         bump(&layer.counters.coalesced);
-        return follow(forward, parts, peer, reader, cfg, fwd_kind).await;
+        return follow((forward, client), parts, reader, cfg, fwd_kind).await;
     }
     let fill = Fill::new();
     let reader = fill
@@ -407,7 +379,7 @@ async fn through_fill(
     // store nor to the requests that join the fill (see `crate::pipeline::interim`).
     let interim = forward.interim();
     spawn_fill(
-        &forward,
+        (&forward, client),
         parts.headers,
         key,
         stale,
@@ -463,29 +435,28 @@ fn leader_status(head: &FillHead, fwd_kind: Fwd) -> CacheStatus {
 /// A waiter of someone else's fill: waits for the head (at most `coalesce_timeout`, then goes
 /// to the node itself) and streams the body as it arrives.
 async fn follow(
-    forward: Forward,
+    (forward, client): (Forward, Client<'_>),
     parts: Parts,
-    peer: &HeaderValue,
     reader: FillReader,
     cfg: &CacheConfig,
     fwd_kind: Fwd,
 ) -> Result<Response<ResponseBody>, Response<ResponseBody>> {
     let Some(head) = reader.fill().head(cfg.coalesce_timeout).await else {
         drop(reader);
-        return pass(forward, parts, peer, fwd_kind, Some("coalesce-timeout")).await;
+        return pass((forward, client), parts, fwd_kind, Some("coalesce-timeout")).await;
     };
     if !head.outcome.shareable() {
         drop(reader);
         let layer = forward.switch.cache.as_ref().expect("routed to the cache");
         bump(&layer.counters.passes);
-        return pass(forward, parts, peer, fwd_kind, Some("uncachable")).await;
+        return pass((forward, client), parts, fwd_kind, Some("uncachable")).await;
     }
     let varies_otherwise = head.vary.as_ref().is_some_and(|leader| {
         rfc::vary_key(&head.headers, &parts.headers).as_ref() != Some(leader)
     });
     if varies_otherwise {
         drop(reader);
-        return pass(forward, parts, peer, Fwd::VaryMiss, None).await;
+        return pass((forward, client), parts, Fwd::VaryMiss, None).await;
     }
     let mut status = leader_status(&head, fwd_kind);
     status.collapsed = true;
@@ -498,7 +469,7 @@ async fn follow(
 /// Serves stale and refreshes once in the background (unless a fill for the key is running).
 fn refresh_in_background(
     forward: &Forward,
-    upstream: HeaderMap,
+    (client_headers, client): (&HeaderMap, Client<'_>),
     key: &Key,
     entry: &Arc<Entry>,
     cfg: CacheConfig,
@@ -522,8 +493,8 @@ fn refresh_in_background(
     };
     // No client waits for a background refresh: its interim responses go nowhere.
     spawn_fill(
-        forward,
-        upstream,
+        (forward, client),
+        client_headers.clone(),
         key,
         Some(Arc::clone(entry)),
         (cfg, rules),
@@ -533,9 +504,10 @@ fn refresh_in_background(
 }
 
 /// Starts the task that fetches the key's response into `fill`; the node's interim responses
-/// go to `interim` (the leader's client).
+/// go to `interim` (the leader's client). The node's request is built here, in the client's
+/// task, for the client of `forward` (see [`crate::pipeline::node_request`]).
 fn spawn_fill(
-    forward: &Forward,
+    (forward, client): (&Forward, Client<'_>),
     client_headers: HeaderMap,
     key: Key,
     stale: Option<Arc<Entry>>,
@@ -543,6 +515,12 @@ fn spawn_fill(
     fill: Arc<Fill>,
     interim: Option<crate::pipeline::interim::Interim>,
 ) {
+    let mut node_headers = client_headers.clone();
+    let stored = stale.as_ref().map(|entry| entry.headers());
+    let road = Road::Fill {
+        stale: stored.as_ref(),
+    };
+    forward.node_headers(&mut node_headers, client, road);
     let task = Forward {
         switch: Arc::clone(&forward.switch),
         cluster: Arc::clone(&forward.cluster),
@@ -561,7 +539,8 @@ fn spawn_fill(
     let notes = crate::observe::access_log::current_notes();
     tokio::spawn(async move {
         let fill_key = key.fill_key();
-        let running = run_fill(&task, client_headers, &key, stale, &cfg, &rules, &fill);
+        let headers = (node_headers, client_headers);
+        let running = run_fill(&task, headers, &key, stale, &cfg, &rules, &fill);
         crate::observe::access_log::with_notes(notes, running).await;
         if let Some(layer) = &task.switch.cache {
             layer.forget_fill(&fill_key, &fill);
@@ -569,30 +548,11 @@ fn spawn_fill(
     });
 }
 
-/// The headers of the request a fill sends: the client's, without what would make the node
-/// answer only for this client (conditionals, ranges), plus validators of a stale entry.
-fn fill_request_headers(client: &HeaderMap, stale: Option<&Entry>) -> HeaderMap {
-    let mut headers = client.clone();
-    for name in [
-        header::IF_NONE_MATCH,
-        header::IF_MODIFIED_SINCE,
-        header::IF_MATCH,
-        header::IF_UNMODIFIED_SINCE,
-        header::IF_RANGE,
-        header::RANGE,
-    ] {
-        headers.remove(name);
-    }
-    if let Some(entry) = stale {
-        headers.extend(rfc::revalidation_headers(&entry.headers()));
-    }
-    headers
-}
-
-/// The fill task: asks a node, then publishes its answer to the readers and the store.
+/// The fill task: asks a node with `node_headers` (built by [`spawn_fill`]), then publishes
+/// its answer to the readers and the store, by the rules the client's `client_headers` ask.
 async fn run_fill(
     task: &Forward,
-    client_headers: HeaderMap,
+    (node_headers, client_headers): (HeaderMap, HeaderMap),
     key: &Key,
     stale: Option<Arc<Entry>>,
     cfg: &CacheConfig,
@@ -604,10 +564,9 @@ async fn run_fill(
         .cache
         .as_ref()
         .expect("a fill runs with a cache");
-    let headers = fill_request_headers(&client_headers, stale.as_deref());
     let request_time = SystemTime::now();
     let answer = task
-        .dispatch(headers, UpstreamBody::Empty, true, None)
+        .dispatch(node_headers, UpstreamBody::Empty, true, None)
         .await;
     let response_time = SystemTime::now();
     // A stored entry may answer for a node that failed or answered 5xx (RFC 5861 §4): when
@@ -859,18 +818,6 @@ async fn stream_and_store(
     let stored = storing && store(layer, task, fill, &parts, key, vary, times);
     fill.finish(Ok(()));
     stored
-}
-
-/// A copy of `headers` that owns its bytes. Header values parsed by hyper are slices of the
-/// connection's read buffer; a stored entry must not keep that buffer alive.
-fn owned_headers(headers: &HeaderMap) -> HeaderMap {
-    let mut owned = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        copy.set_sensitive(value.is_sensitive());
-        owned.append(name.clone(), copy);
-    }
-    owned
 }
 
 /// Puts a completely received response into the store.

@@ -21,9 +21,10 @@ use http::{Method, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::pipeline::dispatch::Forward;
+use crate::pipeline::node_request::Client;
 use crate::pipeline::response::ResponseBody;
 use crate::state::cache::{bump, CacheLayer, Key};
-use crate::state::tier::{PeerRuntime, Tier, HOP_HEADER};
+use crate::state::tier::{PeerRuntime, Tier};
 
 /// Debug header (with `debug_headers`) naming the peer that owns a hopped request's key.
 static TIER_OWNER: HeaderName = HeaderName::from_static("x-capstan-tier-owner");
@@ -46,8 +47,8 @@ pub(super) fn asks_owner(tier: &Tier, parts: &Parts, key: &Key) -> bool {
 pub(super) async fn from_owners(
     forward: &Forward,
     parts: &Parts,
-    peer: &HeaderValue,
     key: &Key,
+    client: Client<'_>,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
     for _ in 0..tier.members().peers.len() {
@@ -59,7 +60,7 @@ pub(super) async fn from_owners(
             }
             Arc::clone(&members.peers[owner])
         };
-        if let Some(answer) = through_owner(forward, parts, peer, key, &owner).await {
+        if let Some(answer) = through_owner(forward, parts, key, &owner, client).await {
             return Some(answer);
         }
     }
@@ -71,9 +72,9 @@ pub(super) async fn from_owners(
 async fn through_owner(
     forward: &Forward,
     parts: &Parts,
-    peer: &HeaderValue,
     key: &Key,
     owner: &PeerRuntime,
+    client: Client<'_>,
 ) -> Option<Result<Response<ResponseBody>, Response<ResponseBody>>> {
     let tier = forward.switch.tier.as_ref()?;
     let layer = forward.switch.cache.as_ref()?;
@@ -86,7 +87,7 @@ async fn through_owner(
     peer_rt.hops_sent.fetch_add(1, Ordering::Relaxed);
     let request_time = SystemTime::now();
     // A target that is no URI (it was one on the way in) is served here.
-    let (target, head) = hop_request(tier, owner.address, parts, peer, forward.client_version)?;
+    let (target, head) = hop_request(forward, tier, owner.address, parts, client)?;
     let hop =
         crate::upstream::pool::send_to_peer(&forward.cluster, tier, &target, &head, &parts.method);
     let answer = tokio::time::timeout(tier.config.hop_timeout, hop).await;
@@ -132,30 +133,27 @@ async fn through_owner(
 }
 
 /// The request sent to the owner, as its target and head (`None` if the target is no URI):
-/// the client's, as a node would get it (`Via`, `X-Forwarded-For`), with the hop header naming
-/// this switch.
+/// the client's, built for the hop (`Via`, and the hop mark naming this switch and carrying
+/// the client's address and scheme, see [`crate::pipeline::node_request`]).
 fn hop_request(
+    forward: &Forward,
     tier: &Tier,
     owner: std::net::SocketAddr,
     parts: &Parts,
-    peer: &HeaderValue,
-    version: http::Version,
+    client: Client<'_>,
 ) -> Option<(http::Uri, Vec<u8>)> {
     let mut headers = parts.headers.clone();
-    crate::pipeline::dispatch::rewrite_request_headers(&mut headers, peer, version);
+    let from = tier.own_address;
+    let road = crate::pipeline::node_request::Road::Hop { from };
+    forward.node_headers(&mut headers, client, road);
     if !headers.contains_key(header::HOST) {
         // The owner keys the request by its host as this switch did: an absolute-form target
         // becomes origin-form on the way.
-        let host = super::request_host(parts);
+        let host = crate::pipeline::cache::fields::request_host(parts);
         if let Ok(host) = HeaderValue::from_str(&host) {
             headers.insert(header::HOST, host);
         }
     }
-    let own = tier.own_address.to_string();
-    headers.insert(
-        HeaderName::from_static(HOP_HEADER),
-        HeaderValue::from_str(&own).expect("an address is a header value"),
-    );
     let pq = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let target: http::Uri = format!("http://{owner}{pq}").parse().ok()?;
     let head = crate::upstream::pool::bodiless_head(&parts.method, &target, &headers, false);
@@ -184,8 +182,15 @@ fn local_copy(
     }
     bump(&layer.counters.hits);
     let status = CacheStatus::hit(entry.times.ttl(now));
-    let resp = super::respond::from_entry(&entry, stored, &parts.method, req, now, &status);
-    Some(super::with_debug(forward, resp))
+    let resp = crate::pipeline::cache::respond::from_entry(
+        &entry,
+        stored,
+        &parts.method,
+        req,
+        now,
+        &status,
+    );
+    Some(crate::pipeline::cache::fields::with_debug(forward, resp))
 }
 
 /// Reads the owner's answer for a hot key and keeps it here for at most `local_copy_ttl` when
@@ -247,7 +252,7 @@ async fn keep_local_copy(
             &key.extra,
             vary,
             head.status,
-            super::owned_headers(&stored_headers),
+            crate::pipeline::cache::fields::owned_headers(&stored_headers),
             body.clone(),
             times,
         );
